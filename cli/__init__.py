@@ -1,0 +1,1 @@
+"""The ``gpu-slicer`` command: one entry point, subcommands registered by each package."""

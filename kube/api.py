@@ -1,0 +1,182 @@
+"""What gpu-slicer does with the Kubernetes API, as one small interface over plain dicts.
+
+Objects are the JSON the apiserver speaks (``{"apiVersion": ..., "kind": ..., "metadata": ...}``)
+rather than generated model classes: decoding into models and re-encoding drops fields the models
+do not know, and the v1 ResourceClaim model has a confusing name in the Python client.
+
+Resources are named by ``(apiVersion, kind)``; :data:`RESOURCES` maps each kind gpu-slicer uses to
+its REST path segment and scope. Both implementations raise only ``kube.errors`` exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resource:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+
+RESOURCES: dict[tuple[str, str], Resource] = {
+    (r.api_version, r.kind): r
+    for r in (
+        Resource("v1", "Pod", "pods", True),
+        Resource("v1", "Namespace", "namespaces", False),
+        Resource("v1", "Node", "nodes", False),
+        Resource("v1", "Secret", "secrets", True),
+        Resource("v1", "ConfigMap", "configmaps", True),
+        Resource("events.k8s.io/v1", "Event", "events", True),
+        Resource("resource.k8s.io/v1", "ResourceSlice", "resourceslices", False),
+        Resource("resource.k8s.io/v1", "ResourceClaim", "resourceclaims", True),
+        Resource("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", True),
+        Resource("resource.k8s.io/v1", "DeviceClass", "deviceclasses", False),
+        Resource("coordination.k8s.io/v1", "Lease", "leases", True),
+        Resource(
+            "admissionregistration.k8s.io/v1",
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+            False,
+        ),
+    )
+}
+
+
+def resource_for(api_version: str, kind: str) -> Resource:
+    try:
+        return RESOURCES[(api_version, kind)]
+    except KeyError:
+        known = ", ".join(f"{k} ({v})" for v, k in RESOURCES)
+        raise ValueError(f"gpu-slicer does not use {kind} in {api_version}; known: {known}") from None
+
+
+@dataclass(frozen=True)
+class ObjectList:
+    items: list[Obj]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+    object: Obj
+
+
+PatchType = Literal["merge", "json", "strategic"]
+
+
+@runtime_checkable
+class KubeApi(Protocol):
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
+        ...
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ObjectList: ...
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Iterator[WatchEvent]:
+        """Events after ``resource_version``; the iterator ends when ``timeout_s`` passes."""
+        ...
+
+    def create(self, obj: Obj, *, dry_run: bool = False) -> Obj: ...
+
+    def update(self, obj: Obj) -> Obj:
+        """Replace; raises Conflict when ``metadata.resourceVersion`` is stale."""
+        ...
+
+    def apply(self, obj: Obj, *, field_manager: str, force: bool = False) -> Obj:
+        """Server-side apply."""
+        ...
+
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: Obj | list[Obj],
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+    ) -> Obj: ...
+
+    def delete(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+    ) -> None:
+        """Delete; with ``resource_version`` only if unchanged (Conflict otherwise)."""
+        ...
+
+    def server_version(self) -> tuple[int, int]:
+        """(major, minor) of the apiserver, e.g. (1, 35)."""
+        ...
+
+
+def event_for(
+    regarding: Obj,
+    *,
+    reason: str,
+    note: str,
+    type_: Literal["Normal", "Warning"] = "Normal",
+    reporting_controller: str,
+    reporting_instance: str,
+    action: str,
+    event_time: str,
+) -> Obj:
+    """An ``events.k8s.io/v1`` Event about ``regarding``; create it with ``KubeApi.create``."""
+    meta = regarding.get("metadata", {})
+    namespace = meta.get("namespace") or "default"
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+        "eventTime": event_time,
+        "reportingController": reporting_controller,
+        "reportingInstance": reporting_instance,
+        "action": action,
+        "reason": reason,
+        "note": note[:1024],
+        "type": type_,
+        "regarding": {
+            "apiVersion": regarding.get("apiVersion"),
+            "kind": regarding.get("kind"),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        },
+    }

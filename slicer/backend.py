@@ -1,0 +1,95 @@
+"""The seam between the agent and the GPUs.
+
+The agent only ever talks to a :class:`GpuBackend`. Two implementations exist:
+``slicer.nvml.NvmlBackend`` (pynvml, real nodes) and ``slicer.simulated.SimulatedBackend``
+(follows the catalog exactly as NVML would; tests and the simulator). Every method raises the
+``slicer.errors.BackendError`` subclasses that mirror NVML's return codes, never raw NVML errors.
+
+Creation and destruction are split into the GPU-instance and compute-instance steps NVML has,
+because each step can fail on its own and cleanup must be able to resume between them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from slicer.devices import MigInstance
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What the agent needs to know about one physical GPU."""
+
+    index: int
+    minor: int
+    uuid: str
+    model: str
+    """Catalog key (``slicer.catalog.get_model``) of the GPU's model."""
+    product_name: str
+    memory_bytes: int
+    pci_bus_id: str
+    """Canonical ``0000:3b:00.0`` form."""
+    pcie_root: str
+    """The PCIe root complex, e.g. ``pci0000:3a``; GPUs behind the same root share it."""
+    architecture: str
+    cuda_compute_capability: str
+    driver_version: str
+    mig_enabled: bool
+    mig_pending: bool
+    nvlink_domain: str | None
+    """GPUs that share this value reach each other over NVLink (peers or a fabric clique)."""
+
+
+HealthKind = Literal["gpu-lost", "xid", "recovered"]
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    """A change in a GPU's health that the agent turns into (or out of) a device taint."""
+
+    gpu_index: int
+    kind: HealthKind
+    xid: int | None = None
+    message: str = ""
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    def boot_id(self) -> str:
+        """Identifies the current boot: MIG instances never survive a change of it."""
+        ...
+
+    def gpus(self) -> list[GpuInfo]: ...
+
+    def instances(self, gpu_index: int) -> list[MigInstance]:
+        """Every GPU instance on the GPU (with its compute instance, if any), ours or not."""
+        ...
+
+    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+        """Create a GPU instance at exactly ``start``; returns its GI id."""
+        ...
+
+    def create_compute_instance(self, gpu_index: int, gi_id: int) -> MigInstance:
+        """Create the compute instance that spans the whole GPU instance."""
+        ...
+
+    def destroy_compute_instance(self, gpu_index: int, gi_id: int, ci_id: int) -> None: ...
+
+    def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None: ...
+
+    def processes(self, gpu_index: int, gi_id: int | None = None) -> list[int]:
+        """PIDs running on a GPU instance, or on the whole GPU when ``gi_id`` is None."""
+        ...
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> None:
+        """Switch MIG mode; raises InUse when clients block it, ResetRequired when pending."""
+        ...
+
+    def capability_minors(self, gpu_index: int, gi_id: int, ci_id: int) -> tuple[int, int]:
+        """Minors of ``/dev/nvidia-caps/nvidia-cap<M>`` for the GI and the CI access caps."""
+        ...
+
+    def health_events(self, timeout_s: float) -> list[HealthEvent]:
+        """Health changes since the last call, waiting at most ``timeout_s`` for one."""
+        ...

@@ -1,0 +1,530 @@
+"""The MIG catalog: which GPU models exist, which profiles they offer, and where those fit.
+
+Pure data and pure functions: nothing here touches a GPU. The geometry model (see
+docs/mig-geometry.md) is the one NVML enforces:
+
+* a GPU instance occupies ``size`` consecutive *memory slices* starting at one of the profile's
+  legal ``starts``; two instances never share a memory slice;
+* a profile may appear at most ``max_count`` times;
+* the compute slices of all instances stay within the GPU's compute slices;
+* ``+me`` profiles take the media engines (OFA among them), so at most one exists per GPU.
+
+Values that were not read off real ``nvidia-smi mig -lgip/-lgipp`` output carry
+``confirmed=False``. Profile ids differ between devices: the NVML backend looks them up by the
+``nvml_constant``; ``typical_id`` is informative only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from slicer.errors import CatalogError
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+@dataclass(frozen=True)
+class Engines:
+    """Engine counts of a profile or a whole GPU, as ``nvidia-smi mig -lgip`` reports them."""
+
+    copy: int
+    decoders: int
+    encoders: int
+    jpeg: int
+    ofa: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A GPU-instance profile of one model (for example ``1g.10gb`` on an H100 80GB)."""
+
+    name: str
+    nvml_constant: str
+    ci_nvml_constant: str
+    typical_id: int
+    memory_slices: int
+    compute_slices: int
+    memory_bytes: int
+    multiprocessors: int
+    engines: Engines
+    max_count: int
+    starts: tuple[int, ...]
+    confirmed: bool
+
+    @property
+    def media_exclusive(self) -> bool:
+        """``+me`` profiles own the media engines: at most one of them per GPU."""
+        return self.name.endswith("+me")
+
+    @property
+    def size(self) -> int:
+        return self.memory_slices
+
+    def covers(self, start: int) -> range:
+        """Memory slices that an instance of this profile at ``start`` occupies."""
+        return range(start, start + self.memory_slices)
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """A MIG-capable GPU model and every profile it offers."""
+
+    key: str
+    aliases: tuple[str, ...]
+    product_names: tuple[str, ...]
+    pci_device_ids: tuple[int, ...]
+    architecture: str
+    cuda_compute_capability: str
+    memory_bytes: int
+    memory_slices: int
+    compute_slices: int
+    multiprocessors: int
+    engines: Engines
+    profiles: tuple[Profile, ...]
+    confirmed: bool
+
+    def profile(self, name: str) -> Profile:
+        for profile in self.profiles:
+            if profile.name == name:
+                return profile
+        known = ", ".join(p.name for p in self.profiles)
+        raise CatalogError(f"{self.key} has no MIG profile {name!r}; it offers: {known}")
+
+    def has_profile(self, name: str) -> bool:
+        return any(p.name == name for p in self.profiles)
+
+    @property
+    def supports_dynamic_mig(self) -> bool:
+        """Hopper and newer switch MIG mode without a GPU reset, so MIG can follow demand."""
+        return self.architecture != "Ampere"
+
+
+# --- the data -------------------------------------------------------------------------------
+
+_GI = "NVML_GPU_INSTANCE_PROFILE_"
+_CI = "NVML_COMPUTE_INSTANCE_PROFILE_"
+
+
+def _profile(
+    name: str,
+    constant: str,
+    typical_id: int,
+    *,
+    size: int,
+    compute: int,
+    mib: int,
+    sms: int,
+    engines: Engines,
+    max_count: int,
+    starts: Sequence[int],
+    confirmed: bool,
+) -> Profile:
+    return Profile(
+        name=name,
+        nvml_constant=_GI + constant,
+        ci_nvml_constant=f"{_CI}{compute}_SLICE",
+        typical_id=typical_id,
+        memory_slices=size,
+        compute_slices=compute,
+        memory_bytes=mib * MIB,
+        multiprocessors=sms,
+        engines=engines,
+        max_count=max_count,
+        starts=tuple(starts),
+        confirmed=confirmed,
+    )
+
+
+def _eight_slice_model(
+    key: str,
+    *,
+    aliases: Sequence[str] = (),
+    product_names: Sequence[str],
+    pci_ids: Sequence[int],
+    architecture: str,
+    cc: str,
+    total_mib: int,
+    slice_mib: int,
+    names: dict[str, str],
+    sms: dict[str, int],
+    media: str,
+    confirmed: bool,
+    confirmed_sms: Sequence[str] = (),
+) -> GpuModel:
+    """Build an 8-memory-slice, 7-compute-slice model (A100, H100, H200, GH200, B200).
+
+    ``names`` maps a kind (``1g``, ``1g2``, ``2g``, ``3g``, ``4g``, ``7g``) to its profile name,
+    ``sms`` the same kinds to SM counts, and ``media`` selects the engine layout ("ampere": no
+    decoder on a plain 1g, one JPEG and one OFA per GPU; "hopper": one decoder and JPEG per compute
+    slice). Profiles are confirmed when the model is and, for SM counts, the kind is listed.
+    """
+    if media == "ampere":
+        eng = {
+            "1g": Engines(1, 0, 0, 0, 0),
+            "1g+me": Engines(1, 1, 0, 1, 1),
+            "1g2": Engines(1, 1, 0, 0, 0),
+            "2g": Engines(2, 1, 0, 0, 0),
+            "3g": Engines(3, 2, 0, 0, 0),
+            "4g": Engines(4, 2, 0, 0, 0),
+            "7g": Engines(7, 5, 0, 1, 1),
+        }
+    else:
+        eng = {
+            "1g": Engines(1, 1, 0, 1, 0),
+            "1g+me": Engines(1, 1, 0, 1, 1),
+            "1g2": Engines(1, 1, 0, 1, 0),
+            "2g": Engines(2, 2, 0, 2, 0),
+            "3g": Engines(3, 3, 0, 3, 0),
+            "4g": Engines(4, 4, 0, 4, 0),
+            "7g": Engines(8, 7, 0, 7, 1),
+        }
+    table = (
+        # kind, constant, typical id, size, compute, max, starts
+        ("1g", "1_SLICE", 19, 1, 1, 7, range(7)),
+        ("1g+me", "1_SLICE_REV1", 20, 1, 1, 1, range(7)),
+        ("1g2", "1_SLICE_REV2", 15, 2, 1, 4, (0, 2, 4, 6)),
+        ("2g", "2_SLICE", 14, 2, 2, 3, (0, 2, 4)),
+        ("3g", "3_SLICE", 9, 4, 3, 2, (0, 4)),
+        ("4g", "4_SLICE", 5, 4, 4, 1, (0,)),
+        ("7g", "7_SLICE", 0, 8, 7, 1, (0,)),
+    )
+    profiles = []
+    for kind, constant, typical_id, size, compute, max_count, starts in table:
+        base_kind = "1g" if kind == "1g+me" else kind
+        if base_kind not in names:
+            continue
+        name = names["1g"] + "+me" if kind == "1g+me" else names[kind]
+        mib = total_mib if kind == "7g" else slice_mib * size
+        profiles.append(
+            _profile(
+                name,
+                constant,
+                typical_id,
+                size=size,
+                compute=compute,
+                mib=mib,
+                sms=sms[base_kind],
+                engines=eng[kind],
+                max_count=max_count,
+                starts=starts,
+                confirmed=confirmed and base_kind in confirmed_sms,
+            )
+        )
+    return GpuModel(
+        key=key,
+        aliases=tuple(aliases),
+        product_names=tuple(product_names),
+        pci_device_ids=tuple(pci_ids),
+        architecture=architecture,
+        cuda_compute_capability=cc,
+        memory_bytes=total_mib * MIB,
+        memory_slices=8,
+        compute_slices=7,
+        multiprocessors=sms["7g"],
+        engines=eng["7g"],
+        profiles=tuple(profiles),
+        confirmed=confirmed,
+    )
+
+
+_ALL_KINDS = ("1g", "1g2", "2g", "3g", "4g", "7g")
+
+_A30 = GpuModel(
+    key="A30-24GB",
+    aliases=("A30",),
+    product_names=("NVIDIA A30",),
+    pci_device_ids=(0x20B7,),
+    architecture="Ampere",
+    cuda_compute_capability="8.0",
+    memory_bytes=24576 * MIB,
+    memory_slices=4,
+    compute_slices=4,
+    multiprocessors=56,
+    engines=Engines(4, 4, 0, 1, 1),
+    profiles=(
+        _profile("1g.6gb", "1_SLICE", 14, size=1, compute=1, mib=5952, sms=14,
+                 engines=Engines(1, 1, 0, 0, 0), max_count=4, starts=range(4), confirmed=True),
+        _profile("1g.6gb+me", "1_SLICE_REV1", 21, size=1, compute=1, mib=5952, sms=14,
+                 engines=Engines(1, 1, 0, 1, 1), max_count=1, starts=range(4), confirmed=True),
+        _profile("2g.12gb", "2_SLICE", 5, size=2, compute=2, mib=11968, sms=28,
+                 engines=Engines(2, 2, 0, 0, 0), max_count=2, starts=(0, 2), confirmed=True),
+        _profile("2g.12gb+me", "2_SLICE_REV1", 6, size=2, compute=2, mib=11968, sms=28,
+                 engines=Engines(2, 2, 0, 1, 1), max_count=1, starts=(0, 2), confirmed=True),
+        _profile("4g.24gb", "4_SLICE", 0, size=4, compute=4, mib=24000, sms=56,
+                 engines=Engines(4, 4, 0, 1, 1), max_count=1, starts=(0,), confirmed=True),
+    ),
+    confirmed=True,
+)
+
+_HOPPER_SMS = {"1g": 16, "1g2": 26, "2g": 32, "3g": 60, "4g": 64, "7g": 132}
+
+MODELS: tuple[GpuModel, ...] = (
+    _eight_slice_model(
+        "A100-40GB",
+        aliases=("A100-SXM4-40GB",),
+        product_names=("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"),
+        pci_ids=(0x20B0, 0x20F1),
+        architecture="Ampere",
+        cc="8.0",
+        total_mib=40960,
+        slice_mib=4864,
+        names={"1g": "1g.5gb", "1g2": "1g.10gb", "2g": "2g.10gb", "3g": "3g.20gb",
+               "4g": "4g.20gb", "7g": "7g.40gb"},
+        sms={"1g": 14, "1g2": 14, "2g": 28, "3g": 42, "4g": 56, "7g": 98},
+        media="ampere",
+        confirmed=True,
+        confirmed_sms=_ALL_KINDS,
+    ),
+    _eight_slice_model(
+        "A100-80GB",
+        product_names=("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"),
+        pci_ids=(0x20B2, 0x20B5),
+        architecture="Ampere",
+        cc="8.0",
+        total_mib=81920,
+        slice_mib=9728,
+        names={"1g": "1g.10gb", "1g2": "1g.20gb", "2g": "2g.20gb", "3g": "3g.40gb",
+               "4g": "4g.40gb", "7g": "7g.80gb"},
+        sms={"1g": 14, "1g2": 14, "2g": 28, "3g": 42, "4g": 56, "7g": 98},
+        media="ampere",
+        confirmed=True,
+        confirmed_sms=_ALL_KINDS,
+    ),
+    _A30,
+    _eight_slice_model(
+        "H100-80GB",
+        product_names=("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"),
+        pci_ids=(0x2330, 0x2331),
+        architecture="Hopper",
+        cc="9.0",
+        total_mib=81559,
+        slice_mib=9984,
+        names={"1g": "1g.10gb", "1g2": "1g.20gb", "2g": "2g.20gb", "3g": "3g.40gb",
+               "4g": "4g.40gb", "7g": "7g.80gb"},
+        sms=_HOPPER_SMS,
+        media="hopper",
+        confirmed=True,
+        confirmed_sms=_ALL_KINDS,
+    ),
+    _eight_slice_model(
+        "H100-NVL-94GB",
+        aliases=("H100-NVL", "H100-94GB"),
+        product_names=("NVIDIA H100 NVL",),
+        pci_ids=(0x2321,),
+        architecture="Hopper",
+        cc="9.0",
+        total_mib=95830,
+        slice_mib=11776,
+        names={"1g": "1g.12gb", "1g2": "1g.24gb", "2g": "2g.24gb", "3g": "3g.47gb",
+               "4g": "4g.47gb", "7g": "7g.94gb"},
+        sms=_HOPPER_SMS,
+        media="hopper",
+        confirmed=True,
+        confirmed_sms=_ALL_KINDS,
+    ),
+    _eight_slice_model(
+        "H100-96GB",
+        aliases=("GH200-96GB",),
+        product_names=("NVIDIA H100 96GB HBM3", "NVIDIA GH200 96GB HBM3", "NVIDIA GH200 480GB"),
+        pci_ids=(0x2342, 0x233D),
+        architecture="Hopper",
+        cc="9.0",
+        total_mib=97871,
+        slice_mib=12032,
+        names={"1g": "1g.12gb", "1g2": "1g.24gb", "2g": "2g.24gb", "3g": "3g.48gb",
+               "4g": "4g.48gb", "7g": "7g.96gb"},
+        sms=_HOPPER_SMS,
+        media="hopper",
+        confirmed=False,
+    ),
+    _eight_slice_model(
+        "H200-141GB",
+        aliases=("H200", "H200-NVL-141GB", "H200-NVL"),
+        product_names=("NVIDIA H200", "NVIDIA H200 NVL"),
+        pci_ids=(0x2335, 0x233B),
+        architecture="Hopper",
+        cc="9.0",
+        total_mib=143771,
+        slice_mib=16640,
+        names={"1g": "1g.18gb", "1g2": "1g.35gb", "2g": "2g.35gb", "3g": "3g.71gb",
+               "4g": "4g.71gb", "7g": "7g.141gb"},
+        sms=_HOPPER_SMS,
+        media="hopper",
+        confirmed=False,
+    ),
+    _eight_slice_model(
+        "GH200-144GB",
+        product_names=("NVIDIA GH200 144G HBM3e",),
+        pci_ids=(0x2348,),
+        architecture="Hopper",
+        cc="9.0",
+        total_mib=146944,
+        slice_mib=16896,
+        names={"1g": "1g.18gb", "1g2": "1g.36gb", "2g": "2g.36gb", "3g": "3g.72gb",
+               "4g": "4g.72gb", "7g": "7g.144gb"},
+        sms=_HOPPER_SMS,
+        media="hopper",
+        confirmed=False,
+    ),
+    _eight_slice_model(
+        "B200-180GB",
+        aliases=("B200",),
+        product_names=("NVIDIA B200",),
+        pci_ids=(0x2901,),
+        architecture="Blackwell",
+        cc="10.0",
+        total_mib=183359,
+        slice_mib=22784,
+        names={"1g": "1g.23gb", "1g2": "1g.45gb", "2g": "2g.45gb", "3g": "3g.90gb",
+               "4g": "4g.90gb", "7g": "7g.180gb"},
+        sms={"1g": 18, "1g2": 18, "2g": 36, "3g": 54, "4g": 72, "7g": 144},
+        media="hopper",
+        confirmed=False,
+    ),
+)
+
+_BY_KEY = {m.key.lower(): m for m in MODELS} | {
+    a.lower(): m for m in MODELS for a in m.aliases
+}
+
+
+def model_keys() -> list[str]:
+    return [m.key for m in MODELS]
+
+
+def get_model(key: str) -> GpuModel:
+    """Look a model up by its key or an alias, case-insensitively."""
+    try:
+        return _BY_KEY[key.strip().lower()]
+    except KeyError:
+        raise CatalogError(
+            f"unknown GPU model {key!r}; known models: {', '.join(model_keys())}"
+        ) from None
+
+
+def model_by_pci_device_id(device_id: int) -> GpuModel:
+    """Look a model up by the PCI device id (the upper 16 bits of NVML's ``pciDeviceId``)."""
+    if device_id > 0xFFFF:
+        device_id >>= 16
+    for model in MODELS:
+        if device_id in model.pci_device_ids:
+            return model
+    raise CatalogError(f"no MIG-capable model with PCI device id {device_id:#06x}")
+
+
+def model_by_product_name(product_name: str) -> GpuModel:
+    """Look a model up by the name NVML reports (``NVIDIA H100 80GB HBM3``)."""
+    wanted = " ".join(product_name.split()).lower()
+    for model in MODELS:
+        if wanted in (n.lower() for n in model.product_names):
+            return model
+    raise CatalogError(f"no MIG-capable model named {product_name!r}")
+
+
+# --- geometry -------------------------------------------------------------------------------
+
+Placement = tuple[str, int]
+"""A (profile name, start) pair on one GPU."""
+
+
+def placements(model: GpuModel, profile_name: str) -> list[tuple[int, int]]:
+    """Legal ``(start, size)`` placements of a profile, as NVML lists them."""
+    profile = model.profile(profile_name)
+    return [(start, profile.memory_slices) for start in profile.starts]
+
+
+def all_placements(model: GpuModel) -> list[Placement]:
+    """Every legal (profile, start) of the model, in catalog order."""
+    return [(p.name, s) for p in model.profiles for s in p.starts]
+
+
+def violations(model: GpuModel, instances: Iterable[Placement]) -> list[str]:
+    """Why a set of instances cannot coexist on one GPU of ``model``; empty when it can."""
+    problems: list[str] = []
+    occupied: dict[int, str] = {}
+    counts: Counter[str] = Counter()
+    compute = 0
+    media = 0
+    for name, start in instances:
+        try:
+            profile = model.profile(name)
+        except CatalogError as exc:
+            problems.append(str(exc))
+            continue
+        if start not in profile.starts:
+            problems.append(
+                f"{name} cannot start at memory slice {start} on {model.key}; "
+                f"legal starts: {list(profile.starts)}"
+            )
+            continue
+        for memory_slice in profile.covers(start):
+            if memory_slice in occupied:
+                problems.append(
+                    f"{name}@{start} overlaps {occupied[memory_slice]} on memory slice {memory_slice}"
+                )
+                break
+            occupied[memory_slice] = f"{name}@{start}"
+        counts[name] += 1
+        compute += profile.compute_slices
+        media += profile.media_exclusive
+    for name, count in counts.items():
+        profile = model.profile(name)
+        if count > profile.max_count:
+            problems.append(f"{count} x {name} exceeds its limit of {profile.max_count} per GPU")
+    if compute > model.compute_slices:
+        problems.append(
+            f"{compute} compute slices exceed the {model.compute_slices} of {model.key}"
+        )
+    if media > 1:
+        problems.append("more than one +me profile: media engines belong to one instance")
+    return problems
+
+
+def is_valid(model: GpuModel, instances: Iterable[Placement]) -> bool:
+    return not violations(model, instances)
+
+
+def check_placement(model: GpuModel, profile_name: str, start: int) -> Profile:
+    """Return the profile if ``start`` is one of its legal starts, else raise CatalogError."""
+    profile = model.profile(profile_name)
+    if start not in profile.starts:
+        raise CatalogError(
+            f"{profile_name} cannot start at memory slice {start} on {model.key}; "
+            f"legal starts: {list(profile.starts)}"
+        )
+    return profile
+
+
+def remaining_placements(model: GpuModel, present: Sequence[Placement]) -> list[Placement]:
+    """Placements that could still be created next to the instances ``present``."""
+    base = list(present)
+    return [p for p in all_placements(model) if is_valid(model, [*base, p])]
+
+
+def profiles_with_memory(
+    min_bytes: int, models: Iterable[GpuModel] | None = None
+) -> list[tuple[GpuModel, Profile]]:
+    """Profiles with at least ``min_bytes`` of memory, smallest first (``+me`` variants left out).
+
+    Ties are broken by fewer compute slices, then by model key, so the order is deterministic.
+    """
+    found = [
+        (model, profile)
+        for model in (MODELS if models is None else models)
+        for profile in model.profiles
+        if profile.memory_bytes >= min_bytes and not profile.media_exclusive
+    ]
+    found.sort(key=lambda mp: (mp[1].memory_bytes, mp[1].compute_slices, mp[0].key))
+    return found
+
+
+def all_profile_names() -> list[str]:
+    """Every profile name of every model, without duplicates, in catalog order."""
+    seen: dict[str, None] = {}
+    for model in MODELS:
+        for profile in model.profiles:
+            seen.setdefault(profile.name, None)
+    return list(seen)

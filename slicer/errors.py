@@ -1,0 +1,81 @@
+"""Errors raised by the node agent and its pure core.
+
+Every error a user can see says what went wrong and what would be valid instead.
+
+    SlicerError
+    ├── CatalogError            unknown model or profile, illegal placement
+    ├── DeviceNameError         a device name that is not one of ours
+    ├── GpuSpecError            a bad ``--gpus``/``--simulate-gpus`` spec
+    ├── BackendError            what NVML (or the simulator) refused; mirrors NVML's return codes
+    │   ├── InsufficientResources   the placement overlaps, or a budget is exhausted
+    │   ├── InUse                   processes or compute instances still hold it
+    │   ├── NotFound                already gone
+    │   ├── NotSupported
+    │   ├── NoPermission
+    │   ├── ResetRequired           a MIG mode change waits for a GPU reset
+    │   └── GpuLost                 the GPU fell off the bus
+    ├── CheckpointError         unreadable or corrupt checkpoint
+    └── PublishError            ResourceSlices could not be written
+"""
+
+from __future__ import annotations
+
+
+class SlicerError(Exception):
+    """Base of every error the slicer package raises on purpose."""
+
+
+class CatalogError(SlicerError, ValueError):
+    """The catalog has no such model, profile or placement."""
+
+
+class DeviceNameError(SlicerError, ValueError):
+    """A device name does not follow ``gpu-<i>`` or ``gpu-<i>-mig-<profile>-<start>``."""
+
+
+class GpuSpecError(SlicerError, ValueError):
+    """A simulated-GPU spec such as ``H100-80GB:2,A100-80GB:1`` is malformed."""
+
+
+class BackendError(SlicerError):
+    """A GPU backend refused an operation. ``gpu`` is the index concerned, when known."""
+
+    def __init__(self, message: str, *, gpu: int | None = None) -> None:
+        super().__init__(message)
+        self.gpu = gpu
+
+
+class InsufficientResources(BackendError):
+    """The instance would overlap another, or exceed a count or compute budget."""
+
+
+class InUse(BackendError):
+    """Processes (or compute instances) still use the instance or GPU; retry later."""
+
+
+class NotFound(BackendError):
+    """The instance or GPU does not exist (any more)."""
+
+
+class NotSupported(BackendError):
+    """The GPU or driver cannot do this (no MIG, unknown profile on this device)."""
+
+
+class NoPermission(BackendError):
+    """The agent lacks the privileges (capabilities, device nodes) for the call."""
+
+
+class ResetRequired(BackendError):
+    """A MIG mode change is pending until the GPU is reset (Ampere)."""
+
+
+class GpuLost(BackendError):
+    """The GPU stopped answering; it needs a reset or a reboot."""
+
+
+class CheckpointError(SlicerError):
+    """The checkpoint file is unreadable, corrupt or from an unknown version."""
+
+
+class PublishError(SlicerError):
+    """ResourceSlices could not be written or read back."""
