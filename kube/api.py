@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Obj = dict[str, Any]
+JsonPatch = list[Obj]
+"""RFC 6902 operations (named so that ``KubeApi.list`` cannot shadow ``list`` in annotations)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,9 @@ def resource_for(api_version: str, kind: str) -> Resource:
         return RESOURCES[(api_version, kind)]
     except KeyError:
         known = ", ".join(f"{k} ({v})" for v, k in RESOURCES)
-        raise ValueError(f"gpu-slicer does not use {kind} in {api_version}; known: {known}") from None
+        raise ValueError(
+            f"gpu-slicer does not use {kind} in {api_version}; known: {known}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ class KubeApi(Protocol):
         api_version: str,
         kind: str,
         name: str,
-        patch: Obj | list[Obj],
+        patch: Obj | JsonPatch,
         *,
         namespace: str | None = None,
         patch_type: PatchType = "merge",

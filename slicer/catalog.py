@@ -462,9 +462,8 @@ def violations(model: GpuModel, instances: Iterable[Placement]) -> list[str]:
             continue
         for memory_slice in profile.covers(start):
             if memory_slice in occupied:
-                problems.append(
-                    f"{name}@{start} overlaps {occupied[memory_slice]} on memory slice {memory_slice}"
-                )
+                other = occupied[memory_slice]
+                problems.append(f"{name}@{start} overlaps {other} on memory slice {memory_slice}")
                 break
             occupied[memory_slice] = f"{name}@{start}"
         counts[name] += 1
