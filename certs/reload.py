@@ -36,7 +36,9 @@ def _identity(path: Path) -> FileIdentity | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def server_context(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str]) -> ssl.SSLContext:
+def server_context(
+    cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str]
+) -> ssl.SSLContext:
     """A TLS server context for the webhook: TLS 1.2 or newer, HTTP/1.1 over ALPN."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
