@@ -1,0 +1,67 @@
+"""Simulated-GPU specs: ``H100-80GB:2,A100-80GB:1`` -> the catalog models of GPUs 0, 1 and 2.
+
+A spec is how a person (``--simulate-gpus``) or a test describes a node without hardware. Each
+comma-separated part is ``<model>[:<count>]``; the model is a catalog key or alias, in any case,
+and the count defaults to 1. GPU indices follow the order of the parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slicer import catalog
+from slicer.errors import CatalogError, GpuSpecError
+
+
+def parse_gpu_spec(spec: str) -> list[catalog.GpuModel]:
+    """The models of a simulated node, one entry per GPU, in GPU-index order."""
+    if not spec or not spec.strip():
+        raise GpuSpecError(_problem("an empty spec", "name at least one GPU model"))
+    models: list[catalog.GpuModel] = []
+    for raw_part in spec.split(","):
+        part = raw_part.strip()
+        if not part:
+            raise GpuSpecError(_problem(f"an empty part in {spec!r}", "remove the extra comma"))
+        key, sep, count_text = part.partition(":")
+        key = key.strip()
+        count = 1
+        if sep:
+            count_text = count_text.strip()
+            if not count_text.isdigit() or int(count_text) < 1:
+                raise GpuSpecError(
+                    _problem(f"{part!r}: the count {count_text!r}", "use a whole number >= 1")
+                )
+            count = int(count_text)
+        if not key:
+            raise GpuSpecError(_problem(f"{part!r}: no model before ':'", "name a model"))
+        try:
+            model = catalog.get_model(key)
+        except CatalogError:
+            raise GpuSpecError(_problem(f"{part!r}: unknown model {key!r}", "")) from None
+        models.extend([model] * count)
+    return models
+
+
+def format_gpu_spec(models: Sequence[catalog.GpuModel]) -> str:
+    """Inverse of :func:`parse_gpu_spec`: runs of one model become ``<key>:<count>``."""
+    parts: list[str] = []
+    run_key: str | None = None
+    run = 0
+    for model in models:
+        if model.key == run_key:
+            run += 1
+            continue
+        if run_key is not None:
+            parts.append(f"{run_key}:{run}")
+        run_key, run = model.key, 1
+    if run_key is not None:
+        parts.append(f"{run_key}:{run}")
+    return ",".join(parts)
+
+
+def _problem(what: str, hint: str) -> str:
+    hint_text = f"; {hint}" if hint else ""
+    return (
+        f"bad GPU spec: {what}{hint_text}. Expected <model>[:<count>][,...], "
+        f"e.g. H100-80GB:2,A100-80GB:1; known models: {', '.join(catalog.model_keys())}"
+    )
