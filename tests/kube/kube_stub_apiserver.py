@@ -1,0 +1,299 @@
+"""A stub apiserver over real HTTP on 127.0.0.1, backed by an InMemoryKubeApi.
+
+It lets the tests drive ``RealKubeApi`` through the official client's real HTTP stack and check
+what goes over the wire (method, path, query, content type, body), while the answers come from
+the in-memory apiserver, so the same contract tests can run against both implementations.
+``respond_next`` replaces the next answer with a canned one (status + body), for error mapping.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+from kube.api import RESOURCES, Resource
+from kube.errors import ApiError, KubeError, Unavailable
+from kube.memory import InMemoryKubeApi
+
+
+@dataclass(frozen=True)
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    content_type: str | None
+    body: Any
+
+    def param(self, name: str) -> str | None:
+        values = self.query.get(name)
+        return values[0] if values else None
+
+
+@dataclass
+class _Canned:
+    status: int
+    body: Any
+    stream: list[str] | None = None
+
+
+@dataclass
+class StubApiServer:
+    backend: InMemoryKubeApi = field(default_factory=InMemoryKubeApi)
+    requests: list[Recorded] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._canned: list[_Canned] = []
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(_Handler):
+            server_stub = stub
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def respond_next(self, status: int, body: Any, *, stream: list[str] | None = None) -> None:
+        """Answer the next request with ``status`` and JSON ``body`` (or these watch lines)."""
+        with self._lock:
+            self._canned.append(_Canned(status, body, stream))
+
+    def last(self) -> Recorded:
+        return self.requests[-1]
+
+    def close(self) -> None:
+        self.backend.close()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _take_canned(self) -> _Canned | None:
+        with self._lock:
+            return self._canned.pop(0) if self._canned else None
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure" if code >= 300 else "Success",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _status_of(exc: KubeError) -> dict[str, Any]:
+    if isinstance(exc, ApiError):
+        return status_body(exc.status, exc.reason, str(exc))
+    if isinstance(exc, Unavailable):
+        return status_body(503, "ServiceUnavailable", str(exc))
+    return status_body(500, "InternalError", str(exc))
+
+
+def _resource(api_version: str, plural: str) -> Resource:
+    for res in RESOURCES.values():
+        if res.api_version == api_version and res.plural == plural:
+            return res
+    raise KeyError(f"{api_version} {plural}")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_stub: StubApiServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet test output
+        return
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # ------------------------------------------------------------------
+    def _handle(self, method: str) -> None:
+        parts = urlsplit(self.path)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        content_type = self.headers.get("Content-Type")
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body: Any = None
+        if raw and content_type and "yaml" in content_type:
+            body = yaml.safe_load(raw)
+        elif raw:
+            body = json.loads(raw)
+        recorded = Recorded(method, parts.path, query, content_type, body)
+        stub = self.server_stub
+        stub.requests.append(recorded)
+        canned = stub._take_canned()
+        if canned is not None:
+            if canned.stream is not None:
+                self._stream_lines(iter(canned.stream))
+            else:
+                self._send_json(canned.status, canned.body)
+            return
+        try:
+            if parts.path == "/version":
+                major, minor = stub.backend.server_version()
+                self._send_json(200, {"major": str(major), "minor": f"{minor}+"})
+                return
+            self._route(method, unquote(parts.path), recorded)
+        except KubeError as exc:
+            status = _status_of(exc)
+            self._send_json(int(status["code"]), status)
+
+    def _route(self, method: str, path: str, req: Recorded) -> None:
+        segments = [s for s in path.split("/") if s]
+        if segments[:1] == ["api"]:
+            api_version, rest = segments[1], segments[2:]
+        elif segments[:1] == ["apis"]:
+            api_version, rest = f"{segments[1]}/{segments[2]}", segments[3:]
+        else:
+            self._send_json(404, status_body(404, "NotFound", f"no route {path}"))
+            return
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        try:
+            res = _resource(api_version, rest[0])
+        except KeyError:
+            self._send_json(404, status_body(404, "NotFound", f"no resource {path}"))
+            return
+        name = rest[1] if len(rest) > 1 else None
+        api = self.server_stub.backend
+        if name is None and method == "GET" and req.param("watch") == "true":
+            timeout = req.param("timeoutSeconds")
+            try:
+                events = api.watch(
+                    res.api_version,
+                    res.kind,
+                    namespace,
+                    resource_version=req.param("resourceVersion"),
+                    label_selector=req.param("labelSelector"),
+                    field_selector=req.param("fieldSelector"),
+                    timeout_s=float(timeout) if timeout else None,
+                )
+            except ApiError as exc:  # the apiserver reports a stale watch as an ERROR event
+                line = json.dumps({"type": "ERROR", "object": _status_of(exc)})
+                self._stream_lines(iter([line]))
+                return
+            self._stream_lines(
+                json.dumps({"type": e.type, "object": e.object}) for e in events
+            )
+        elif name is None and method == "GET":
+            listed = api.list(
+                res.api_version,
+                res.kind,
+                namespace,
+                label_selector=req.param("labelSelector"),
+                field_selector=req.param("fieldSelector"),
+            )
+            items = [
+                {k: v for k, v in item.items() if k not in ("apiVersion", "kind")}
+                for item in listed.items
+            ]
+            self._send_json(
+                200,
+                {
+                    "apiVersion": res.api_version,
+                    "kind": f"{res.kind}List",
+                    "metadata": {"resourceVersion": listed.resource_version},
+                    "items": items,
+                },
+            )
+        elif name is None and method == "POST":
+            created = api.create(req.body, dry_run=req.param("dryRun") == "All")
+            self._send_json(201, created)
+        elif name is not None and method == "GET":
+            self._send_json(200, api.get(res.api_version, res.kind, name, namespace))
+        elif name is not None and method == "PUT":
+            self._send_json(200, api.update(req.body))
+        elif name is not None and method == "PATCH":
+            ctype = req.content_type or ""
+            if ctype == "application/apply-patch+yaml":
+                applied = api.apply(
+                    req.body,
+                    field_manager=req.param("fieldManager") or "",
+                    force=req.param("force") == "true",
+                )
+                self._send_json(200, applied)
+                return
+            patch_type = {
+                "application/merge-patch+json": "merge",
+                "application/json-patch+json": "json",
+                "application/strategic-merge-patch+json": "strategic",
+            }.get(ctype)
+            if patch_type is None:
+                self._send_json(415, status_body(415, "UnsupportedMediaType", ctype))
+                return
+            patched = api.patch(
+                res.api_version,
+                res.kind,
+                name,
+                req.body,
+                namespace=namespace,
+                patch_type=patch_type,  # type: ignore[arg-type]
+            )
+            self._send_json(200, patched)
+        elif name is not None and method == "DELETE":
+            preconditions = (req.body or {}).get("preconditions") or {}
+            api.delete(
+                res.api_version,
+                res.kind,
+                name,
+                namespace,
+                resource_version=preconditions.get("resourceVersion"),
+            )
+            self._send_json(200, status_body(200, "", "deleted"))
+        else:
+            self._send_json(405, status_body(405, "MethodNotAllowed", f"{method} {path}"))
+
+    def _send_json(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream_lines(self, lines: Any) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            try:
+                for line in lines:
+                    self._chunk(line)
+            except KubeError as exc:  # e.g. the reader fell out of the kept history
+                self._chunk(json.dumps({"type": "ERROR", "object": _status_of(exc)}))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def _chunk(self, line: str) -> None:
+        data = (line + "\n").encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
