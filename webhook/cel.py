@@ -1,0 +1,61 @@
+"""CEL selector expressions for device requests, with string literals that cannot break out.
+
+Profile names come from the catalog, but they end up next to user input in the same expression
+builder, so every string is emitted as a double-quoted CEL literal with backslashes, quotes and
+control characters escaped. A name such as ``x" || true || "`` stays one string.
+"""
+
+from __future__ import annotations
+
+from webhook.quantity import format_bytes
+from webhook.targets import TargetDriver
+
+_SIMPLE_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\v": "\\v",
+}
+
+
+def quote(text: str) -> str:
+    """``text`` as a double-quoted CEL string literal."""
+    out = ['"']
+    for char in text:
+        if char in _SIMPLE_ESCAPES:
+            out.append(_SIMPLE_ESCAPES[char])
+        elif ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 or not char.isprintable():
+            code = ord(char)
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
+def attributes(target: TargetDriver) -> str:
+    return f"device.attributes[{quote(target.domain)}]"
+
+
+def profile_selector(
+    target: TargetDriver, profile: str, *, min_memory_bytes: int | None = None
+) -> str:
+    """Select MIG devices of ``profile``; with ``min_memory_bytes`` also require that capacity.
+
+    The memory guard is only needed when the same profile name exists with less memory on another
+    GPU model than the pod asked for (profile names round the memory size).
+    """
+    attrs = attributes(target)
+    expression = f'"profile" in {attrs} && {attrs}.profile == {quote(profile)}'
+    if min_memory_bytes is not None:
+        capacity = f"device.capacity[{quote(target.domain)}]"
+        size = quote(format_bytes(min_memory_bytes))
+        expression += (
+            f' && "memory" in {capacity} && {capacity}.memory.compareTo(quantity({size})) >= 0'
+        )
+    return expression

@@ -1,0 +1,174 @@
+"""ResourceClaimTemplate specs built from what each container needs, and their content address.
+
+One claim per pod, one request per converted container. A request with one alternative uses
+``exactly``; with several it uses ``firstAvailable`` (tried in order, at most 8). Whole GPUs that
+must share an NVLink domain get a ``matchAttribute`` constraint on the request, or, inside a
+``firstAvailable`` chain, on that subrequest alone (``<request>/<subrequest>``, which the v1 API
+accepts in ``constraints[].requests``), so the plain fallback after it stays unconstrained.
+
+Templates are content-addressed: the name is ``gpu-slicer-`` plus a short hash of the canonical
+JSON of the template's spec, so the same spec always maps to the same template in a namespace and
+concurrent webhook replicas agree on it without coordination.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from webhook import cel
+from webhook.targets import TargetDriver
+
+CLAIM_NAME = "gpu-slicer"
+"""The name of the pod's claim entry (``spec.resourceClaims[].name``)."""
+
+TEMPLATE_PREFIX = "gpu-slicer-"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpu-slicer"
+HASH_CHARS = 10
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One way to satisfy a container: ``count`` whole GPUs or ``count`` slices of a profile."""
+
+    kind: Literal["gpu", "mig"]
+    count: int
+    profile: str | None = None
+    min_memory_bytes: int | None = None
+    """For memory-sized chains: also require this much device memory (see cel.profile_selector)."""
+    nvlink: bool = False
+    """Whole GPUs only: all ``count`` GPUs must share the NVLink domain attribute."""
+
+    @property
+    def label(self) -> str:
+        """Human form: ``2 x gpu (nvlink)``, ``1 x 1g.10gb``."""
+        what = self.profile if self.kind == "mig" else "gpu"
+        return f"{self.count} x {what}{' (nvlink)' if self.nvlink else ''}"
+
+    @property
+    def base_name(self) -> str:
+        """The subrequest name before de-duplication."""
+        if self.kind == "gpu":
+            return "gpu-nvlink" if self.nvlink else "gpu"
+        return dns_label(str(self.profile).replace("+", "-"), fallback="mig")
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """The request of one container in the pod's claim."""
+
+    name: str
+    alternatives: tuple[Alternative, ...]
+
+
+def dns_label(text: str, *, fallback: str = "x", max_len: int = 63) -> str:
+    """Turn ``text`` into an RFC 1123 label (lower case, digits, ``-``; at most ``max_len``)."""
+    label = _NOT_DNS.sub("-", text.lower()).strip("-")[:max_len].strip("-")
+    return label or fallback
+
+
+def unique_label(base: str, taken: set[str]) -> str:
+    """``base``, or ``base-2``, ``base-3``... (shortened to stay a label) not in ``taken``."""
+    candidate = base
+    counter = 2
+    while candidate in taken:
+        suffix = f"-{counter}"
+        candidate = base[: 63 - len(suffix)].rstrip("-") + suffix
+        counter += 1
+    taken.add(candidate)
+    return candidate
+
+
+def _device_fields(target: TargetDriver, alt: Alternative) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "deviceClassName": target.gpu_class if alt.kind == "gpu" else target.mig_class,
+        "allocationMode": "ExactCount",
+        "count": alt.count,
+    }
+    if alt.kind == "mig":
+        expression = cel.profile_selector(
+            target, str(alt.profile), min_memory_bytes=alt.min_memory_bytes
+        )
+        fields["selectors"] = [{"cel": {"expression": expression}}]
+    return fields
+
+
+def claim_spec(requests: Sequence[ContainerRequest], target: TargetDriver) -> dict[str, Any]:
+    """The ResourceClaimSpec for the pod's claim."""
+    device_requests: list[dict[str, Any]] = []
+    constraints: list[dict[str, Any]] = []
+    for request in requests:
+        alternatives = request.alternatives
+        if len(alternatives) == 1:
+            alt = alternatives[0]
+            device_requests.append({"name": request.name, "exactly": _device_fields(target, alt)})
+            if alt.nvlink and target.nvlink_attribute:
+                constraints.append(
+                    {"requests": [request.name], "matchAttribute": target.nvlink_attribute}
+                )
+            continue
+        taken: set[str] = set()
+        subrequests = []
+        for alt in alternatives:
+            sub_name = unique_label(alt.base_name, taken)
+            subrequests.append({"name": sub_name, **_device_fields(target, alt)})
+            if alt.nvlink and target.nvlink_attribute:
+                constraints.append(
+                    {
+                        "requests": [f"{request.name}/{sub_name}"],
+                        "matchAttribute": target.nvlink_attribute,
+                    }
+                )
+        device_requests.append({"name": request.name, "firstAvailable": subrequests})
+    devices: dict[str, Any] = {"requests": device_requests}
+    if constraints:
+        devices["constraints"] = constraints
+    return {"devices": devices}
+
+
+def template_spec(requests: Sequence[ContainerRequest], target: TargetDriver) -> dict[str, Any]:
+    """The ResourceClaimTemplate's ``spec``: ``{spec: <claim spec>}``."""
+    return {"spec": claim_spec(requests, target)}
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def template_name(spec: dict[str, Any]) -> str:
+    """``gpu-slicer-<hash>``: the same spec always gives the same name."""
+    digest = hashlib.sha256(canonical_json(spec).encode()).hexdigest()
+    return TEMPLATE_PREFIX + digest[:HASH_CHARS]
+
+
+def template_object(spec: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """The full ResourceClaimTemplate; ``namespace`` "" leaves it to ``kubectl apply -n``."""
+    metadata: dict[str, Any] = {
+        "name": template_name(spec),
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+    }
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": metadata,
+        "spec": spec,
+    }
+
+
+def profiles_of(requests: Iterable[ContainerRequest]) -> list[str]:
+    """Every MIG profile the requests may use, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for request in requests:
+        for alt in request.alternatives:
+            if alt.profile:
+                seen.setdefault(alt.profile, None)
+    return list(seen)

@@ -1,0 +1,54 @@
+"""Errors raised by the webhook package.
+
+Each error exists because its caller must react differently to it:
+
+    WebhookError
+    ├── PolicyError(problems)   the policy file is invalid; each problem names its key path.
+    │                           The server keeps the last good policy; ``policy check`` exits 2.
+    ├── Denied(message)         the pod must be refused: a bad annotation or a request that no GPU
+    │                           model can satisfy. The message says what would be valid.
+    ├── BadReview(message)      a malformed AdmissionReview: the server answers HTTP 400.
+    └── TemplateError(message)  the API failed while ensuring a ResourceClaimTemplate: the server
+                                answers an error so that the webhook's failurePolicy decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class WebhookError(Exception):
+    """Base of every error the webhook package raises on purpose."""
+
+
+class PolicyError(WebhookError, ValueError):
+    """An invalid policy. ``problems`` lists every problem found, each naming its key path."""
+
+    def __init__(self, problems: Iterable[str], *, source: str = "<policy>") -> None:
+        self.problems: list[str] = list(problems) or ["invalid policy"]
+        self.source = source
+        super().__init__(f"{source}: " + "; ".join(self.problems))
+
+
+class Denied(WebhookError, ValueError):
+    """The pod cannot be admitted as written; the message tells the user what is valid."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadReview(WebhookError, ValueError):
+    """The AdmissionReview itself is malformed (HTTP 400)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class TemplateError(WebhookError):
+    """Ensuring a ResourceClaimTemplate failed at the API (HTTP 500; failurePolicy decides)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

@@ -1,0 +1,358 @@
+"""The webhook's policy: what legacy requests become, per cluster and per namespace.
+
+The policy is a YAML file (mounted from a ConfigMap). It is validated completely on load and every
+problem is reported with its key path (``namespaces.embeddings.gpu[1]: unknown profile '9g.1tb'``)
+so that a bad new version can be refused while the last good one stays in force. Unknown keys are
+errors: a typo must not silently change what pods get. The schema is documented in
+docs/translation.md and webhook/policy.example.yaml.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+import yaml
+
+from slicer import catalog
+from webhook.errors import PolicyError
+
+Target = Literal["gpu-slicer", "nvidia"]
+NativeMode = Literal["defer", "convert"]
+NvlinkMode = Literal["prefer", "strict", "none"]
+
+TARGETS: tuple[str, ...] = ("gpu-slicer", "nvidia")
+NATIVE_MODES: tuple[str, ...] = ("defer", "convert")
+NVLINK_MODES: tuple[str, ...] = ("prefer", "strict", "none")
+MIG_FALLBACK_MODES: tuple[str, ...] = ("none", "larger")
+
+WHOLE_GPU = "gpu"
+"""In a chain, the token that stands for a whole GPU rather than a MIG profile."""
+
+MAX_ALTERNATIVES = 8
+"""The API's limit on ``firstAvailable`` subrequests."""
+
+API_VERSION = "gpu-slicer.io/v1alpha1"
+KIND = "Policy"
+DEFAULT_GC_AFTER_S = 86400
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+@dataclass(frozen=True)
+class MigFallback:
+    """What follows a ``nvidia.com/mig-<profile>`` request in its chain.
+
+    ``mode`` "none": only the profile asked for; "larger": then every larger profile of the GPU
+    models that offer it, smallest first. ``explicit`` maps a profile to its own fallbacks and wins
+    over ``mode`` for the profiles it names.
+    """
+
+    mode: Literal["none", "larger"] = "none"
+    explicit: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def fallbacks_for(self, profile: str) -> tuple[str, ...] | None:
+        """Explicit fallbacks of ``profile``; None when ``mode`` decides."""
+        return self.explicit.get(profile)
+
+
+@dataclass(frozen=True)
+class NamespaceRules:
+    """The rules in force in one namespace (cluster defaults merged with its overrides)."""
+
+    gpu: tuple[str, ...] | None
+    """What ``nvidia.com/gpu: 1`` means here (profiles, or "gpu"); None: a whole GPU."""
+    nvlink: NvlinkMode
+    mig_fallback: MigFallback
+
+
+@dataclass(frozen=True)
+class NamespacePolicy:
+    """Overrides for one namespace; None means "as the cluster default"."""
+
+    gpu: tuple[str, ...] | None = None
+    nvlink: NvlinkMode | None = None
+    mig_fallback: MigFallback | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated, immutable policy."""
+
+    target: Target = "gpu-slicer"
+    native_extended_resources: NativeMode = "defer"
+    template_gc_after_s: int = DEFAULT_GC_AFTER_S
+    nvlink: NvlinkMode = "prefer"
+    mig_fallback: MigFallback = field(default_factory=MigFallback)
+    namespaces: Mapping[str, NamespacePolicy] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def default(cls) -> Policy:
+        """The policy in force when no file is given: convert to gpu-slicer, no right-sizing."""
+        return cls()
+
+    def for_namespace(self, namespace: str) -> NamespaceRules:
+        """The effective rules in ``namespace``."""
+        override = self.namespaces.get(namespace, NamespacePolicy())
+        return NamespaceRules(
+            gpu=override.gpu,
+            nvlink=override.nvlink or self.nvlink,
+            mig_fallback=override.mig_fallback or self.mig_fallback,
+        )
+
+    def describe(self) -> str:
+        """One line for logs and ``policy check``."""
+        names = ", ".join(sorted(self.namespaces)) or "none"
+        return (
+            f"target={self.target} nativeExtendedResources={self.native_extended_resources} "
+            f"nvlink={self.nvlink} migFallback={self.mig_fallback.mode}"
+            f"{'+explicit' if self.mig_fallback.explicit else ''} "
+            f"templateGcAfter={self.template_gc_after_s}s namespaces: {names}"
+        )
+
+
+def known_profiles() -> list[str]:
+    """Every MIG profile name of the catalog, in catalog order."""
+    return catalog.all_profile_names()
+
+
+def is_known_profile(name: str) -> bool:
+    return name in _PROFILE_SET
+
+
+_PROFILE_SET = frozenset(catalog.all_profile_names())
+
+
+# --- loading --------------------------------------------------------------------------------
+
+_TOP_KEYS = (
+    "apiVersion",
+    "kind",
+    "target",
+    "nativeExtendedResources",
+    "templateGcAfter",
+    "nvlink",
+    "migFallback",
+    "namespaces",
+)
+_NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback")
+
+
+def load_policy(text: str, *, source: str = "<policy>") -> Policy:
+    """Parse and validate a policy document; raises PolicyError listing every problem."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError([f"not valid YAML: {exc}"], source=source) from exc
+    if data is None:
+        return Policy.default()
+    problems: list[str] = []
+    policy = _parse(data, problems)
+    if problems or policy is None:
+        raise PolicyError(problems, source=source)
+    return policy
+
+
+def load_policy_file(path: str | Path) -> Policy:
+    """Read and validate a policy file; an unreadable file is a PolicyError too."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError([f"cannot read the policy file: {exc}"], source=source) from exc
+    return load_policy(text, source=source)
+
+
+def _parse(data: Any, problems: list[str]) -> Policy | None:
+    if not isinstance(data, dict):
+        problems.append(f"the policy must be a mapping of keys, not {_kind(data)}")
+        return None
+    _unknown_keys(data, _TOP_KEYS, "", problems)
+    if "apiVersion" in data and data["apiVersion"] != API_VERSION:
+        problems.append(f"apiVersion: must be {API_VERSION!r}, not {data['apiVersion']!r}")
+    if "kind" in data and data["kind"] != KIND:
+        problems.append(f"kind: must be {KIND!r}, not {data['kind']!r}")
+    target = _choice(data, "target", TARGETS, "gpu-slicer", "target", problems)
+    native = _choice(
+        data, "nativeExtendedResources", NATIVE_MODES, "defer", "nativeExtendedResources", problems
+    )
+    nvlink = _choice(data, "nvlink", NVLINK_MODES, "prefer", "nvlink", problems)
+    gc_after = DEFAULT_GC_AFTER_S
+    if "templateGcAfter" in data:
+        gc_after = _duration(data["templateGcAfter"], "templateGcAfter", problems)
+    mig_fallback = MigFallback()
+    if "migFallback" in data:
+        mig_fallback = _mig_fallback(data["migFallback"], "migFallback", problems)
+    namespaces: dict[str, NamespacePolicy] = {}
+    raw_ns = data.get("namespaces")
+    if raw_ns is not None:
+        if not isinstance(raw_ns, dict):
+            problems.append(
+                f"namespaces: must be a mapping of namespace names, not {_kind(raw_ns)}"
+            )
+        else:
+            for name, body in raw_ns.items():
+                path = f"namespaces.{name}"
+                if not isinstance(name, str) or not _DNS_LABEL.match(name):
+                    problems.append(f"{path}: {name!r} is not a valid namespace name (DNS label)")
+                    continue
+                namespaces[name] = _namespace(body, path, problems)
+    if target == "nvidia":
+        strict = [("nvlink", nvlink)] + [
+            (f"namespaces.{n}.nvlink", ns.nvlink) for n, ns in namespaces.items()
+        ]
+        for path, mode in strict:
+            if mode == "strict":
+                problems.append(
+                    f"{path}: strict needs an NVLink attribute, which target nvidia does not "
+                    "publish; use prefer or none"
+                )
+    return Policy(
+        target=target,  # type: ignore[arg-type]
+        native_extended_resources=native,  # type: ignore[arg-type]
+        template_gc_after_s=gc_after,
+        nvlink=nvlink,  # type: ignore[arg-type]
+        mig_fallback=mig_fallback,
+        namespaces=MappingProxyType(namespaces),
+    )
+
+
+def _namespace(body: Any, path: str, problems: list[str]) -> NamespacePolicy:
+    if body is None:
+        return NamespacePolicy()
+    if not isinstance(body, dict):
+        problems.append(f"{path}: must be a mapping with keys {', '.join(_NAMESPACE_KEYS)}")
+        return NamespacePolicy()
+    _unknown_keys(body, _NAMESPACE_KEYS, path + ".", problems)
+    gpu = None
+    if "gpu" in body:
+        gpu = _chain(body["gpu"], f"{path}.gpu", problems, allow_whole=True)
+    nvlink = None
+    if "nvlink" in body:
+        nvlink = _choice(body, "nvlink", NVLINK_MODES, "prefer", f"{path}.nvlink", problems)
+    fallback = None
+    if "migFallback" in body:
+        fallback = _mig_fallback(body["migFallback"], f"{path}.migFallback", problems)
+    return NamespacePolicy(gpu=gpu, nvlink=nvlink, mig_fallback=fallback)  # type: ignore[arg-type]
+
+
+def _mig_fallback(value: Any, path: str, problems: list[str]) -> MigFallback:
+    if isinstance(value, str):
+        if value not in MIG_FALLBACK_MODES:
+            problems.append(
+                f"{path}: {value!r} is not one of {', '.join(MIG_FALLBACK_MODES)} "
+                "(or a mapping of profile to fallback profiles)"
+            )
+            return MigFallback()
+        return MigFallback(mode=value)  # type: ignore[arg-type]
+    if isinstance(value, dict):
+        _unknown_keys(value, ("mode", "explicit"), path + ".", problems)
+        mode = _choice(value, "mode", MIG_FALLBACK_MODES, "none", f"{path}.mode", problems)
+        explicit: dict[str, tuple[str, ...]] = {}
+        raw = value.get("explicit", {})
+        if not isinstance(raw, dict):
+            problems.append(f"{path}.explicit: must map a profile to a list of fallback profiles")
+            raw = {}
+        for profile, fallbacks in raw.items():
+            key_path = f"{path}.explicit.{profile}"
+            if not isinstance(profile, str) or not is_known_profile(profile):
+                problems.append(f"{key_path}: unknown profile {profile!r}; {_valid_profiles()}")
+                continue
+            chain = _chain(
+                fallbacks, key_path, problems, allow_whole=True, limit=MAX_ALTERNATIVES - 1
+            )
+            if chain is not None:
+                explicit[profile] = chain
+        return MigFallback(mode=mode, explicit=MappingProxyType(explicit))  # type: ignore[arg-type]
+    problems.append(
+        f"{path}: must be one of {', '.join(MIG_FALLBACK_MODES)} or a mapping with keys "
+        f"mode, explicit; not {_kind(value)}"
+    )
+    return MigFallback()
+
+
+def _chain(
+    value: Any,
+    path: str,
+    problems: list[str],
+    *,
+    allow_whole: bool,
+    limit: int = MAX_ALTERNATIVES,
+) -> tuple[str, ...] | None:
+    if not isinstance(value, list) or not value:
+        problems.append(f"{path}: must be a non-empty list of MIG profile names")
+        return None
+    if len(value) > limit:
+        problems.append(f"{path}: {len(value)} entries; at most {limit} are allowed")
+    names: list[str] = []
+    for index, item in enumerate(value):
+        item_path = f"{path}[{index}]"
+        if not isinstance(item, str):
+            problems.append(f"{item_path}: must be a profile name, not {_kind(item)}")
+            continue
+        if item == WHOLE_GPU and allow_whole:
+            pass
+        elif not is_known_profile(item):
+            problems.append(f"{item_path}: unknown profile {item!r}; {_valid_profiles()}")
+            continue
+        if item in names:
+            problems.append(f"{item_path}: {item!r} is listed twice")
+            continue
+        names.append(item)
+    return tuple(names)
+
+
+def _choice(
+    data: dict[str, Any],
+    key: str,
+    allowed: tuple[str, ...],
+    default: str,
+    path: str,
+    problems: list[str],
+) -> str:
+    if key not in data:
+        return default
+    value = data[key]
+    if value not in allowed:
+        problems.append(f"{path}: {value!r} is not one of {', '.join(allowed)}")
+        return default
+    return str(value)
+
+
+def _duration(value: Any, path: str, problems: list[str]) -> int:
+    if isinstance(value, bool):
+        problems.append(f"{path}: must be seconds or a duration like 24h, 90m, 1h30m")
+        return DEFAULT_GC_AFTER_S
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value and (match := _DURATION.match(value)):
+        hours, minutes, secs = (int(g) if g else 0 for g in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    else:
+        problems.append(f"{path}: {value!r} is not seconds or a duration like 24h, 90m, 1h30m")
+        return DEFAULT_GC_AFTER_S
+    if seconds < 60:
+        problems.append(f"{path}: {seconds}s is too short; at least 60 seconds")
+        return DEFAULT_GC_AFTER_S
+    return seconds
+
+
+def _unknown_keys(
+    data: dict[Any, Any], allowed: tuple[str, ...], prefix: str, problems: list[str]
+) -> None:
+    for key in data:
+        if key not in allowed:
+            problems.append(f"{prefix}{key}: unknown key; valid keys: {', '.join(allowed)}")
+
+
+def _valid_profiles() -> str:
+    return "valid profiles: " + ", ".join(known_profiles())
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__

@@ -1,0 +1,80 @@
+"""Kubernetes resource quantities (``12Gi``, ``1``, ``500M``, ``1e3``) parsed exactly.
+
+The webhook reads two kinds of quantity from pods: device counts (``nvidia.com/gpu: "2"``), which
+must be whole positive numbers, and the ``gpu-slicer.io/gpu-memory`` annotation, a byte size.
+Fractions are kept exact so that ``0.5Gi`` is 536870912 bytes and ``1500m`` is not a count.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+_QUANTITY = re.compile(
+    r"^(?P<sign>[+-]?)(?P<num>\d+(?:\.\d*)?|\.\d+)"
+    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<dec>[numkMGTPE])|[eE](?P<exp>[+-]?\d+))?$"
+)
+_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+class QuantityError(ValueError):
+    """Not a Kubernetes quantity, or not the kind of quantity expected."""
+
+
+def parse_quantity(value: object) -> Fraction:
+    """The exact value of a quantity given as a string or a number (YAML gives either)."""
+    if isinstance(value, bool):
+        raise QuantityError(f"{value!r} is not a quantity")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(str(value))
+    if not isinstance(value, str):
+        raise QuantityError(f"{value!r} is not a quantity")
+    text = value.strip()
+    match = _QUANTITY.match(text)
+    if not match or len(text) > 64:
+        raise QuantityError(f"{value!r} is not a quantity; examples: 1, 12Gi, 16G, 10240Mi")
+    number = Fraction(match["num"])
+    if match["sign"] == "-":
+        number = -number
+    if match["bin"]:
+        return number * 1024 ** _BINARY[match["bin"]]
+    if match["dec"]:
+        return _scaled(number, _DECIMAL[match["dec"]])
+    if match["exp"]:
+        exponent = int(match["exp"])
+        if abs(exponent) > 30:
+            raise QuantityError(f"{value!r}: exponent out of range")
+        return _scaled(number, exponent)
+    return number
+
+
+def _scaled(number: Fraction, power: int) -> Fraction:
+    return number * 10**power if power >= 0 else number / 10**-power
+
+
+def parse_count(value: object) -> int:
+    """A device count: a whole number >= 0 (``"2"``, ``2``); anything else is a QuantityError."""
+    amount = parse_quantity(value)
+    if amount.denominator != 1 or amount < 0:
+        raise QuantityError(f"{value!r} is not a whole, non-negative number of devices")
+    return int(amount)
+
+
+def parse_bytes(value: object) -> int:
+    """A memory size in bytes, rounded up (``12Gi`` -> 12884901888); must be positive."""
+    amount = parse_quantity(value)
+    if amount <= 0:
+        raise QuantityError(f"{value!r} is not a positive memory size")
+    return -(-amount.numerator // amount.denominator)
+
+
+def format_bytes(value: int) -> str:
+    """The shortest exact binary-suffixed form: 12884901888 -> ``12Gi``."""
+    for suffix, power in sorted(_BINARY.items(), key=lambda kv: -kv[1]):
+        unit = 1024**power
+        if value % unit == 0:
+            return f"{value // unit}{suffix}"
+    return str(value)
