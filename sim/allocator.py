@@ -1,0 +1,582 @@
+"""A model of the kube-scheduler's structured DRA allocator, over plain dicts.
+
+What it reproduces (reference: the scheduler's ``structured`` allocator, as docs/simulator.md
+describes it):
+
+* Pools are grouped by (driver, pool name); only the newest generation counts, and a pool whose
+  newest generation has fewer slices than ``resourceSliceCount`` is *incomplete* and skipped.
+* Order: pools sorted by driver then name, slices by name, devices in listed order (1.36+).
+* Depth-first search with backtracking over claims -> requests -> devices; the first complete
+  solution wins. ``firstAvailable`` subrequests are tried in order; a chosen subrequest shows as
+  ``<request>/<subrequest>`` in the result.
+* A device is skipped when it is already allocated (to another claim or earlier in this search),
+  fails its DeviceClass's or the request's CEL selectors, breaks a ``matchAttribute`` constraint,
+  carries a NoSchedule/NoExecute taint the request does not tolerate, or would exceed a shared
+  counter of its pool.
+* A CEL runtime error or an unknown DeviceClass fails the allocation with an error
+  (:class:`~sim.errors.AllocationError`), as the scheduler does.
+
+One difference, without effect on the result: the devices of one request are chosen in
+increasing list position. The scheduler tries every device for every slot, so it may visit the
+same set in several orders; the first solution (as a set per request) is the same, and failure is
+found without exploring permutations. A step budget stands in for the scheduler's 10 s timeout.
+
+Everything here is pure. ``compile_pools`` turns ResourceSlices into :class:`Pool` objects once;
+the cluster keeps them until the slices change, so CEL results cached on each :class:`Device`
+survive across scheduling attempts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.cel import DeviceView, Version, matches
+from sim.errors import AllocationError
+from sim.quantity import parse_quantity
+
+Obj = dict[str, Any]
+DeviceKey = tuple[str, str, str]
+"""(driver, pool, device name): what identifies an allocated device cluster-wide."""
+CounterKey = tuple[str, str]
+"""(counter set, counter) inside one pool."""
+
+DEFAULT_MAX_STEPS = 200_000
+
+
+@dataclass(eq=False)
+class Device:
+    """One device of a published pool, with its selector results cached."""
+
+    driver: str
+    pool: str
+    name: str
+    slice_name: str
+    qualified: dict[str, Any]
+    """Attributes by fully qualified name (``gpu-slicer.io/profile``), for matchAttribute."""
+    consumes: tuple[tuple[CounterKey, int], ...]
+    taints: tuple[Obj, ...]
+    view: DeviceView
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, self.name)
+
+
+@dataclass(eq=False)
+class Pool:
+    """The devices of one (driver, pool) in the scheduler's order, and the pool's counters."""
+
+    driver: str
+    name: str
+    generation: int
+    node_name: str | None
+    """None for a pool that serves every node (``allNodes``)."""
+    devices: list[Device]
+    counters: dict[CounterKey, int]
+    by_name: dict[str, Device] = field(default_factory=dict)
+    candidates: dict[tuple[str, ...], list[Device]] = field(default_factory=dict)
+    """Devices passing a set of selectors, per set: valid as long as the pool is."""
+
+    def __post_init__(self) -> None:
+        self.by_name = {d.name: d for d in self.devices}
+
+
+@dataclass
+class InUse:
+    """Devices already allocated and the counters they consume, kept up to date incrementally."""
+
+    devices: set[DeviceKey] = field(default_factory=set)
+    counters: dict[tuple[str, str], dict[CounterKey, int]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    consumption: dict[DeviceKey, tuple[tuple[CounterKey, int], ...]] = field(default_factory=dict)
+
+    def add(self, device: Device) -> None:
+        key = device.key
+        if key in self.devices:
+            return
+        self.devices.add(key)
+        self.consumption[key] = device.consumes
+        used = self.counters[(device.driver, device.pool)]
+        for counter, value in device.consumes:
+            used[counter] = used.get(counter, 0) + value
+
+    def remove(self, key: DeviceKey) -> None:
+        if key not in self.devices:
+            return
+        self.devices.discard(key)
+        used = self.counters[(key[0], key[1])]
+        for counter, value in self.consumption.pop(key, ()):
+            used[counter] = used.get(counter, 0) - value
+
+    def used(self, driver: str, pool: str) -> dict[CounterKey, int]:
+        return self.counters.get((driver, pool), {})
+
+
+# --- compiling ResourceSlices -------------------------------------------------------------
+
+
+def _attribute_value(raw: Mapping[str, Any]) -> Any:
+    if "string" in raw:
+        return str(raw["string"])
+    if "bool" in raw:
+        return bool(raw["bool"])
+    if "int" in raw:
+        return int(raw["int"])
+    if "version" in raw:
+        return Version(str(raw["version"]))
+    raise AllocationError(f"attribute value {dict(raw)!r} has none of string/int/bool/version")
+
+
+def _split(name: str, driver: str) -> tuple[str, str]:
+    domain, slash, ident = name.rpartition("/")
+    return (domain, ident) if slash else (driver, name)
+
+
+def _compile_device(driver: str, pool: str, slice_name: str, raw: Obj) -> Device:
+    attributes: dict[str, dict[str, Any]] = defaultdict(dict)
+    qualified: dict[str, Any] = {}
+    for name, value in (raw.get("attributes") or {}).items():
+        domain, ident = _split(name, driver)
+        parsed = _attribute_value(value)
+        attributes[domain][ident] = parsed
+        qualified[f"{domain}/{ident}"] = parsed
+    capacity: dict[str, dict[str, int]] = defaultdict(dict)
+    for name, value in (raw.get("capacity") or {}).items():
+        domain, ident = _split(name, driver)
+        quantity = parse_quantity(value.get("value") if isinstance(value, Mapping) else value)
+        capacity[domain][ident] = int(quantity)
+    consumes: list[tuple[CounterKey, int]] = []
+    for entry in raw.get("consumesCounters") or []:
+        for counter, value in (entry.get("counters") or {}).items():
+            amount = parse_quantity(value.get("value") if isinstance(value, Mapping) else value)
+            consumes.append(((entry["counterSet"], counter), int(amount)))
+    return Device(
+        driver=driver,
+        pool=pool,
+        name=raw["name"],
+        slice_name=slice_name,
+        qualified=qualified,
+        consumes=tuple(consumes),
+        taints=tuple(raw.get("taints") or ()),
+        view=DeviceView(
+            driver, dict(attributes), dict(capacity), bool(raw.get("allowMultipleAllocations"))
+        ),
+    )
+
+
+def compile_pools(slices: Iterable[Obj]) -> list[Pool]:
+    """ResourceSlices -> complete pools in the scheduler's order; incomplete pools are left out."""
+    grouped: dict[tuple[str, str], list[Obj]] = defaultdict(list)
+    for item in slices:
+        spec = item.get("spec") or {}
+        grouped[(spec["driver"], spec["pool"]["name"])].append(item)
+    pools: list[Pool] = []
+    for (driver, name), items in sorted(grouped.items()):
+        pool = compile_pool(driver, name, items)
+        if pool is not None:
+            pools.append(pool)
+    return pools
+
+
+def compile_pool(driver: str, name: str, items: Sequence[Obj]) -> Pool | None:
+    """One pool from its slices, or None when its newest generation is incomplete."""
+    newest = max(int(s["spec"]["pool"].get("generation", 0)) for s in items)
+    current = [s for s in items if int(s["spec"]["pool"].get("generation", 0)) == newest]
+    expected = max(int(s["spec"]["pool"].get("resourceSliceCount", 1)) for s in current)
+    if len(current) < expected:
+        return None
+    current.sort(key=lambda s: str(s.get("metadata", {}).get("name", "")))
+    node_name: str | None = None
+    counters: dict[CounterKey, int] = {}
+    devices: list[Device] = []
+    for item in current:
+        spec = item["spec"]
+        slice_name = str(item.get("metadata", {}).get("name", ""))
+        if spec.get("nodeName"):
+            node_name = spec["nodeName"]
+        for counter_set in spec.get("sharedCounters") or []:
+            for counter, value in (counter_set.get("counters") or {}).items():
+                amount = parse_quantity(
+                    value.get("value") if isinstance(value, Mapping) else value
+                )
+                counters[(counter_set["name"], counter)] = int(amount)
+        for raw in spec.get("devices") or []:
+            devices.append(_compile_device(driver, name, slice_name, raw))
+    return Pool(driver, name, newest, node_name, devices, counters)
+
+
+def pools_for_node(pools: Iterable[Pool], node_name: str) -> list[Pool]:
+    """The pools a pod on ``node_name`` can use: the node's own and the cluster-wide ones."""
+    return [p for p in pools if p.node_name is None or p.node_name == node_name]
+
+
+# --- claims -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Sub:
+    result_name: str
+    class_name: str
+    selectors: tuple[str, ...]
+    mode: str
+    count: int
+    tolerations: tuple[Obj, ...]
+
+
+@dataclass(frozen=True)
+class _Request:
+    claim: int
+    name: str
+    alternatives: tuple[_Sub, ...]
+
+
+@dataclass(frozen=True)
+class _Constraint:
+    claim: int
+    requests: frozenset[str] | None
+    attribute: str
+
+    def covers(self, request: _Request, sub: _Sub) -> bool:
+        if request.claim != self.claim:
+            return False
+        if self.requests is None:
+            return True
+        return request.name in self.requests or sub.result_name in self.requests
+
+
+def _sub(result_name: str, raw: Mapping[str, Any]) -> _Sub:
+    selectors = tuple(
+        str(s["cel"]["expression"]) for s in raw.get("selectors") or [] if s.get("cel")
+    )
+    mode = str(raw.get("allocationMode") or "ExactCount")
+    return _Sub(
+        result_name=result_name,
+        class_name=str(raw.get("deviceClassName", "")),
+        selectors=selectors,
+        mode=mode,
+        count=int(raw.get("count") or 1),
+        tolerations=tuple(raw.get("tolerations") or ()),
+    )
+
+
+def _parse_claims(claims: Sequence[Obj]) -> tuple[list[_Request], list[_Constraint]]:
+    requests: list[_Request] = []
+    constraints: list[_Constraint] = []
+    for index, claim in enumerate(claims):
+        devices = (claim.get("spec") or {}).get("devices") or {}
+        for raw in devices.get("requests") or []:
+            name = str(raw["name"])
+            if raw.get("firstAvailable"):
+                alternatives = tuple(
+                    _sub(f"{name}/{sub['name']}", sub) for sub in raw["firstAvailable"]
+                )
+            elif raw.get("exactly"):
+                alternatives = (_sub(name, raw["exactly"]),)
+            else:  # the pre-v1 flat shape
+                alternatives = (_sub(name, raw),)
+            requests.append(_Request(index, name, alternatives))
+        for raw in devices.get("constraints") or []:
+            attribute = raw.get("matchAttribute")
+            if not attribute:
+                continue
+            names = raw.get("requests") or []
+            constraints.append(
+                _Constraint(index, frozenset(names) if names else None, str(attribute))
+            )
+    return requests, constraints
+
+
+def _tolerated(taint: Obj, tolerations: Sequence[Obj]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        operator = toleration.get("operator", "Equal")
+        key = toleration.get("key")
+        if operator == "Exists" and (not key or key == taint.get("key")):
+            return True
+        if key == taint.get("key") and toleration.get("value") == taint.get("value"):
+            return True
+    return False
+
+
+# --- the search ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One solution: per claim a ``status.allocation`` dict, and the devices chosen."""
+
+    node: str
+    allocations: list[Obj]
+    devices: list[Device]
+    subrequest_indices: tuple[int, ...]
+    """Per request, which alternative was chosen (0 for ``exactly`` requests)."""
+
+    @property
+    def score(self) -> int:
+        """The scheduler's only DRA score: earlier subrequests are better (8 - index each)."""
+        return sum(8 - i for i in self.subrequest_indices)
+
+
+class Allocator:
+    """The allocator model with its DeviceClasses; one instance serves a whole simulation."""
+
+    def __init__(
+        self, device_classes: Mapping[str, Obj], *, max_steps: int = DEFAULT_MAX_STEPS
+    ) -> None:
+        self.max_steps = max_steps
+        self._class_selectors: dict[str, tuple[str, ...]] = {}
+        for name, obj in device_classes.items():
+            spec = obj.get("spec") or {}
+            self._class_selectors[name] = tuple(
+                str(s["cel"]["expression"]) for s in spec.get("selectors") or [] if s.get("cel")
+            )
+
+    def class_names(self) -> list[str]:
+        return sorted(self._class_selectors)
+
+    def allocate(
+        self,
+        claims: Sequence[Obj],
+        node_name: str,
+        pools: Sequence[Pool],
+        in_use: InUse,
+    ) -> Allocation | None:
+        """The first solution for all ``claims`` on one node, or None when there is none."""
+        requests, constraints = _parse_claims(claims)
+        search = _Search(self, requests, constraints, pools, in_use)
+        if not search.run():
+            return None
+        return search.result(node_name, len(claims))
+
+    def candidates(self, pools: Sequence[Pool], sub: _Sub) -> list[Device]:
+        """Devices that pass the class and request selectors, in search order."""
+        found: list[Device] = []
+        try:
+            class_selectors = self._class_selectors[sub.class_name]
+        except KeyError:
+            raise AllocationError(
+                f"request {sub.result_name!r} names DeviceClass {sub.class_name!r}, which does "
+                f"not exist; known classes: {', '.join(self.class_names()) or 'none'}"
+            ) from None
+        expressions = class_selectors + sub.selectors
+        for pool in pools:
+            cached = pool.candidates.get(expressions)
+            if cached is None:
+                cached = [
+                    d for d in pool.devices if all(matches(e, d.view) for e in expressions)
+                ]
+                pool.candidates[expressions] = cached
+            found.extend(cached)
+        return found
+
+
+class _Search:
+    def __init__(
+        self,
+        allocator: Allocator,
+        requests: list[_Request],
+        constraints: list[_Constraint],
+        pools: Sequence[Pool],
+        in_use: InUse,
+    ) -> None:
+        self.allocator = allocator
+        self.requests = requests
+        self.constraints = constraints
+        self.pools = list(pools)
+        self.capacity: dict[tuple[str, str], dict[CounterKey, int]] = {
+            (p.driver, p.name): p.counters for p in self.pools
+        }
+        self.in_use = in_use
+        self.chosen: list[tuple[int, Device]] = []
+        self.chosen_keys: set[DeviceKey] = set()
+        self.extra: dict[tuple[str, str], dict[CounterKey, int]] = defaultdict(dict)
+        self.values: dict[int, Any] = {}
+        self.value_owner: dict[int, int] = {}
+        self.picked: list[int] = [0] * len(requests)
+        self.steps = 0
+
+    def run(self) -> bool:
+        return self._request(0)
+
+    def _request(self, r: int) -> bool:
+        if r == len(self.requests):
+            return True
+        request = self.requests[r]
+        for index, sub in enumerate(request.alternatives):
+            self.picked[r] = index
+            candidates = self.allocator.candidates(self.pools, sub)
+            if sub.mode == "All":
+                if self._all(r, sub, candidates):
+                    return True
+                continue
+            if self._slot(r, sub, candidates, 0, 0):
+                return True
+        return False
+
+    def _all(self, r: int, sub: _Sub, candidates: list[Device]) -> bool:
+        if not candidates:
+            return False
+        taken = 0
+        for device in candidates:
+            if not self._fits(r, sub, device):
+                break
+            self._take(r, sub, device)
+            taken += 1
+        else:
+            if self._request(r + 1):
+                return True
+        for _ in range(taken):
+            self._untake()
+        return False
+
+    def _slot(self, r: int, sub: _Sub, candidates: list[Device], k: int, start: int) -> bool:
+        if k == sub.count:
+            return self._request(r + 1)
+        remaining = sub.count - k
+        for pos in range(start, len(candidates) - remaining + 1):
+            self.steps += 1
+            if self.steps > self.allocator.max_steps:
+                raise AllocationError(
+                    f"the search took more than {self.allocator.max_steps} steps "
+                    "(the scheduler's 10 s timeout)"
+                )
+            device = candidates[pos]
+            if not self._fits(r, sub, device):
+                continue
+            self._take(r, sub, device)
+            if self._slot(r, sub, candidates, k + 1, pos + 1):
+                return True
+            self._untake()
+        return False
+
+    def _fits(self, r: int, sub: _Sub, device: Device) -> bool:
+        key = device.key
+        if key in self.in_use.devices or key in self.chosen_keys:
+            return False
+        for taint in device.taints:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
+                taint, sub.tolerations
+            ):
+                return False
+        if device.consumes:
+            pool_key = (device.driver, device.pool)
+            capacity = self.capacity.get(pool_key, {})
+            used = self.in_use.used(device.driver, device.pool)
+            extra = self.extra.get(pool_key, {})
+            for counter, value in device.consumes:
+                limit = capacity.get(counter)
+                if limit is None:
+                    return False
+                if used.get(counter, 0) + extra.get(counter, 0) + value > limit:
+                    return False
+        request = self.requests[r]
+        for index, constraint in enumerate(self.constraints):
+            if not constraint.covers(request, sub):
+                continue
+            value = device.qualified.get(constraint.attribute, _ABSENT)
+            if value is _ABSENT:
+                return False
+            if index in self.values and self.values[index] != value:
+                return False
+        return True
+
+    def _take(self, r: int, sub: _Sub, device: Device) -> None:
+        self.chosen.append((r, device))
+        self.chosen_keys.add(device.key)
+        extra = self.extra[(device.driver, device.pool)]
+        for counter, value in device.consumes:
+            extra[counter] = extra.get(counter, 0) + value
+        request = self.requests[r]
+        depth = len(self.chosen)
+        for index, constraint in enumerate(self.constraints):
+            if index not in self.values and constraint.covers(request, sub):
+                self.values[index] = device.qualified[constraint.attribute]
+                self.value_owner[index] = depth
+
+    def _untake(self) -> None:
+        depth = len(self.chosen)
+        _, device = self.chosen.pop()
+        self.chosen_keys.discard(device.key)
+        extra = self.extra[(device.driver, device.pool)]
+        for counter, value in device.consumes:
+            extra[counter] -= value
+        for index in [i for i, owner in self.value_owner.items() if owner == depth]:
+            del self.values[index]
+            del self.value_owner[index]
+
+    def result(self, node_name: str, claim_count: int) -> Allocation:
+        per_claim: list[list[Obj]] = [[] for _ in range(claim_count)]
+        for r, device in self.chosen:
+            request = self.requests[r]
+            sub = request.alternatives[self.picked[r]]
+            per_claim[request.claim].append(
+                {
+                    "request": sub.result_name,
+                    "driver": device.driver,
+                    "pool": device.pool,
+                    "device": device.name,
+                }
+            )
+        allocations = [
+            {
+                "devices": {"results": results, "config": []},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node_name]}
+                            ]
+                        }
+                    ]
+                },
+            }
+            for results in per_claim
+        ]
+        return Allocation(
+            node=node_name,
+            allocations=allocations,
+            devices=[d for _, d in self.chosen],
+            subrequest_indices=tuple(self.picked),
+        )
+
+
+_ABSENT = object()
+
+
+# --- convenience over plain dicts (tests, small tools) ------------------------------------
+
+
+def in_use_from_claims(claims: Iterable[Obj], pools: Sequence[Pool]) -> InUse:
+    """What allocated claims hold, looked up in ``pools`` (results of other drivers are kept
+    as allocated devices without counters)."""
+    by_key = {(p.driver, p.name): p for p in pools}
+    in_use = InUse()
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            pool = by_key.get((result["driver"], result["pool"]))
+            device = pool.by_name.get(result["device"]) if pool else None
+            if device is not None:
+                in_use.add(device)
+            else:
+                in_use.devices.add((result["driver"], result["pool"], result["device"]))
+    return in_use
+
+
+def allocate_on_node(
+    claims: Sequence[Obj],
+    *,
+    node_name: str,
+    slices: Iterable[Obj],
+    device_classes: Mapping[str, Obj],
+    allocated_claims: Iterable[Obj] = (),
+) -> Allocation | None:
+    """One-shot allocation over plain dicts: what the scheduler would write for ``claims``."""
+    pools = pools_for_node(compile_pools(slices), node_name)
+    in_use = in_use_from_claims(allocated_claims, pools)
+    return Allocator(device_classes).allocate(claims, node_name, pools, in_use)

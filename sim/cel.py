@@ -1,0 +1,244 @@
+"""CEL device selectors, evaluated with cel-python the way the scheduler evaluates them.
+
+The environment follows the DRA one: a variable ``device`` with ``driver``, ``attributes``
+(domain -> id -> value), ``capacity`` (domain -> id -> quantity) and ``allowMultipleAllocations``;
+``quantity("10Gi")`` with ``compareTo``/``isGreaterThan``/``isLessThan``; ``semver("1.2.3")``
+for version attributes with the same methods. An unknown attribute domain is an empty map; an
+unknown attribute is an evaluation error (the scheduler reports the claim as unallocatable).
+
+cel-python is slow (hundreds of microseconds per evaluation), and the simulator evaluates the same
+few selectors against hundreds of thousands of devices. So:
+
+* every expression is compiled once (:func:`program`);
+* results are cached per *relevant part* of the device: when every use of ``attributes`` and
+  ``capacity`` in the expression has the literal form ``device.attributes["dom"].id`` (the form
+  every generated selector uses), the result depends only on the driver and those values, and
+  the cache key is exactly them. Any other form falls back to a per-device cache owned by the
+  caller (see ``sim.allocator.Device``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import celpy
+from celpy import celtypes
+
+from sim.errors import AllocationError
+from sim.quantity import parse_quantity
+
+_REF = re.compile(
+    r"""device\s*\.\s*(?P<map>attributes|capacity)\s*\[\s*"(?P<dom>[^"\\]*)"\s*\]"""
+    r"""\s*\.\s*(?P<id>[A-Za-z_][A-Za-z0-9_]*)"""
+)
+_MAP_USE = re.compile(r"\b(attributes|capacity)\b")
+_DOMAIN = re.compile(r"""(?:attributes|capacity)\s*\[\s*"(?P<dom>[^"\\]*)"\s*\]""")
+
+
+class QuantityValue(celtypes.IntType):
+    """A Kubernetes quantity inside CEL (whole numbers: bytes, counts)."""
+
+
+class SemverValue(celtypes.StringType):
+    """A version attribute inside CEL, ordered by semantic-version rules."""
+
+    @property
+    def key(self) -> tuple[int, int, int, str]:
+        core, _, pre = str(self).partition("-")
+        parts = [int(p) if p.isdigit() else 0 for p in core.split("+")[0].split(".")]
+        parts += [0] * (3 - len(parts))
+        # A pre-release sorts before its release: "" (release) must compare greater.
+        return (parts[0], parts[1], parts[2], pre or "\uffff")
+
+
+def _quantity(text: celtypes.StringType) -> QuantityValue:
+    value = parse_quantity(str(text))
+    return QuantityValue(int(value) if isinstance(value, int) else int(Fraction(value)))
+
+
+def _semver(text: celtypes.StringType) -> SemverValue:
+    return SemverValue(str(text))
+
+
+def _compare(left: Any, right: Any) -> celtypes.IntType:
+    if isinstance(left, SemverValue) and isinstance(right, SemverValue):
+        a: Any = left.key
+        b: Any = right.key
+    else:
+        a, b = int(left), int(right)
+    return celtypes.IntType((a > b) - (a < b))
+
+
+def _greater(left: Any, right: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(int(_compare(left, right)) > 0)
+
+
+def _less(left: Any, right: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(int(_compare(left, right)) < 0)
+
+
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "quantity": _quantity,
+    "semver": _semver,
+    "compareTo": _compare,
+    "isGreaterThan": _greater,
+    "isLessThan": _less,
+}
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A compiled expression and what it reads of a device."""
+
+    expression: str
+    runner: Any
+    refs: tuple[tuple[str, str, str], ...] | None
+    """(map, domain, id) for every reference, or None when the expression reads a map freely."""
+    domains: frozenset[str]
+
+
+_ENV = celpy.Environment()
+_SELECTORS: dict[str, Selector] = {}
+_RESULTS: dict[tuple[Any, ...], bool] = {}
+
+
+def program(expression: str) -> Selector:
+    """Compile once; raises AllocationError when the expression does not parse."""
+    found = _SELECTORS.get(expression)
+    if found is not None:
+        return found
+    try:
+        runner = _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
+    except Exception as exc:  # celpy raises CELParseError and lark errors
+        raise AllocationError(f"CEL selector {expression!r} does not compile: {exc}") from exc
+    refs_found = [(m["map"], m["dom"], m["id"]) for m in _REF.finditer(expression)]
+    uses = len(_MAP_USE.findall(expression))
+    refs = tuple(sorted(set(refs_found))) if uses == len(refs_found) else None
+    domains = frozenset(m["dom"] for m in _DOMAIN.finditer(expression))
+    selector = Selector(expression, runner, refs, domains)
+    _SELECTORS[expression] = selector
+    return selector
+
+
+class DeviceView:
+    """What a selector can see of a device; built by the allocator model, one per device."""
+
+    __slots__ = ("driver", "attributes", "capacity", "allow_multiple", "results", "_activation")
+
+    def __init__(
+        self,
+        driver: str,
+        attributes: Mapping[str, Mapping[str, Any]],
+        capacity: Mapping[str, Mapping[str, int]],
+        allow_multiple: bool = False,
+    ) -> None:
+        self.driver = driver
+        self.attributes = attributes
+        self.capacity = capacity
+        self.allow_multiple = allow_multiple
+        self.results: dict[str, bool] = {}
+        self._activation: dict[str, Any] | None = None
+
+    def activation(self, domains: frozenset[str]) -> dict[str, Any]:
+        if self._activation is None:
+            self._activation = {
+                "device": celtypes.MapType(
+                    {
+                        celtypes.StringType("driver"): celtypes.StringType(self.driver),
+                        celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(
+                            self.allow_multiple
+                        ),
+                        celtypes.StringType("attributes"): _domain_map(self.attributes, _cel),
+                        celtypes.StringType("capacity"): _domain_map(
+                            self.capacity, lambda v: QuantityValue(int(v))
+                        ),
+                    }
+                )
+            }
+        device = self._activation["device"]
+        for key in ("attributes", "capacity"):
+            maps = device[celtypes.StringType(key)]
+            for domain in domains:
+                maps.setdefault(celtypes.StringType(domain), celtypes.MapType({}))
+        return self._activation
+
+    def value(self, kind: str, domain: str, ident: str) -> Any:
+        source = self.attributes if kind == "attributes" else self.capacity
+        return source.get(domain, {}).get(ident, _MISSING)
+
+
+_MISSING = ("<missing>",)
+
+
+def _cel(value: Any) -> Any:
+    if isinstance(value, bool):
+        return celtypes.BoolType(value)
+    if isinstance(value, int):
+        return celtypes.IntType(value)
+    if isinstance(value, Version):
+        return SemverValue(value.text)
+    return celtypes.StringType(str(value))
+
+
+def _domain_map(
+    source: Mapping[str, Mapping[str, Any]], convert: Callable[[Any], Any]
+) -> celtypes.MapType:
+    return celtypes.MapType(
+        {
+            celtypes.StringType(domain): celtypes.MapType(
+                {celtypes.StringType(k): convert(v) for k, v in values.items()}
+            )
+            for domain, values in source.items()
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Version:
+    """A ``version`` attribute value (kept apart from strings so CEL sees a semver)."""
+
+    text: str
+
+
+def matches(expression: str, device: DeviceView) -> bool:
+    """Whether ``device`` satisfies ``expression``; raises AllocationError on a runtime error."""
+    cached = device.results.get(expression)
+    if cached is not None:
+        return cached
+    selector = program(expression)
+    if selector.refs is not None:
+        key = (expression, device.driver) + tuple(
+            device.value(kind, dom, ident) for kind, dom, ident in selector.refs
+        )
+        result = _RESULTS.get(key)
+        if result is None:
+            result = _evaluate(selector, device)
+            _RESULTS[key] = result
+    else:
+        result = _evaluate(selector, device)
+    device.results[expression] = result
+    return result
+
+
+def _evaluate(selector: Selector, device: DeviceView) -> bool:
+    try:
+        outcome = selector.runner.evaluate(device.activation(selector.domains))
+    except Exception as exc:  # celpy raises CELEvalError (and, rarely, Python errors)
+        outcome = exc
+    if isinstance(outcome, Exception):
+        detail = outcome.args[0] if outcome.args else outcome
+        raise AllocationError(f"CEL runtime error in selector {selector.expression!r}: {detail}")
+    if not isinstance(outcome, celtypes.BoolType | bool):
+        raise AllocationError(
+            f"CEL selector {selector.expression!r} returned {type(outcome).__name__}, not a bool"
+        )
+    return bool(outcome)
+
+
+def cache_sizes() -> dict[str, int]:
+    """How many programs and shared results are cached (for the benchmark's report)."""
+    return {"programs": len(_SELECTORS), "results": len(_RESULTS)}
