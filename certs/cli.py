@@ -1,9 +1,206 @@
-"""Subcommands of the certs package."""
+"""Subcommands of the certs package: ``certs issue`` (files) and ``certs ensure`` (in cluster)."""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from certs import ensure as certs_ensure
+from certs import issue as certs_issue
+from certs.errors import CertError, CertInputError, EnsureError
+from kube.api import KubeApi
+
+ENV_PREFIX = "GPU_SLICER_"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    """Every flag has an environment twin: ``--renew-before`` is ``GPU_SLICER_RENEW_BEFORE``."""
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0 seconds")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Adds this package's subcommands (none yet)."""
+    certs = subparsers.add_parser(
+        "certs", help="webhook serving certificates: issue files, or keep them current in cluster"
+    )
+    sub = certs.add_subparsers(dest="certs_command", metavar="ACTION", required=True)
+
+    p = sub.add_parser(
+        "issue",
+        help="write a new CA and a serving certificate (ca.crt, tls.crt, tls.key) to a folder",
+        description="Creates a CA and a serving certificate for SERVICE.NAMESPACE.svc (ECDSA"
+        " P-256, server-auth) and writes ca.crt, tls.crt and tls.key (0600) into --out,"
+        " replacing any previous set at once. The CA key is not kept.",
+    )
+    p.add_argument("--service", default=_env("SERVICE"), required=_env("SERVICE") is None,
+                   help="the webhook Service's name (env GPU_SLICER_SERVICE)")
+    p.add_argument("--namespace", default=_env("NAMESPACE"), required=_env("NAMESPACE") is None,
+                   help="the webhook's namespace (env GPU_SLICER_NAMESPACE)")
+    p.add_argument("--out", default=_env("OUT"), required=_env("OUT") is None, type=Path,
+                   help="folder for the files, created if missing (env GPU_SLICER_OUT)")
+    p.add_argument("--days", type=_positive_int, default=_env("DAYS", "365"),
+                   help="serving certificate lifetime in days (default 365)")
+    p.add_argument("--ca-days", type=_positive_int, default=_env("CA_DAYS", "3650"),
+                   help="CA lifetime in days (default 3650)")
+    p.set_defaults(func=run_issue)
+
+    e = sub.add_parser(
+        "ensure",
+        help="create or renew the webhook's TLS Secret and caBundle in the cluster (idempotent)",
+        description="Keeps Secret NAME (tls.crt, tls.key, ca.crt) and NAME-ca (the CA) current"
+        " and sets the caBundle of every webhook in the MutatingWebhookConfiguration, keeping the"
+        " old CA beside the new one while a CA rotates. With --interval it runs until stopped.",
+    )
+    e.add_argument("--namespace", default=_env("NAMESPACE"), required=_env("NAMESPACE") is None,
+                   help="namespace of the Secrets and the Service (env GPU_SLICER_NAMESPACE)")
+    e.add_argument("--secret", default=_env("SECRET"), required=_env("SECRET") is None,
+                   help="the serving Secret's name (env GPU_SLICER_SECRET)")
+    e.add_argument("--webhook-config", default=_env("WEBHOOK_CONFIG"),
+                   required=_env("WEBHOOK_CONFIG") is None,
+                   help="the MutatingWebhookConfiguration's name (env GPU_SLICER_WEBHOOK_CONFIG)")
+    e.add_argument("--service", default=_env("SERVICE", "gpu-slicer-webhook"),
+                   help="the webhook Service's name (default gpu-slicer-webhook)")
+    e.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
+                   help="kubeconfig file (default: in-cluster account, then ~/.kube/config)")
+    e.add_argument("--interval", type=_positive_float,
+                   default=_env("INTERVAL"),
+                   metavar="SECONDS", help="run again every SECONDS until stopped (default: once)")
+    e.add_argument("--renew-before", type=_positive_int,
+                   default=_env("RENEW_BEFORE", "30"), metavar="DAYS",
+                   help="renew the serving certificate this many days before it expires (30)")
+    e.add_argument("--days", type=_positive_int, default=_env("DAYS", "90"),
+                   help="serving certificate lifetime in days (default 90)")
+    e.add_argument("--ca-days", type=_positive_int, default=_env("CA_DAYS", "3650"),
+                   help="CA lifetime in days (default 3650)")
+    e.add_argument("--rotation-grace", type=_positive_float,
+                   default=_env("ROTATION_GRACE", "24"), metavar="HOURS",
+                   help="keep a replaced CA in the caBundle this long after a new leaf (24)")
+    e.set_defaults(func=run_ensure)
+
+
+def run_issue(args: argparse.Namespace) -> int:
+    try:
+        issued = certs_issue.issue(
+            service=args.service, namespace=args.namespace, days=args.days, ca_days=args.ca_days
+        )
+        paths = certs_issue.write_files(issued, args.out)
+    except CertInputError as exc:
+        print(f"gpu-slicer certs issue: {exc}", file=sys.stderr)
+        return 2
+    except CertError as exc:
+        print(f"gpu-slicer certs issue: {exc}", file=sys.stderr)
+        return 1
+    names = certs_issue.dns_names(issued.serving.cert)
+    print(
+        json.dumps(
+            {
+                "files": [str(p) for p in paths],
+                "dnsNames": names,
+                "notAfter": issued.serving.cert.not_valid_after_utc.isoformat(),
+                "caNotAfter": issued.ca.cert.not_valid_after_utc.isoformat(),
+                "caFingerprintSHA256": certs_issue.fingerprint(issued.ca.cert),
+            }
+        )
+    )
+    return 0
+
+
+def settings_from(args: argparse.Namespace) -> certs_ensure.EnsureSettings:
+    return certs_ensure.EnsureSettings(
+        namespace=args.namespace,
+        secret=args.secret,
+        webhook_config=args.webhook_config,
+        service=args.service,
+        days=args.days,
+        ca_days=args.ca_days,
+        renew_before=dt.timedelta(days=args.renew_before),
+        rotation_grace=dt.timedelta(hours=args.rotation_grace),
+    )
+
+
+def _default_api(kubeconfig: str | None) -> KubeApi:
+    from kube.client import RealKubeApi
+
+    return RealKubeApi.from_config(kubeconfig)
+
+
+def _summary(result: certs_ensure.EnsureResult) -> str:
+    return json.dumps(
+        {
+            "caCreated": result.ca_created,
+            "caReason": result.ca_reason,
+            "leafIssued": result.leaf_issued,
+            "leafReason": result.leaf_reason,
+            "bundlePatched": result.bundle_patched,
+            "caBundleSHA256": result.bundle,
+            "leafNotAfter": result.leaf_not_after.isoformat() if result.leaf_not_after else None,
+        }
+    )
+
+
+def run_ensure(
+    args: argparse.Namespace, *, api_factory: Callable[[str | None], KubeApi] = _default_api
+) -> int:
+    try:
+        settings = settings_from(args)
+        settings.check()
+    except CertInputError as exc:
+        print(f"gpu-slicer certs ensure: {exc}", file=sys.stderr)
+        return 2
+    try:
+        api = api_factory(args.kubeconfig)
+    except Exception as exc:  # kube.errors.KubeError, or a broken kubeconfig
+        print(f"gpu-slicer certs ensure: {exc}", file=sys.stderr)
+        return 1
+    if args.interval is None:
+        try:
+            result = certs_ensure.ensure(api, settings)
+        except EnsureError as exc:
+            print(f"gpu-slicer certs ensure: {exc}", file=sys.stderr)
+            return 1
+        print(_summary(result))
+        return 0
+
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+
+    def _report(outcome: certs_ensure.EnsureResult | EnsureError) -> None:
+        if isinstance(outcome, certs_ensure.EnsureResult):
+            print(_summary(outcome), flush=True)
+
+    certs_ensure.run_periodically(
+        api, settings, interval_s=args.interval, stop=stop, on_result=_report
+    )
+    return 0

@@ -1,0 +1,123 @@
+"""Writing certificate files so that a reader never sees half of a rotation.
+
+Two guarantees, from the same technique the kubelet uses for Secret volumes:
+
+- each file is complete when it appears: it is written to a temporary name in the same folder,
+  flushed with ``fsync``, given its mode, and renamed over the old name (``rename`` is atomic);
+- the *set* of files changes at once: the files live in a fresh hidden version folder
+  (``..<random>``), and one symlink, ``..data``, is atomically repointed to it. The visible names
+  (``tls.crt``, ``tls.key``, ``ca.crt``) are symlinks through ``..data``, created once.
+
+A reader that opens ``tls.crt`` and then ``tls.key`` can still straddle the swap between its two
+``open`` calls; the webhook's reloading TLS context treats a pair that does not load as "not yet"
+and keeps serving the previous certificate until the next check, so together no handshake fails.
+Layout of a folder written by :func:`replace_files` (the same as a mounted Secret)::
+
+    DIR/..2a9f.../tls.crt       the files of the current version
+    DIR/..data -> ..2a9f...     swapped atomically
+    DIR/tls.crt -> ..data/tls.crt
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from certs.errors import CertFileError
+
+DATA_LINK = "..data"
+
+# Modes of the files gpu-slicer writes: keys only for the owner, certificates for everyone.
+KEY_MODE = 0o600
+CERT_MODE = 0o644
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Makes a rename in ``directory`` durable (a crash cannot bring the old name back)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes, *, mode: int = CERT_MODE) -> None:
+    """Writes ``data`` to ``path`` through a temporary file, fsync and rename.
+
+    The mode is set on the temporary file before any data is written, so a key is never
+    readable by others, not even for an instant.
+    """
+    path = Path(path)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise CertFileError(f"cannot write in {path.parent}: {exc.strerror}") from exc
+    try:
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise CertFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _relink(link: Path, target: str) -> None:
+    """Points the symlink ``link`` at ``target`` atomically (a new link renamed over the old)."""
+    tmp = link.with_name(f".{link.name}.{secrets.token_hex(4)}.tmp")
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, link)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def replace_files(directory: Path, files: Mapping[str, tuple[bytes, int]]) -> list[Path]:
+    """Replaces the files ``{name: (data, mode)}`` in ``directory`` as one atomic change.
+
+    Returns the visible paths. Creates ``directory`` if needed. A regular file of the same name
+    left by another tool is replaced by the symlink (atomically, by rename); earlier version
+    folders are removed once ``..data`` points at the new one.
+    """
+    directory = Path(directory)
+    for name in files:
+        if not name or "/" in name or name.startswith("."):
+            raise CertFileError(f"{name!r} is not a plain file name")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        version = Path(tempfile.mkdtemp(prefix="..", dir=directory))
+        os.chmod(version, 0o755)
+        for name, (data, mode) in files.items():
+            write_atomically(version / name, data, mode=mode)
+        _fsync_dir(version)
+        data_link = directory / DATA_LINK
+        _relink(data_link, version.name)
+        for name in files:
+            visible = directory / name
+            wanted = f"{DATA_LINK}/{name}"
+            if visible.is_dir() and not visible.is_symlink():
+                raise CertFileError(f"{visible} is a folder; remove it or choose another --out")
+            if not (visible.is_symlink() and os.readlink(visible) == wanted):
+                _relink(visible, wanted)
+        _fsync_dir(directory)
+        for entry in directory.iterdir():
+            # Earlier versions, including any a crash left behind; never the one just linked.
+            if entry.name.startswith("..") and entry.name not in (version.name, DATA_LINK):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+    except CertFileError:
+        raise
+    except OSError as exc:
+        raise CertFileError(f"cannot write certificate files in {directory}: {exc}") from exc
+    return [directory / name for name in files]
