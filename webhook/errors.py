@@ -8,8 +8,10 @@ Each error exists because its caller must react differently to it:
     ├── Denied(message)         the pod must be refused: a bad annotation or a request that no GPU
     │                           model can satisfy. The message says what would be valid.
     ├── BadReview(message)      a malformed AdmissionReview: the server answers HTTP 400.
-    └── TemplateError(message)  the API failed while ensuring a ResourceClaimTemplate: the server
-                                answers an error so that the webhook's failurePolicy decides.
+    ├── TemplateError(message)  the API failed while ensuring a ResourceClaimTemplate: the server
+    │                           answers an error so that the webhook's failurePolicy decides.
+    └── ManifestError(problems) ``gpu-slicer convert`` got input it cannot convert (bad YAML, a
+                                denied pod template); each problem names the document.
 """
 
 from __future__ import annotations
@@ -52,3 +54,11 @@ class TemplateError(WebhookError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class ManifestError(WebhookError, ValueError):
+    """Manifests that ``convert`` cannot translate; ``problems`` name the document of each."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems: list[str] = list(problems) or ["invalid manifests"]
+        super().__init__("; ".join(self.problems))

@@ -40,7 +40,7 @@ def parse_quantity(value: object) -> Fraction:
     if match["sign"] == "-":
         number = -number
     if match["bin"]:
-        return number * 1024 ** _BINARY[match["bin"]]
+        return number * _power(1024, _BINARY[match["bin"]])
     if match["dec"]:
         return _scaled(number, _DECIMAL[match["dec"]])
     if match["exp"]:
@@ -51,8 +51,15 @@ def parse_quantity(value: object) -> Fraction:
     return number
 
 
+def _power(base: int, exponent: int) -> int:
+    result = 1
+    for _ in range(exponent):
+        result *= base
+    return result
+
+
 def _scaled(number: Fraction, power: int) -> Fraction:
-    return number * 10**power if power >= 0 else number / 10**-power
+    return number * _power(10, power) if power >= 0 else number / _power(10, -power)
 
 
 def parse_count(value: object) -> int:

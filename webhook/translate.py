@@ -157,10 +157,14 @@ def translate_pod(
     changes: list[tuple[str, str]] = []
     for container, what, request in converted:
         resources = _dict(container.body.get("resources"))
-        for resource in container.legacy:
-            for section in ("requests", "limits"):
-                if resource in _dict(resources.get(section)):
-                    ops.append(patch.remove([*container.path, "resources", section, resource]))
+        for section in ("requests", "limits"):
+            values = _dict(resources.get(section))
+            present = [r for r in container.legacy if r in values]
+            if present and len(present) == len(values):
+                # Only the legacy resource was there: drop the map rather than leave it empty.
+                ops.append(patch.remove([*container.path, "resources", section]))
+                continue
+            ops.extend(patch.remove([*container.path, "resources", section, r]) for r in present)
         ops.append(
             patch.append(
                 pod,

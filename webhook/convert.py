@@ -1,0 +1,179 @@
+"""Offline conversion of manifests: ``gpu-slicer convert`` for GitOps users.
+
+The same translation the webhook applies at admission, applied to a Pod or to the pod template of
+a workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job, CronJob,
+PodTemplate), document by document. The result is the converted objects followed by the
+ResourceClaimTemplates they need, de-duplicated. Objects without GPU requests pass through
+unchanged, so a whole directory of manifests can be piped through.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jsonpatch
+import yaml
+
+from webhook.errors import Denied, ManifestError
+from webhook.policy import Policy
+from webhook.translate import Conversion, audit_warnings, translate_pod
+
+Mode = Literal["enabled", "audit"]
+
+POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "PodTemplate": ("template",),
+}
+"""Where each workload kind keeps its pod template (a Pod is converted as itself)."""
+
+
+@dataclass
+class ConvertResult:
+    """The converted objects (same order as the input), the templates they need, and notes."""
+
+    objects: list[Any] = field(default_factory=list)
+    templates: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    summaries: list[str] = field(default_factory=list)
+
+    @property
+    def items(self) -> list[Any]:
+        return [*self.objects, *self.templates]
+
+
+def load_documents(text: str) -> list[Any]:
+    """Every non-empty document of a YAML (or JSON) stream."""
+    try:
+        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as exc:
+        raise ManifestError([f"not valid YAML: {exc}"]) from exc
+
+
+def convert_objects(
+    objects: Iterable[Any],
+    *,
+    policy: Policy,
+    mode: Mode = "enabled",
+    namespace: str | None = None,
+    native_extended: frozenset[str] = frozenset(),
+) -> ConvertResult:
+    """Convert every object; raises ManifestError listing every document that was denied.
+
+    ``namespace`` stands in for objects that name none (as ``kubectl apply -n`` would); it also
+    selects the policy's per-namespace rules.
+    """
+    result = ConvertResult()
+    problems: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for number, obj in enumerate(objects, start=1):
+        try:
+            converted = _convert_any(obj, policy, mode, namespace, native_extended, result, seen)
+        except Denied as exc:
+            problems.append(f"document {number} ({_describe(obj)}): {exc.message}")
+            continue
+        result.objects.append(converted)
+    if problems:
+        raise ManifestError(problems)
+    return result
+
+
+def _convert_any(
+    obj: Any,
+    policy: Policy,
+    mode: Mode,
+    namespace: str | None,
+    native_extended: frozenset[str],
+    result: ConvertResult,
+    seen: set[tuple[str, str]],
+) -> Any:
+    if not isinstance(obj, dict):
+        return obj
+    kind = obj.get("kind")
+    if kind == "List" and isinstance(obj.get("items"), list):
+        out = copy.deepcopy(obj)
+        out["items"] = [
+            _convert_any(item, policy, mode, namespace, native_extended, result, seen)
+            for item in obj["items"]
+        ]
+        return out
+    if kind == "Pod":
+        path: tuple[str, ...] = ()
+    elif isinstance(kind, str) and kind in POD_TEMPLATE_PATHS:
+        path = POD_TEMPLATE_PATHS[kind]
+    else:
+        return obj
+    template = _at(obj, path)
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        return obj
+    raw = obj.get("metadata")
+    metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    ns = str(metadata.get("namespace") or namespace or "")
+    pod = {"metadata": template.get("metadata") or {}, "spec": template["spec"]}
+    conversion = translate_pod(pod, namespace=ns, policy=policy, native_extended=native_extended)
+    label = _describe(obj)
+    if mode == "audit":
+        result.warnings.extend(f"{label}: {w}" for w in audit_warnings(conversion))
+        return obj
+    result.warnings.extend(f"{label}: {w}" for w in conversion.warnings)
+    if not conversion.patch:
+        return obj
+    result.summaries.append(f"{label}: {conversion.summary}")
+    _collect_templates(conversion, result, seen)
+    patched = jsonpatch.apply_patch(pod, conversion.patch)
+    out = copy.deepcopy(obj)
+    target = _at(out, path)
+    target["metadata"] = patched["metadata"]
+    target["spec"] = patched["spec"]
+    return out
+
+
+def _collect_templates(
+    conversion: Conversion, result: ConvertResult, seen: set[tuple[str, str]]
+) -> None:
+    for template in conversion.templates:
+        meta = template["metadata"]
+        key = (str(meta.get("namespace", "")), str(meta["name"]))
+        if key not in seen:
+            seen.add(key)
+            result.templates.append(template)
+
+
+def _at(obj: dict[str, Any], path: Sequence[str]) -> Any:
+    node: Any = obj
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _describe(obj: Any) -> str:
+    if not isinstance(obj, dict):
+        return type(obj).__name__
+    raw = obj.get("metadata")
+    meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    name = meta.get("name") or meta.get("generateName") or "<unnamed>"
+    ns = meta.get("namespace")
+    return f"{obj.get('kind', '<no kind>')} {ns + '/' if ns else ''}{name}"
+
+
+def dump_yaml(items: Sequence[Any]) -> str:
+    """One YAML stream, documents separated by ``---``, keys in their original order."""
+    return yaml.safe_dump_all(
+        items, sort_keys=False, default_flow_style=False, explicit_start=True, width=4096
+    )
+
+
+def dump_json_list(items: Sequence[Any]) -> str:
+    """A ``v1`` List, as ``kubectl get -o json`` prints several objects."""
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(items)}, indent=2) + "\n"
