@@ -46,16 +46,17 @@ class Seam:
     api: KubeApi
     store: InMemoryKubeApi
     kind: str
+    store_history: int = 20
 
 
 @pytest.fixture(params=["memory", "real-over-http"])
 def seam(request: pytest.FixtureRequest) -> Iterator[Seam]:
     """Both implementations: the contract tests must pass on each."""
     if request.param == "memory":
-        store = InMemoryKubeApi()
+        store = InMemoryKubeApi(history=Seam.store_history)
         yield Seam(store, store, "memory")
         store.close()
         return
-    server = StubApiServer()
+    server = StubApiServer(InMemoryKubeApi(history=Seam.store_history))
     yield Seam(real_api_for(server.url), server.backend, "real")
     server.close()

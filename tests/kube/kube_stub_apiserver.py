@@ -57,7 +57,7 @@ class StubApiServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
     @property
@@ -111,6 +111,7 @@ def _resource(api_version: str, plural: str) -> Resource:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # otherwise delayed ACKs add ~40 ms to every request
     server_stub: StubApiServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet test output
