@@ -1,0 +1,144 @@
+"""Policy files: defaults, every key, messages that name the key path, and `policy check`."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from webhook.errors import PolicyError
+from webhook.policy import Policy, load_policy, load_policy_file
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "webhook" / "policy.example.yaml"
+
+
+def problems_of(text: str) -> list[str]:
+    with pytest.raises(PolicyError) as info:
+        load_policy(text)
+    return info.value.problems
+
+
+def test_an_empty_policy_is_the_default() -> None:
+    assert load_policy("") == Policy.default()
+    default = Policy.default()
+    assert (default.target, default.native_extended_resources, default.template_gc_after_s) == (
+        "gpu-slicer",
+        "defer",
+        86400,
+    )
+
+
+def test_the_example_policy_loads_with_every_key() -> None:
+    policy = load_policy_file(EXAMPLE)
+    assert policy.target == "gpu-slicer"
+    assert policy.template_gc_after_s == 24 * 3600
+    assert policy.mig_fallback.fallbacks_for("1g.10gb") == ("1g.20gb", "2g.20gb")
+    embeddings = policy.for_namespace("embeddings")
+    assert embeddings.gpu == ("1g.10gb", "2g.20gb", "3g.40gb")
+    training = policy.for_namespace("training")
+    assert (training.nvlink, training.mig_fallback.mode) == ("strict", "larger")
+
+
+def test_namespaces_without_overrides_get_the_cluster_rules() -> None:
+    policy = load_policy("nvlink: none\nnamespaces: {a: {gpu: [1g.10gb]}}")
+    assert policy.for_namespace("other").gpu is None
+    assert policy.for_namespace("other").nvlink == "none"
+    assert policy.for_namespace("a").nvlink == "none"
+
+
+def test_an_unknown_profile_is_reported_with_its_key_path() -> None:
+    found = problems_of("namespaces:\n  embeddings:\n    gpu: [1g.10gb, 9g.1tb]\n")
+    assert len(found) == 1
+    assert found[0].startswith("namespaces.embeddings.gpu[1]: unknown profile '9g.1tb'")
+    assert "1g.10gb" in found[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("targte: nvidia", "targte: unknown key"),
+        ("namespaces: {ml: {gpus: [1g.10gb]}}", "namespaces.ml.gpus: unknown key"),
+        ("migFallback: {mode: none, extra: 1}", "migFallback.extra: unknown key"),
+    ],
+    ids=["top level", "namespace", "migFallback"],
+)
+def test_unknown_keys_are_rejected(text: str, path: str) -> None:
+    assert any(p.startswith(path) for p in problems_of(text))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("target: amd", "target: 'amd' is not one of gpu-slicer, nvidia"),
+        ("nativeExtendedResources: maybe", "nativeExtendedResources: 'maybe' is not one of"),
+        ("nvlink: always", "nvlink: 'always' is not one of prefer, strict, none"),
+        ("templateGcAfter: soon", "templateGcAfter: 'soon' is not seconds or a duration"),
+        ("templateGcAfter: 5", "templateGcAfter: 5s is too short"),
+        ("migFallback: bigger", "migFallback: 'bigger' is not one of none, larger"),
+        ("migFallback: {explicit: {1g.99gb: [2g.20gb]}}", "migFallback.explicit.1g.99gb: unknown"),
+        ("migFallback: {explicit: {1g.10gb: []}}", "migFallback.explicit.1g.10gb: must be a non"),
+        ("namespaces: {ml: {gpu: [1g.10gb, 1g.10gb]}}", "namespaces.ml.gpu[1]: '1g.10gb' is listed"),
+        ("namespaces: {ml: {gpu: 1g.10gb}}", "namespaces.ml.gpu: must be a non-empty list"),
+        ("namespaces: {Bad_NS: {}}", "namespaces.Bad_NS: 'Bad_NS' is not a valid namespace"),
+        ("namespaces: {ml: {gpu: [1, 2]}}", "namespaces.ml.gpu[0]: must be a profile name"),
+        ("apiVersion: v2", "apiVersion: must be 'gpu-slicer.io/v1alpha1'"),
+        ("target: nvidia\nnvlink: strict", "nvlink: strict needs an NVLink attribute"),
+        ("[1, 2]", "the policy must be a mapping"),
+        ("a: [", "not valid YAML"),
+    ],
+)
+def test_invalid_values_are_explained(text: str, message: str) -> None:
+    found = problems_of(text)
+    assert any(message in p for p in found), found
+
+
+def test_more_than_eight_alternatives_are_refused() -> None:
+    chain = "[1g.5gb, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb, 1g.20gb, 2g.20gb, 3g.40gb]"
+    assert any("at most 8" in p for p in problems_of(f"namespaces: {{ml: {{gpu: {chain}}}}}"))
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    assert len(problems_of("target: x\nnvlink: y\nfoo: 1")) == 3
+
+
+def test_durations_accept_seconds_and_units() -> None:
+    assert load_policy("templateGcAfter: 3600").template_gc_after_s == 3600
+    assert load_policy("templateGcAfter: 1h30m").template_gc_after_s == 5400
+
+
+def test_an_unreadable_policy_file_is_a_policy_error(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="cannot read"):
+        load_policy_file(tmp_path / "missing.yaml")
+
+
+def test_policy_check_accepts_the_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policy", "check", str(EXAMPLE)]) == 0
+    assert "valid" in capsys.readouterr().out
+
+
+def test_policy_check_exits_2_with_every_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("target: amd\nnamespaces: {embeddings: {gpu: [9g.1tb]}}\n")
+    assert main(["policy", "check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "target: 'amd'" in err
+    assert "namespaces.embeddings.gpu[0]: unknown profile '9g.1tb'" in err
+
+
+def test_policy_check_exits_2_on_a_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["policy", "check", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_policy_check_reads_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("nvlink: sometimes\n"))
+    assert main(["policy", "check", "-"]) == 2
+    assert "nvlink: 'sometimes'" in capsys.readouterr().err
