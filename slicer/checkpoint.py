@@ -1,0 +1,255 @@
+"""The agent's memory across restarts: which claims it prepared, and with which MIG instances.
+
+The kubelet calls NodePrepareResources again after every restart of itself or the agent, and the
+GPU keeps instances across agent restarts (not across reboots). The checkpoint is what lets the
+agent answer those calls idempotently and tell its own instances from instances someone else
+made. One JSON file, ``checkpoint.json`` in the checkpoint directory::
+
+    {"version": 1,
+     "checksum": "sha256:<hex of the canonical JSON of data>",
+     "data": {"bootId": "...",
+              "claims": {"<claim uid>": {"namespace": "...", "name": "...",
+                                         "state": "PrepareStarted" | "PrepareCompleted",
+                                         "startedAt": <unix seconds>,
+                                         "devices": [PreparedDevice...]}}}}
+
+A claim is recorded ``PrepareStarted`` (with the placements it is about to create) *before* the
+GPU is touched and ``PrepareCompleted`` (with GI/CI ids and the MIG UUID) after; it is removed
+only after its instances are gone. Writes go to a temporary file that is fsynced and renamed over
+the old one, so a crash leaves either the old or the new file, never half of one. A file that
+cannot be read, fails its checksum or has an unknown version raises :class:`CheckpointError`
+from :meth:`CheckpointStore.load`; :meth:`CheckpointStore.load_or_recover` moves it aside and
+starts empty, and the reconciler then rebuilds state from the GPUs and the API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from slicer.errors import CheckpointError
+
+VERSION = 1
+FILENAME = "checkpoint.json"
+
+PrepareState = Literal["PrepareStarted", "PrepareCompleted"]
+PREPARE_STARTED: PrepareState = "PrepareStarted"
+PREPARE_COMPLETED: PrepareState = "PrepareCompleted"
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """One allocated device of a claim and, once created, the instance that backs it.
+
+    ``profile``/``start`` are None for a whole GPU. ``gi_id``, ``ci_id`` and ``uuid`` are known
+    only once the instance exists (always for PrepareCompleted MIG devices).
+    """
+
+    request_names: tuple[str, ...]
+    device_name: str
+    gpu_index: int
+    profile: str | None = None
+    start: int | None = None
+    gi_id: int | None = None
+    ci_id: int | None = None
+    uuid: str | None = None
+    cdi_device_id: str = ""
+
+    @property
+    def is_mig(self) -> bool:
+        return self.profile is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requestNames": list(self.request_names),
+            "deviceName": self.device_name,
+            "gpuIndex": self.gpu_index,
+            "profile": self.profile,
+            "start": self.start,
+            "giId": self.gi_id,
+            "ciId": self.ci_id,
+            "uuid": self.uuid,
+            "cdiDeviceId": self.cdi_device_id,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> PreparedDevice:
+        return cls(
+            request_names=tuple(str(n) for n in raw["requestNames"]),
+            device_name=str(raw["deviceName"]),
+            gpu_index=int(raw["gpuIndex"]),
+            profile=_opt_str(raw.get("profile")),
+            start=_opt_int(raw.get("start")),
+            gi_id=_opt_int(raw.get("giId")),
+            ci_id=_opt_int(raw.get("ciId")),
+            uuid=_opt_str(raw.get("uuid")),
+            cdi_device_id=str(raw.get("cdiDeviceId", "")),
+        )
+
+
+@dataclass(frozen=True)
+class ClaimEntry:
+    """What the agent did (or started doing) for one claim."""
+
+    uid: str
+    namespace: str
+    name: str
+    state: PrepareState
+    started_at: float
+    devices: tuple[PreparedDevice, ...]
+
+    def completed(self, devices: tuple[PreparedDevice, ...]) -> ClaimEntry:
+        return replace(self, state=PREPARE_COMPLETED, devices=devices)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "state": self.state,
+            "startedAt": self.started_at,
+            "devices": [d.to_json() for d in self.devices],
+        }
+
+    @classmethod
+    def from_json(cls, uid: str, raw: dict[str, Any]) -> ClaimEntry:
+        state = raw["state"]
+        if state not in (PREPARE_STARTED, PREPARE_COMPLETED):
+            raise ValueError(f"unknown claim state {state!r}")
+        return cls(
+            uid=uid,
+            namespace=str(raw["namespace"]),
+            name=str(raw["name"]),
+            state=state,
+            started_at=float(raw["startedAt"]),
+            devices=tuple(PreparedDevice.from_json(d) for d in raw["devices"]),
+        )
+
+
+@dataclass
+class Checkpoint:
+    """The whole file's data: the boot it belongs to and one entry per claim."""
+
+    boot_id: str
+    claims: dict[str, ClaimEntry] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bootId": self.boot_id,
+            "claims": {uid: e.to_json() for uid, e in sorted(self.claims.items())},
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Checkpoint:
+        claims = {uid: ClaimEntry.from_json(uid, e) for uid, e in raw["claims"].items()}
+        return cls(boot_id=str(raw["bootId"]), claims=claims)
+
+
+def encode(checkpoint: Checkpoint) -> bytes:
+    """The file's bytes: versioned envelope with a checksum over the canonical data."""
+    data = checkpoint.to_json()
+    return json.dumps(
+        {"version": VERSION, "checksum": _checksum(data), "data": data}, indent=1, sort_keys=True
+    ).encode()
+
+
+def decode(raw: bytes) -> Checkpoint:
+    """Parse and verify a checkpoint file's bytes; CheckpointError says what is wrong."""
+    try:
+        envelope = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"checkpoint is not valid JSON ({exc})") from exc
+    if not isinstance(envelope, dict):
+        raise CheckpointError("checkpoint is not a JSON object")
+    version = envelope.get("version")
+    if version != VERSION:
+        raise CheckpointError(
+            f"checkpoint version {version!r} is not supported; this agent reads version {VERSION}"
+        )
+    data = envelope.get("data")
+    if not isinstance(data, dict) or envelope.get("checksum") != _checksum(data):
+        raise CheckpointError("checkpoint checksum does not match its data (corrupt file)")
+    try:
+        return Checkpoint.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint data is malformed ({exc!r})") from exc
+
+
+class CheckpointStore:
+    """Reads and atomically writes ``checkpoint.json`` in one directory."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / FILENAME
+
+    def load(self) -> Checkpoint | None:
+        """The stored checkpoint, None when there is none; CheckpointError when unusable."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
+        return decode(raw)
+
+    def load_or_recover(self, boot_id: str) -> tuple[Checkpoint, str | None]:
+        """Load, or start empty when the file is unusable; returns (checkpoint, problem).
+
+        An unusable file is renamed to ``checkpoint.json.corrupt-<unix time>`` (kept for
+        a person to look at) so the agent does not trip over it again on the next start.
+        """
+        try:
+            found = self.load()
+        except CheckpointError as exc:
+            aside = self.path.with_name(f"{FILENAME}.corrupt-{int(time.time())}")
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                pass
+            return Checkpoint(boot_id=boot_id), f"{exc}; moved aside to {aside.name}"
+        return (found or Checkpoint(boot_id=boot_id)), None
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        """Write atomically: temp file in the same directory, fsync, rename, fsync the dir."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.path, encode(checkpoint))
+
+
+def write_atomically(path: Path, payload: bytes) -> None:
+    """Replace ``path`` with ``payload`` so that readers see the old or the new file, never half."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _checksum(data: dict[str, Any]) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,121 @@
+"""MIG mode per GPU, and switching it on demand on GPUs that can (Hopper and newer).
+
+Modes (DESIGN: "Per-GPU mode"):
+
+* ``dynamic``: the GPU is advertised whole *and* as every MIG slice. MIG is enabled when the first
+  slice is prepared on a GPU that is in full mode, and disabled when a whole GPU is prepared and
+  no instance exists. Hopper and newer switch without a reset, so this costs no reboot.
+* ``mig``: slices only (the Ampere default: a switch needs a GPU reset there).
+* ``full``: no MIG; only the whole GPU.
+
+A switch needs an idle GPU: clients such as DCGM, persistenced or nvidia_drm can block it. The
+backend then raises InUse, and :class:`MigModeBlocked` carries an actionable message that ends
+up as the claim's error (the kubelet retries) and in the ``mig_mode_blocked_total`` metric.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+from slicer import catalog
+from slicer.backend import GpuBackend, GpuInfo
+from slicer.errors import BackendError, CatalogError, InUse, ResetRequired, SlicerError
+
+GpuMode = Literal["dynamic", "mig", "full"]
+
+log = logging.getLogger(__name__)
+
+
+class MigModeBlocked(SlicerError):
+    """The GPU's MIG mode does not fit the device and cannot be switched right now."""
+
+
+def default_mode(info: GpuInfo) -> GpuMode:
+    """``dynamic`` where the model can toggle MIG without a reset, else what the GPU is in."""
+    try:
+        model = catalog.get_model(info.model)
+    except CatalogError:
+        return "mig" if info.mig_enabled else "full"
+    if model.supports_dynamic_mig:
+        return "dynamic"
+    return "mig" if info.mig_enabled else "full"
+
+
+class MigModeManager:
+    """Makes a GPU's MIG mode fit the device about to be prepared on it.
+
+    Callers hold the GPU's lock, so nothing else creates instances on it meanwhile.
+    """
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        modes: dict[int, GpuMode],
+        *,
+        on_blocked: Callable[[int, str], None] | None = None,
+        on_switched: Callable[[int, bool], None] | None = None,
+    ) -> None:
+        self._backend = backend
+        self.modes = dict(modes)
+        self._on_blocked = on_blocked
+        self._on_switched = on_switched
+
+    def mode(self, gpu_index: int) -> GpuMode:
+        return self.modes.get(gpu_index, "mig")
+
+    def ensure_for_slice(self, info: GpuInfo) -> None:
+        """MIG must be on to create a slice; switch it on in dynamic mode."""
+        if info.mig_enabled:
+            return
+        mode = self.mode(info.index)
+        if mode != "dynamic":
+            raise MigModeBlocked(
+                f"GPU {info.index} is in full mode (MIG disabled) and its mode is {mode!r}: "
+                "it cannot host MIG slices; enable MIG on it or run it in dynamic mode"
+            )
+        self._switch(info.index, True)
+
+    def ensure_for_whole(self, info: GpuInfo) -> None:
+        """A whole GPU needs MIG off; switch it off in dynamic mode when no instance exists."""
+        if not info.mig_enabled:
+            return
+        mode = self.mode(info.index)
+        if mode != "dynamic":
+            raise MigModeBlocked(
+                f"GPU {info.index} is in MIG mode and its mode is {mode!r}: it is not offered "
+                "as a whole GPU; request a MIG slice or switch the GPU to dynamic mode"
+            )
+        existing = self._backend.instances(info.index)
+        if existing:
+            where = ", ".join(f"{i.profile}@{i.start}" for i in existing)
+            raise MigModeBlocked(
+                f"GPU {info.index} cannot be handed out whole: MIG instances exist ({where}); "
+                "they must be destroyed first"
+            )
+        self._switch(info.index, False)
+
+    def _switch(self, gpu_index: int, enabled: bool) -> None:
+        verb = "enable" if enabled else "disable"
+        try:
+            self._backend.set_mig_mode(gpu_index, enabled)
+        except InUse as exc:
+            message = (
+                f"cannot {verb} MIG on GPU {gpu_index}: {exc}. Other clients (DCGM, "
+                "nvidia-persistenced, nvidia_drm) block the switch; the kubelet will retry"
+            )
+            log.warning("MIG mode switch blocked", extra={"gpu": gpu_index, "error": str(exc)})
+            if self._on_blocked is not None:
+                self._on_blocked(gpu_index, message)
+            raise MigModeBlocked(message) from exc
+        except ResetRequired as exc:
+            message = f"cannot {verb} MIG on GPU {gpu_index} without a GPU reset: {exc}"
+            if self._on_blocked is not None:
+                self._on_blocked(gpu_index, message)
+            raise MigModeBlocked(message) from exc
+        except BackendError:
+            raise
+        log.info("MIG mode switched", extra={"gpu": gpu_index, "enabled": enabled})
+        if self._on_switched is not None:
+            self._on_switched(gpu_index, enabled)

@@ -1,0 +1,287 @@
+"""The kubelet plugin: registration and DRA services over unix sockets (gRPC).
+
+Two sockets, as the kubelet expects them:
+
+* ``<registry dir>/gpu-slicer.io-reg.sock`` serves ``pluginregistration.Registration``: the
+  kubelet's plugin watcher finds it, calls GetInfo and learns the DRA endpoint and versions.
+* ``<plugins dir>/gpu-slicer.io/dra.sock`` serves ``DRAPlugin`` in versions ``v1`` and
+  ``v1beta1`` (same messages; v1beta1 lacks ``Device.share_id``).
+
+:class:`DraDriver` holds the version-independent logic; each claim of a batch is handled on its
+own (in parallel, so claims on different GPUs do not wait for each other) and a failing claim
+only sets its own ``error``. A claim already prepared is answered from the checkpoint without
+the API or the GPU, so prepared claims keep working while the apiserver is unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+
+from kube import errors as kerrors
+from slicer.checkpoint import PREPARE_COMPLETED, PreparedDevice
+from slicer.claims import DRIVER, ClaimCache, ClaimError, our_results
+from slicer.errors import BackendError, SlicerError
+from slicer.proto import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
+from slicer.state import DeviceState, InstanceBusy, PrepareError
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+DRA_SERVICES: dict[str, ModuleType] = {
+    "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin": dra_v1_pb2,
+    "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin": dra_v1beta1_pb2,
+}
+REGISTRATION_SERVICE = "pluginregistration.Registration"
+
+
+def registration_socket(registry_dir: Path | str, driver: str = DRIVER) -> Path:
+    return Path(registry_dir) / f"{driver}-reg.sock"
+
+
+def dra_socket(plugins_dir: Path | str, driver: str = DRIVER) -> Path:
+    return Path(plugins_dir) / driver / "dra.sock"
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class PrepareOutcome:
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+class DraDriver:
+    """NodePrepareResources / NodeUnprepareResources, independent of the protocol version."""
+
+    def __init__(
+        self,
+        state: DeviceState,
+        claims: ClaimCache,
+        *,
+        pool: str,
+        driver: str = DRIVER,
+        max_parallel: int = 8,
+    ) -> None:
+        self.state = state
+        self.claims = claims
+        self.pool = pool
+        self.driver = driver
+        self._pool = futures.ThreadPoolExecutor(max_parallel, thread_name_prefix="claim")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareOutcome]:
+        return self._each(refs, self.prepare_one)
+
+    def unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
+        return self._each(refs, self.unprepare_one)
+
+    def prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
+        entry = self.state.entry(ref.uid)
+        if entry is not None and entry.state == PREPARE_COMPLETED:
+            self.state.metrics.prepares.labels("already").inc()
+            return PrepareOutcome(devices=entry.devices)
+        try:
+            claim = self.claims.get(ref.namespace, ref.name, ref.uid)
+            results = our_results(claim, pool=self.pool, driver=self.driver)
+            if not results:
+                return PrepareOutcome(error=(
+                    f"ResourceClaim {ref.namespace}/{ref.name} has no allocation for driver "
+                    f"{self.driver} in pool {self.pool} (not allocated yet, or to another node)"
+                ))
+            devices = self.state.prepare(ref.uid, ref.namespace, ref.name, results)
+        except (ClaimError, PrepareError) as exc:
+            return PrepareOutcome(error=str(exc))
+        except kerrors.KubeError as exc:
+            self.state.metrics.api_errors.labels("get-claim").inc()
+            return PrepareOutcome(error=(
+                f"cannot read ResourceClaim {ref.namespace}/{ref.name} from the apiserver: "
+                f"{exc}; the kubelet will retry"
+            ))
+        return PrepareOutcome(devices=tuple(devices))
+
+    def unprepare_one(self, ref: ClaimRef) -> str:
+        try:
+            self.state.unprepare(ref.uid)
+        except InstanceBusy as exc:
+            return str(exc)
+        except (BackendError, OSError, SlicerError) as exc:
+            return f"cannot unprepare claim {ref.namespace}/{ref.name}: {exc}; retry resumes it"
+        return ""
+
+    def _each(self, refs: list[ClaimRef], fn: Callable[[ClaimRef], Any]) -> dict[str, Any]:
+        if len(refs) <= 1:
+            return {r.uid: fn(r) for r in refs}
+        submitted = {r.uid: self._pool.submit(fn, r) for r in refs}
+        return {uid: f.result() for uid, f in submitted.items()}
+
+
+def _refs(request: Any) -> list[ClaimRef]:
+    return [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
+
+
+def dra_handler(service: str, pb: ModuleType, driver: DraDriver) -> grpc.GenericRpcHandler:
+    """The DRAPlugin service of one protocol version, backed by ``driver``."""
+
+    def prepare(request: Any, context: grpc.ServicerContext) -> Any:
+        outcomes = driver.prepare(_refs(request))
+        response = pb.NodePrepareResourcesResponse()
+        for uid, outcome in outcomes.items():
+            entry = response.claims[uid]
+            if outcome.error:
+                entry.error = outcome.error
+                continue
+            for device in outcome.devices:
+                entry.devices.add(
+                    request_names=list(device.request_names),
+                    pool_name=driver.pool,
+                    device_name=device.device_name,
+                    cdi_device_ids=[device.cdi_device_id],
+                )
+        return response
+
+    def unprepare(request: Any, context: grpc.ServicerContext) -> Any:
+        errors = driver.unprepare(_refs(request))
+        response = pb.NodeUnprepareResourcesResponse()
+        for uid, error in errors.items():
+            response.claims[uid].error = error
+        return response
+
+    return grpc.method_handlers_generic_handler(service, {
+        "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
+            prepare,
+            request_deserializer=pb.NodePrepareResourcesRequest.FromString,
+            response_serializer=pb.NodePrepareResourcesResponse.SerializeToString,
+        ),
+        "NodeUnprepareResources": grpc.unary_unary_rpc_method_handler(
+            unprepare,
+            request_deserializer=pb.NodeUnprepareResourcesRequest.FromString,
+            response_serializer=pb.NodeUnprepareResourcesResponse.SerializeToString,
+        ),
+    })
+
+
+class RegistrationState:
+    """What the kubelet told us in NotifyRegistrationStatus."""
+
+    def __init__(self) -> None:
+        self.registered = threading.Event()
+        self.error: str | None = None
+
+
+def registration_handler(
+    endpoint: str, status: RegistrationState, driver: str = DRIVER
+) -> grpc.GenericRpcHandler:
+    pb = pluginregistration_pb2
+
+    def get_info(request: Any, context: grpc.ServicerContext) -> Any:
+        return pb.PluginInfo(
+            type="DRAPlugin", name=driver, endpoint=endpoint,
+            supported_versions=list(SUPPORTED_VERSIONS),
+        )
+
+    def notify(request: Any, context: grpc.ServicerContext) -> Any:
+        if request.plugin_registered:
+            status.error = None
+            status.registered.set()
+            log.info("registered with the kubelet")
+        else:
+            status.error = request.error
+            status.registered.clear()
+            log.error("kubelet refused the plugin registration", extra={"error": request.error})
+        return pb.RegistrationStatusResponse()
+
+    return grpc.method_handlers_generic_handler(REGISTRATION_SERVICE, {
+        "GetInfo": grpc.unary_unary_rpc_method_handler(
+            get_info,
+            request_deserializer=pb.InfoRequest.FromString,
+            response_serializer=pb.PluginInfo.SerializeToString,
+        ),
+        "NotifyRegistrationStatus": grpc.unary_unary_rpc_method_handler(
+            notify,
+            request_deserializer=pb.RegistrationStatus.FromString,
+            response_serializer=pb.RegistrationStatusResponse.SerializeToString,
+        ),
+    })
+
+
+class PluginServer:
+    """Both gRPC servers; :meth:`start` binds the sockets, :meth:`stop` removes them."""
+
+    def __init__(
+        self,
+        driver: DraDriver,
+        *,
+        plugins_dir: Path | str,
+        registry_dir: Path | str,
+        workers: int = 8,
+    ) -> None:
+        self.driver = driver
+        self.dra_path = dra_socket(plugins_dir, driver.driver)
+        self.registration_path = registration_socket(registry_dir, driver.driver)
+        for path in (self.dra_path, self.registration_path):
+            if len(str(path)) >= 108:
+                raise SlicerError(
+                    f"unix socket path {path} is {len(str(path))} bytes; the limit is 107. "
+                    "Use a shorter --plugins-dir/--registry-dir"
+                )
+        self.registration = RegistrationState()
+        self._workers = workers
+        self._servers: list[grpc.Server] = []
+
+    def start(self) -> None:
+        dra = grpc.server(futures.ThreadPoolExecutor(self._workers, thread_name_prefix="dra"))
+        dra.add_generic_rpc_handlers(
+            [dra_handler(name, pb, self.driver) for name, pb in DRA_SERVICES.items()]
+        )
+        _bind(dra, self.dra_path)
+        reg = grpc.server(futures.ThreadPoolExecutor(2, thread_name_prefix="registration"))
+        reg.add_generic_rpc_handlers(
+            [registration_handler(str(self.dra_path), self.registration, self.driver.driver)]
+        )
+        # The DRA socket must answer before the kubelet can find the registration socket.
+        dra.start()
+        self._servers.append(dra)
+        _bind(reg, self.registration_path)
+        reg.start()
+        self._servers.append(reg)
+        log.info("kubelet plugin serving", extra={
+            "dra_socket": str(self.dra_path), "registration_socket": str(self.registration_path)})
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        # Registration first, so the kubelet stops sending work before the service goes.
+        for server in reversed(self._servers):
+            server.stop(grace_s).wait()
+        self._servers.clear()
+        for path in (self.registration_path, self.dra_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def _bind(server: grpc.Server, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.unlink(path)  # a stale socket from a previous run refuses the bind
+    except FileNotFoundError:
+        pass
+    port = server.add_insecure_port(f"unix://{path}")
+    if port == 0:
+        raise SlicerError(f"cannot listen on unix socket {path}")

@@ -1,0 +1,348 @@
+"""Keeps three views in agreement: the API's claims, the agent's checkpoint, the GPUs' instances.
+
+One pass (:meth:`Reconciler.reconcile_once`), run periodically and whenever something changes:
+
+1. **Reboot**: the backend's boot id differs from the checkpoint's -> no instance survived;
+   every entry and CDI spec is cleared (the kubelet prepares again as pods restart).
+2. **Unusable checkpoint** (first pass after recovery): claims the API says are allocated here
+   whose instances exist at exactly the allocated placements are adopted as prepared; every
+   other instance counts as foreign (left alone) since nothing proves it is the agent's.
+3. **Stale PrepareStarted** entries older than ``stale_after_s`` (a prepare that crashed and
+   was never retried) are rolled back: their instances destroyed, CDI spec and entry removed.
+4. **Vanished claims**: entries whose claim is deleted, replaced (new uid) or no longer allocated
+   to these devices are unprepared, as the kubelet would have done had it called (force
+   delete, node reboot, kubelet state loss). Acted on only while the claim watch is in sync:
+   an unreachable apiserver is not evidence that claims vanished.
+5. **Instances**: instances backing an entry are the agent's; the rest are foreign and never
+   touched (the ResourceSlices stop advertising what overlaps them). Entries whose instance is
+   missing are drift (reported).
+6. **Republish** when instances, ownership, MIG modes, health or allocations (which drive the
+   best device order) differ from what was last published.
+
+Nothing with running processes is ever destroyed: every destroy goes through
+:meth:`slicer.state.DeviceState.release_entry`, which refuses busy instances; they are retried
+on the next pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kube import errors as kerrors
+from slicer import catalog
+from slicer.backend import GpuInfo
+from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry
+from slicer.claims import ClaimCache, our_results
+from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
+from slicer.errors import BackendError, CatalogError, DeviceNameError, GpuLost, SlicerError
+from slicer.health import HealthTracker
+from slicer.inventory import GpuState
+from slicer.state import DeviceState, InstanceBusy, instance_at
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the publisher needs to build the pool's ResourceSlices."""
+
+    gpus: tuple[GpuState, ...]
+    allocated: tuple[DeviceSpec, ...]
+
+    def fingerprint(self) -> str:
+        def gpu_key(g: GpuState) -> list[object]:
+            return [
+                g.info.index, g.info.mig_enabled, g.mode,
+                sorted((i.profile, i.start, i.ci_id is not None) for i in g.instances),
+                sorted((s.profile, s.start) for s in g.owned),
+                [t.render() for t in g.taints],
+            ]
+
+        data = [
+            [gpu_key(g) for g in self.gpus],
+            sorted(repr(a) for a in self.allocated),
+        ]
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+Republish = Callable[[NodeView], None]
+
+
+@dataclass
+class ReconcileReport:
+    """What one pass found and did (for logs, metrics and tests)."""
+
+    rebooted: bool = False
+    adopted: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)
+    orphans_destroyed: int = 0
+    busy: list[str] = field(default_factory=list)
+    foreign: list[MigInstance] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    republished: bool = False
+    api_synced: bool = False
+
+
+class Reconciler:
+    """Runs reconcile passes over a :class:`DeviceState`."""
+
+    def __init__(
+        self,
+        state: DeviceState,
+        claims: ClaimCache | None,
+        *,
+        pool: str,
+        health: HealthTracker | None = None,
+        republish: Republish | None = None,
+        stale_after_s: float = 120.0,
+    ) -> None:
+        self.state = state
+        self.claims = claims
+        self.pool = pool
+        self.health = health
+        self.republish = republish
+        self.stale_after_s = stale_after_s
+        self._published: str | None = None
+        self._needs_adoption = state.load_problem is not None
+        self._wake = threading.Event()
+        self._pass_lock = threading.Lock()
+        self.last_report: ReconcileReport | None = None
+
+    def nudge(self) -> None:
+        """Ask for a pass soon (after a prepare, a health change, a claim event)."""
+        self._wake.set()
+
+    def run(self, stop: threading.Event, interval_s: float) -> None:
+        """Reconcile every ``interval_s`` and whenever nudged, until ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                self.reconcile_once()
+            except Exception:
+                log.exception("reconcile pass failed")
+                self.state.metrics.reconciles.labels("error").inc()
+            self._wake.wait(interval_s)
+            self._wake.clear()
+
+    # --- one pass -------------------------------------------------------------------------
+
+    def reconcile_once(self) -> ReconcileReport:
+        with self._pass_lock:
+            report = ReconcileReport()
+            report.api_synced = self.claims is not None and self.claims.synced
+            self.state.metrics.api_reachable.set(1 if report.api_synced else 0)
+            self._check_boot(report)
+            if self._needs_adoption and report.api_synced:
+                self._adopt(report)
+            self._roll_back_stale(report)
+            if report.api_synced:
+                self._unprepare_vanished(report)
+            view = self._observe(report)
+            self._maybe_republish(view, report)
+            outcome = "error" if report.errors else "ok"
+            self.state.metrics.reconciles.labels(outcome).inc()
+            if report.rolled_back or report.vanished or report.drift or report.rebooted:
+                log.info("reconciled", extra={
+                    "rolled_back": report.rolled_back, "vanished": report.vanished,
+                    "orphans_destroyed": report.orphans_destroyed, "drift": report.drift,
+                    "busy": report.busy, "rebooted": report.rebooted})
+            self.last_report = report
+            return report
+
+    def _check_boot(self, report: ReconcileReport) -> None:
+        try:
+            boot_id = self.state.backend.boot_id()
+        except BackendError as exc:
+            report.errors.append(f"boot id: {exc}")
+            return
+        if boot_id != self.state.checkpoint.boot_id:
+            cleared = self.state.clear_after_reboot(boot_id)
+            report.rebooted = True
+            self.state.metrics.drift.labels("reboot").inc(max(1, len(cleared)))
+
+    def _adopt(self, report: ReconcileReport) -> None:
+        assert self.claims is not None
+        for uid, claim in self.claims.allocated().items():
+            meta = claim["metadata"]
+            try:
+                if self.state.adopt(uid, meta.get("namespace", ""), meta["name"],
+                                    our_results(claim, pool=self.pool)):
+                    report.adopted.append(uid)
+            except (BackendError, OSError, SlicerError) as exc:
+                report.errors.append(f"adopt {uid}: {exc}")
+                return  # try again next pass
+        self._needs_adoption = False
+        if report.adopted:
+            self.state.metrics.drift.labels("adopted").inc(len(report.adopted))
+
+    def _roll_back_stale(self, report: ReconcileReport) -> None:
+        now = self.state.clock()
+        for uid, entry in self.state.entries().items():
+            if entry.state != PREPARE_STARTED or now - entry.started_at < self.stale_after_s:
+                continue
+            if self._release(entry, report, why="stale PrepareStarted"):
+                report.rolled_back.append(uid)
+                self.state.metrics.drift.labels("stale-prepare").inc()
+
+    def _unprepare_vanished(self, report: ReconcileReport) -> None:
+        assert self.claims is not None
+        allocated = self.claims.allocated()
+        for uid, entry in self.state.entries().items():
+            claim = allocated.get(uid)
+            if claim is None:
+                try:
+                    claim = self.claims.lookup_uid(entry.namespace, entry.name, uid)
+                except kerrors.KubeError as exc:
+                    report.errors.append(f"claim {entry.namespace}/{entry.name}: {exc}")
+                    self.state.metrics.api_errors.labels("get-claim").inc()
+                    continue
+            if claim is not None and _still_allocated(claim, entry, self.pool):
+                continue
+            if entry.state == PREPARE_STARTED and claim is not None:
+                continue  # a prepare in progress for a changed allocation: it undoes itself
+            if self._release(entry, report, why="claim vanished"):
+                report.vanished.append(uid)
+                self.state.metrics.drift.labels("vanished-claim").inc()
+
+    def _release(self, entry: ClaimEntry, report: ReconcileReport, *, why: str) -> bool:
+        try:
+            present = self._present_instances(entry)
+            self.state.release_entry(entry.uid)
+        except InstanceBusy as exc:
+            report.busy.append(entry.uid)
+            log.warning("not destroying busy instance", extra={"claim": entry.uid, "why": why,
+                                                                "error": str(exc)})
+            return False
+        except (BackendError, OSError, SlicerError) as exc:
+            report.errors.append(f"release {entry.uid} ({why}): {exc}")
+            return False
+        report.orphans_destroyed += present
+        self.state.metrics.orphans_destroyed.inc(present)
+        log.info("released claim", extra={"claim": entry.uid, "why": why,
+                                          "instances_destroyed": present})
+        return True
+
+    def _present_instances(self, entry: ClaimEntry) -> int:
+        count = 0
+        by_gpu: dict[int, list[MigInstance]] = {}
+        for device in entry.devices:
+            if not device.is_mig:
+                continue
+            if device.gpu_index not in by_gpu:
+                by_gpu[device.gpu_index] = self.state.backend.instances(device.gpu_index)
+            count += instance_at(by_gpu[device.gpu_index], device) is not None
+        return count
+
+    def _observe(self, report: ReconcileReport) -> NodeView:
+        metrics = self.state.metrics
+        entries = self.state.entries()
+        try:
+            infos = self.state.backend.gpus()
+        except BackendError as exc:
+            report.errors.append(f"gpus: {exc}")
+            infos = []
+        metrics.instances.clear()
+        counts: dict[tuple[str, str], int] = {}
+        states: list[GpuState] = []
+        for info in infos:
+            gpu_entries = [d for e in entries.values() for d in e.devices
+                           if d.gpu_index == info.index and d.is_mig]
+            instances = self._instances(info, report)
+            owned: set[SliceSpec] = set()
+            for device in gpu_entries:
+                inst = instance_at(instances, device)
+                if inst is not None:
+                    owned.add(inst.spec)
+            for device in gpu_entries:
+                completed = any(d is device for e in entries.values()
+                                if e.state == PREPARE_COMPLETED for d in e.devices)
+                if completed and instance_at(instances, device) is None and info.mig_enabled:
+                    report.drift.append(f"{device.device_name}: instance missing")
+                    metrics.drift.labels("missing-instance").inc()
+            for inst in instances:
+                owner = "agent" if inst.spec in owned else "foreign"
+                if owner == "foreign":
+                    report.foreign.append(inst)
+                counts[(inst.profile, owner)] = counts.get((inst.profile, owner), 0) + 1
+            metrics.free_memory_slices.labels(str(info.index)).set(
+                _free_memory_slices(info, instances))
+            taints = self.health.taints(info.index) if self.health is not None else ()
+            states.append(GpuState(
+                info=info,
+                mode=self.state.mig.mode(info.index),
+                instances=tuple(instances),
+                owned=frozenset(owned),
+                taints=taints,
+            ))
+        for (profile, owner), n in counts.items():
+            metrics.instances.labels(profile, owner).set(n)
+        allocated: list[DeviceSpec] = []
+        if self.claims is not None:
+            for claim in self.claims.allocated().values():
+                for result in our_results(claim, pool=self.pool):
+                    try:
+                        allocated.append(parse_device_name(result.device))
+                    except DeviceNameError:
+                        continue
+        return NodeView(tuple(states), tuple(sorted(allocated, key=repr)))
+
+    def _instances(self, info: GpuInfo, report: ReconcileReport) -> list[MigInstance]:
+        if not info.mig_enabled:
+            return []
+        try:
+            with self.state.gpu_lock(info.index):
+                return self.state.backend.instances(info.index)
+        except GpuLost as exc:
+            report.errors.append(f"GPU {info.index}: {exc}")
+        except BackendError as exc:
+            report.errors.append(f"instances of GPU {info.index}: {exc}")
+        return []
+
+    def _maybe_republish(self, view: NodeView, report: ReconcileReport) -> None:
+        if self.republish is None:
+            return
+        fingerprint = view.fingerprint()
+        if fingerprint == self._published:
+            return
+        try:
+            self.republish(view)
+        except Exception as exc:  # the API may be down: prepared claims keep working
+            report.errors.append(f"republish: {exc}")
+            self.state.metrics.republishes.labels("error").inc()
+            log.warning("republish failed; retrying next pass", extra={"error": str(exc)})
+            return
+        self._published = fingerprint
+        report.republished = True
+        self.state.metrics.republishes.labels("ok").inc()
+
+    def force_republish(self) -> None:
+        """Forget what was published, so the next pass republishes."""
+        self._published = None
+
+
+def _still_allocated(claim: dict[str, object], entry: ClaimEntry, pool: str) -> bool:
+    meta = claim.get("metadata")
+    if not isinstance(meta, dict) or meta.get("uid") != entry.uid:
+        return False
+    devices = {r.device for r in our_results(claim, pool=pool)}
+    return all(d.device_name in devices for d in entry.devices)
+
+
+def _free_memory_slices(info: GpuInfo, instances: list[MigInstance]) -> int:
+    try:
+        total = catalog.get_model(info.model).memory_slices
+    except CatalogError:
+        return 0
+    if not info.mig_enabled:
+        return total
+    used = {s for i in instances for s in i.memory_slices}
+    return total - len(used)
+
+
+__all__ = ["NodeView", "ReconcileReport", "Reconciler", "Republish"]

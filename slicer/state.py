@@ -1,0 +1,472 @@
+"""Prepare and unprepare: turning a claim's allocation into MIG instances and back, crash-safely.
+
+Two steps, kept apart (as in the reference DRA example driver):
+
+* :func:`plan_claim` (pure): from the allocation results for our driver and pool, which devices
+  to prepare, with the request names each serves. Deterministic; no I/O.
+* :class:`DeviceState` (acting): records ``PrepareStarted`` in the checkpoint, creates the GPU
+  instance at exactly the allocated placement and its compute instance (or makes the GPU's MIG
+  mode fit a whole-GPU device), writes the CDI spec, records ``PrepareCompleted``.
+
+Crash safety rests on three rules:
+
+1. The checkpoint names a placement (``PrepareStarted``) *before* anything is created there, and
+   a placement that is already occupied when a claim is first recorded is refused (it belongs to
+   someone else). So an instance at a placement named by a checkpoint entry is ours, even when
+   the agent died before learning its GI id: a retried prepare adopts it, a rollback destroys it.
+2. An entry is removed only after its instances are gone, so nothing the agent made is ever
+   forgotten while it exists.
+3. Every destroy checks for processes first and refuses (InstanceBusy) while any run; NotFound
+   counts as already destroyed, so unprepare resumes after a failure at any step.
+
+Operations on one GPU are serialised by a per-GPU lock; different GPUs proceed in parallel. A
+per-claim lock makes concurrent calls for the same claim queue up instead of racing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from slicer import cdi
+from slicer.agent_metrics import AgentMetrics
+from slicer.backend import GpuBackend, GpuInfo
+from slicer.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    Checkpoint,
+    CheckpointStore,
+    ClaimEntry,
+    PreparedDevice,
+)
+from slicer.claims import AllocatedDevice
+from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
+from slicer.errors import BackendError, DeviceNameError, NotFound, SlicerError
+from slicer.mig_mode import MigModeManager
+
+log = logging.getLogger(__name__)
+
+
+class PrepareError(SlicerError):
+    """A claim could not be prepared; the message becomes that claim's error for the kubelet."""
+
+
+class InstanceBusy(SlicerError):
+    """Processes still run on an instance the agent was asked to destroy; retry later."""
+
+
+@dataclass(frozen=True)
+class PlannedDevice:
+    """A device to prepare for a claim, with every request (or subrequest) it serves."""
+
+    request_names: tuple[str, ...]
+    device_name: str
+    spec: DeviceSpec
+
+
+def plan_claim(results: list[AllocatedDevice]) -> list[PlannedDevice]:
+    """What to prepare for these allocation results (pure; raises PrepareError on bad names).
+
+    A device listed by several results (several requests sharing it) is prepared once and
+    reports all their request names. Order follows the results.
+    """
+    by_name: dict[str, PlannedDevice] = {}
+    for result in results:
+        try:
+            spec = parse_device_name(result.device)
+        except DeviceNameError as exc:
+            raise PrepareError(f"allocation names an unknown device: {exc}") from exc
+        known = by_name.get(result.device)
+        names = (known.request_names if known else ()) + (result.request,)
+        by_name[result.device] = PlannedDevice(tuple(dict.fromkeys(names)), result.device, spec)
+    return list(by_name.values())
+
+
+def planned_entry(
+    uid: str, namespace: str, name: str, planned: list[PlannedDevice], now: float
+) -> ClaimEntry:
+    """The PrepareStarted entry for a plan (pure)."""
+    devices = []
+    for p in planned:
+        profile = p.spec.profile if isinstance(p.spec, SliceSpec) else None
+        start = p.spec.start if isinstance(p.spec, SliceSpec) else None
+        devices.append(
+            PreparedDevice(
+                request_names=p.request_names,
+                device_name=p.device_name,
+                gpu_index=p.spec.gpu_index,
+                profile=profile,
+                start=start,
+                cdi_device_id=cdi.device_id(uid, p.device_name),
+            )
+        )
+    return ClaimEntry(uid, namespace, name, PREPARE_STARTED, now, tuple(devices))
+
+
+def instance_at(instances: list[MigInstance], device: PreparedDevice) -> MigInstance | None:
+    """The live instance backing ``device``: same placement and, when recorded, same GI id."""
+    for inst in instances:
+        if (inst.profile, inst.start) != (device.profile, device.start):
+            continue
+        if device.gi_id is not None and inst.gi_id != device.gi_id:
+            continue
+        return inst
+    return None
+
+
+class DeviceState:
+    """The agent's prepared claims: checkpoint, instances and CDI specs kept in step."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        store: CheckpointStore,
+        cdi_dir: cdi.CdiDirectory,
+        *,
+        mig: MigModeManager,
+        metrics: AgentMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.store = store
+        self.cdi = cdi_dir
+        self.mig = mig
+        self.metrics = metrics or AgentMetrics()
+        self.clock = clock
+        self._on_change = on_change
+        self._lock = threading.RLock()  # guards the checkpoint (memory and file)
+        self._gpu_locks: dict[int, threading.Lock] = {}
+        self._claim_locks: dict[str, threading.Lock] = {}
+        boot_id = backend.boot_id()
+        self.checkpoint, self.load_problem = store.load_or_recover(boot_id)
+        if self.load_problem is not None:
+            log.error("checkpoint unusable; recovering by reconciling",
+                      extra={"problem": self.load_problem})
+            self.metrics.checkpoint_problems.inc()
+        self.rebooted = False
+        if self.checkpoint.boot_id != boot_id:
+            self.clear_after_reboot(boot_id)
+
+    # --- views ----------------------------------------------------------------------------
+
+    def entries(self) -> dict[str, ClaimEntry]:
+        with self._lock:
+            return dict(self.checkpoint.claims)
+
+    def entry(self, uid: str) -> ClaimEntry | None:
+        with self._lock:
+            return self.checkpoint.claims.get(uid)
+
+    # --- prepare --------------------------------------------------------------------------
+
+    def prepare(
+        self, uid: str, namespace: str, name: str, results: list[AllocatedDevice]
+    ) -> list[PreparedDevice]:
+        """Prepare a claim's devices (idempotent); PrepareError says why it failed."""
+        began = time.perf_counter()
+        with self._claim_lock(uid):
+            entry = self.entry(uid)
+            if entry is not None and entry.state == PREPARE_COMPLETED:
+                self.metrics.prepares.labels("already").inc()
+                return list(entry.devices)
+            try:
+                devices = self._prepare(uid, namespace, name, results, entry)
+            except PrepareError:
+                self.metrics.prepares.labels("error").inc()
+                raise
+            self.metrics.prepares.labels("ok").inc()
+            self.metrics.prepare_seconds.observe(time.perf_counter() - began)
+            return devices
+
+    def _prepare(
+        self,
+        uid: str,
+        namespace: str,
+        name: str,
+        results: list[AllocatedDevice],
+        entry: ClaimEntry | None,
+    ) -> list[PreparedDevice]:
+        planned = plan_claim(results)
+        if not planned:
+            raise PrepareError(
+                f"ResourceClaim {namespace}/{name} has no device of driver gpu-slicer.io "
+                "allocated on this node"
+            )
+        if entry is not None and [d.device_name for d in entry.devices] != [
+            p.device_name for p in planned
+        ]:
+            # An unfinished attempt for a different allocation: undo it before starting over.
+            self._release_or_fail(entry, "an earlier, different allocation of the claim")
+            entry = None
+        try:
+            gpus = {g.index: g for g in self.backend.gpus()}
+            if entry is None:
+                entry = planned_entry(uid, namespace, name, planned, self.clock())
+                self._refuse_occupied(entry, gpus)
+                self._put(entry)
+        except (BackendError, OSError, SlicerError) as exc:
+            raise PrepareError(f"cannot prepare claim {namespace}/{name}: {exc}") from exc
+        try:
+            done: list[PreparedDevice] = []
+            edits: list[cdi.DeviceEdits] = []
+            for device in entry.devices:
+                info = gpus.get(device.gpu_index)
+                if info is None:
+                    raise PrepareError(f"GPU {device.gpu_index} does not exist on this node")
+                with self.gpu_lock(device.gpu_index):
+                    prepared, edit = self._prepare_device(device, info)
+                done.append(prepared)
+                edits.append(edit)
+            self.cdi.write(uid, edits)
+            completed = entry.completed(tuple(done))
+            self._put(completed)
+        except (BackendError, OSError, SlicerError) as exc:
+            cleanup = self._undo_failed(entry)
+            raise PrepareError(
+                f"cannot prepare claim {namespace}/{name}: {exc}{cleanup}"
+            ) from exc
+        self._changed()
+        log.info("claim prepared", extra={"claim": uid, "devices": [d.device_name for d in done]})
+        return done
+
+    def _refuse_occupied(self, entry: ClaimEntry, gpus: dict[int, GpuInfo]) -> None:
+        """A placement that holds an instance before we recorded it is someone else's."""
+        for device in entry.devices:
+            info = gpus.get(device.gpu_index)
+            if not device.is_mig or info is None or not info.mig_enabled:
+                continue
+            with self.gpu_lock(device.gpu_index):
+                existing = self.backend.instances(device.gpu_index)
+            if instance_at(existing, device) is not None:
+                raise PrepareError(
+                    f"{device.device_name} is occupied by a MIG instance gpu-slicer did not "
+                    "create; it will not be touched. Destroy it by hand if it is not needed"
+                )
+
+    def _prepare_device(
+        self, device: PreparedDevice, info: GpuInfo
+    ) -> tuple[PreparedDevice, cdi.DeviceEdits]:
+        if not device.is_mig:
+            self.mig.ensure_for_whole(info)
+            return (
+                replace(device, uuid=info.uuid),
+                cdi.DeviceEdits(device.device_name, info.minor, info.uuid),
+            )
+        assert device.profile is not None and device.start is not None
+        self.mig.ensure_for_slice(info)
+        gpu = device.gpu_index
+        inst = instance_at(self.backend.instances(gpu), device)
+        if inst is None:
+            gi_id = self.backend.create_gpu_instance(gpu, device.profile, device.start)
+            inst = self.backend.create_compute_instance(gpu, gi_id)
+        elif inst.ci_id is None:  # adopted after a crash between the two creates
+            inst = self.backend.create_compute_instance(gpu, inst.gi_id)
+        assert inst.ci_id is not None and inst.uuid is not None
+        minors = self.backend.capability_minors(gpu, inst.gi_id, inst.ci_id)
+        return (
+            replace(device, gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid),
+            cdi.DeviceEdits(device.device_name, info.minor, inst.uuid, minors),
+        )
+
+    def _undo_failed(self, entry: ClaimEntry) -> str:
+        """Roll back a failed prepare; returns a note for the error message."""
+        current = self.entry(entry.uid) or entry
+        try:
+            self._release(current)
+        except (BackendError, OSError, SlicerError) as exc:
+            log.warning("rollback of failed prepare incomplete; the reconciler will finish it",
+                        extra={"claim": entry.uid, "error": str(exc)})
+            return f" (rollback incomplete, the reconciler will finish it: {exc})"
+        return ""
+
+    def _release_or_fail(self, entry: ClaimEntry, what: str) -> None:
+        try:
+            self._release(entry)
+        except (BackendError, OSError, SlicerError) as exc:
+            raise PrepareError(f"cannot undo {what}: {exc}") from exc
+
+    # --- unprepare ------------------------------------------------------------------------
+
+    def unprepare(self, uid: str) -> bool:
+        """Release a claim (idempotent); False when there was nothing to release.
+
+        Raises InstanceBusy while processes run on one of its instances, BackendError or
+        OSError when a step failed; calling again resumes where it stopped.
+        """
+        with self._claim_lock(uid):
+            entry = self.entry(uid)
+            if entry is None:
+                self.cdi.remove(uid)
+                self.metrics.unprepares.labels("absent").inc()
+                return False
+            try:
+                self._release(entry)
+            except InstanceBusy:
+                self.metrics.unprepares.labels("busy").inc()
+                raise
+            except (BackendError, OSError, SlicerError):
+                self.metrics.unprepares.labels("error").inc()
+                raise
+            self.metrics.unprepares.labels("ok").inc()
+            log.info("claim unprepared", extra={"claim": uid})
+            return True
+
+    def release_entry(self, uid: str) -> bool:
+        """Release under the claim lock without counting an unprepare (reconciler rollbacks)."""
+        with self._claim_lock(uid):
+            entry = self.entry(uid)
+            if entry is None:
+                return False
+            self._release(entry)
+            return True
+
+    def _release(self, entry: ClaimEntry) -> None:
+        """Destroy the entry's instances, remove its CDI spec, then forget it."""
+        destroyed = False
+        for device in entry.devices:
+            if not device.is_mig:
+                continue
+            with self.gpu_lock(device.gpu_index):
+                destroyed |= self._destroy_device(device)
+        self.cdi.remove(entry.uid)
+        self._drop(entry.uid)
+        if destroyed or entry.devices:
+            self._changed()
+
+    def _destroy_device(self, device: PreparedDevice) -> bool:
+        """Destroy the instance backing ``device``: CI then GI; False when already gone."""
+        gpu = device.gpu_index
+        inst = instance_at(self.backend.instances(gpu), device)
+        if inst is None:
+            return False
+        pids = self.backend.processes(gpu, inst.gi_id)
+        if pids:
+            self.metrics.busy_refusals.inc()
+            log.warning("instance busy; not destroying", extra={
+                "device": device.device_name, "gpu": gpu, "gi": inst.gi_id, "pids": pids})
+            raise InstanceBusy(
+                f"{device.device_name} (GPU {gpu}, GPU instance {inst.gi_id}) still runs "
+                f"processes {pids}; it is destroyed once they exit (the kubelet retries)"
+            )
+        if inst.ci_id is not None:
+            try:
+                self.backend.destroy_compute_instance(gpu, inst.gi_id, inst.ci_id)
+            except NotFound:
+                pass
+        try:
+            self.backend.destroy_gpu_instance(gpu, inst.gi_id)
+        except NotFound:
+            pass
+        return True
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def clear_after_reboot(self, boot_id: str) -> list[str]:
+        """The node rebooted: no instance survived, so every entry and CDI spec goes."""
+        with self._lock:
+            uids = list(self.checkpoint.claims)
+            for uid in uids:
+                self.cdi.remove(uid)
+            fresh = Checkpoint(boot_id=boot_id)
+            self.store.save(fresh)
+            self.checkpoint = fresh
+        self.rebooted = True
+        log.warning("node rebooted since the checkpoint was written; prepared state cleared",
+                    extra={"claims": uids})
+        return uids
+
+    def adopt(
+        self, uid: str, namespace: str, name: str, results: list[AllocatedDevice]
+    ) -> bool:
+        """Record a claim as prepared when every device's instance already exists.
+
+        Used after an unusable checkpoint: claims that the API says are allocated here and whose
+        instances exist at exactly the allocated placements are taken back, so that their later
+        unprepare destroys the instances. False (nothing recorded) when any device is missing.
+        """
+        with self._claim_lock(uid):
+            if self.entry(uid) is not None:
+                return False
+            planned = plan_claim(results)
+            entry = planned_entry(uid, namespace, name, planned, self.clock())
+            gpus = {g.index: g for g in self.backend.gpus()}
+            done: list[PreparedDevice] = []
+            edits: list[cdi.DeviceEdits] = []
+            for device in entry.devices:
+                info = gpus.get(device.gpu_index)
+                if info is None:
+                    return False
+                if not device.is_mig:
+                    if info.mig_enabled:
+                        return False
+                    done.append(replace(device, uuid=info.uuid))
+                    edits.append(cdi.DeviceEdits(device.device_name, info.minor, info.uuid))
+                    continue
+                if not info.mig_enabled:
+                    return False
+                inst = instance_at(self.backend.instances(device.gpu_index), device)
+                if inst is None or inst.ci_id is None or inst.uuid is None:
+                    return False
+                minors = self.backend.capability_minors(device.gpu_index, inst.gi_id, inst.ci_id)
+                done.append(replace(device, gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid))
+                edits.append(cdi.DeviceEdits(device.device_name, info.minor, inst.uuid, minors))
+            self.cdi.write(uid, edits)
+            self._put(entry.completed(tuple(done)))
+            return True
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    @contextmanager
+    def gpu_lock(self, gpu_index: int) -> Iterator[None]:
+        with self._lock:
+            lock = self._gpu_locks.setdefault(gpu_index, threading.Lock())
+        with lock:
+            yield
+
+    @contextmanager
+    def _claim_lock(self, uid: str) -> Iterator[None]:
+        with self._lock:
+            lock = self._claim_locks.setdefault(uid, threading.Lock())
+        with lock:
+            yield
+
+    def _put(self, entry: ClaimEntry) -> None:
+        """Record an entry; the in-memory state changes only if the file write succeeded."""
+        with self._lock:
+            claims = dict(self.checkpoint.claims)
+            claims[entry.uid] = entry
+            updated = Checkpoint(self.checkpoint.boot_id, claims)
+            self.store.save(updated)
+            self.checkpoint = updated
+
+    def _drop(self, uid: str) -> None:
+        with self._lock:
+            if uid not in self.checkpoint.claims:
+                return
+            claims = {k: v for k, v in self.checkpoint.claims.items() if k != uid}
+            updated = Checkpoint(self.checkpoint.boot_id, claims)
+            self.store.save(updated)
+            self.checkpoint = updated
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change()
+            except Exception:
+                log.exception("state change callback failed")
+
+
+__all__ = [
+    "DeviceState",
+    "InstanceBusy",
+    "PlannedDevice",
+    "PrepareError",
+    "instance_at",
+    "plan_claim",
+    "planned_entry",
+]
