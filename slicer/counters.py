@@ -1,0 +1,160 @@
+"""The shared-counter model that lets the scheduler hand out MIG slices without overlap.
+
+Every GPU gets one counter set, ``gpu-<i>-counters``: one counter per memory slice (value 1) and
+one per budget the catalog knows (multiprocessors, copy engines, decoders, encoders, JPEG and OFA
+engines, memory bytes). A MIG device consumes the memory slices it covers and its profile's share
+of every budget; the whole GPU consumes everything. The scheduler allocates a set of devices only
+when, per counter, the consumptions add up to at most the counter's value.
+
+Why that is exactly the catalog's validity (checked exhaustively for every model in the tests,
+argued in docs/resourceslices.md): memory-slice counters forbid overlap; every legal set of
+placements already respects the per-profile instance limits and, on the catalog's geometries,
+the compute-slice budget; the OFA counter has a value of 1 and every ``+me`` profile takes the
+OFA engine, so at most one ``+me`` instance fits; the other budgets never bind a legal set.
+
+Instances the agent did not create are already on the GPU and not in any claim, so their share
+is taken off the counter set (:func:`counter_values` with ``foreign``): the scheduler then
+admits exactly the sets that can join them.
+
+Pure: data in, data out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from slicer.catalog import GpuModel, Profile
+
+ENGINE_COUNTERS: tuple[str, ...] = (
+    "multiprocessors",
+    "copy-engines",
+    "decoders",
+    "encoders",
+    "jpeg-engines",
+    "ofa-engines",
+    "memory",
+)
+"""The budget counters of every counter set, after the ``memory-slice-<i>`` counters."""
+
+Consumption = dict[str, int]
+"""Counter name -> amount; absent means zero."""
+
+
+def counter_set_name(gpu_index: int) -> str:
+    return f"gpu-{gpu_index}-counters"
+
+
+def memory_slice_counter(memory_slice: int) -> str:
+    return f"memory-slice-{memory_slice}"
+
+
+def counter_names(model: GpuModel) -> list[str]:
+    """Every counter of a GPU of ``model``, in the order they are published."""
+    return [memory_slice_counter(i) for i in range(model.memory_slices)] + list(ENGINE_COUNTERS)
+
+
+def _budgets(
+    multiprocessors: int, copy: int, decoders: int, encoders: int, jpeg: int, ofa: int, memory: int
+) -> Consumption:
+    return {
+        "multiprocessors": multiprocessors,
+        "copy-engines": copy,
+        "decoders": decoders,
+        "encoders": encoders,
+        "jpeg-engines": jpeg,
+        "ofa-engines": ofa,
+        "memory": memory,
+    }
+
+
+def gpu_totals(model: GpuModel) -> Consumption:
+    """What a whole, empty GPU of ``model`` offers: the counter set's full values."""
+    totals = {memory_slice_counter(i): 1 for i in range(model.memory_slices)}
+    e = model.engines
+    totals.update(
+        _budgets(
+            model.multiprocessors, e.copy, e.decoders, e.encoders, e.jpeg, e.ofa,
+            model.memory_bytes,
+        )
+    )
+    return totals
+
+
+def whole_gpu_consumption(model: GpuModel) -> Consumption:
+    """The whole GPU takes every counter in full, so it excludes every MIG device and vice versa."""
+    return {name: value for name, value in gpu_totals(model).items() if value}
+
+
+def profile_consumption(profile: Profile, start: int) -> Consumption:
+    """What one instance of ``profile`` at ``start`` takes; zero amounts are left out."""
+    used = {memory_slice_counter(i): 1 for i in profile.covers(start)}
+    e = profile.engines
+    used.update(
+        _budgets(
+            profile.multiprocessors, e.copy, e.decoders, e.encoders, e.jpeg, e.ofa,
+            profile.memory_bytes,
+        )
+    )
+    return {name: value for name, value in used.items() if value}
+
+
+def counter_values(
+    model: GpuModel, foreign: Iterable[tuple[Profile, int]] = ()
+) -> Consumption:
+    """The counter set to publish: the GPU's totals less what ``foreign`` instances hold.
+
+    Values never go below zero: a foreign set the catalog calls invalid (which NVML would not
+    have let anyone create) still yields a publishable set, just an exhausted one.
+    """
+    values = gpu_totals(model)
+    for profile, start in foreign:
+        for name, amount in profile_consumption(profile, start).items():
+            values[name] = max(0, values[name] - amount)
+    return values
+
+
+def admits(available: Mapping[str, int], consumptions: Iterable[Mapping[str, int]]) -> bool:
+    """The scheduler's counter check: do these consumptions fit into ``available`` together?"""
+    used: dict[str, int] = {}
+    for consumption in consumptions:
+        for name, amount in consumption.items():
+            used[name] = used.get(name, 0) + amount
+            if used[name] > available.get(name, 0):
+                return False
+    return True
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    """One GPU's counter set, ready to be rendered into a ResourceSlice."""
+
+    name: str
+    values: Mapping[str, int]
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+
+def format_quantity(value: int, *, binary: bool = False) -> str:
+    """Render an integer as the apiserver's canonical Quantity string.
+
+    Byte amounts use the largest binary suffix that keeps the number whole (``143771Mi``), as the
+    apiserver would print them back, so that a read-back compares equal to what was written.
+    """
+    if not binary or value == 0:
+        return str(value)
+    for suffix, factor in (("Ei", 1 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30),
+                           ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if value % factor == 0:
+            return f"{value // factor}{suffix}"
+    return str(value)
+
+
+def render_counters(values: Mapping[str, int]) -> dict[str, dict[str, str]]:
+    """``{"memory-slice-0": {"value": "1"}, "memory": {"value": "143771Mi"}, ...}``."""
+    return {
+        name: {"value": format_quantity(amount, binary=name == "memory")}
+        for name, amount in values.items()
+    }

@@ -1,0 +1,283 @@
+"""Device order is the packing policy.
+
+The scheduler's allocator is first-fit: it walks pools, slices (sorted by name from 1.36 on) and
+devices in the order they are listed, and takes the first device that passes the request's
+selectors and the counter check. Nothing scores devices within a node. So the only lever a
+driver has over packing is the order in which it lists devices; each policy here is one order.
+
+* ``name``: canonical order (GPU index, the whole GPU, then profiles in catalog order, starts
+  ascending). What NVIDIA's driver does; small requests land on GPU 0 at memory slice 0, which
+  destroys the most larger placements.
+* ``anti-fragmentation``: static. GPUs in index order; within a GPU small profiles first and,
+  within a profile, the placements that destroy the fewest larger placements of an empty GPU
+  first (``1g`` at memory slice 6 before slice 0), ties broken by the higher start.
+* ``best-fit``: dynamic. Uses what is in use now (instances and allocated devices): GPUs already
+  in use first, the tightest (fewest free memory slices) first, so that small slices pack onto
+  them and empty GPUs stay whole; within a GPU the placements that destroy the fewest placements
+  still possible there first. Its order changes with allocations: republish through a
+  :class:`RepublishLimiter` so that a busy node does not rewrite its slices on every claim.
+
+Policies only reorder; they never add or drop devices. Pure, apart from the limiter's clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Protocol
+
+from slicer.catalog import GpuModel, Placement, Profile, is_valid
+from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
+from slicer.errors import SlicerError
+
+
+class OrderingError(SlicerError, ValueError):
+    """An unknown ordering policy was named."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A device the agent is about to advertise, as a policy sees it."""
+
+    spec: DeviceSpec
+    model: GpuModel
+    profile: Profile | None
+    """None for the whole GPU."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.device_name
+
+    @property
+    def gpu_index(self) -> int:
+        return self.spec.gpu_index
+
+    @property
+    def placement(self) -> Placement | None:
+        if isinstance(self.spec, SliceSpec):
+            return (self.spec.profile, self.spec.start)
+        return None
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """What is in use on each GPU: existing instances plus devices allocated to claims."""
+
+    placements: Mapping[int, tuple[Placement, ...]] = field(default_factory=dict)
+    whole_in_use: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(
+        cls,
+        instances: Mapping[int, Sequence[Placement]] | None = None,
+        allocated: Sequence[DeviceSpec] = (),
+    ) -> Occupancy:
+        """Merge existing instances with allocated devices (an allocation may not exist yet)."""
+        merged: dict[int, dict[Placement, None]] = {}
+        for gpu, placements in (instances or {}).items():
+            for p in placements:
+                merged.setdefault(gpu, {})[p] = None
+        whole: set[int] = set()
+        for spec in allocated:
+            if isinstance(spec, WholeGpu):
+                whole.add(spec.gpu_index)
+            else:
+                merged.setdefault(spec.gpu_index, {})[(spec.profile, spec.start)] = None
+        return cls({g: tuple(p) for g, p in merged.items()}, frozenset(whole))
+
+    def in_use(self, gpu: int) -> bool:
+        return gpu in self.whole_in_use or bool(self.placements.get(gpu))
+
+    def free_memory_slices(self, gpu: int, model: GpuModel) -> int:
+        if gpu in self.whole_in_use:
+            return 0
+        taken: set[int] = set()
+        for name, start in self.placements.get(gpu, ()):
+            if model.has_profile(name):
+                taken.update(model.profile(name).covers(start))
+        return model.memory_slices - len(taken)
+
+
+class OrderPolicy(Protocol):
+    """Orders the pool's devices; the first device in the list that fits is the one allocated."""
+
+    name: str
+
+    def order(self, candidates: Sequence[Candidate], occupancy: Occupancy) -> list[Candidate]: ...
+
+
+def _profile_rank(model: GpuModel, profile: Profile | None) -> tuple[int, int, int, int]:
+    if profile is None:
+        return (1, 0, 0, 0)
+    return (0, profile.compute_slices, profile.memory_slices, int(profile.media_exclusive))
+
+
+def _larger(a: Profile, b: Profile) -> bool:
+    """``b`` is a larger profile than ``a`` (more memory or more compute)."""
+    return (b.memory_slices, b.compute_slices) > (a.memory_slices, a.compute_slices)
+
+
+def destroyed_placements(
+    model: GpuModel, placement: Placement, present: Sequence[Placement] = ()
+) -> int:
+    """How many larger placements, still possible next to ``present``, ``placement`` rules out."""
+    profile = model.profile(placement[0])
+    base = list(present)
+    count = 0
+    for other in model.profiles:
+        if not _larger(profile, other):
+            continue
+        for start in other.starts:
+            q = (other.name, start)
+            if is_valid(model, [*base, q]) and not is_valid(model, [*base, placement, q]):
+                count += 1
+    return count
+
+
+@lru_cache(maxsize=1024)
+def _costs(model: GpuModel, present: tuple[Placement, ...] = ()) -> dict[Placement, int]:
+    """:func:`destroyed_placements` of every placement of the model, next to ``present``."""
+    return {
+        (p.name, s): destroyed_placements(model, (p.name, s), present)
+        for p in model.profiles
+        for s in p.starts
+    }
+
+
+class NamePolicy:
+    """Canonical name order, as NVIDIA's driver lists devices."""
+
+    name = "name"
+
+    def order(self, candidates: Sequence[Candidate], occupancy: Occupancy) -> list[Candidate]:
+        def key(c: Candidate) -> tuple[int, int, int, int]:
+            if c.profile is None:
+                return (c.gpu_index, 0, 0, 0)
+            assert isinstance(c.spec, SliceSpec)
+            return (c.gpu_index, 1, c.model.profiles.index(c.profile), c.spec.start)
+
+        return sorted(candidates, key=key)
+
+
+class AntiFragmentationPolicy:
+    """Static: small profiles first, where they destroy the fewest larger placements."""
+
+    name = "anti-fragmentation"
+
+    def order(self, candidates: Sequence[Candidate], occupancy: Occupancy) -> list[Candidate]:
+        def key(c: Candidate) -> tuple[object, ...]:
+            rank = _profile_rank(c.model, c.profile)
+            if c.placement is None:
+                return (c.gpu_index, rank, 0, 0)
+            cost = _costs(c.model)[c.placement]
+            return (c.gpu_index, rank, cost, -c.placement[1])
+
+        return sorted(candidates, key=key)
+
+
+class BestFitPolicy:
+    """Dynamic: pack onto GPUs already in use (tightest first), keep empty GPUs whole."""
+
+    name = "best-fit"
+
+    def order(self, candidates: Sequence[Candidate], occupancy: Occupancy) -> list[Candidate]:
+        models = {c.gpu_index: c.model for c in candidates}
+
+        def gpu_rank(gpu: int) -> tuple[int, int, int]:
+            if occupancy.in_use(gpu):
+                return (0, occupancy.free_memory_slices(gpu, models[gpu]), gpu)
+            return (1, 0, gpu)
+
+        def cost(c: Candidate) -> int:
+            assert c.placement is not None
+            present = tuple(sorted(
+                p for p in occupancy.placements.get(c.gpu_index, ()) if c.model.has_profile(p[0])
+            ))
+            return _costs(c.model, present).get(c.placement, 0)
+
+        def key(c: Candidate) -> tuple[object, ...]:
+            rank = _profile_rank(c.model, c.profile)
+            if c.placement is None:
+                return (gpu_rank(c.gpu_index), rank, 0, 0)
+            return (gpu_rank(c.gpu_index), rank, cost(c), -c.placement[1])
+
+        return sorted(candidates, key=key)
+
+
+POLICIES: dict[str, Callable[[], OrderPolicy]] = {
+    NamePolicy.name: NamePolicy,
+    AntiFragmentationPolicy.name: AntiFragmentationPolicy,
+    BestFitPolicy.name: BestFitPolicy,
+}
+"""Registered policies by name; add one here to make it available to the CLI and the agent."""
+
+DYNAMIC_POLICIES = frozenset({BestFitPolicy.name})
+"""Policies whose order depends on allocations, so the agent republishes when those change."""
+
+
+def get_policy(name: str) -> OrderPolicy:
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise OrderingError(
+            f"unknown device-order policy {name!r}; choose one of: {', '.join(POLICIES)}"
+        ) from None
+
+
+def order_fingerprint(candidates: Sequence[Candidate]) -> str:
+    """A compact identity of an order, to tell whether republishing would change anything."""
+    return ",".join(c.name for c in candidates)
+
+
+class RepublishLimiter:
+    """Decides when a changed best order is worth a republish.
+
+    A new order must stay the same for ``quiet_s`` (debounce: a burst of claims settles first),
+    and publishes are at least ``min_interval_s`` apart (rate limit: each one rewrites slices and
+    briefly makes the pool incomplete for the scheduler). Changes of *what* is advertised (a GPU
+    lost, an instance appeared) should bypass this and publish at once; only order is deferred.
+    """
+
+    def __init__(
+        self,
+        *,
+        min_interval_s: float = 30.0,
+        quiet_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._min_interval_s = min_interval_s
+        self._quiet_s = quiet_s
+        self._clock = clock
+        self._published: str | None = None
+        self._published_at: float | None = None
+        self._latest: str | None = None
+        self._latest_since = 0.0
+
+    def observe(self, fingerprint: str) -> None:
+        """Record the order the policy computes now."""
+        if fingerprint != self._latest:
+            self._latest = fingerprint
+            self._latest_since = self._clock()
+
+    def due_in(self) -> float | None:
+        """Seconds until a republish is due (0: now), or None when the published order is best."""
+        if self._latest is None or self._latest == self._published:
+            return None
+        now = self._clock()
+        wait = self._latest_since + self._quiet_s - now
+        if self._published_at is not None:
+            wait = max(wait, self._published_at + self._min_interval_s - now)
+        return max(0.0, wait)
+
+    def due(self) -> bool:
+        return self.due_in() == 0.0
+
+    def published(self, fingerprint: str) -> None:
+        """Record that ``fingerprint`` was written (whatever triggered the write)."""
+        self._published = fingerprint
+        self._published_at = self._clock()
+        if self._latest is None:
+            self._latest = fingerprint
+            self._latest_since = self._published_at

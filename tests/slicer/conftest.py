@@ -1,0 +1,116 @@
+"""Fixtures for the slicer tests: simulated GPUs as inventory input, schema validation, and a
+reading of published slices the way the scheduler's counter check sees them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from kubernetes.utils.quantity import parse_quantity
+
+from slicer.devices import MigInstance, SliceSpec
+from slicer.inventory import GpuState, Mode
+from slicer.simulated import SimulatedBackend
+
+K8S_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
+
+
+def version_tuple(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def states_for(
+    spec: str,
+    *,
+    mode: Mode = "dynamic",
+    instances: dict[int, Sequence[tuple[str, int]]] | None = None,
+    owned: dict[int, Iterable[tuple[str, int]]] | None = None,
+    mig_enabled: bool | None = None,
+) -> list[GpuState]:
+    """GpuStates of a simulated node; ``instances`` are placements per GPU index (not created on
+    a backend: the inventory is pure), ``owned`` the subset the agent made."""
+    infos = SimulatedBackend(spec, node_name="node-a").gpus()
+    states = []
+    for info in infos:
+        if mig_enabled is not None:
+            info = replace(info, mig_enabled=mig_enabled)
+        placed = tuple(
+            MigInstance(info.index, p, s, _size(info.model, p), gi, 0, f"MIG-{info.index}-{gi}")
+            for gi, (p, s) in enumerate((instances or {}).get(info.index, ()))
+        )
+        mine = frozenset(SliceSpec(info.index, p, s) for p, s in (owned or {}).get(info.index, ()))
+        states.append(GpuState(info, mode=mode, instances=placed, owned=mine))
+    return states
+
+
+def _size(model_key: str, profile: str) -> int:
+    from slicer.catalog import get_model
+
+    return get_model(model_key).profile(profile).memory_slices
+
+
+@pytest.fixture
+def make_states() -> Callable[..., list[GpuState]]:
+    return states_for
+
+
+def validate_strict(obj: dict[str, Any], version: str) -> None:
+    """Raise kubernetes_validate.ValidationError unless ``obj`` passes the strict schema."""
+    kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.fixture
+def validate() -> Callable[[dict[str, Any], str], None]:
+    return validate_strict
+
+
+@dataclass
+class PoolView:
+    """A pool as the allocator sees it: counter sets and, per device, what it consumes."""
+
+    available: dict[str, dict[str, Decimal]]
+    consumes: dict[str, list[tuple[str, dict[str, Decimal]]]]
+    devices: dict[str, dict[str, Any]]
+    order: list[str]
+    """Device names in allocator order: slices by name, devices as listed."""
+
+    def admits(self, names: Iterable[str]) -> bool:
+        used: dict[tuple[str, str], Decimal] = {}
+        for name in names:
+            for counter_set, counters in self.consumes.get(name, []):
+                for counter, amount in counters.items():
+                    key = (counter_set, counter)
+                    used[key] = used.get(key, Decimal(0)) + amount
+                    if used[key] > self.available[counter_set].get(counter, Decimal(0)):
+                        return False
+        return True
+
+
+def read_pool(slices: Sequence[dict[str, Any]]) -> PoolView:
+    available: dict[str, dict[str, Decimal]] = {}
+    consumes: dict[str, list[tuple[str, dict[str, Decimal]]]] = {}
+    devices: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    for s in sorted(slices, key=lambda s: s["metadata"]["name"]):
+        for cs in s["spec"].get("sharedCounters") or []:
+            available[cs["name"]] = {
+                k: parse_quantity(v["value"]) for k, v in cs["counters"].items()
+            }
+        for d in s["spec"].get("devices") or []:
+            devices[d["name"]] = d
+            order.append(d["name"])
+            consumes[d["name"]] = [
+                (e["counterSet"], {k: parse_quantity(v["value"]) for k, v in e["counters"].items()})
+                for e in d.get("consumesCounters") or []
+            ]
+    return PoolView(available, consumes, devices, order)
+
+
+@pytest.fixture
+def pool_view() -> Callable[[Sequence[dict[str, Any]]], PoolView]:
+    return read_pool
