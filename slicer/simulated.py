@@ -9,9 +9,12 @@ Tests and the simulator use :class:`SimulatedBackend` wherever the node agent wo
   raises ``NotSupported`` (NVML's answer for a profile or placement the device does not offer);
   an overlap, an exhausted count, compute budget or a second ``+me`` raises
   ``InsufficientResources``; a GPU whose MIG mode is off raises ``NotSupported``.
-* GI ids are the lowest free small integer on the GPU and are reused after a destroy (real NVML
-  derives them from the placement; callers may only rely on "unique among live instances").
-  The one compute instance of a GI spans it and gets CI id 0, as NVML gives the first CI.
+* GI ids follow the placement, as NVML's do: the memory slices form a binary tree numbered
+  breadth-first (on an 8-slice GPU: 0 for the whole GPU, 1-2 for the halves, 3-6 for quarters,
+  7-14 for single slices), so an instance at the same placement gets the same id again. The
+  numbering is inferred from NVML's behaviour; callers may only rely on ids being unique among
+  the live instances of a GPU. The one compute instance of a GI spans it and gets CI id 0, as
+  NVML gives the first CI.
 * Destroys raise ``InUse`` while processes run (and a GI destroy while its CI remains) and
   ``NotFound`` once the instance is gone, so cleanup code can be resumed after any step.
 * MIG mode: Ampere models start with MIG enabled, Hopper and newer with it disabled (full GPU);
@@ -270,7 +273,7 @@ class SimulatedBackend:
                     + "; ".join(problems),
                     gpu=gpu_index,
                 )
-            gi_id = _lowest_free(gpu.instances)
+            gi_id = placement_gi_id(gpu.model, prof, start)
             gpu.instances[gi_id] = _GpuInstance(gi_id=gi_id, profile=prof, start=start)
             return gi_id
 
@@ -575,11 +578,13 @@ class SimulatedBackend:
         self._events_ready.notify_all()
 
 
-def _lowest_free(used: dict[int, _GpuInstance]) -> int:
-    candidate = 0
-    while candidate in used:
-        candidate += 1
-    return candidate
+def placement_gi_id(model: catalog.GpuModel, profile: catalog.Profile, start: int) -> int:
+    """The GI id of an instance at ``start``: its node in the breadth-first slice tree.
+
+    Instances that may coexist never overlap, so they never share a node (an id).
+    """
+    per_node = profile.memory_slices
+    return model.memory_slices // per_node - 1 + start // per_node
 
 
 def _pci_address(index: int) -> tuple[str, str]:

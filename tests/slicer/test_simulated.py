@@ -27,7 +27,7 @@ from slicer.errors import (
     NotSupported,
     ResetRequired,
 )
-from slicer.simulated import SimulatedBackend
+from slicer.simulated import SimulatedBackend, placement_gi_id
 
 
 def make_slice(backend: SimulatedBackend, gpu: int, profile: str, start: int) -> tuple[int, int]:
@@ -176,12 +176,24 @@ def test_creating_on_a_gpu_in_full_mode_is_not_supported_and_lists_nothing() -> 
     assert backend.instances(0) == []
 
 
-def test_gi_ids_are_small_and_reused_after_destroy() -> None:
+def test_gi_ids_follow_the_placement_like_nvml_and_come_back_after_destroy() -> None:
     backend = SimulatedBackend("A100-80GB")
-    ids = [backend.create_gpu_instance(0, "1g.10gb", s) for s in range(3)]
-    assert len(set(ids)) == 3 and max(ids) < 8
-    backend.destroy_gpu_instance(0, ids[1])
-    assert backend.create_gpu_instance(0, "1g.10gb", 5) == ids[1]
+    assert [backend.create_gpu_instance(0, "1g.10gb", s) for s in (0, 1)] == [7, 8]
+    assert backend.create_gpu_instance(0, "2g.20gb", 2) == 4
+    assert backend.create_gpu_instance(0, "3g.40gb", 4) == 2
+    backend.destroy_gpu_instance(0, 8)
+    assert backend.create_gpu_instance(0, "1g.10gb", 1) == 8
+    whole = SimulatedBackend("A30")
+    assert whole.create_gpu_instance(0, "4g.24gb", 0) == 0
+
+
+@pytest.mark.parametrize("model", catalog.MODELS, ids=lambda m: m.key)
+def test_gi_ids_of_every_placement_stay_within_the_driver_s_fifteen(
+    model: catalog.GpuModel,
+) -> None:
+    for profile in model.profiles:
+        for start in profile.starts:
+            assert 0 <= placement_gi_id(model, profile, start) < 15
 
 
 def test_a_gpu_instance_takes_one_compute_instance() -> None:
@@ -360,7 +372,7 @@ class SliceLifecycle(RuleBasedStateMachine):
     @rule(data=st.data())
     def destroy_gpu_instance(self, data: st.DataObject) -> None:
         existing = st.sampled_from(sorted(self.expected)) if self.expected else st.nothing()
-        gi = data.draw(st.one_of(existing, existing, st.integers(0, 8)))
+        gi = data.draw(st.one_of(existing, existing, st.integers(0, 15)))
         try:
             self.backend.destroy_gpu_instance(0, gi)
         except NotFound:
