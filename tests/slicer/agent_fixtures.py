@@ -1,0 +1,181 @@
+"""Building blocks for the node agent's tests: claims in an in-memory cluster, an agent's parts
+on a simulated backend, and a backend proxy that "crashes" the agent at a chosen call.
+
+A crash is modelled by :class:`AgentCrash`, a BaseException: the agent's code catches Exception
+subclasses only, so nothing of the dying agent runs after it (no rollback), exactly as when the
+process is killed. The test then builds a fresh agent on the same checkpoint directory, CDI
+directory and backend, as a restarted pod would.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kube.memory import InMemoryKubeApi
+from slicer import catalog
+from slicer.agent_metrics import AgentMetrics
+from slicer.cdi import CdiDirectory
+from slicer.checkpoint import CheckpointStore
+from slicer.claims import ClaimCache
+from slicer.health import HealthTracker
+from slicer.inventory import default_mode
+from slicer.mig_mode import MigModeManager
+from slicer.reconciler import NodeView, Reconciler
+from slicer.simulated import SimulatedBackend
+from slicer.state import DeviceState
+
+NODE = "node-a"
+DRIVER = "gpu-slicer.io"
+
+_uids = itertools.count(1)
+
+
+class AgentCrash(BaseException):
+    """The agent process dies here (not an Exception: nothing catches it)."""
+
+
+def allocate_claim(
+    api: InMemoryKubeApi,
+    devices: list[str],
+    *,
+    name: str | None = None,
+    namespace: str = "ml",
+    pool: str = NODE,
+    request: str = "gpu",
+) -> dict[str, Any]:
+    """Create a ResourceClaim allocated to ``devices`` in ``pool``; returns the stored claim."""
+    name = name or f"claim-{next(_uids)}"
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [
+            {"name": request, "exactly": {"deviceClassName": "mig.gpu-slicer.io", "count": 1}}
+        ]}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": request, "driver": DRIVER, "pool": pool, "device": d} for d in devices
+        ]}}},
+    }
+    return api.create(claim)
+
+
+def deallocate(api: InMemoryKubeApi, claim: dict[str, Any]) -> None:
+    stored = api.get("resource.k8s.io/v1", "ResourceClaim", claim["metadata"]["name"],
+                     claim["metadata"]["namespace"])
+    stored["status"] = {}
+    api.update(stored)
+
+
+def delete_claim(api: InMemoryKubeApi, claim: dict[str, Any]) -> None:
+    api.delete("resource.k8s.io/v1", "ResourceClaim", claim["metadata"]["name"],
+               claim["metadata"]["namespace"])
+
+
+def ref(claim: dict[str, Any]) -> tuple[str, str, str]:
+    meta = claim["metadata"]
+    return meta["uid"], meta["namespace"], meta["name"]
+
+
+@dataclass
+class Agent:
+    """An agent's parts, built the way slicer.agent wires them (without threads or sockets)."""
+
+    backend: Any
+    api: InMemoryKubeApi
+    state: DeviceState
+    claims: ClaimCache
+    reconciler: Reconciler
+    health: HealthTracker
+    metrics: AgentMetrics
+    published: list[NodeView] = field(default_factory=list)
+
+    def prepare(self, claim: dict[str, Any]) -> Any:
+        from slicer.claims import our_results
+
+        uid, ns, name = ref(claim)
+        stored = self.claims.get(ns, name, uid)
+        return self.state.prepare(uid, ns, name, our_results(stored, pool=NODE))
+
+    def unprepare(self, claim: dict[str, Any]) -> bool:
+        return self.state.unprepare(claim["metadata"]["uid"])
+
+    def reconcile(self) -> Any:
+        self.claims.sync_once()
+        return self.reconciler.reconcile_once()
+
+
+def build_agent(
+    backend: Any,
+    api: InMemoryKubeApi,
+    root: Path,
+    *,
+    clock: Callable[[], float] | None = None,
+    stale_after_s: float = 120.0,
+) -> Agent:
+    """A fresh agent on ``root/checkpoint`` and ``root/cdi`` (new state objects every call)."""
+    metrics = AgentMetrics()
+    modes = {g.index: default_mode(catalog.get_model(g.model)) for g in backend.gpus()}
+    mig = MigModeManager(backend, modes)
+    kwargs: dict[str, Any] = {"mig": mig, "metrics": metrics}
+    if clock is not None:
+        kwargs["clock"] = clock
+    state = DeviceState(backend, CheckpointStore(root / "checkpoint"), CdiDirectory(root / "cdi"),
+                        **kwargs)
+    claims = ClaimCache(api, pool=NODE)
+    claims.sync_once()
+    health = HealthTracker(backend, metrics=metrics)
+    published: list[NodeView] = []
+    reconciler = Reconciler(state, claims, pool=NODE, health=health,
+                            republish=published.append, stale_after_s=stale_after_s)
+    return Agent(backend, api, state, claims, reconciler, health, metrics, published)
+
+
+class CrashingBackend:
+    """A SimulatedBackend proxy that raises AgentCrash at the n-th call of one method.
+
+    ``after=True`` crashes *after* the call took effect (the agent never learns the result: the
+    most damaging moment), ``after=False`` before it reached the GPU.
+    """
+
+    def __init__(self, inner: SimulatedBackend) -> None:
+        self.inner = inner
+        self._armed: tuple[str, int, bool] | None = None
+
+    def crash_at(self, method: str, *, nth: int = 1, after: bool = False) -> None:
+        self._armed = (method, nth, after)
+
+    def disarm(self) -> None:
+        self._armed = None
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)
+        if not callable(target) or self._armed is None or self._armed[0] != name:
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            armed = self._armed
+            if armed is None or armed[0] != name:
+                return target(*args, **kwargs)
+            method, nth, after = armed
+            if nth > 1:
+                self._armed = (method, nth - 1, after)
+                return target(*args, **kwargs)
+            self._armed = None
+            if not after:
+                raise AgentCrash(f"crash before {name}")
+            target(*args, **kwargs)
+            raise AgentCrash(f"crash after {name}")
+
+        return call
+
+
+def live_instances(backend: Any) -> list[Any]:
+    found = []
+    for info in backend.gpus():
+        if info.mig_enabled:
+            found.extend(backend.instances(info.index))
+    return found

@@ -1,0 +1,205 @@
+"""Prepare and unprepare: exact placements, idempotency, per-claim errors, busy instances."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from agent_fixtures import NODE, allocate_claim, build_agent, live_instances, ref
+
+from kube.memory import InMemoryKubeApi
+from slicer.checkpoint import PREPARE_COMPLETED
+from slicer.claims import AllocatedDevice
+from slicer.devices import SliceSpec, WholeGpu
+from slicer.errors import InsufficientResources
+from slicer.simulated import SimulatedBackend
+from slicer.state import InstanceBusy, PrepareError, plan_claim
+
+
+def test_plan_merges_results_that_name_the_same_device_and_keeps_their_order() -> None:
+    results = [
+        AllocatedDevice("a", "gpu-0-mig-1g10gb-6", NODE),
+        AllocatedDevice("b/small", "gpu-1", NODE),
+        AllocatedDevice("c", "gpu-0-mig-1g10gb-6", NODE),
+    ]
+    plan = plan_claim(results)
+    assert [p.device_name for p in plan] == ["gpu-0-mig-1g10gb-6", "gpu-1"]
+    assert plan[0].request_names == ("a", "c")
+    assert plan[0].spec == SliceSpec(0, "1g.10gb", 6)
+    assert plan[1].spec == WholeGpu(1)
+
+
+def test_plan_refuses_a_device_name_that_is_not_ours() -> None:
+    with pytest.raises(PrepareError, match="unknown device"):
+        plan_claim([AllocatedDevice("a", "nvidia-gpu-0", NODE)])
+
+
+@pytest.fixture
+def api() -> InMemoryKubeApi:
+    return InMemoryKubeApi()
+
+
+@pytest.fixture
+def backend() -> SimulatedBackend:
+    return SimulatedBackend("H100-80GB:2", node_name=NODE)
+
+
+def test_prepare_creates_the_instance_at_exactly_the_allocated_placement(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-1-mig-2g20gb-4"])
+    devices = agent.prepare(claim)
+    [inst] = backend.instances(1)
+    assert (inst.profile, inst.start) == ("2g.20gb", 4)
+    assert devices[0].uuid == inst.uuid and devices[0].gi_id == inst.gi_id
+    assert devices[0].cdi_device_id == f"k8s.gpu-slicer.io/claim={ref(claim)[0]}-gpu-1-mig-2g20gb-4"
+    entry = agent.state.entry(ref(claim)[0])
+    assert entry is not None and entry.state == PREPARE_COMPLETED
+    spec = json.loads(agent.state.cdi.path_for(ref(claim)[0]).read_text())
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert env == [f"NVIDIA_VISIBLE_DEVICES={inst.uuid}"]
+
+
+def test_dynamic_mode_enables_mig_for_the_first_slice(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    assert not backend.gpus()[0].mig_enabled
+    agent = build_agent(backend, api, tmp_path)
+    agent.prepare(allocate_claim(api, ["gpu-0-mig-1g10gb-0"]))
+    assert backend.gpus()[0].mig_enabled
+
+
+def test_repeated_prepare_returns_the_same_devices_without_touching_the_gpu(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-3g40gb-4"])
+    first = agent.prepare(claim)
+    calls = len(backend.calls)
+    again = agent.prepare(claim)
+    assert again == first
+    assert len(backend.calls) == calls
+
+
+def test_a_fresh_agent_answers_a_prepared_claim_from_the_checkpoint(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-3"])
+    first = build_agent(backend, api, tmp_path).prepare(claim)
+    calls = len(backend.calls)
+    again = build_agent(backend, api, tmp_path).prepare(claim)
+    assert again == first
+    assert not [c for c in backend.calls[calls:] if c[0].startswith("create")]
+
+
+def test_unprepare_destroys_the_instance_and_removes_cdi_and_checkpoint_entry(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1"])
+    agent.prepare(claim)
+    assert len(backend.instances(0)) == 2
+    assert agent.unprepare(claim) is True
+    assert backend.instances(0) == []
+    assert not agent.state.cdi.path_for(ref(claim)[0]).exists()
+    assert agent.state.entry(ref(claim)[0]) is None
+    assert agent.unprepare(claim) is False  # idempotent
+
+
+def test_unprepare_refuses_while_processes_run_and_succeeds_after_they_exit(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-2g20gb-0"])
+    [device] = agent.prepare(claim)
+    backend.attach_process(0, device.gi_id, 4242)
+    with pytest.raises(InstanceBusy, match="4242"):
+        agent.unprepare(claim)
+    assert len(backend.instances(0)) == 1
+    assert agent.metrics.value("gpu_slicer_agent_busy_refusals_total") == 1
+    backend.detach_process(0, 4242)
+    assert agent.unprepare(claim) is True
+    assert backend.instances(0) == []
+
+
+def test_unprepare_resumes_after_the_gi_destroy_failed(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-5"])
+    agent.prepare(claim)
+    backend.inject_fault("destroy_gpu_instance", InsufficientResources)
+    with pytest.raises(InsufficientResources):
+        agent.unprepare(claim)
+    [half] = backend.instances(0)
+    assert half.ci_id is None  # the CI went, the GI stayed
+    assert agent.state.entry(ref(claim)[0]) is not None
+    assert agent.unprepare(claim) is True
+    assert backend.instances(0) == []
+
+
+def test_a_failed_create_fails_only_that_claim_and_leaves_nothing_behind(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    good = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+    bad = allocate_claim(api, ["gpu-1-mig-1g10gb-0"])
+    backend.inject_fault("create_compute_instance", InsufficientResources, gpu=1)
+    with pytest.raises(PrepareError, match="injected"):
+        agent.prepare(bad)
+    agent.prepare(good)
+    assert backend.instances(1) == []
+    assert agent.state.entry(ref(bad)[0]) is None
+    assert len(backend.instances(0)) == 1
+    agent.prepare(bad)  # the kubelet's retry succeeds
+    assert len(backend.instances(1)) == 1
+
+
+def test_a_placement_occupied_by_a_foreign_instance_is_refused_and_left_alone(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    backend.set_mig_mode(0, True)
+    gi = backend.create_gpu_instance(0, "1g.10gb", 2)
+    backend.create_compute_instance(0, gi)
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-2"])
+    with pytest.raises(PrepareError, match="did not create"):
+        agent.prepare(claim)
+    assert [(i.profile, i.start, i.gi_id) for i in backend.instances(0)] == [("1g.10gb", 2, gi)]
+
+
+def test_a_whole_gpu_turns_mig_off_when_no_instance_exists(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    backend.set_mig_mode(1, True)
+    [device] = agent.prepare(allocate_claim(api, ["gpu-1"]))
+    assert not backend.gpus()[1].mig_enabled
+    assert device.uuid == backend.gpus()[1].uuid
+
+
+def test_claims_on_different_gpus_proceed_while_one_gpu_is_slow(
+    api: InMemoryKubeApi, tmp_path: Path
+) -> None:
+    gate = threading.Event()
+    backend = SimulatedBackend("H100-80GB:2", node_name=NODE, sleep=lambda _: gate.wait(10))
+    agent = build_agent(backend, api, tmp_path)
+    backend.set_mig_mode(0, True)
+    backend.set_mig_mode(1, True)
+    slow = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+    fast = allocate_claim(api, ["gpu-1-mig-1g10gb-0"])
+    backend.inject_fault("create_gpu_instance", delay_s=1, gpu=0)
+    worker = threading.Thread(target=agent.prepare, args=(slow,))
+    worker.start()
+    try:
+        agent.prepare(fast)  # would block forever if GPU 0's lock serialised GPU 1 too
+        assert len(backend.instances(1)) == 1
+        assert backend.instances(0) == []
+    finally:
+        gate.set()
+        worker.join(10)
+    assert len(backend.instances(0)) == 1
+    assert {i.gpu_index for i in live_instances(backend)} == {0, 1}
