@@ -29,6 +29,7 @@ class Recorded:
     query: dict[str, list[str]]
     content_type: str | None
     body: Any
+    headers: dict[str, str] = field(default_factory=dict)
 
     def param(self, name: str) -> str | None:
         values = self.query.get(name)
@@ -144,7 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = yaml.safe_load(raw)
         elif raw:
             body = json.loads(raw)
-        recorded = Recorded(method, parts.path, query, content_type, body)
+        recorded = Recorded(method, parts.path, query, content_type, body, dict(self.headers))
         stub = self.server_stub
         stub.requests.append(recorded)
         canned = stub._take_canned()
