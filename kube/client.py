@@ -21,7 +21,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from kube.api import Obj, ObjectList, PatchType, Resource, WatchEvent, resource_for
+from kube.api import JsonPatch, Obj, ObjectList, PatchType, Resource, WatchEvent, resource_for
 from kube.errors import (
     AlreadyExists,
     ApiError,
@@ -42,7 +42,6 @@ PATCH_CONTENT_TYPES: dict[str, str] = {
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"  # JSON is YAML; the apiserver accepts it
 _WATCH_READ_SLACK_S = 10.0
 # Module-level aliases: inside the class the method named `list` shadows the builtin.
-_Ops = list[Obj]  # a JSON patch
 _Query = list[tuple[str, str]]
 
 
@@ -217,7 +216,7 @@ class RealKubeApi:
         api_version: str,
         kind: str,
         name: str,
-        patch: Obj | _Ops,
+        patch: Obj | JsonPatch,
         *,
         namespace: str | None = None,
         patch_type: PatchType = "merge",

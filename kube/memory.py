@@ -28,11 +28,9 @@ from typing import Any, Literal, NamedTuple
 
 import jsonpatch
 
-from kube.api import Obj, ObjectList, PatchType, Resource, WatchEvent, resource_for
+from kube.api import JsonPatch, Obj, ObjectList, PatchType, Resource, WatchEvent, resource_for
 from kube.errors import AlreadyExists, ApiError, Conflict, Invalid, KubeError, NotFound
 from kube.selectors import Selector
-
-_Ops = list[Obj]  # a JSON patch (the method named `list` shadows the builtin in the class)
 
 VERBS: tuple[str, ...] = (
     "get", "list", "watch", "create", "update", "apply", "patch", "delete", "server_version"
@@ -296,7 +294,13 @@ class InMemoryKubeApi:
         with self._cond:
             self._enter("update", res, ns, name)
             stored = self._existing(res, ns, name)
-            self._check_rv(res, ns, name, stored, obj.get("metadata", {}).get("resourceVersion"))
+            meta = obj.get("metadata", {})
+            self._check_rv(res, ns, name, stored, meta.get("resourceVersion"))
+            if meta.get("uid") and meta["uid"] != stored["metadata"]["uid"]:
+                raise Conflict(
+                    f"{self._describe(res, ns, name)} was deleted and created again (uid "
+                    f"{meta['uid']} is now {stored['metadata']['uid']}); read it again"
+                )
             return self._write(res, ns, name, stored, copy_obj(obj))
 
     def apply(self, obj: Obj, *, field_manager: str, force: bool = False) -> Obj:
@@ -319,7 +323,7 @@ class InMemoryKubeApi:
         api_version: str,
         kind: str,
         name: str,
-        patch: Obj | _Ops,
+        patch: Obj | JsonPatch,
         *,
         namespace: str | None = None,
         patch_type: PatchType = "merge",

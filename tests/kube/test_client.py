@@ -40,12 +40,13 @@ Call = Callable[[RealKubeApi], Any]
 
 # (what the caller does, method, path, content type) for every verb on four kinds.
 WIRE_CASES: list[tuple[str, Call, str, str, str | None]] = []
-for label, obj, collection, namespace in (
+KINDS: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("claim", CLAIM, CLAIMS, "ml"),
     ("slice", SLICE, SLICES, None),
     ("node", NODE, NODES, None),
     ("event", EVENT, EVENTS, "ml"),
-):
+]
+for label, obj, collection, namespace in KINDS:
     api_version, kind, name = obj["apiVersion"], obj["kind"], obj["metadata"]["name"]
     item = f"{collection}/{name}"
 

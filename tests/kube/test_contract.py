@@ -49,7 +49,9 @@ def rv(obj: dict[str, Any]) -> int:
 
 
 def take(events: Iterator[WatchEvent], count: int) -> list[tuple[str, str]]:
-    got = [(e.type, e.object["metadata"]["name"]) for e in itertools.islice(events, count)]
+    got: list[tuple[str, str]] = [
+        (e.type, e.object["metadata"]["name"]) for e in itertools.islice(events, count)
+    ]
     close = getattr(events, "close", None)
     if close is not None:
         close()

@@ -254,3 +254,14 @@ def test_copy_obj_shares_nothing_mutable() -> None:
     copied["a"][0]["b"] = 2
     copied["c"]["d"].append(3)
     assert original == {"a": [{"b": 1}], "c": {"d": [1, 2]}}
+
+
+def test_update_of_an_object_that_was_recreated_raises_conflict(
+    memory: InMemoryKubeApi,
+) -> None:
+    old = memory.create(config_map("a"))
+    memory.delete(*CM, "a", "default")
+    memory.create(config_map("a"))
+    del old["metadata"]["resourceVersion"]
+    with pytest.raises(errors.Conflict, match="created again"):
+        memory.update(old)
