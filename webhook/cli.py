@@ -15,6 +15,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Adds this package's subcommands."""
     _register_convert(subparsers)
     _register_policy(subparsers)
+    _register_serve(subparsers)
 
 
 # --- convert / policy check (translation core) ----------------------------------------------
@@ -128,3 +129,67 @@ def _convert(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(convert.dump_yaml(result.items))
     return 0
+
+
+# --- webhook serve (admission server) --------------------------------------------------------
+
+
+def _register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("webhook", help="run the admission webhook")
+    webhook_sub = parser.add_subparsers(dest="webhook_command", metavar="ACTION", required=True)
+    serve = webhook_sub.add_parser(
+        "serve",
+        help="serve POST /mutate-pods over TLS with gunicorn",
+        description=(
+            "Run the mutating admission webhook. Every flag has an environment twin "
+            "GPU_SLICER_<FLAG> (e.g. GPU_SLICER_TLS_CERT); flags win over the environment, "
+            "which wins over --config. --dev makes a self-signed certificate and runs without "
+            "a cluster: every namespace is in --namespace-mode (default enabled) and templates "
+            "are reported, not created."
+        ),
+    )
+    serve.add_argument("--config", metavar="FILE", help="YAML file of settings (GPU_SLICER_CONFIG)")
+    serve.add_argument("--bind", metavar="HOST:PORT", help="listen address (default 0.0.0.0:8443)")
+    serve.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM)")
+    serve.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
+    serve.add_argument(
+        "--dev", action="store_true", default=None,
+        help="self-signed certificate, no cluster: for trying the webhook locally",
+    )
+    serve.add_argument("--policy", metavar="FILE", help="policy YAML (default: built-in policy)")
+    serve.add_argument("--workers", type=int, metavar="N", help="gunicorn worker processes")
+    serve.add_argument("--threads", type=int, metavar="N", help="threads per worker")
+    serve.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster credentials")
+    serve.add_argument(
+        "--namespace-mode", choices=["enabled", "audit"],
+        help="with --dev: the mode of every namespace (default enabled)",
+    )
+    serve.set_defaults(func=_serve)
+
+
+_SERVE_FLAGS = (
+    "bind", "tls_cert", "tls_key", "dev", "policy", "workers", "threads", "kubeconfig",
+    "namespace_mode",
+)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from webhook.config import ConfigError, ServerConfig
+    from webhook.errors import PolicyError
+    from webhook.server import serve
+
+    flags = {name: getattr(args, name) for name in _SERVE_FLAGS if getattr(args, name) is not None}
+    try:
+        base = ServerConfig.from_file(args.config) if args.config else None
+        config = ServerConfig.from_mapping(flags, base=ServerConfig.from_env(base=base),
+                                           source="flags")
+        return serve(config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"webhook serve: {problem}", file=sys.stderr)
+        return 2
+    except PolicyError as exc:
+        print(f"webhook serve: invalid policy {exc.source}:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2

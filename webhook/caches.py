@@ -1,0 +1,323 @@
+"""Watch-backed caches of the cluster state the admission hot path needs.
+
+Admission must answer in milliseconds, so nothing that can be cached is fetched per request:
+
+- :class:`NamespaceModes`: each namespace's mode from its label ``gpu-slicer.io/migration``
+  (``enabled``, ``audit``, anything else or absent: ``disabled``). The webhook configuration's
+  namespaceSelector is the first line of defence; this is the second, so a namespace whose label
+  was removed is admitted unchanged even if the selector lags.
+- :class:`ExtendedResourceNames`: the legacy names (``nvidia.com/gpu``) that a DeviceClass already
+  serves through ``spec.extendedResourceName`` (KEP-5004), which the policy may defer to.
+
+Both sit on :class:`WatchCache`: list, then watch from the list's resourceVersion, re-watch when
+a watch ends, list again on 410 Expired or any error (with backoff). ``synced`` turns true after
+the first successful list and feeds ``/readyz``. The ``Static*`` twins serve ``--dev`` and tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, Literal, Protocol, TypeVar
+
+from kube.api import KubeApi, Obj
+from kube.errors import ApiError, KubeError, NotFound
+from webhook.errors import WebhookError
+
+log = logging.getLogger(__name__)
+
+MIGRATION_LABEL = "gpu-slicer.io/migration"
+Mode = Literal["enabled", "audit", "disabled"]
+T = TypeVar("T")
+
+
+class CacheError(WebhookError):
+    """A cache could not answer and the API could not either (HTTP 500; failurePolicy decides)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def mode_from_labels(labels: object) -> Mode:
+    """The namespace mode that a namespace's labels give."""
+    value = labels.get(MIGRATION_LABEL) if isinstance(labels, dict) else None
+    if value == "enabled":
+        return "enabled"
+    if value == "audit":
+        return "audit"
+    return "disabled"
+
+
+class NamespaceModeSource(Protocol):
+    def mode(self, namespace: str) -> Mode: ...
+
+    @property
+    def synced(self) -> bool: ...
+
+
+class ExtendedNameSource(Protocol):
+    def names(self) -> frozenset[str]: ...
+
+    @property
+    def synced(self) -> bool: ...
+
+
+class WatchCache(Generic[T]):
+    """Objects of one kind, reduced by ``extract`` and keyed by (namespace, name), kept current."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        api_version: str,
+        kind: str,
+        extract: Callable[[Obj], T],
+        *,
+        watch_timeout_s: float = 240.0,
+        backoff_s: tuple[float, float] = (0.5, 30.0),
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.api = api
+        self.api_version = api_version
+        self.kind = kind
+        self._extract = extract
+        self._watch_timeout_s = watch_timeout_s
+        self._backoff = backoff_s
+        self._on_change = on_change
+        self._items: dict[tuple[str, str], T] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._resource_version: str | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        return self._synced.wait(timeout_s)
+
+    def get(self, name: str, namespace: str = "") -> T | None:
+        with self._lock:
+            return self._items.get((namespace, name))
+
+    def values(self) -> list[T]:
+        with self._lock:
+            return list(self._items.values())
+
+    # ------------------------------------------------------------------ running
+    def start(self) -> None:
+        """Lists and watches in a daemon thread until :meth:`stop`."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self.run, name=f"watch-{self.kind}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def run(self) -> None:
+        delay = self._backoff[0]
+        while not self._stop.is_set():
+            try:
+                if self._resource_version is None:
+                    self.relist()
+                self.follow()
+                delay = self._backoff[0]
+            except ApiError as exc:
+                if exc.status == 410:  # history gone: start again from a fresh list
+                    self._resource_version = None
+                    continue
+                delay = self._pause(delay, exc)
+            except KubeError as exc:
+                delay = self._pause(delay, exc)
+
+    def _pause(self, delay: float, exc: Exception) -> float:
+        log.warning(
+            "watch failed; listing again after a pause",
+            extra={"kind": self.kind, "error": str(exc), "retry_in_s": delay},
+        )
+        self._resource_version = None
+        self._stop.wait(delay)
+        return min(delay * 2, self._backoff[1])
+
+    def relist(self) -> None:
+        """Replaces the contents with a fresh list (also usable without the thread)."""
+        listed = self.api.list(self.api_version, self.kind)
+        items = {_key(obj): self._extract(obj) for obj in listed.items}
+        with self._lock:
+            self._items = items
+        self._resource_version = listed.resource_version
+        self._synced.set()
+        self._changed()
+
+    def follow(self) -> None:
+        """Applies watch events until the watch ends (timeout, stop)."""
+        for event in self.api.watch(
+            self.api_version,
+            self.kind,
+            resource_version=self._resource_version,
+            timeout_s=self._watch_timeout_s,
+        ):
+            if self._stop.is_set():
+                return
+            rv = event.object.get("metadata", {}).get("resourceVersion")
+            if event.type == "BOOKMARK":
+                self._resource_version = rv or self._resource_version
+                continue
+            with self._lock:
+                if event.type == "DELETED":
+                    self._items.pop(_key(event.object), None)
+                else:
+                    self._items[_key(event.object)] = self._extract(event.object)
+            self._resource_version = rv or self._resource_version
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata", {})
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+class NamespaceModes:
+    """Namespace -> mode, from a watch of Namespaces.
+
+    A namespace the cache has not seen yet (created a moment ago, watch lagging) is looked up
+    once with a GET and the answer kept for ``miss_ttl_s``; if the API cannot answer either, a
+    :class:`CacheError` lets failurePolicy decide.
+    """
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        miss_ttl_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        watch_timeout_s: float = 240.0,
+    ) -> None:
+        self.api = api
+        self.cache: WatchCache[Mode] = WatchCache(
+            api,
+            "v1",
+            "Namespace",
+            lambda ns: mode_from_labels(ns.get("metadata", {}).get("labels")),
+            watch_timeout_s=watch_timeout_s,
+        )
+        self._miss_ttl_s = miss_ttl_s
+        self._clock = clock
+        self._misses: dict[str, tuple[Mode, float]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def synced(self) -> bool:
+        return self.cache.synced
+
+    def start(self) -> None:
+        self.cache.start()
+
+    def stop(self) -> None:
+        self.cache.stop()
+
+    def mode(self, namespace: str) -> Mode:
+        cached = self.cache.get(namespace)
+        if cached is not None:
+            return cached
+        now = self._clock()
+        with self._lock:
+            miss = self._misses.get(namespace)
+        if miss is not None and miss[1] > now:
+            return miss[0]
+        try:
+            found = mode_from_labels(
+                self.api.get("v1", "Namespace", namespace).get("metadata", {}).get("labels")
+            )
+        except NotFound:
+            found = "disabled"
+        except KubeError as exc:
+            raise CacheError(
+                f"cannot tell whether namespace {namespace!r} opted in: {exc}"
+            ) from exc
+        with self._lock:
+            if len(self._misses) > 10_000:
+                self._misses.clear()
+            self._misses[namespace] = (found, now + self._miss_ttl_s)
+        return found
+
+
+class ExtendedResourceNames:
+    """Legacy extended-resource names served natively by some DeviceClass (KEP-5004).
+
+    An apiserver without ``resource.k8s.io/v1`` answers the list with NotFound; that means no
+    DeviceClass serves anything, so the cache counts as synced and empty and keeps retrying.
+    """
+
+    def __init__(self, api: KubeApi, *, watch_timeout_s: float = 240.0) -> None:
+        self._names: frozenset[str] = frozenset()
+        self._absent = False
+        self.cache: WatchCache[str | None] = WatchCache(
+            api,
+            "resource.k8s.io/v1",
+            "DeviceClass",
+            _extended_name,
+            watch_timeout_s=watch_timeout_s,
+            on_change=self._recompute,
+        )
+
+    def _recompute(self) -> None:
+        self._names = frozenset(v for v in self.cache.values() if v)
+
+    @property
+    def synced(self) -> bool:
+        return self.cache.synced or self._absent
+
+    def names(self) -> frozenset[str]:
+        return self._names
+
+    def start(self) -> None:
+        try:
+            self.cache.relist()
+        except NotFound:
+            self._absent = True
+            log.info("this apiserver has no resource.k8s.io/v1 DeviceClasses")
+        except KubeError:
+            pass  # the thread lists again with backoff
+        self.cache.start()
+
+    def stop(self) -> None:
+        self.cache.stop()
+
+
+def _extended_name(device_class: Obj) -> str | None:
+    spec = device_class.get("spec")
+    value = spec.get("extendedResourceName") if isinstance(spec, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+class StaticNamespaceModes:
+    """Every namespace in one mode: ``--dev`` has no cluster to read labels from."""
+
+    def __init__(self, mode: Mode = "enabled") -> None:
+        self._mode: Mode = mode
+        self.synced = True
+
+    def mode(self, namespace: str) -> Mode:
+        return self._mode
+
+
+class StaticExtendedNames:
+    def __init__(self, names: frozenset[str] = frozenset()) -> None:
+        self._names = names
+        self.synced = True
+
+    def names(self) -> frozenset[str]:
+        return self._names

@@ -1,0 +1,211 @@
+"""How the admission server is configured: one dataclass, filled from a file, env and flags.
+
+Precedence, lowest first: defaults, a YAML file (``--config`` / ``GPU_SLICER_CONFIG``), the
+environment, command-line flags. Every setting has an environment twin ``GPU_SLICER_<NAME>``:
+gunicorn workers are separate processes that read their settings from the environment, so
+``webhook serve`` writes the merged configuration there (:meth:`ServerConfig.to_env`) before it
+starts gunicorn, and ``gunicorn.conf.py`` and ``create_app()`` read it back
+(:meth:`ServerConfig.from_env`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from webhook.errors import WebhookError
+
+NamespaceMode = Literal["enabled", "audit"]
+ENV_PREFIX = "GPU_SLICER_"
+MAX_BODY_BYTES = 3 * 1024 * 1024
+"""The apiserver never sends more; anything larger is not an AdmissionReview (HTTP 413)."""
+
+
+class ConfigError(WebhookError, ValueError):
+    """The server's settings are inconsistent; ``problems`` name the flag or variable."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Settings of ``gpu-slicer webhook serve``; field ``x_y`` is flag ``--x-y``, env ``X_Y``."""
+
+    bind: str = "0.0.0.0:8443"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    dev: bool = False
+    policy: str | None = None
+    workers: int = 2
+    threads: int = 4
+    kubeconfig: str | None = None
+    namespace_mode: NamespaceMode | None = None
+    """Only with ``dev``: the mode of every namespace (there is no cluster to read labels from)."""
+    policy_check_s: float = 5.0
+    """How often the policy file is checked for a new version."""
+    tls_check_s: float = 5.0
+    """How often the certificate files are checked for a rotation."""
+    template_cache_ttl_s: float = 600.0
+    """How long a template known to exist is trusted without asking the API again."""
+    gc_interval_s: float = 600.0
+    """How often unused managed templates are looked for; 0 turns garbage collection off."""
+    log_level: str = "INFO"
+    runtime_dir: str | None = None
+    """Where workers share lock files and metrics; a fresh temporary folder when None."""
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def create_templates(self) -> bool:
+        """Whether templates are really created (not in ``dev``: there is no cluster)."""
+        return not self.dev
+
+    @property
+    def effective_namespace_mode(self) -> NamespaceMode:
+        return self.namespace_mode or "enabled"
+
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.bind.rpartition(":")
+        return host.strip("[]"), int(port)
+
+    # ------------------------------------------------------------------ checks
+    def problems(self) -> list[str]:
+        """What is wrong with these settings, each naming the flag; [] when usable."""
+        found: list[str] = []
+        host, sep, port = self.bind.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            found.append(f"--bind {self.bind!r}: expected HOST:PORT, e.g. 0.0.0.0:8443")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            found.append("give both --tls-cert and --tls-key, or neither (with --dev)")
+        if not self.dev:
+            if not (self.tls_cert or self.tls_key):
+                found.append(
+                    "give --tls-cert and --tls-key (the apiserver only calls webhooks over "
+                    "TLS), or --dev for a local self-signed server"
+                )
+            if self.namespace_mode is not None:
+                found.append(
+                    "--namespace-mode only applies with --dev; in a cluster each namespace's "
+                    "mode comes from its label gpu-slicer.io/migration"
+                )
+        if self.namespace_mode not in (None, "enabled", "audit"):
+            found.append(f"--namespace-mode {self.namespace_mode!r}: use enabled or audit")
+        if self.workers < 1:
+            found.append(f"--workers {self.workers}: at least 1")
+        if self.threads < 1:
+            found.append(f"--threads {self.threads}: at least 1")
+        for name in ("policy_check_s", "tls_check_s", "template_cache_ttl_s", "gc_interval_s"):
+            if getattr(self, name) < 0:
+                found.append(f"--{name.replace('_', '-')} must not be negative")
+        return found
+
+    def check(self) -> ServerConfig:
+        """Self, or ConfigError listing every problem."""
+        found = self.problems()
+        if found:
+            raise ConfigError(found)
+        return self
+
+    # ------------------------------------------------------------------ sources
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, base: ServerConfig | None = None,
+                     source: str = "settings") -> ServerConfig:
+        """``base`` with ``values`` (keys: field names, ``-`` or ``_``) converted and applied."""
+        base = base or cls()
+        types = {f.name: f.type for f in fields(cls)}
+        changes: dict[str, Any] = {}
+        problems: list[str] = []
+        for raw_key, raw in values.items():
+            key = str(raw_key).replace("-", "_")
+            if key not in types:
+                problems.append(f"{source}: unknown setting {raw_key!r}")
+                continue
+            try:
+                changes[key] = _convert(str(types[key]), raw)
+            except ValueError as exc:
+                problems.append(f"{source}: {raw_key}: {exc}")
+        if problems:
+            raise ConfigError(problems)
+        return dataclasses.replace(base, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *,
+                 base: ServerConfig | None = None) -> ServerConfig:
+        """Settings from ``GPU_SLICER_*`` (and the file ``GPU_SLICER_CONFIG`` names, beneath)."""
+        env = os.environ if environ is None else environ
+        if base is None:
+            config_file = env.get(ENV_PREFIX + "CONFIG")
+            base = cls.from_file(config_file) if config_file else cls()
+        values = {
+            f.name: env[ENV_PREFIX + f.name.upper()]
+            for f in fields(cls)
+            if ENV_PREFIX + f.name.upper() in env
+        }
+        return cls.from_mapping(values, base=base, source="environment")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ServerConfig:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError([f"config file {path}: {exc}"]) from exc
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ConfigError([f"config file {path}: expected a mapping of settings"])
+        return cls.from_mapping(data, source=str(path))
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that makes :meth:`from_env` return these settings again."""
+        env: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            env[ENV_PREFIX + f.name.upper()] = (
+                ("1" if value else "0") if isinstance(value, bool) else str(value)
+            )
+        return env
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _convert(type_name: str, raw: Any) -> Any:
+    """Converts a string (env) or YAML scalar to the field's type."""
+    optional = "None" in type_name
+    if raw is None:
+        if optional:
+            return None
+        raise ValueError("a value is required")
+    if type_name.startswith("bool"):
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ValueError(f"{raw!r} is not a boolean (use true or false)")
+    if type_name.startswith("int"):
+        try:
+            return int(str(raw))
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a whole number") from None
+    if type_name.startswith("float"):
+        try:
+            return float(str(raw))
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a number") from None
+    text = str(raw)
+    if optional and text == "":
+        return None
+    return text

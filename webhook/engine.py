@@ -1,0 +1,371 @@
+"""The admission engine: an AdmissionReview (admission.k8s.io/v1) in, the response out.
+
+No HTTP here: the Flask layer only checks the content type and decodes JSON, then hands the
+decoded body to :meth:`AdmissionEngine.review`. The engine
+
+- refuses a malformed review with :class:`BadReview` (the server answers HTTP 400);
+- admits unchanged anything that is not a Pod CREATE, mirror pods, and pods in namespaces whose
+  mode (from the namespace cache) is ``disabled``: the webhook configuration's selectors are the
+  first line of defence, this is the second;
+- translates the pod (``webhook.translate``, pure); a :class:`Denied` becomes
+  ``allowed: false`` with status code 403 and the message;
+- in ``audit`` mode returns only warnings (one per conversion it would have made);
+- in ``enabled`` mode makes sure the claim templates exist (never on dryRun; a
+  :class:`TemplateError` propagates and the server answers HTTP 500 so failurePolicy decides)
+  and returns the JSON Patch, base64-encoded, with ``patchType: JSONPatch``, only when non-empty;
+- echoes the request's uid; keeps each warning under 120 characters and all of them under 4096
+  (the apiserver's limits for ``Warning`` headers); adds audit annotations.
+
+Reinvocation adds nothing because translation of an already-converted pod is an empty patch.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, TypedDict
+
+from webhook.caches import Mode
+from webhook.errors import BadReview, Denied
+from webhook.policy import Policy
+from webhook.templates import TemplateEnsurer
+from webhook.translate import Conversion, audit_warnings, translate_pod
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+WARNING_MAX_BYTES = 119
+"""Each warning stays under 120 characters (counted in UTF-8 bytes, which is never fewer)."""
+WARNINGS_TOTAL_MAX_BYTES = 4095
+AUDIT_VALUE_MAX = 1024
+
+Outcome = Literal["patched", "unchanged", "audited", "denied", "skipped"]
+
+
+class Status(TypedDict):
+    status: str
+    code: int
+    message: str
+    reason: NotRequired[str]
+
+
+class AdmissionResponse(TypedDict):
+    uid: str
+    allowed: bool
+    patchType: NotRequired[str]
+    patch: NotRequired[str]
+    status: NotRequired[Status]
+    warnings: NotRequired[list[str]]
+    auditAnnotations: NotRequired[dict[str, str]]
+
+
+class AdmissionReviewOut(TypedDict):
+    apiVersion: str
+    kind: str
+    response: AdmissionResponse
+
+
+@dataclass(frozen=True)
+class ReviewResult:
+    """The response body plus what the server counts in its metrics."""
+
+    body: AdmissionReviewOut
+    outcome: Outcome
+    mode: Mode | Literal["n/a"]
+    changes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def response(self) -> AdmissionResponse:
+        return self.body["response"]
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """The parts of an AdmissionRequest the engine uses, checked."""
+
+    uid: str
+    namespace: str
+    pod: dict[str, Any]
+    dry_run: bool
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def _expect_dict(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadReview(f"{where}: expected a JSON object, got {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "a boolean", int: "a number", float: "a number", str: "a string",
+        list: "a list", dict: "an object",
+    }.get(type(value), type(value).__name__)
+
+
+def request_of(body: Any) -> dict[str, Any]:
+    """The ``request`` of a v1 AdmissionReview; BadReview when the envelope is wrong."""
+    review = _expect_dict(body, "body")
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
+        raise BadReview(
+            f"expected apiVersion {API_VERSION} and kind {KIND}, got "
+            f"{review.get('apiVersion')!r} and {review.get('kind')!r}; set "
+            "admissionReviewVersions: [v1] in the webhook configuration"
+        )
+    request = _expect_dict(review.get("request"), "request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid: expected a non-empty string")
+    return request
+
+
+def _is_pod_create(request: Mapping[str, Any]) -> bool:
+    kind = request.get("kind")
+    resource = request.get("resource")
+    is_pod = (isinstance(kind, dict) and kind.get("group", "") == "" and kind.get("kind") == "Pod"
+              and kind.get("version") == "v1") or (
+        isinstance(resource, dict) and resource.get("group", "") == ""
+        and resource.get("resource") == "pods"
+    )
+    return bool(is_pod and not request.get("subResource") and request.get("operation") == "CREATE")
+
+
+def _check_string_map(value: Any, where: str) -> None:
+    if value is None:
+        return
+    mapping = _expect_dict(value, where)
+    for key, item in mapping.items():
+        if not isinstance(item, str):
+            raise BadReview(f"{where}[{key!r}]: expected a string, got {_kind(item)}")
+
+
+def _check_containers(spec: Mapping[str, Any], field: str, *, required: bool) -> None:
+    items = spec.get(field)
+    if items is None and not required:
+        return
+    if not isinstance(items, list):
+        raise BadReview(f"request.object.spec.{field}: expected a list, got {_kind(items)}")
+    for index, container in enumerate(items):
+        where = f"request.object.spec.{field}[{index}]"
+        body = _expect_dict(container, where)
+        if not isinstance(body.get("name"), str):
+            raise BadReview(f"{where}.name: expected a string")
+        resources = body.get("resources")
+        if resources is None:
+            continue
+        resources = _expect_dict(resources, f"{where}.resources")
+        for section in ("requests", "limits"):
+            values = resources.get(section)
+            if values is None:
+                continue
+            for key, quantity in _expect_dict(values, f"{where}.resources.{section}").items():
+                if not isinstance(quantity, str | int | float) or isinstance(quantity, bool):
+                    raise BadReview(
+                        f"{where}.resources.{section}[{key!r}]: expected a quantity, "
+                        f"got {_kind(quantity)}"
+                    )
+        claims = resources.get("claims")
+        if claims is not None and not (
+            isinstance(claims, list) and all(isinstance(c, dict) for c in claims)
+        ):
+            raise BadReview(f"{where}.resources.claims: expected a list of objects")
+
+
+def pod_request(request: Mapping[str, Any]) -> PodRequest:
+    """Checks a Pod CREATE request's object the way the apiserver would have shaped it."""
+    pod = _expect_dict(request.get("object"), "request.object")
+    meta = _expect_dict(pod.get("metadata", {}), "request.object.metadata")
+    _check_string_map(meta.get("labels"), "request.object.metadata.labels")
+    _check_string_map(meta.get("annotations"), "request.object.metadata.annotations")
+    spec = _expect_dict(pod.get("spec"), "request.object.spec")
+    _check_containers(spec, "containers", required=True)
+    _check_containers(spec, "initContainers", required=False)
+    claims = spec.get("resourceClaims")
+    if claims is not None and not (
+        isinstance(claims, list) and all(isinstance(c, dict) for c in claims)
+    ):
+        raise BadReview("request.object.spec.resourceClaims: expected a list of objects")
+    namespace = request.get("namespace") or meta.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        raise BadReview("request.namespace: a Pod CREATE must name its namespace")
+    dry_run = request.get("dryRun", False)
+    if dry_run is None:
+        dry_run = False
+    if not isinstance(dry_run, bool):
+        raise BadReview(f"request.dryRun: expected a boolean, got {_kind(dry_run)}")
+    return PodRequest(uid=str(request["uid"]), namespace=namespace, pod=pod, dry_run=dry_run)
+
+
+# ----------------------------------------------------------------------------- limits
+
+
+def _clean(text: str) -> str:
+    """One header-safe line: control characters become spaces."""
+    return "".join(" " if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in text).strip()
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    # errors="ignore" drops a multi-byte character split by the cut
+    return data[: max_bytes - 3].decode("utf-8", errors="ignore").rstrip() + "..."
+
+
+def limit_warnings(
+    warnings: Sequence[str],
+    *,
+    each: int = WARNING_MAX_BYTES,
+    total: int = WARNINGS_TOTAL_MAX_BYTES,
+) -> list[str]:
+    """Warnings the apiserver passes on whole: each under 120, together under 4096 (bytes)."""
+    out: list[str] = []
+    used = 0
+    cleaned = [_cut(_clean(str(w)), each) for w in warnings]
+    cleaned = [w for w in cleaned if w]
+    for index, warning in enumerate(cleaned):
+        size = len(warning.encode("utf-8"))
+        if used + size > total:
+            note = f"... {len(cleaned) - index} more warnings not shown"
+            while out and used + len(note) > total:
+                used -= len(out.pop().encode("utf-8"))
+                note = f"... {len(cleaned) - len(out)} more warnings not shown"
+            out.append(note)
+            break
+        out.append(warning)
+        used += size
+    return out
+
+
+# ----------------------------------------------------------------------------- responses
+
+
+def _envelope(response: AdmissionResponse) -> AdmissionReviewOut:
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+def encode_patch(ops: Sequence[Mapping[str, Any]]) -> str:
+    return base64.b64encode(
+        json.dumps(list(ops), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    ).decode("ascii")
+
+
+def allowed(uid: str) -> AdmissionReviewOut:
+    """The plain "admit unchanged" answer."""
+    return _envelope({"uid": uid, "allowed": True})
+
+
+def denied(uid: str, message: str) -> AdmissionReviewOut:
+    return _envelope(
+        {
+            "uid": uid,
+            "allowed": False,
+            "status": {"status": "Failure", "code": 403, "reason": "Forbidden",
+                       "message": message},
+        }
+    )
+
+
+def _audit(values: Mapping[str, str]) -> dict[str, str]:
+    return {key: _cut(_clean(value), AUDIT_VALUE_MAX) for key, value in values.items() if value}
+
+
+# ----------------------------------------------------------------------------- engine
+
+
+def review(
+    body: Any,
+    *,
+    policy: Policy,
+    mode_for_namespace: Callable[[str], Mode],
+    native_extended: frozenset[str],
+    ensure_templates: TemplateEnsurer,
+) -> ReviewResult:
+    """Answers one AdmissionReview. Raises BadReview (HTTP 400) or TemplateError (HTTP 500)."""
+    request = request_of(body)
+    uid = str(request["uid"])
+    if not _is_pod_create(request):
+        return ReviewResult(allowed(uid), "skipped", "n/a")
+    pod_req = pod_request(request)
+    meta = pod_req.pod.get("metadata") or {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return ReviewResult(allowed(uid), "skipped", "n/a")  # static pods cannot use claims
+    mode = mode_for_namespace(pod_req.namespace)
+    if mode == "disabled":
+        return ReviewResult(allowed(uid), "skipped", mode)
+    try:
+        conversion = translate_pod(
+            pod_req.pod, namespace=pod_req.namespace, policy=policy,
+            native_extended=native_extended,
+        )
+    except Denied as exc:
+        return ReviewResult(denied(uid, exc.message), "denied", mode)
+    if mode == "audit":
+        return _audit_result(uid, conversion)
+    return _enabled_result(uid, pod_req, conversion, ensure_templates)
+
+
+def _audit_result(uid: str, conversion: Conversion) -> ReviewResult:
+    response: AdmissionResponse = {"uid": uid, "allowed": True}
+    warnings = limit_warnings(audit_warnings(conversion))
+    if warnings:
+        response["warnings"] = warnings
+    if conversion.changes:
+        response["auditAnnotations"] = _audit({"mode": "audit", "would": conversion.summary})
+    outcome: Outcome = "audited" if conversion.changes else "unchanged"
+    return ReviewResult(_envelope(response), outcome, "audit", tuple(conversion.changes))
+
+
+def _enabled_result(
+    uid: str, req: PodRequest, conversion: Conversion, ensure_templates: TemplateEnsurer
+) -> ReviewResult:
+    response: AdmissionResponse = {"uid": uid, "allowed": True}
+    if conversion.patch:
+        ensure_templates.ensure(conversion.templates, dry_run=req.dry_run)
+        response["patchType"] = "JSONPatch"
+        response["patch"] = encode_patch(conversion.patch)
+        response["auditAnnotations"] = _audit(
+            {
+                "mode": "enabled",
+                "converted": conversion.summary,
+                "dry-run": "templates not created" if req.dry_run else "",
+            }
+        )
+    warnings = limit_warnings(conversion.warnings)
+    if warnings:
+        response["warnings"] = warnings
+    outcome: Outcome = "patched" if conversion.patch else "unchanged"
+    changes = tuple(conversion.changes) if conversion.patch else ()
+    return ReviewResult(_envelope(response), outcome, "enabled", changes)
+
+
+class AdmissionEngine:
+    """:func:`review` bound to live sources (reloading policy, caches, template ensurer)."""
+
+    def __init__(
+        self,
+        *,
+        policy: Callable[[], Policy],
+        mode_for_namespace: Callable[[str], Mode],
+        native_extended: Callable[[], frozenset[str]],
+        templates: TemplateEnsurer,
+    ) -> None:
+        self._policy = policy
+        self._mode = mode_for_namespace
+        self._native = native_extended
+        self._templates = templates
+
+    def review(self, body: Any) -> ReviewResult:
+        return review(
+            body,
+            policy=self._policy(),
+            mode_for_namespace=self._mode,
+            native_extended=self._native(),
+            ensure_templates=self._templates,
+        )

@@ -1,0 +1,120 @@
+"""gunicorn configuration of the gpu-slicer admission webhook (plain Python, checkable with
+``gunicorn --check-config -c webhook/gunicorn.conf.py``).
+
+Settings come from the ``GPU_SLICER_*`` environment (``webhook serve`` writes it from its flags;
+see webhook/config.py), so the same file serves the CLI, a container's plain ``gunicorn`` command
+and the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from webhook.config import ServerConfig
+
+_config = ServerConfig.from_env()
+
+# --- Runtime folder and multiprocess metrics ----------------------------------------------
+# Workers share a folder for the template-GC lock and for prometheus-client's per-process
+# files. Both variables must be set before any worker imports prometheus_client.
+_runtime_dir = _config.runtime_dir or os.environ.get("GPU_SLICER_RUNTIME_DIR")
+if not _runtime_dir:
+    _runtime_dir = tempfile.mkdtemp(prefix="gpu-slicer-webhook-")
+os.environ["GPU_SLICER_RUNTIME_DIR"] = _runtime_dir
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(Path(_runtime_dir) / "metrics"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+
+# --- Application --------------------------------------------------------------------------
+wsgi_app = "webhook.app:create_app()"
+proc_name = "gpu-slicer-webhook"
+
+# --- Socket -------------------------------------------------------------------------------
+bind = [_config.bind]
+backlog = 1024
+control_socket_disable = True  # gunicorn >= 25: no management socket in $HOME
+
+# --- Workers ------------------------------------------------------------------------------
+# gthread keeps the apiserver's connections alive (the sync worker closes after each request)
+# and handles a slow client without blocking the process.
+worker_class = "gthread"
+workers = _config.workers
+threads = _config.threads
+worker_connections = 1000
+keepalive = 75  # seconds; the apiserver reuses connections to webhooks
+timeout = 30  # a worker silent this long is restarted; admission itself times out at <= 30 s
+graceful_timeout = 20
+
+# --- Request limits -------------------------------------------------------------------------
+limit_request_line = 8190
+limit_request_fields = 100
+limit_request_field_size = 8190
+
+# --- TLS ----------------------------------------------------------------------------------
+# certfile/keyfile turn TLS on; the ssl_context hook replaces gunicorn's default factory (which
+# loads the files for every connection) with a cached context that is rebuilt only when the
+# files change, checked at most every GPU_SLICER_TLS_CHECK_S seconds. A rotated certificate is
+# served on new connections without a restart; a half-written pair keeps the old one.
+certfile = _config.tls_cert
+keyfile = _config.tls_key
+_contexts: dict[tuple[str, str], Any] = {}
+
+
+def ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
+    from certs.reload import ReloadingSSLContext
+
+    key = (conf.certfile, conf.keyfile)
+    reloading = _contexts.get(key)
+    if reloading is None:
+        reloading = ReloadingSSLContext(
+            conf.certfile, conf.keyfile, check_interval_s=_config.tls_check_s
+        )
+        _contexts[key] = reloading
+    return reloading.context()
+
+
+# --- Logging ------------------------------------------------------------------------------
+# One JSON object per line on stderr, like every gpu-slicer component. No access log: the
+# metrics count requests, and a line per admission is noise at hundreds per second.
+accesslog = None
+errorlog = "-"
+loglevel = _config.log_level.lower()
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "cli.logs.JsonFormatter"}},
+    "handlers": {
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "stream": "ext://sys.stderr",
+        }
+    },
+    "root": {"level": _config.log_level.upper(), "handlers": ["stderr"]},
+    "loggers": {
+        "gunicorn.error": {"level": _config.log_level.upper(), "handlers": ["stderr"],
+                           "propagate": False},
+        "gunicorn.access": {"level": "WARNING", "handlers": ["stderr"], "propagate": False},
+    },
+}
+
+
+# --- Hooks --------------------------------------------------------------------------------
+def on_starting(server: Any) -> None:
+    """A fresh metrics folder: files of a previous run would be summed into this one."""
+    folder = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    for stale in folder.glob("*.db"):
+        stale.unlink(missing_ok=True)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Drop a dead worker's live values from the summed metrics."""
+    from webhook.metrics import mark_process_dead
+
+    mark_process_dead(worker.pid)
+
+
+def worker_int(worker: Any) -> None:
+    worker.log.info("worker interrupted", extra={"pid": worker.pid})

@@ -1,0 +1,94 @@
+"""Prometheus metrics of the admission server, correct with several gunicorn workers.
+
+Each gunicorn worker is its own process with its own counters. With ``PROMETHEUS_MULTIPROC_DIR``
+set (``gunicorn.conf.py`` sets it before any worker starts) prometheus-client writes every value
+to a memory-mapped file in that folder, and ``/metrics`` in any worker sums the files of all of
+them; the ``child_exit`` hook marks a dead worker so its live-only values are dropped. Without the
+variable (tests, a single process) the metrics are ordinary in-process values.
+
+The metric objects live in a registry of their own rather than the global one, so that tests can
+build as many apps as they like in one process.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import generate_latest as _generate_latest
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)
+"""Seconds. Admission must stay in milliseconds; the top buckets catch API stalls."""
+
+
+class Metrics:
+    """The webhook's counters and histogram; ``exposition()`` renders them for ``/metrics``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        _use_multiprocess_values_if_configured()
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "gpu_slicer_webhook_requests",
+            "Admission requests by outcome (patched, unchanged, audited, denied, skipped, "
+            "bad_request, unsupported_media_type, too_large, error) and namespace mode.",
+            ["outcome", "mode"],
+            registry=self.registry,
+        )
+        self.conversions = Counter(
+            "gpu_slicer_webhook_conversions",
+            "Legacy requests converted (mode enabled) or that would be converted (mode audit), "
+            "by legacy resource.",
+            ["resource", "mode"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "gpu_slicer_webhook_request_duration_seconds",
+            "Time to answer POST /mutate-pods, from the request to the response.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.templates = Counter(
+            "gpu_slicer_webhook_templates",
+            "ResourceClaimTemplate operations by action (created, existed, refreshed, reported, "
+            "deleted, failed).",
+            ["action"],
+            registry=self.registry,
+        )
+        self.policy_reloads = Counter(
+            "gpu_slicer_webhook_policy_reloads",
+            "Policy file reloads by result (loaded, refused).",
+            ["result"],
+            registry=self.registry,
+        )
+
+    def exposition(self) -> tuple[bytes, str]:
+        """(body, content type) of the text exposition, summed over all workers if multiprocess."""
+        if os.environ.get(MULTIPROC_ENV):
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return _generate_latest(registry), CONTENT_TYPE_LATEST
+        return _generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _use_multiprocess_values_if_configured() -> None:
+    """prometheus-client picks its value class when first imported; if that happened before
+    ``PROMETHEUS_MULTIPROC_DIR`` was set (the master imported it early), pick again so this
+    process writes the shared files instead of keeping private values nobody can scrape."""
+    from prometheus_client import values
+
+    if os.environ.get(MULTIPROC_ENV) and values.ValueClass is values.MutexValue:
+        values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+
+
+def mark_process_dead(pid: int) -> None:
+    """For gunicorn's ``child_exit`` hook: forget the live values of a dead worker."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

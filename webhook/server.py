@@ -1,0 +1,280 @@
+"""Wiring of ``gpu-slicer webhook serve``: settings -> runtime (engine and its sources) -> gunicorn.
+
+:func:`build_runtime` assembles, per gunicorn worker, what the Flask app needs: the reloading
+policy, the namespace and DeviceClass caches (or their static ``--dev`` twins), the template
+ensurer and collector, the metrics and the readiness check. :func:`serve` validates the settings
+and the policy up front (exit 2 with the problems), makes a self-signed certificate for
+``--dev``, writes the settings to the environment and runs gunicorn with ``gunicorn.conf.py``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import ipaddress
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+from kube.api import KubeApi
+from webhook.caches import (
+    ExtendedResourceNames,
+    NamespaceModes,
+    StaticExtendedNames,
+    StaticNamespaceModes,
+)
+from webhook.config import ServerConfig
+from webhook.engine import AdmissionEngine, ReviewResult
+from webhook.policy import Policy, load_policy_file
+from webhook.policy_reload import PolicyStore
+from webhook.templates import (
+    ApiTemplates,
+    CollectorLoop,
+    ReportingTemplates,
+    TemplateCollector,
+    TemplateEnsurer,
+)
+
+if TYPE_CHECKING:
+    from webhook.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+GUNICORN_CONF = Path(__file__).with_name("gunicorn.conf.py")
+RUNTIME_DIR_ENV = "GPU_SLICER_RUNTIME_DIR"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read when prometheus_client is first imported
+
+
+class Reviewer(Protocol):
+    def review(self, body: Any) -> ReviewResult: ...
+
+
+@dataclass
+class Runtime:
+    """Everything one app instance serves with; ``stop()`` ends its background threads."""
+
+    reviewer: Reviewer
+    metrics: Metrics
+    readiness: Callable[[], list[str]] = lambda: []
+    stoppers: list[Callable[[], None]] = field(default_factory=list)
+    templates: TemplateEnsurer | None = None
+    policy: PolicyStore | None = None
+
+    def stop(self) -> None:
+        for stop in self.stoppers:
+            stop()
+
+
+def _gc_leader(runtime_dir: str | None) -> Callable[[], bool]:
+    """True in exactly one worker of this pod: the one holding an exclusive lock on a file.
+
+    The lock is held for the life of the process and released by the kernel when it dies, so
+    another worker takes over at its next try. Replicas need no coordination (see templates).
+    """
+    if not runtime_dir:
+        return lambda: True
+    path = Path(runtime_dir) / "template-gc.lock"
+    handle: list[IO[bytes]] = []
+
+    def may_run() -> bool:
+        if handle:
+            return True
+        file = open(path, "ab")  # held open on purpose while leading
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            file.close()
+            return False
+        handle.append(file)
+        return True
+
+    return may_run
+
+
+def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtime:
+    """A started runtime. ``api`` overrides the client built from ``config`` (tests)."""
+    from webhook.metrics import Metrics  # imported late: after PROMETHEUS_MULTIPROC_DIR is set
+
+    metrics = Metrics()
+    store = PolicyStore(
+        config.policy,
+        check_interval_s=config.policy_check_s,
+        on_reload=lambda result: metrics.policy_reloads.labels(result=result).inc(),
+    )
+    store.start()
+
+    def gc_after() -> int:
+        return store.current().template_gc_after_s if store.loaded else 0
+
+    def count(action: str) -> None:
+        metrics.templates.labels(action=action).inc()
+
+    stoppers: list[Callable[[], None]] = [store.stop]
+    templates: TemplateEnsurer
+    modes: NamespaceModes | StaticNamespaceModes
+    native: ExtendedResourceNames | StaticExtendedNames
+    if config.dev and api is None:
+        modes = StaticNamespaceModes(config.effective_namespace_mode)
+        native = StaticExtendedNames()
+        templates = ReportingTemplates(on_action=count)
+    else:
+        if api is None:
+            from kube.client import RealKubeApi
+
+            api = RealKubeApi.from_config(config.kubeconfig)
+        modes = NamespaceModes(api)
+        native = ExtendedResourceNames(api)
+        modes.start()
+        native.start()
+        stoppers += [modes.stop, native.stop]
+        api_templates = ApiTemplates(
+            api, ttl_s=config.template_cache_ttl_s, gc_after_s=gc_after, on_action=count
+        )
+        templates = api_templates
+        loop = CollectorLoop(
+            TemplateCollector(
+                api, gc_after_s=gc_after, forget=api_templates.forget, on_action=count
+            ),
+            interval_s=config.gc_interval_s,
+            may_run=_gc_leader(config.runtime_dir or os.environ.get(RUNTIME_DIR_ENV)),
+        )
+        loop.start()
+        stoppers.append(loop.stop)
+
+    def policy_now() -> Policy:
+        return store.current()
+
+    engine = AdmissionEngine(
+        policy=policy_now,
+        mode_for_namespace=modes.mode,
+        native_extended=native.names,
+        templates=templates,
+    )
+
+    def readiness() -> list[str]:
+        problems: list[str] = []
+        if not store.loaded:
+            problems.append(f"no valid policy loaded: {store.last_error or 'not read yet'}")
+        if not modes.synced:
+            problems.append("the Namespace cache has not synced yet")
+        if not native.synced:
+            problems.append("the DeviceClass cache has not synced yet")
+        return problems
+
+    return Runtime(
+        reviewer=engine,
+        metrics=metrics,
+        readiness=readiness,
+        stoppers=stoppers,
+        templates=templates,
+        policy=store,
+    )
+
+
+# ----------------------------------------------------------------------------- dev certificate
+
+
+def make_dev_certificate(
+    directory: str | os.PathLike[str], hosts: list[str], *, days: int = 7
+) -> tuple[Path, Path]:
+    """A self-signed serving certificate for ``hosts`` (names or IPs): (cert path, key path)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in dict.fromkeys(hosts):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-slicer-webhook-dev")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = folder / "dev-tls.crt", folder / "dev-tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    return cert_path, key_path
+
+
+# ----------------------------------------------------------------------------- serve
+
+
+def prepare(config: ServerConfig) -> ServerConfig:
+    """Checks settings and policy (ConfigError / PolicyError), makes the runtime folder and the
+    dev certificate, and writes the result to the environment that gunicorn workers inherit."""
+    config.check()
+    if config.policy:
+        load_policy_file(config.policy)  # refuse to start on a bad policy: exit 2 upstream
+    runtime_dir = config.runtime_dir or tempfile.mkdtemp(prefix="gpu-slicer-webhook-")
+    config = replace(config, runtime_dir=runtime_dir)
+    if config.dev and not (config.tls_cert and config.tls_key):
+        host, _port = config.host_port()
+        hosts = ["localhost", "127.0.0.1", "::1"] + ([host] if host not in ("", "0.0.0.0", "::")
+                                                      else [])
+        cert, key = make_dev_certificate(runtime_dir, hosts)
+        config = replace(config, tls_cert=str(cert), tls_key=str(key))
+        log.info(
+            "dev mode: self-signed certificate; trust it with --cacert",
+            extra={"cert": str(cert), "namespace_mode": config.effective_namespace_mode},
+        )
+    os.environ.update(config.to_env())
+    os.environ.setdefault(MULTIPROC_ENV, str(Path(runtime_dir) / "metrics"))
+    Path(os.environ[MULTIPROC_ENV]).mkdir(parents=True, exist_ok=True)
+    return config
+
+
+def serve(config: ServerConfig) -> int:
+    """Runs gunicorn until it stops; returns its exit code."""
+    from gunicorn.app.base import Application
+
+    config = prepare(config)
+
+    class WebhookServer(Application):  # type: ignore[misc]
+        def init(self, parser: Any, opts: Any, args: Any) -> None:
+            return None
+
+        def load_config(self) -> None:
+            for key, value in self.get_config_from_filename(str(GUNICORN_CONF)).items():
+                if key in self.cfg.settings and value is not None:
+                    self.cfg.set(key.lower(), value)
+
+        def load(self) -> Any:
+            from webhook.app import create_app
+
+            return create_app()
+
+    try:
+        WebhookServer().run()
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    return 0
+
