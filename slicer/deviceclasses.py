@@ -1,0 +1,61 @@
+"""The DeviceClasses through which workloads ask for gpu-slicer devices.
+
+* ``gpu.gpu-slicer.io``: whole GPUs (``type == "gpu"``);
+* ``mig.gpu-slicer.io``: MIG slices (``type == "mig"``); a claim narrows it with selectors on
+  ``profile`` or on ``capacity.memory``.
+
+The extended-resources variant adds ``spec.extendedResourceName: nvidia.com/gpu`` to the GPU
+class (KEP-5004), so that the scheduler itself serves unchanged ``nvidia.com/gpu: N`` requests
+from DRA. The field is in the ``resource.k8s.io/v1`` schema of 1.34-1.37, but behind the
+DRAExtendedResource gate (alpha in 1.34 and 1.35, beta and on in 1.36, GA in 1.37): an apiserver
+with the gate off drops it silently. A node must not also run a device plugin that serves
+``nvidia.com/gpu``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slicer.inventory import DRIVER, MANAGED_BY
+
+Obj = dict[str, Any]
+
+GPU_CLASS = f"gpu.{DRIVER}"
+MIG_CLASS = f"mig.{DRIVER}"
+EXTENDED_RESOURCE_NAME = "nvidia.com/gpu"
+
+
+def type_selector(device_type: str) -> str:
+    """CEL that matches our driver's devices of one ``type`` attribute."""
+    return (
+        f'device.driver == "{DRIVER}" && '
+        f'device.attributes["{DRIVER}"].type == "{device_type}"'
+    )
+
+
+GPU_SELECTOR = type_selector("gpu")
+MIG_SELECTOR = type_selector("mig")
+
+
+def device_class(name: str, expression: str, *, extended_resource_name: str | None = None) -> Obj:
+    spec: Obj = {"selectors": [{"cel": {"expression": expression}}]}
+    if extended_resource_name:
+        spec["extendedResourceName"] = extended_resource_name
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name, "labels": dict(MANAGED_BY)},
+        "spec": spec,
+    }
+
+
+def device_classes(*, extended_resources: bool = False) -> list[Obj]:
+    """Both classes; with ``extended_resources`` the GPU class serves ``nvidia.com/gpu``."""
+    return [
+        device_class(
+            GPU_CLASS,
+            GPU_SELECTOR,
+            extended_resource_name=EXTENDED_RESOURCE_NAME if extended_resources else None,
+        ),
+        device_class(MIG_CLASS, MIG_SELECTOR),
+    ]

@@ -1,0 +1,359 @@
+"""Publishing the node's pool: the I/O edge between the inventory and the Kubernetes API.
+
+:class:`SlicePublisher` turns GPU states into the pool's ResourceSlices (:mod:`slicer.inventory`)
+and makes the API hold exactly those:
+
+* nothing changed (same names, specs and labels): no writes at all;
+* otherwise the pool generation goes up by one and every slice is written with it (update in
+  place, create what is new), then slices of the pool that are no longer wanted are deleted. The
+  scheduler ignores a pool until all ``resourceSliceCount`` slices of its newest generation are
+  there, so it never mixes an old layout with a new one;
+* Conflict (someone wrote in between) and Unavailable are retried with exponential backoff
+  (the sleep is injectable); other API errors raise :class:`slicer.errors.PublishError`;
+* what was written is read back. An apiserver without partitionable devices drops
+  ``sharedCounters`` and ``consumesCounters`` silently; then overlapping slices would look
+  independent and the scheduler could hand out two of them. The publisher therefore switches to
+  the static layout (only existing instances, no counters), republishes, and says so: a warning
+  log, a Warning Event on the Node and the metrics ``gpu_slicer_slices_counters_dropped`` and
+  ``gpu_slicer_slices_static_layout``. The switch lasts for the publisher's lifetime (an agent
+  restart tries partitionable devices again).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from kube import errors as kerr
+from kube.api import KubeApi, event_for
+from slicer.devices import DeviceSpec
+from slicer.errors import PublishError
+from slicer.inventory import (
+    API_VERSION,
+    DRIVER,
+    GpuState,
+    PoolPlan,
+    plan_pool,
+)
+from slicer.layout import StaticLayout
+from slicer.ordering import OrderPolicy
+
+Obj = dict[str, Any]
+KIND = "ResourceSlice"
+REPORTING_CONTROLLER = f"{DRIVER}/node-agent"
+FALLBACK_REASON = "PartitionableDevicesUnavailable"
+
+log = logging.getLogger("slicer.publisher")
+
+
+class PublisherMetrics:
+    """The publisher's metrics, in the registry given (the agent's) or a private one."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.publishes = Counter(
+            "gpu_slicer_slices_publishes", "Pool publications by result (written, unchanged, "
+            "error)", ["result"], registry=r)
+        self.conflicts = Counter(
+            "gpu_slicer_slices_conflicts", "Slice writes retried after a Conflict or an "
+            "unavailable apiserver", registry=r)
+        self.counters_dropped = Counter(
+            "gpu_slicer_slices_counters_dropped", "Times the apiserver dropped shared counters "
+            "from written slices (no partitionable devices)", registry=r)
+        self.static_layout = Gauge(
+            "gpu_slicer_slices_static_layout", "1 while only existing instances are advertised "
+            "because the apiserver has no partitionable devices", registry=r)
+        self.devices = Gauge(
+            "gpu_slicer_slices_devices", "Devices in the published pool", registry=r)
+        self.generation = Gauge(
+            "gpu_slicer_slices_generation", "Generation of the published pool", registry=r)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What a :meth:`SlicePublisher.publish` call did."""
+
+    changed: bool
+    generation: int
+    slices: tuple[str, ...]
+    deleted: tuple[str, ...]
+    static: bool
+    fell_back: bool
+    """True when this call found counters dropped and switched to the static layout."""
+    plan: PoolPlan
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class SlicePublisher:
+    """Keeps one node's pool in the API equal to what its GPUs offer."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        node_name: str,
+        *,
+        policy: OrderPolicy | str = "best-fit",
+        server_version: tuple[int, int] | None = None,
+        static: bool = False,
+        static_layout: StaticLayout | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        now: Callable[[], datetime] = _now,
+        metrics: PublisherMetrics | None = None,
+        max_attempts: int = 6,
+        base_delay_s: float = 0.2,
+        max_delay_s: float = 5.0,
+    ) -> None:
+        self._api = api
+        self._node = node_name
+        self._policy = policy
+        self._version = server_version
+        self._static = static
+        self._static_layout = static_layout
+        self._sleep = sleep
+        self._now = now
+        self.metrics = metrics or PublisherMetrics()
+        self._max_attempts = max(1, max_attempts)
+        self._base_delay_s = base_delay_s
+        self._max_delay_s = max_delay_s
+        self.metrics.static_layout.set(1 if static else 0)
+
+    @property
+    def static(self) -> bool:
+        """True when only existing instances are advertised (configured, or after a fallback)."""
+        return self._static
+
+    def server_version(self) -> tuple[int, int]:
+        if self._version is None:
+            try:
+                self._version = self._api.server_version()
+            except kerr.KubeError as exc:
+                raise PublishError(f"cannot read the apiserver version: {exc}") from exc
+        return self._version
+
+    def plan(
+        self, gpus: Sequence[GpuState], *, allocated: Sequence[DeviceSpec] = (), generation: int = 1
+    ) -> PoolPlan:
+        """The slices this publisher would write (pure apart from the cached server version)."""
+        return plan_pool(
+            self._node,
+            gpus,
+            server_version=self.server_version(),
+            generation=generation,
+            policy=self._policy,
+            allocated=allocated,
+            static=self._static,
+            static_layout=self._static_layout,
+        )
+
+    def publish(
+        self, gpus: Sequence[GpuState], *, allocated: Sequence[DeviceSpec] = ()
+    ) -> PublishResult:
+        """Make the API hold this pool; see the module docstring for the steps."""
+        try:
+            return self._publish(gpus, allocated)
+        except PublishError:
+            self.metrics.publishes.labels("error").inc()
+            raise
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    def _publish(self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]) -> PublishResult:
+        existing = self._existing()
+        current = max((s["spec"]["pool"].get("generation", 0) for s in existing.values()),
+                      default=0)
+        plan = self.plan(gpus, allocated=allocated, generation=max(current, 1))
+        if self._same(existing, plan.slices):
+            self.metrics.publishes.labels("unchanged").inc()
+            self._record(plan, current)
+            return PublishResult(False, current, tuple(existing), (), self._static, False, plan)
+
+        generation = current + 1
+        plan = self.plan(gpus, allocated=allocated, generation=generation)
+        owner = self._owner_reference()
+        for obj in plan.slices:
+            if owner is not None:
+                obj["metadata"]["ownerReferences"] = [owner]
+            self._write(obj, existing.get(obj["metadata"]["name"]))
+        wanted = {obj["metadata"]["name"] for obj in plan.slices}
+        stale = tuple(sorted(name for name in existing if name not in wanted))
+        for name in stale:
+            self._delete(name)
+        self.metrics.publishes.labels("written").inc()
+        self._record(plan, generation)
+        log.info(
+            "published ResourceSlices",
+            extra={"node": self._node, "generation": generation, "slices": len(plan.slices),
+                   "deleted": len(stale), "layout": plan.layout, "static": plan.static,
+                   "policy": plan.policy, "devices": len(plan.order)},
+        )
+        if not self._static and self._counters_dropped(plan.slices):
+            self._fall_back()
+            result = self._publish(gpus, allocated)
+            return PublishResult(result.changed, result.generation, result.slices,
+                                 tuple(sorted({*stale, *result.deleted})), True, True,
+                                 result.plan)
+        return PublishResult(True, generation, tuple(sorted(wanted)), stale, self._static, False,
+                             plan)
+
+    def _existing(self) -> dict[str, Obj]:
+        try:
+            listed = self._api.list(
+                API_VERSION, KIND, field_selector=f"spec.nodeName={self._node},spec.driver={DRIVER}"
+            )
+        except kerr.KubeError as exc:
+            raise PublishError(
+                f"cannot list the ResourceSlices of node {self._node}: {exc}"
+            ) from exc
+        return {
+            obj["metadata"]["name"]: obj
+            for obj in listed.items
+            if obj.get("spec", {}).get("driver") == DRIVER
+            and obj.get("spec", {}).get("pool", {}).get("name") == self._node
+        }
+
+    @staticmethod
+    def _same(existing: dict[str, Obj], desired: Sequence[Obj]) -> bool:
+        if set(existing) != {obj["metadata"]["name"] for obj in desired}:
+            return False
+        for obj in desired:
+            have = existing[obj["metadata"]["name"]]
+            if have.get("spec") != obj["spec"]:
+                return False
+            if have.get("metadata", {}).get("labels") != obj["metadata"].get("labels"):
+                return False
+        return True
+
+    def _owner_reference(self) -> Obj | None:
+        """Slices belong to the Node, so they go when the Node is deleted."""
+        try:
+            node = self._api.get("v1", "Node", self._node)
+        except kerr.KubeError:
+            return None
+        uid = node.get("metadata", {}).get("uid")
+        if not uid:
+            return None
+        return {"apiVersion": "v1", "kind": "Node", "name": self._node, "uid": uid,
+                "controller": True}
+
+    def _backoff(self, attempt: int) -> None:
+        self.metrics.conflicts.inc()
+        self._sleep(min(self._max_delay_s, self._base_delay_s * (2 ** attempt)))
+
+    def _write(self, obj: Obj, current: Obj | None) -> Obj:
+        name = obj["metadata"]["name"]
+        last: Exception | None = None
+        for attempt in range(self._max_attempts):
+            try:
+                if current is None:
+                    return self._api.create(obj)
+                body = {**obj, "metadata": {
+                    **obj["metadata"],
+                    "resourceVersion": current["metadata"].get("resourceVersion"),
+                }}
+                return self._api.update(body)
+            except kerr.AlreadyExists as exc:
+                last = exc
+                current = self._get(name)
+            except kerr.NotFound as exc:
+                last = exc
+                current = None
+            except (kerr.Conflict, kerr.Unavailable) as exc:
+                last = exc
+                self._backoff(attempt)
+                current = self._get(name)
+            except kerr.KubeError as exc:
+                raise PublishError(f"cannot write ResourceSlice {name}: {exc}") from exc
+        raise PublishError(
+            f"gave up writing ResourceSlice {name} after {self._max_attempts} attempts: {last}"
+        ) from last
+
+    def _get(self, name: str) -> Obj | None:
+        for attempt in range(self._max_attempts):
+            try:
+                return self._api.get(API_VERSION, KIND, name)
+            except kerr.NotFound:
+                return None
+            except kerr.Unavailable:
+                self._backoff(attempt)
+            except kerr.KubeError as exc:
+                raise PublishError(f"cannot read ResourceSlice {name}: {exc}") from exc
+        raise PublishError(f"cannot read ResourceSlice {name}: the apiserver stays unavailable")
+
+    def _delete(self, name: str) -> None:
+        for attempt in range(self._max_attempts):
+            try:
+                self._api.delete(API_VERSION, KIND, name)
+                return
+            except kerr.NotFound:
+                return
+            except (kerr.Conflict, kerr.Unavailable):
+                self._backoff(attempt)
+            except kerr.KubeError as exc:
+                raise PublishError(f"cannot delete stale ResourceSlice {name}: {exc}") from exc
+        raise PublishError(f"gave up deleting stale ResourceSlice {name}")
+
+    def _counters_dropped(self, desired: Sequence[Obj]) -> bool:
+        """Compare what was sent with what the apiserver kept (read back, not the write reply)."""
+        dropped = False
+        taints_dropped = False
+        for sent in desired:
+            back = self._get(sent["metadata"]["name"]) or {}
+            spec = back.get("spec", {})
+            if sent["spec"].get("sharedCounters") and not spec.get("sharedCounters"):
+                dropped = True
+            kept = {d.get("name"): d for d in spec.get("devices") or []}
+            for device in sent["spec"].get("devices") or []:
+                got = kept.get(device["name"], {})
+                if device.get("consumesCounters") and not got.get("consumesCounters"):
+                    dropped = True
+                if device.get("taints") and not got.get("taints"):
+                    taints_dropped = True
+        if taints_dropped:
+            log.warning(
+                "the apiserver dropped device taints (DRADeviceTaints off); unhealthy devices "
+                "stay schedulable", extra={"node": self._node})
+        return dropped
+
+    def _fall_back(self) -> None:
+        self._static = True
+        self.metrics.counters_dropped.inc()
+        self.metrics.static_layout.set(1)
+        note = (
+            "The apiserver dropped sharedCounters/consumesCounters from this node's "
+            "ResourceSlices (partitionable devices, feature gate DRAPartitionableDevices, are "
+            "not enabled). gpu-slicer now advertises only MIG instances that exist (static "
+            "layout); enable the gate and restart the agent to get on-demand MIG slices."
+        )
+        log.warning(note, extra={"node": self._node, "reason": FALLBACK_REASON})
+        try:
+            node = self._api.get("v1", "Node", self._node)
+        except kerr.KubeError:
+            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self._node}}
+        event = event_for(
+            node,
+            reason=FALLBACK_REASON,
+            note=note,
+            type_="Warning",
+            reporting_controller=REPORTING_CONTROLLER,
+            reporting_instance=f"{REPORTING_CONTROLLER}-{self._node}"[:128],
+            action="PublishResourceSlices",
+            event_time=self._now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        )
+        try:
+            self._api.create(event)
+        except kerr.KubeError as exc:
+            log.warning("could not record the fallback Event", extra={"error": str(exc)})
+
+    def _record(self, plan: PoolPlan, generation: int) -> None:
+        self.metrics.devices.set(len(plan.order))
+        self.metrics.generation.set(generation)

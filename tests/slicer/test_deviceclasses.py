@@ -1,0 +1,82 @@
+"""DeviceClasses: valid for every version, and their CEL selects exactly the intended devices."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import celpy
+import pytest
+
+from slicer.deviceclasses import (
+    EXTENDED_RESOURCE_NAME,
+    GPU_CLASS,
+    MIG_CLASS,
+    device_classes,
+)
+from slicer.inventory import DRIVER, GpuState, build_slices
+
+VERSIONS = ("1.34", "1.35", "1.36", "1.37")
+
+
+def cel_device(device: dict[str, Any], driver: str) -> Any:
+    """The CEL ``device`` variable the scheduler builds from a ResourceSlice device entry."""
+    attributes: dict[str, dict[str, Any]] = {}
+    for key, value in device.get("attributes", {}).items():
+        domain, _, ident = key.rpartition("/")
+        attributes.setdefault(domain or driver, {})[ident] = next(iter(value.values()))
+    capacity: dict[str, dict[str, Any]] = {}
+    for key, value in device.get("capacity", {}).items():
+        domain, _, ident = key.rpartition("/")
+        capacity.setdefault(domain or driver, {})[ident] = value["value"]
+    return celpy.json_to_cel({
+        "driver": driver,
+        "attributes": attributes,
+        "capacity": capacity,
+        "allowMultipleAllocations": False,
+    })
+
+
+def selects(expression: str, device: dict[str, Any], driver: str = DRIVER) -> bool:
+    env = celpy.Environment()
+    program = env.program(env.compile(expression))
+    return bool(program.evaluate({"device": cel_device(device, driver)}))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("extended", [False, True])
+def test_device_classes_validate_strictly_for_every_version(
+    validate: Callable[[dict[str, Any], str], None], version: str, extended: bool
+) -> None:
+    for obj in device_classes(extended_resources=extended):
+        validate(obj, version)
+
+
+def test_the_extended_resources_variant_serves_nvidia_gpu_from_the_gpu_class_only() -> None:
+    plain = {c["metadata"]["name"]: c for c in device_classes()}
+    extended = {c["metadata"]["name"]: c for c in device_classes(extended_resources=True)}
+    assert set(plain) == set(extended) == {GPU_CLASS, MIG_CLASS}
+    assert "extendedResourceName" not in plain[GPU_CLASS]["spec"]
+    assert extended[GPU_CLASS]["spec"]["extendedResourceName"] == EXTENDED_RESOURCE_NAME
+    assert "extendedResourceName" not in extended[MIG_CLASS]["spec"]
+
+
+def test_class_selectors_split_the_pool_into_whole_gpus_and_mig_slices(
+    make_states: Callable[..., list[GpuState]],
+) -> None:
+    states = make_states("H100-80GB:1,A100-80GB:1", mode="dynamic")
+    devices = [d for s in build_slices("n", states) for d in s["spec"].get("devices", [])]
+    classes = {c["metadata"]["name"]: c["spec"]["selectors"][0]["cel"]["expression"]
+               for c in device_classes()}
+    gpus = {d["name"] for d in devices if selects(classes[GPU_CLASS], d)}
+    migs = {d["name"] for d in devices if selects(classes[MIG_CLASS], d)}
+    assert gpus == {"gpu-0"}  # the A100 is in mig mode: no whole device
+    assert migs == {d["name"] for d in devices} - {"gpu-0"}
+    assert len(migs) == 25 + 25
+
+
+def test_class_selectors_ignore_another_drivers_devices_of_the_same_type() -> None:
+    foreign = {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}
+    for obj in device_classes():
+        expression = obj["spec"]["selectors"][0]["cel"]["expression"]
+        assert not selects(expression, foreign, driver="gpu.nvidia.com")

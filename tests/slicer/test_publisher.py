@@ -1,0 +1,186 @@
+"""The publisher against the in-memory apiserver: writes, idempotence, generations, conflicts,
+and the fallback to the static layout when counters are dropped."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from kube.errors import Conflict, Forbidden, Unavailable
+from kube.memory import InMemoryKubeApi
+from slicer.errors import PublishError
+from slicer.inventory import API_VERSION, DRIVER, GpuState, check_limits
+from slicer.publisher import FALLBACK_REASON, PublisherMetrics, SlicePublisher
+
+WRITES = {"create", "update", "delete", "patch", "apply"}
+
+
+def slices_of(api: InMemoryKubeApi, node: str = "node-a") -> list[dict[str, Any]]:
+    return sorted(
+        (s for s in api.objects(API_VERSION, "ResourceSlice") if s["spec"]["pool"]["name"] == node),
+        key=lambda s: s["metadata"]["name"],
+    )
+
+
+def writes(api: InMemoryKubeApi) -> list[str]:
+    return [c.verb for c in api.calls if c.verb in WRITES and c.kind == "ResourceSlice"]
+
+
+@pytest.fixture
+def api() -> InMemoryKubeApi:
+    api = InMemoryKubeApi(server_version=(1, 36))
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}})
+    return api
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def publisher(api: InMemoryKubeApi, sleeps: list[float]) -> SlicePublisher:
+    return SlicePublisher(api, "node-a", policy="best-fit", sleep=sleeps.append,
+                          now=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+
+
+def test_the_first_publish_creates_the_whole_pool_at_generation_one(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
+) -> None:
+    result = publisher.publish(make_states("H200:10"))
+    stored = slices_of(api)
+    assert result.changed and result.generation == 1
+    assert [s["metadata"]["name"] for s in stored] == list(result.slices)
+    assert check_limits(stored, (1, 36)) == []
+    expected = publisher.plan(make_states("H200:10"), generation=1).slices
+    assert [s["spec"] for s in stored] == [s["spec"] for s in expected]
+    node_uid = api.get("v1", "Node", "node-a")["metadata"]["uid"]
+    assert all(s["metadata"]["ownerReferences"][0]["uid"] == node_uid for s in stored)
+
+
+def test_publishing_the_same_inventory_again_writes_nothing(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
+) -> None:
+    publisher.publish(make_states("H100-80GB:4"))
+    api.clear_calls()
+    result = publisher.publish(make_states("H100-80GB:4"))
+    assert not result.changed and result.generation == 1
+    assert writes(api) == []
+    assert publisher.metrics.registry.get_sample_value(
+        "gpu_slicer_slices_publishes_total", {"result": "unchanged"}) == 1
+
+
+def test_a_layout_change_bumps_the_generation_and_deletes_stale_slices(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
+) -> None:
+    publisher.publish(make_states("H100-80GB:16"))
+    before = {s["metadata"]["name"] for s in slices_of(api)}
+    result = publisher.publish(make_states("H100-80GB:2"))
+    after = slices_of(api)
+    assert result.generation == 2 and result.deleted
+    assert {s["metadata"]["name"] for s in after} == set(result.slices) < before
+    assert {s["spec"]["pool"]["generation"] for s in after} == {2}
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in after} == {len(after)}
+
+
+def test_slices_of_other_nodes_and_drivers_are_left_alone(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
+) -> None:
+    other = SlicePublisher(api, "node-b", sleep=lambda _: None)
+    other.publish(make_states("A30:2"))
+    foreign = {"apiVersion": API_VERSION, "kind": "ResourceSlice",
+               "metadata": {"name": "node-a-gpu.nvidia.com-x"},
+               "spec": {"driver": "gpu.nvidia.com", "nodeName": "node-a",
+                        "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1}}}
+    api.create(foreign)
+    publisher.publish(make_states("H100-80GB:1"))
+    publisher.publish(make_states("H100-80GB:2"))
+    assert len(slices_of(api, "node-b")) == len(other.plan(make_states("A30:2")).slices)
+    assert api.get(API_VERSION, "ResourceSlice", "node-a-gpu.nvidia.com-x")["spec"]["driver"] \
+        == "gpu.nvidia.com"
+    assert all(s["spec"]["driver"] == DRIVER for s in slices_of(api) if "nvidia" not in
+               s["metadata"]["name"])
+
+
+def test_conflicts_are_retried_with_growing_backoff(
+    api: InMemoryKubeApi, publisher: SlicePublisher, sleeps: list[float],
+    make_states: Callable[..., list[GpuState]],
+) -> None:
+    publisher.publish(make_states("H100-80GB:1"))
+    api.fail_next("update", Conflict("stale"), times=3, kind="ResourceSlice")
+    result = publisher.publish(make_states("H100-80GB:1", mode="mig"))
+    assert result.generation == 2
+    assert sleeps == [0.2, 0.4, 0.8]
+    assert {s["spec"]["pool"]["generation"] for s in slices_of(api)} == {2}
+    assert publisher.metrics.registry.get_sample_value("gpu_slicer_slices_conflicts_total") == 3
+
+
+def test_a_conflict_that_never_ends_is_reported_not_looped_on(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
+) -> None:
+    publisher.publish(make_states("H100-80GB:1"))
+    api.fail_next("update", Conflict("stale"), times=100, kind="ResourceSlice")
+    with pytest.raises(PublishError, match="after 6 attempts"):
+        publisher.publish(make_states("H100-80GB:1", mode="mig"))
+
+
+@pytest.mark.parametrize("error", [Forbidden("no rbac"), Unavailable("down")])
+def test_api_failures_surface_as_publish_errors(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]],
+    error: Exception,
+) -> None:
+    api.fail_next("list", error)  # type: ignore[arg-type]
+    with pytest.raises(PublishError, match="cannot list"):
+        publisher.publish(make_states("H100-80GB:1"))
+    assert publisher.metrics.registry.get_sample_value(
+        "gpu_slicer_slices_publishes_total", {"result": "error"}) == 1
+
+
+def test_the_server_version_decides_the_layout(
+    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]]
+) -> None:
+    api.set_server_version(1, 34)
+    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None)
+    result = publisher.publish(make_states("H100-80GB:4"))
+    assert result.plan.layout == "combined"
+    assert all("sharedCounters" in s["spec"] and "devices" in s["spec"] for s in slices_of(api))
+    assert check_limits(slices_of(api), (1, 34)) == []
+
+
+def test_dropped_counters_switch_to_the_static_layout_and_say_so(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api.drop_fields("ResourceSlice", ["spec.sharedCounters", "spec.devices[].consumesCounters"])
+    placed = {0: [("3g.40gb", 0)]}
+    states = make_states("H100-80GB:2", instances=placed, owned=placed)
+    with caplog.at_level(logging.WARNING, logger="slicer.publisher"):
+        result = publisher.publish(states)
+    assert result.fell_back and result.static and publisher.static
+    stored = slices_of(api)
+    names = {d["name"] for s in stored for d in s["spec"].get("devices", [])}
+    assert names == {"gpu-0-mig-3g40gb-0", "gpu-1"}  # what exists; gpu-1 has MIG off
+    assert {s["spec"]["pool"]["generation"] for s in stored} == {result.generation}
+    assert check_limits(stored, (1, 36)) == []
+    events = api.objects("events.k8s.io/v1", "Event")
+    assert [e["reason"] for e in events] == [FALLBACK_REASON]
+    assert events[0]["regarding"]["kind"] == "Node" and events[0]["type"] == "Warning"
+    assert any(r.__dict__.get("reason") == FALLBACK_REASON for r in caplog.records)
+    registry = publisher.metrics.registry
+    assert registry.get_sample_value("gpu_slicer_slices_counters_dropped_total") == 1
+    assert registry.get_sample_value("gpu_slicer_slices_static_layout") == 1
+    # Once static, publishing the same again is a no-op: no second event, no writes.
+    api.clear_calls()
+    assert not publisher.publish(states).changed
+    assert writes(api) == [] and len(api.objects("events.k8s.io/v1", "Event")) == 1
+
+
+def test_metrics_can_live_in_the_agents_registry(api: InMemoryKubeApi) -> None:
+    metrics = PublisherMetrics()
+    publisher = SlicePublisher(api, "node-a", metrics=metrics, sleep=lambda _: None)
+    assert publisher.metrics.registry is metrics.registry
+    assert metrics.registry.get_sample_value("gpu_slicer_slices_static_layout") == 0
