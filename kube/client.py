@@ -41,6 +41,7 @@ PATCH_CONTENT_TYPES: dict[str, str] = {
 }
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"  # JSON is YAML; the apiserver accepts it
 _WATCH_READ_SLACK_S = 10.0
+_WATCH_MAX_READ_S = 3700.0
 # Module-level aliases: inside the class the method named `list` shadows the builtin.
 _Query = list[tuple[str, str]]
 
@@ -175,7 +176,9 @@ class RealKubeApi:
         query = [("watch", "true"), *self._selectors(label_selector, field_selector)]
         if resource_version is not None:
             query.append(("resourceVersion", resource_version))
-        read_timeout: float | None = None
+        # The apiserver closes a watch without timeoutSeconds after at most an hour; reading
+        # longer than that means the connection died silently, which ends the watch too.
+        read_timeout: float | None = _WATCH_MAX_READ_S
         if timeout_s is not None:
             query.append(("timeoutSeconds", str(max(1, int(timeout_s)))))
             read_timeout = timeout_s + _WATCH_READ_SLACK_S
