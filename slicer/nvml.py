@@ -1,0 +1,648 @@
+"""The real GPU backend: a thin layer over NVML through ``pynvml`` (nvidia-ml-py).
+
+Thin on purpose: geometry decisions live in the catalog and the agent; this module only turns a
+``GpuBackend`` call into the NVML calls that do it, and NVML's errors into
+``slicer.errors.BackendError`` subclasses (``raise ... from`` the ``NVMLError``). Rules it keeps:
+
+* ``nvmlInit`` runs once, on first use; device handles are looked up once and cached (an
+  uncached look-up can take seconds on a loaded node).
+* Profile ids differ between devices, so they are never hard-coded: each is looked up with
+  ``nvmlDeviceGetGpuInstanceProfileInfo(handle, <catalog nvml_constant>)`` and cached per GPU.
+* GPU instances are always created at an explicit placement, passed by reference
+  (``byref(c_nvmlGpuInstancePlacement_t(start, size))``): NVML's own choice depends on the order
+  of creation and would not match what the scheduler allocated.
+* The compute instance spans the GPU instance (the catalog's ``ci_nvml_constant``, shared
+  engines); its MIG UUID comes from the compute instance's own device handle, not from walking
+  every MIG device.
+* Capability minors are read from ``<root>/proc/driver/nvidia/capabilities/gpu<minor>/mig/...``
+  and the boot id from ``<root>/proc/sys/kernel/random/boot_id``; ``root`` is injectable so
+  tests can lay out those files, and so can the ``pynvml`` module itself (``nvml=``).
+* ``instances`` of a GPU whose MIG mode is off is an empty list, as in the simulated backend.
+  Of a GPU instance with several compute instances (made by someone else), the one with the
+  lowest id is reported.
+* GPUs that are not in the catalog (no MIG) are left out of ``gpus()`` with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from ctypes import byref, c_uint, c_void_p, cast
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from slicer import catalog
+from slicer.backend import GpuInfo, HealthEvent
+from slicer.devices import MigInstance
+from slicer.errors import (
+    BackendError,
+    CatalogError,
+    GpuLost,
+    InsufficientResources,
+    InUse,
+    NoPermission,
+    NotFound,
+    NotSupported,
+    ResetRequired,
+)
+
+log = logging.getLogger(__name__)
+
+_ERRORS: dict[str, tuple[type[BackendError], str]] = {
+    "NVML_ERROR_IN_USE": (InUse, "processes or compute instances still use it; retry later"),
+    "NVML_ERROR_INSUFFICIENT_RESOURCES": (
+        InsufficientResources,
+        "the placement overlaps an instance or a budget is exhausted",
+    ),
+    "NVML_ERROR_NOT_FOUND": (NotFound, "it does not exist (any more)"),
+    "NVML_ERROR_NOT_SUPPORTED": (NotSupported, "this GPU or driver cannot do it"),
+    "NVML_ERROR_NO_PERMISSION": (
+        NoPermission,
+        "the agent needs root or CAP_SYS_ADMIN and access to /dev/nvidia-caps",
+    ),
+    "NVML_ERROR_RESET_REQUIRED": (ResetRequired, "the GPU must be reset first"),
+    "NVML_ERROR_GPU_IS_LOST": (GpuLost, "the GPU needs a reset or a reboot"),
+}
+
+# NVML answers for profiles a device does not offer.
+_ABSENT = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND")
+
+_CI_FALLBACK_SLICES = (1, 2, 3, 4, 6, 7, 8)
+
+_XID_FELL_OFF_THE_BUS = 79
+
+
+class NvmlBackend:
+    """``GpuBackend`` over NVML. ``nvml`` is the ``pynvml`` module (or a fake of it)."""
+
+    def __init__(self, nvml: Any = None, *, root: str | Path = "/") -> None:
+        if nvml is None:
+            import pynvml
+
+            nvml = pynvml
+        self._nvml = nvml
+        self._root = Path(root)
+        self._lock = threading.RLock()
+        self._started = False
+        self._handles: list[Any] = []
+        self._models: dict[int, catalog.GpuModel] = {}
+        self._infos: dict[int, GpuInfo] = {}
+        self._profile_info: dict[tuple[int, str], Any] = {}
+        self._ci_profile_info: dict[tuple[int, str, str], Any] = {}
+        self._foreign: set[int] = set()
+        self._domains_known = False
+        self._event_set: Any = None
+        self._lost: set[int] = set()
+
+    # --- GpuBackend ------------------------------------------------------------------------
+
+    def boot_id(self) -> str:
+        path = self._root / "proc/sys/kernel/random/boot_id"
+        try:
+            return path.read_text().strip()
+        except OSError as exc:
+            raise BackendError(f"cannot read the boot id from {path}: {exc}") from exc
+
+    def gpus(self) -> list[GpuInfo]:
+        """Catalog GPUs with their current MIG mode (a lost GPU keeps its last known facts)."""
+        self._start()
+        found: list[GpuInfo] = []
+        for index in range(len(self._handles)):
+            if index in self._foreign:
+                continue
+            info = self._infos.get(index) or self._discover(index)
+            if info is None:
+                continue
+            try:
+                current, pending = self._call(index, "nvmlDeviceGetMigMode", self._handles[index])
+            except GpuLost:
+                found.append(info)
+                continue
+            info = replace(info, mig_enabled=bool(current), mig_pending=bool(pending))
+            self._infos[index] = info
+            found.append(info)
+        if not self._domains_known:
+            self._assign_nvlink_domains(found)
+            self._domains_known = True
+        return [self._infos[i.index] for i in found]
+
+    def instances(self, gpu_index: int) -> list[MigInstance]:
+        handle = self._handle(gpu_index)
+        current, _ = self._call(gpu_index, "nvmlDeviceGetMigMode", handle)
+        if not current:
+            return []
+        found: list[MigInstance] = []
+        for profile in self._model(gpu_index).profiles:
+            info = self._gi_profile(gpu_index, profile, missing_ok=True)
+            if info is None:
+                continue
+            for gi in self._list(
+                gpu_index, "nvmlDeviceGetGpuInstances", handle, info.id,
+                self._nvml.c_nvmlGpuInstance_t, info.instanceCount,
+            ):
+                gi_info = self._call(gpu_index, "nvmlGpuInstanceGetInfo", gi)
+                cis = self._compute_instances(gpu_index, gi, profile)
+                ci_id, uuid = (None, None)
+                if cis:
+                    ci_id, ci_info = cis[0]
+                    uuid = _text(self._call(gpu_index, "nvmlDeviceGetUUID", ci_info.device))
+                found.append(
+                    MigInstance(
+                        gpu_index=gpu_index,
+                        profile=profile.name,
+                        start=int(gi_info.placement.start),
+                        size=int(gi_info.placement.size),
+                        gi_id=int(gi_info.id),
+                        ci_id=ci_id,
+                        uuid=uuid,
+                    )
+                )
+        return sorted(found, key=lambda m: (m.start, m.gi_id))
+
+    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+        model = self._model(gpu_index)
+        try:
+            prof = catalog.check_placement(model, profile, start)
+        except CatalogError as exc:
+            raise NotSupported(str(exc), gpu=gpu_index) from exc
+        info = self._gi_profile(gpu_index, prof)
+        placement = self._nvml.c_nvmlGpuInstancePlacement_t(start, prof.memory_slices)
+        gi = self._call(
+            gpu_index, "nvmlDeviceCreateGpuInstanceWithPlacement",
+            self._handle(gpu_index), info.id, byref(placement),
+            doing=f"create {profile} at memory slice {start}",
+        )
+        return int(self._call(gpu_index, "nvmlGpuInstanceGetInfo", gi).id)
+
+    def create_compute_instance(self, gpu_index: int, gi_id: int) -> MigInstance:
+        gi = self._gpu_instance(gpu_index, gi_id)
+        gi_info = self._call(gpu_index, "nvmlGpuInstanceGetInfo", gi)
+        profile = self._profile_by_id(gpu_index, int(gi_info.profileId))
+        ci_profile = self._ci_profile(gpu_index, gi, profile, profile.ci_nvml_constant)
+        ci = self._call(
+            gpu_index, "nvmlGpuInstanceCreateComputeInstance", gi, ci_profile.id,
+            doing=f"create the compute instance of GPU instance {gi_id}",
+        )
+        ci_info = self._call(gpu_index, "nvmlComputeInstanceGetInfo", ci)
+        uuid = _text(self._call(gpu_index, "nvmlDeviceGetUUID", ci_info.device))
+        return MigInstance(
+            gpu_index=gpu_index,
+            profile=profile.name,
+            start=int(gi_info.placement.start),
+            size=int(gi_info.placement.size),
+            gi_id=gi_id,
+            ci_id=int(ci_info.id),
+            uuid=uuid,
+        )
+
+    def destroy_compute_instance(self, gpu_index: int, gi_id: int, ci_id: int) -> None:
+        gi = self._gpu_instance(gpu_index, gi_id)
+        ci = self._call(
+            gpu_index, "nvmlGpuInstanceGetComputeInstanceById", gi, ci_id,
+            doing=f"find compute instance {ci_id} of GPU instance {gi_id}",
+        )
+        self._call(
+            gpu_index, "nvmlComputeInstanceDestroy", ci,
+            doing=f"destroy compute instance {ci_id} of GPU instance {gi_id}",
+        )
+
+    def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
+        gi = self._gpu_instance(gpu_index, gi_id)
+        self._call(gpu_index, "nvmlGpuInstanceDestroy", gi,
+                   doing=f"destroy GPU instance {gi_id}")
+
+    def processes(self, gpu_index: int, gi_id: int | None = None) -> list[int]:
+        handle = self._handle(gpu_index)
+        if gi_id is None:
+            procs = self._call(gpu_index, "nvmlDeviceGetComputeRunningProcesses", handle)
+            return sorted({int(p.pid) for p in procs})
+        gi = self._gpu_instance(gpu_index, gi_id)
+        profile = self._profile_by_id(
+            gpu_index, int(self._call(gpu_index, "nvmlGpuInstanceGetInfo", gi).profileId)
+        )
+        pids: set[int] = set()
+        for _, ci_info in self._compute_instances(gpu_index, gi, profile):
+            procs = self._call(gpu_index, "nvmlDeviceGetComputeRunningProcesses", ci_info.device)
+            pids.update(int(p.pid) for p in procs)
+        return sorted(pids)
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> None:
+        nvml = self._nvml
+        handle = self._handle(gpu_index)
+        mode = nvml.NVML_DEVICE_MIG_ENABLE if enabled else nvml.NVML_DEVICE_MIG_DISABLE
+        doing = f"{'enable' if enabled else 'disable'} MIG mode"
+        status = self._call(gpu_index, "nvmlDeviceSetMigMode", handle, mode, doing=doing)
+        if status != nvml.NVML_SUCCESS:
+            # The call itself succeeded, but the activation did not: NVML reports that in the
+            # returned status rather than by failing.
+            failure = nvml.NVMLError(status)
+            raise self._error(gpu_index, f"{doing} (activation status)", failure) from failure
+        current, pending = self._call(gpu_index, "nvmlDeviceGetMigMode", handle)
+        if bool(current) != enabled:
+            raise ResetRequired(
+                f"MIG mode {doing.split()[0]} on GPU {gpu_index} is pending (current "
+                f"{bool(current)}, pending {bool(pending)}) until the GPU is reset",
+                gpu=gpu_index,
+            )
+
+    def capability_minors(self, gpu_index: int, gi_id: int, ci_id: int) -> tuple[int, int]:
+        self._handle(gpu_index)
+        info = self._infos.get(gpu_index) or self._discover(gpu_index)
+        minor = info.minor if info else gpu_index
+        base = self._root / f"proc/driver/nvidia/capabilities/gpu{minor}/mig/gi{gi_id}"
+        return (
+            _read_minor(base / "access", gpu_index),
+            _read_minor(base / f"ci{ci_id}" / "access", gpu_index),
+        )
+
+    def health_events(self, timeout_s: float) -> list[HealthEvent]:
+        """Xid critical errors and lost GPUs, best effort: a GPU without events is skipped."""
+        nvml = self._nvml
+        event_set = self._events()
+        events: list[HealthEvent] = []
+        timeout_ms = max(0, int(timeout_s * 1000))
+        while True:
+            try:
+                data = nvml.nvmlEventSetWait(event_set, timeout_ms)
+            except nvml.NVMLError as exc:
+                if exc.value == nvml.NVML_ERROR_GPU_IS_LOST:
+                    events.extend(self._probe_lost())
+                elif exc.value != nvml.NVML_ERROR_TIMEOUT:
+                    log.warning("waiting for NVML events failed: %s", exc)
+                break
+            index = self._index_of(data.device)
+            if index is not None and data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                xid = int(data.eventData)
+                events.append(HealthEvent(index, "xid", xid=xid, message=f"Xid {xid}"))
+                if xid == _XID_FELL_OFF_THE_BUS:
+                    events.extend(self._probe_lost())
+            timeout_ms = 0
+        return events
+
+    def close(self) -> None:
+        """Free the event set and shut NVML down (the agent calls it on exit)."""
+        with self._lock:
+            if not self._started:
+                return
+            if self._event_set is not None:
+                try:
+                    self._nvml.nvmlEventSetFree(self._event_set)
+                except self._nvml.NVMLError as exc:
+                    log.warning("freeing the NVML event set failed: %s", exc)
+                self._event_set = None
+            self._nvml.nvmlShutdown()
+            self._started = False
+
+    # --- NVML plumbing ---------------------------------------------------------------------
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._call(None, "nvmlInit", doing="initialise NVML (is the driver loaded?)")
+            count = int(self._call(None, "nvmlDeviceGetCount"))
+            self._handles = [
+                self._call(i, "nvmlDeviceGetHandleByIndex", i) for i in range(count)
+            ]
+            self._started = True
+
+    def _handle(self, gpu_index: int) -> Any:
+        self._start()
+        if not 0 <= gpu_index < len(self._handles):
+            raise NotFound(
+                f"no GPU {gpu_index}: NVML sees {len(self._handles)}", gpu=gpu_index
+            )
+        return self._handles[gpu_index]
+
+    def _call(self, gpu: int | None, name: str, *args: Any, doing: str = "") -> Any:
+        try:
+            return getattr(self._nvml, name)(*args)
+        except self._nvml.NVMLError as exc:
+            raise self._error(gpu, doing or name, exc) from exc
+
+    def _error(self, gpu: int | None, doing: str, exc: Any) -> BackendError:
+        code = getattr(exc, "value", None)
+        where = f" on GPU {gpu}" if gpu is not None else ""
+        for constant, (kind, hint) in _ERRORS.items():
+            if code == getattr(self._nvml, constant, object()):
+                return kind(f"{doing}{where}: {exc}; {hint}", gpu=gpu)
+        return BackendError(f"{doing}{where}: {exc} (NVML error {code})", gpu=gpu)
+
+    def _is(self, exc: BackendError, *constants: str) -> bool:
+        cause = exc.__cause__
+        code = getattr(cause, "value", None)
+        return any(code == getattr(self._nvml, c, object()) for c in constants)
+
+    def _list(
+        self, gpu: int, name: str, parent: Any, profile_id: int, item_type: Any, capacity: int
+    ) -> list[Any]:
+        """Call an NVML list function that fills a caller-sized array and a count."""
+        array = (item_type * max(1, int(capacity)))()
+        count = c_uint(len(array))
+        self._call(gpu, name, parent, profile_id, array, byref(count))
+        return [array[k] for k in range(count.value)]
+
+    def _model(self, gpu_index: int) -> catalog.GpuModel:
+        self._handle(gpu_index)
+        if gpu_index not in self._models and self._discover(gpu_index) is None:
+            raise NotSupported(
+                f"GPU {gpu_index} is not a MIG-capable model in the catalog", gpu=gpu_index
+            )
+        return self._models[gpu_index]
+
+    def _discover(self, index: int) -> GpuInfo | None:
+        """Static facts of one GPU; None (with a warning) when the catalog does not know it."""
+        handle = self._handle(index)
+        name = _text(self._call(index, "nvmlDeviceGetName", handle))
+        pci = self._call(index, "nvmlDeviceGetPciInfo", handle)
+        try:
+            model = catalog.model_by_pci_device_id(int(pci.pciDeviceId))
+        except CatalogError:
+            try:
+                model = catalog.model_by_product_name(name)
+            except CatalogError:
+                log.warning(
+                    "GPU %d (%s, PCI device %#010x) is not a MIG-capable model in the "
+                    "catalog; leaving it out", index, name, int(pci.pciDeviceId),
+                )
+                self._foreign.add(index)
+                return None
+        bus_id = _canonical_bus_id(_text(pci.busId))
+        major, minor_cc = self._call(index, "nvmlDeviceGetCudaComputeCapability", handle)
+        current, pending = self._call(index, "nvmlDeviceGetMigMode", handle)
+        info = GpuInfo(
+            index=index,
+            minor=int(self._call(index, "nvmlDeviceGetMinorNumber", handle)),
+            uuid=_text(self._call(index, "nvmlDeviceGetUUID", handle)),
+            model=model.key,
+            product_name=name,
+            memory_bytes=int(self._call(index, "nvmlDeviceGetMemoryInfo", handle).total),
+            pci_bus_id=bus_id,
+            pcie_root=self._pcie_root(bus_id),
+            architecture=model.architecture,
+            cuda_compute_capability=f"{major}.{minor_cc}",
+            driver_version=_text(self._call(index, "nvmlSystemGetDriverVersion")),
+            mig_enabled=bool(current),
+            mig_pending=bool(pending),
+            nvlink_domain=None,
+        )
+        with self._lock:
+            self._models[index] = model
+            self._infos[index] = info
+        return info
+
+    def _pcie_root(self, bus_id: str) -> str:
+        """The ``pciDDDD:BB`` root complex above the GPU in sysfs, else its own bus."""
+        device = self._root / "sys/bus/pci/devices" / bus_id
+        try:
+            parts = device.resolve(strict=True).parts
+        except OSError:
+            parts = ()
+        for part in parts:
+            if part.startswith("pci") and ":" in part:
+                return part
+        domain, bus, _ = bus_id.split(":")
+        return f"pci{domain}:{bus}"
+
+    def _assign_nvlink_domains(self, gpus: list[GpuInfo]) -> None:
+        """Fabric clique (clusterUuid.cliqueId) where NVML has one, else NVLink-connected groups."""
+        domains: dict[int, str | None] = {}
+        for info in gpus:
+            domains[info.index] = self._fabric_domain(info.index)
+        unassigned = [i.index for i in gpus if domains[i.index] is None]
+        if unassigned:
+            domains.update(self._peer_domains(unassigned, gpus))
+        for info in gpus:
+            self._infos[info.index] = replace(
+                self._infos[info.index], nvlink_domain=domains[info.index]
+            )
+
+    def _fabric_domain(self, index: int) -> str | None:
+        nvml = self._nvml
+        struct_type = getattr(nvml, "c_nvmlGpuFabricInfoV_t", None)
+        if struct_type is None:
+            return None
+        fabric = struct_type()
+        try:
+            nvml.nvmlDeviceGetGpuFabricInfoV(self._handles[index], byref(fabric))
+        except (nvml.NVMLError, AttributeError):
+            return None
+        cluster = bytes(fabric.clusterUuid)
+        if (
+            fabric.state != nvml.NVML_GPU_FABRIC_STATE_COMPLETED
+            or fabric.status != nvml.NVML_SUCCESS
+            or not any(cluster)
+        ):
+            return None
+        h = cluster.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}.{int(fabric.cliqueId)}"
+
+    def _peer_domains(self, indices: list[int], gpus: list[GpuInfo]) -> dict[int, str | None]:
+        """Group GPUs joined by active NVLinks (directly, or through an NVSwitch)."""
+        nvml = self._nvml
+        by_bus = {i.pci_bus_id: i.index for i in gpus}
+        parent = {i: i for i in indices}
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                i = parent[i]
+            return i
+
+        linked: set[int] = set()
+        switched: list[int] = []
+        for index in indices:
+            handle = self._handles[index]
+            for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+                try:
+                    if not nvml.nvmlDeviceGetNvLinkState(handle, link):
+                        continue
+                    remote_type = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+                    remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)
+                except nvml.NVMLError:
+                    break
+                if remote_type == nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+                    switched.append(index)
+                    linked.add(index)
+                    continue
+                peer = by_bus.get(_canonical_bus_id(_text(remote.busId)))
+                if peer is not None and peer in parent:
+                    parent[root(index)] = root(peer)
+                    linked.update((index, peer))
+        for a, b in zip(switched, switched[1:], strict=False):
+            parent[root(a)] = root(b)
+        uuids = {i.index: i.uuid for i in gpus}
+        domains: dict[int, str | None] = {}
+        for index in indices:
+            if index not in linked:
+                domains[index] = None
+                continue
+            members = sorted(uuids[i] for i in indices if root(i) == root(index))
+            digest = hashlib.sha256("/".join(members).encode()).hexdigest()
+            domains[index] = f"nvlink-{digest[:16]}"
+        return domains
+
+    def _gi_profile(
+        self, gpu: int, profile: catalog.Profile, *, missing_ok: bool = False
+    ) -> Any:
+        """NVML's profile info (id, instanceCount) for a catalog profile, by its constant."""
+        key = (gpu, profile.name)
+        if key in self._profile_info:
+            return self._profile_info[key]
+        constant = getattr(self._nvml, profile.nvml_constant)
+        try:
+            info = self._call(
+                gpu, "nvmlDeviceGetGpuInstanceProfileInfo", self._handle(gpu), constant,
+                doing=f"look up profile {profile.name} ({profile.nvml_constant})",
+            )
+        except BackendError as exc:
+            if missing_ok and self._is(exc, *_ABSENT):
+                info = None
+            else:
+                raise
+        with self._lock:
+            self._profile_info[key] = info
+        return info
+
+    def _profile_by_id(self, gpu: int, profile_id: int) -> catalog.Profile:
+        for profile in self._model(gpu).profiles:
+            info = self._gi_profile(gpu, profile, missing_ok=True)
+            if info is not None and int(info.id) == profile_id:
+                return profile
+        raise NotSupported(
+            f"GPU {gpu} has a GPU instance of profile id {profile_id}, which matches no "
+            f"{self._model(gpu).key} profile in the catalog",
+            gpu=gpu,
+        )
+
+    def _ci_profile(
+        self, gpu: int, gi: Any, profile: catalog.Profile, constant: str,
+        *, missing_ok: bool = False,
+    ) -> Any:
+        key = (gpu, profile.name, constant)
+        if key in self._ci_profile_info:
+            return self._ci_profile_info[key]
+        value = getattr(self._nvml, constant, None)
+        info = None
+        if value is not None:
+            try:
+                info = self._call(
+                    gpu, "nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, value,
+                    self._nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                    doing=f"look up compute profile {constant} in {profile.name}",
+                )
+            except BackendError as exc:
+                if not (missing_ok and self._is(exc, *_ABSENT)):
+                    raise
+        elif not missing_ok:
+            raise NotSupported(f"this NVML binding has no {constant}", gpu=gpu)
+        with self._lock:
+            self._ci_profile_info[key] = info
+        return info
+
+    def _compute_instances(
+        self, gpu: int, gi: Any, profile: catalog.Profile
+    ) -> list[tuple[int, Any]]:
+        """(CI id, CI info) of every compute instance of a GI, lowest id first."""
+        constants = [profile.ci_nvml_constant] + [
+            f"NVML_COMPUTE_INSTANCE_PROFILE_{n}_SLICE"
+            for n in _CI_FALLBACK_SLICES
+            if n < profile.compute_slices
+        ]
+        found: dict[int, Any] = {}
+        for constant in constants:
+            info = self._ci_profile(gpu, gi, profile, constant, missing_ok=True)
+            if info is None:
+                continue
+            for ci in self._list(
+                gpu, "nvmlGpuInstanceGetComputeInstances", gi, info.id,
+                self._nvml.c_nvmlComputeInstance_t, info.instanceCount,
+            ):
+                ci_info = self._call(gpu, "nvmlComputeInstanceGetInfo", ci)
+                found[int(ci_info.id)] = ci_info
+            if found:
+                break
+        return sorted(found.items(), key=lambda item: item[0])
+
+    def _gpu_instance(self, gpu: int, gi_id: int) -> Any:
+        return self._call(
+            gpu, "nvmlDeviceGetGpuInstanceById", self._handle(gpu), gi_id,
+            doing=f"find GPU instance {gi_id}",
+        )
+
+    def _events(self) -> Any:
+        nvml = self._nvml
+        self._start()
+        with self._lock:
+            if self._event_set is None:
+                event_set = self._call(None, "nvmlEventSetCreate")
+                for index, handle in enumerate(self._handles):
+                    try:
+                        nvml.nvmlDeviceRegisterEvents(
+                            handle, nvml.nvmlEventTypeXidCriticalError, event_set
+                        )
+                    except nvml.NVMLError as exc:
+                        log.warning("GPU %d reports no Xid events: %s", index, exc)
+                self._event_set = event_set
+            return self._event_set
+
+    def _index_of(self, device: Any) -> int | None:
+        try:
+            return int(self._nvml.nvmlDeviceGetIndex(device))
+        except self._nvml.NVMLError:
+            wanted = _address(device)
+            for index, handle in enumerate(self._handles):
+                if _address(handle) == wanted:
+                    return index
+            return None
+
+    def _probe_lost(self) -> list[HealthEvent]:
+        """NVML said a GPU is lost without saying which: ask each one."""
+        nvml = self._nvml
+        events: list[HealthEvent] = []
+        for index, handle in enumerate(self._handles):
+            try:
+                nvml.nvmlDeviceGetMigMode(handle)
+            except nvml.NVMLError as exc:
+                if exc.value == nvml.NVML_ERROR_GPU_IS_LOST and index not in self._lost:
+                    self._lost.add(index)
+                    events.append(HealthEvent(index, "gpu-lost", message=str(exc)))
+                continue
+            if index in self._lost:
+                self._lost.discard(index)
+                events.append(HealthEvent(index, "recovered", message="GPU answers again"))
+        return events
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _canonical_bus_id(nvml_bus_id: str) -> str:
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0`` (sysfs and Kubernetes)."""
+    domain, bus, device_function = nvml_bus_id.strip().split(":")
+    return f"{int(domain, 16):04x}:{bus.lower()}:{device_function.lower()}"
+
+
+def _read_minor(path: Path, gpu: int) -> int:
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise NotFound(f"{path} does not exist: the instance is gone", gpu=gpu) from exc
+    except PermissionError as exc:
+        raise NoPermission(f"cannot read {path}: {exc}", gpu=gpu) from exc
+    except OSError as exc:
+        raise BackendError(f"cannot read {path}: {exc}", gpu=gpu) from exc
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
+            return int(value)
+    raise BackendError(f"{path} has no 'DeviceFileMinor: <n>' line", gpu=gpu)
+
+
+def _address(handle: Any) -> int | None:
+    try:
+        return cast(handle, c_void_p).value
+    except Exception:  # not a ctypes pointer (a fake's handle): compare by identity
+        return id(handle)
