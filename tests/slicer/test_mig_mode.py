@@ -1,0 +1,63 @@
+"""Dynamic MIG mode: on for the first slice, off for a whole GPU, reported when blocked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agent_fixtures import NODE, allocate_claim, build_agent
+
+from kube.memory import InMemoryKubeApi
+from slicer.mig_mode import MigModeBlocked, MigModeManager, default_mode
+from slicer.simulated import SimulatedBackend
+from slicer.state import PrepareError
+
+
+def test_default_modes_follow_the_architecture() -> None:
+    hopper, ampere = SimulatedBackend("H100-80GB:1,A100-80GB:1").gpus()
+    assert default_mode(hopper) == "dynamic"
+    assert default_mode(ampere) == "mig"
+
+
+def test_the_first_slice_switches_a_full_gpu_to_mig() -> None:
+    backend = SimulatedBackend("H100-80GB:1")
+    manager = MigModeManager(backend, {0: "dynamic"})
+    manager.ensure_for_slice(backend.gpus()[0])
+    assert backend.gpus()[0].mig_enabled
+
+
+def test_a_whole_gpu_switches_mig_off_only_when_no_instance_exists() -> None:
+    backend = SimulatedBackend("H100-80GB:1", mig_enabled=True)
+    manager = MigModeManager(backend, {0: "dynamic"})
+    gi = backend.create_gpu_instance(0, "1g.10gb", 0)
+    with pytest.raises(MigModeBlocked, match="1g.10gb@0"):
+        manager.ensure_for_whole(backend.gpus()[0])
+    backend.destroy_gpu_instance(0, gi)
+    manager.ensure_for_whole(backend.gpus()[0])
+    assert not backend.gpus()[0].mig_enabled
+
+
+def test_a_blocking_client_is_reported_and_the_claim_fails_with_a_clear_message(
+    tmp_path: Path,
+) -> None:
+    api = InMemoryKubeApi()
+    backend = SimulatedBackend("H100-80GB:1", node_name=NODE)
+    backend.set_blocking_client(0, "nv-hostengine (DCGM)")
+    agent = build_agent(backend, api, tmp_path)
+    blocked: list[tuple[int, str]] = []
+    agent.state.mig._on_blocked = lambda gpu, msg: blocked.append((gpu, msg))
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+    with pytest.raises(PrepareError, match="DCGM"):
+        agent.prepare(claim)
+    assert blocked and blocked[0][0] == 0
+    assert not backend.gpus()[0].mig_enabled
+    backend.set_blocking_client(0, None)
+    agent.prepare(claim)  # the kubelet's retry succeeds once the client is gone
+    assert backend.gpus()[0].mig_enabled
+
+
+def test_an_ampere_gpu_in_mig_mode_is_not_handed_out_whole() -> None:
+    backend = SimulatedBackend("A100-80GB:1")
+    manager = MigModeManager(backend, {0: "mig"})
+    with pytest.raises(MigModeBlocked, match="not offered as a whole GPU"):
+        manager.ensure_for_whole(backend.gpus()[0])
