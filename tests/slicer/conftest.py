@@ -6,22 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import kubernetes_validate
 import pytest
-from kubernetes.utils.quantity import parse_quantity
+from kubernetes.utils import quantity
 
 from slicer.devices import MigInstance, SliceSpec
 from slicer.inventory import GpuState, Mode
 from slicer.simulated import SimulatedBackend
 
-K8S_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
-
-
-def version_tuple(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")
-    return int(major), int(minor)
+parse_quantity = cast(Callable[[str], Decimal], quantity.parse_quantity)
 
 
 def states_for(

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import celpy
+import celpy.adapter
 import pytest
 
 from slicer.deviceclasses import (
@@ -29,7 +30,7 @@ def cel_device(device: dict[str, Any], driver: str) -> Any:
     for key, value in device.get("capacity", {}).items():
         domain, _, ident = key.rpartition("/")
         capacity.setdefault(domain or driver, {})[ident] = value["value"]
-    return celpy.json_to_cel({
+    return celpy.adapter.json_to_cel({
         "driver": driver,
         "attributes": attributes,
         "capacity": capacity,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from decimal import Decimal
+from typing import Any, cast
 
 import pytest
-from kubernetes.utils.quantity import parse_quantity
+from kubernetes.utils import quantity
 
 from slicer import catalog
 from slicer.catalog import GpuModel
@@ -288,7 +289,8 @@ def test_devices_carry_the_attributes_and_capacity_the_design_names(
     assert mig["attributes"]["driverVersion"] == {"version": "580.65.6"}
     assert "resource.kubernetes.io/pcieRoot" in mig["attributes"]
     assert "resource.kubernetes.io/pciBusID" in mig["attributes"]
-    memory = parse_quantity(mig["capacity"]["memory"]["value"])
+    memory = cast(Callable[[str], Decimal], quantity.parse_quantity)(
+        mig["capacity"]["memory"]["value"])
     assert memory == model.profile("3g.71gb").memory_bytes
     set_counters = view.available["gpu-0-counters"]
     assert sorted(set_counters) == sorted(counter_names(model))
