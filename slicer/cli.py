@@ -16,6 +16,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--gpu", metavar="MODEL", help="only this model (e.g. H100-80GB)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run_catalog)
+    register_slices(subparsers)
+    __import__("slicer.agent", fromlist=["register_agent"]).register_agent(subparsers)
 
 
 def catalog_json(models: list[catalog.GpuModel]) -> list[dict[str, Any]]:
@@ -81,3 +83,116 @@ def run_catalog(args: argparse.Namespace) -> int:
         print()
     print("* not confirmed on real hardware")
     return 0
+
+
+# --- slices ---------------------------------------------------------------------------------
+
+K8S_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
+
+
+def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from slicer.inventory import MODES
+    from slicer.ordering import POLICIES
+
+    p = subparsers.add_parser(
+        "slices",
+        help="print the ResourceSlices the node agent would publish for simulated GPUs",
+        description="Print the ResourceSlices (and optionally DeviceClasses) the node agent "
+        "would publish for a node with simulated GPUs, without a cluster or a GPU.",
+    )
+    p.add_argument("--node", required=True, metavar="NAME", help="node name (also the pool)")
+    p.add_argument("--gpus", required=True, metavar="SPEC",
+                   help="simulated GPUs, e.g. H200-141GB:8 or H100-80GB:2,A100-80GB:1")
+    p.add_argument("--k8s-version", default="1.36", choices=K8S_VERSIONS,
+                   help="apiserver version whose layout and limits to follow (default 1.36)")
+    p.add_argument("--mode", choices=MODES,
+                   help="per-GPU mode (default: dynamic on Hopper and newer, mig on Ampere)")
+    p.add_argument("--order", default="best-fit", choices=list(POLICIES),
+                   help="device-order policy (default best-fit)")
+    p.add_argument("--static-layout", metavar="FILE",
+                   help="advertise the static layout (no counters): create the instances this "
+                   "YAML file names on the simulated GPUs and list only those")
+    p.add_argument("--generation", type=int, default=1, help="pool generation (default 1)")
+    p.add_argument("--device-classes", action="store_true", help="also print the DeviceClasses")
+    p.add_argument("--extended-resources", action="store_true",
+                   help="with --device-classes: the GPU class serves nvidia.com/gpu (KEP-5004)")
+    p.add_argument("-o", "--output", default="yaml", choices=("yaml", "json"))
+    p.set_defaults(func=run_slices)
+
+
+def run_slices(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from slicer.deviceclasses import device_classes
+    from slicer.devices import SliceSpec
+    from slicer.errors import BackendError, SlicerError
+    from slicer.inventory import GpuState, InventoryError, default_mode, plan_pool
+    from slicer.layout import StaticLayout
+    from slicer.simulated import SimulatedBackend
+
+    def fail(message: str) -> int:
+        print(f"gpu-slicer slices: {message}", file=sys.stderr)
+        return 2
+
+    try:
+        backend = SimulatedBackend(args.gpus, node_name=args.node)
+    except SlicerError as exc:
+        return fail(str(exc))
+    major, minor = (int(x) for x in args.k8s_version.split("."))
+    infos = backend.gpus()
+    models = [catalog.get_model(info.model) for info in infos]
+    owned: dict[int, frozenset[SliceSpec]] = {}
+    layout = None
+    if args.static_layout:
+        try:
+            layout = StaticLayout.load(Path(args.static_layout))
+            layout.check(models)
+            owned = _build_static_layout(backend, layout, len(infos))
+        except (SlicerError, BackendError) as exc:
+            return fail(str(exc))
+        infos = backend.gpus()
+    states = [
+        GpuState(
+            info,
+            mode=args.mode or default_mode(models[info.index]),
+            instances=tuple(backend.instances(info.index)),
+            owned=owned.get(info.index, frozenset()),
+        )
+        for info in infos
+    ]
+    try:
+        plan = plan_pool(args.node, states, server_version=(major, minor),
+                         generation=args.generation, policy=args.order,
+                         static=layout is not None, static_layout=layout)
+    except InventoryError as exc:
+        return fail(str(exc))
+    objects = list(plan.slices)
+    if args.device_classes:
+        objects = device_classes(extended_resources=args.extended_resources) + objects
+    if args.output == "json":
+        json.dump({"apiVersion": "v1", "kind": "List", "items": objects}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        yaml.safe_dump_all(objects, sys.stdout, sort_keys=False)
+    return 0
+
+
+def _build_static_layout(backend: Any, layout: Any, count: int) -> dict[int, frozenset[Any]]:
+    """Create the configured instances on the simulated GPUs, as the agent would at start-up."""
+    from slicer.devices import SliceSpec
+
+    owned: dict[int, frozenset[SliceSpec]] = {}
+    for index in range(count):
+        wanted = layout.for_gpu(index)
+        if not wanted:
+            continue
+        backend.set_mig_mode(index, True)
+        made = set()
+        for profile, start in wanted:
+            gi = backend.create_gpu_instance(index, profile, start)
+            backend.create_compute_instance(index, gi)
+            made.add(SliceSpec(index, profile, start))
+        owned[index] = frozenset(made)
+    return owned

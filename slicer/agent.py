@@ -1,0 +1,326 @@
+"""The node agent: discovery, publishing, the kubelet plugin, the reconciler, health, metrics.
+
+:class:`NodeAgent` wires the parts (each in its own module) and owns their threads:
+
+* ``claim-watch``  keeps the ResourceClaim cache current (slicer.claims), retrying with backoff
+  while the apiserver is unreachable; prepared claims keep working from the checkpoint;
+* ``health``       turns backend health events into taints (slicer.health);
+* ``reconciler``   runs a pass every ``reconcile_interval_s`` and whenever a claim, the state or
+  health changes (slicer.reconciler); its passes publish the ResourceSlices (slicer.publisher);
+* the gRPC servers of the kubelet plugin (slicer.plugin);
+* the Prometheus metrics server.
+
+``gpu-slicer agent run`` (:func:`register_agent`) builds the backend and API client from flags
+(each with an environment-variable twin) and runs a NodeAgent until SIGTERM or SIGINT, then stops
+it cleanly: the registration socket goes first, in-flight calls finish, sockets are removed. The
+ResourceSlices stay: a restarted agent takes them over instead of making the scheduler think the
+devices vanished. The simulator embeds NodeAgent directly with an in-memory API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from prometheus_client import start_http_server
+
+from kube.api import KubeApi
+from kube.errors import KubeError
+from slicer import catalog
+from slicer.agent_metrics import AgentMetrics
+from slicer.backend import GpuBackend
+from slicer.cdi import CdiDirectory
+from slicer.checkpoint import CheckpointStore
+from slicer.claims import DRIVER, ClaimCache
+from slicer.errors import BackendError, GpuSpecError, SlicerError
+from slicer.health import HealthTracker
+from slicer.inventory import default_mode, effective_mode
+from slicer.mig_mode import GpuMode, MigModeManager
+from slicer.plugin import DraDriver, PluginServer
+from slicer.publisher import PublisherMetrics, SlicePublisher
+from slicer.reconciler import NodeView, Reconciler, Republish
+from slicer.state import DeviceState
+
+log = logging.getLogger(__name__)
+
+KUBELET_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+KUBELET_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+CDI_DIR = "/var/run/cdi"
+CHECKPOINT_DIR = "/var/lib/gpu-slicer"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Where the agent keeps its files and sockets, and how often it reconciles."""
+
+    node: str
+    checkpoint_dir: Path = Path(CHECKPOINT_DIR)
+    cdi_dir: Path = Path(CDI_DIR)
+    plugins_dir: Path = Path(KUBELET_PLUGINS_DIR)
+    registry_dir: Path = Path(KUBELET_REGISTRY_DIR)
+    metrics_bind: str = ":9464"
+    """``host:port`` for /metrics; empty: no metrics server."""
+    reconcile_interval_s: float = 30.0
+    stale_prepare_s: float = 120.0
+    policy: str = "best-fit"
+
+
+class NodeAgent:
+    """One node's agent; :meth:`start` runs everything, :meth:`stop` ends it."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        backend: GpuBackend,
+        api: KubeApi,
+        metrics: AgentMetrics | None = None,
+        republish: Republish | None = None,
+        modes: dict[int, GpuMode] | None = None,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.api = api
+        self.metrics = metrics or AgentMetrics()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._metrics_server: Any = None
+        self.mig = MigModeManager(
+            backend,
+            modes if modes is not None else discover_modes(backend),
+            on_blocked=lambda gpu, _msg: self.metrics.mig_mode_blocked.labels(str(gpu)).inc(),
+        )
+        self.state = DeviceState(
+            backend,
+            CheckpointStore(config.checkpoint_dir),
+            CdiDirectory(config.cdi_dir),
+            mig=self.mig,
+            metrics=self.metrics,
+            on_change=self._nudge,
+        )
+        self.claims = ClaimCache(api, pool=config.node, on_change=self._nudge)
+        self.health = HealthTracker(backend, on_change=self._nudge, metrics=self.metrics)
+        if republish is None:
+            self.publisher: SlicePublisher | None = SlicePublisher(
+                api, config.node, policy=config.policy,
+                metrics=PublisherMetrics(self.metrics.registry),
+            )
+            republish = self._publish
+        else:
+            self.publisher = None
+        self.reconciler = Reconciler(
+            self.state, self.claims, pool=config.node, health=self.health,
+            republish=republish, stale_after_s=config.stale_prepare_s,
+        )
+        self.driver = DraDriver(self.state, self.claims, pool=config.node)
+        self.plugin = PluginServer(
+            self.driver, plugins_dir=config.plugins_dir, registry_dir=config.registry_dir
+        )
+
+    def _publish(self, view: NodeView) -> None:
+        assert self.publisher is not None
+        self.publisher.publish(view.gpus, allocated=view.allocated)
+
+    def _nudge(self) -> None:
+        # Before start() the reconciler does not exist yet (DeviceState may call during init).
+        reconciler = getattr(self, "reconciler", None)
+        if reconciler is not None:
+            reconciler.nudge()
+
+    def start(self) -> None:
+        if self.state.load_problem:
+            log.error("started with an unusable checkpoint; reconciling against the GPUs",
+                      extra={"problem": self.state.load_problem})
+        self.claims.start()
+        self._spawn("health", lambda: self.health.run(self._stop))
+        self._spawn("reconciler", lambda: self.reconciler.run(
+            self._stop, self.config.reconcile_interval_s))
+        self.plugin.start()
+        if self.config.metrics_bind:
+            host, _, port = self.config.metrics_bind.rpartition(":")
+            self._metrics_server, _ = start_http_server(
+                int(port), addr=host or "0.0.0.0", registry=self.metrics.registry)
+        log.info("node agent running", extra={"node": self.config.node,
+                                              "gpus": len(self.backend.gpus())})
+
+    def stop(self) -> None:
+        """Stop serving, then stop the threads; safe to call twice."""
+        self._stop.set()
+        self.plugin.stop()
+        self.reconciler.nudge()
+        self.claims.stop()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._threads.clear()
+        self.driver.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+        log.info("node agent stopped", extra={"node": self.config.node})
+
+    def _spawn(self, name: str, target: Any) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+
+def discover_modes(backend: GpuBackend) -> dict[int, GpuMode]:
+    """Each GPU's mode: dynamic on Hopper and newer, MIG slices on Ampere, full when unknown."""
+    modes: dict[int, GpuMode] = {}
+    for info in backend.gpus():
+        try:
+            model = catalog.get_model(info.model)
+        except SlicerError:
+            modes[info.index] = "full"
+            continue
+        modes[info.index] = effective_mode(default_mode(model), model)
+    return modes
+
+
+# --- the CLI ---------------------------------------------------------------------------------
+
+
+def _env(*names: str, default: str | None = None) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return default
+
+
+def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``gpu-slicer agent run``."""
+    agent = subparsers.add_parser("agent", help="the node agent (DRA kubelet plugin for MIG)")
+    commands = agent.add_subparsers(dest="agent_command", metavar="COMMAND", required=True)
+    run = commands.add_parser(
+        "run", help="run the node agent: publish slices, serve the kubelet, reconcile",
+        description="Every flag has an environment-variable twin, shown in brackets.",
+    )
+    run.add_argument("--node", default=_env("GPU_SLICER_NODE", "NODE_NAME"),
+                     help="this node's name, the pool name [GPU_SLICER_NODE or NODE_NAME]")
+    run.add_argument("--backend", choices=["nvml", "simulated"],
+                     default=_env("GPU_SLICER_BACKEND", default="nvml"),
+                     help="GPU access: NVML, or simulated GPUs [GPU_SLICER_BACKEND]")
+    run.add_argument("--simulate-gpus", metavar="SPEC",
+                     default=_env("GPU_SLICER_SIMULATE_GPUS", default="H100-80GB:2"),
+                     help="simulated GPUs, e.g. H100-80GB:2,A100-80GB:1 "
+                          "[GPU_SLICER_SIMULATE_GPUS]")
+    run.add_argument("--kubeconfig", default=_env("GPU_SLICER_KUBECONFIG", "KUBECONFIG"),
+                     help="kubeconfig file; default: in-cluster [GPU_SLICER_KUBECONFIG]")
+    run.add_argument("--kube", choices=["cluster", "memory"],
+                     default=_env("GPU_SLICER_KUBE", default="cluster"),
+                     help="'memory': an empty in-process API, for trying the agent without a "
+                          "cluster [GPU_SLICER_KUBE]")
+    for flag, env, default, what in (
+        ("--checkpoint-dir", "GPU_SLICER_CHECKPOINT_DIR", CHECKPOINT_DIR, "checkpoint directory"),
+        ("--cdi-dir", "GPU_SLICER_CDI_DIR", CDI_DIR, "CDI spec directory"),
+        ("--plugins-dir", "GPU_SLICER_PLUGINS_DIR", KUBELET_PLUGINS_DIR,
+         "kubelet plugins directory (dra.sock goes in <dir>/gpu-slicer.io/)"),
+        ("--registry-dir", "GPU_SLICER_REGISTRY_DIR", KUBELET_REGISTRY_DIR,
+         "kubelet plugin registry directory"),
+    ):
+        run.add_argument(flag, type=Path, default=Path(_env(env, default=default) or default),
+                         help=f"{what} [{env}]")
+    run.add_argument("--metrics-bind", default=_env("GPU_SLICER_METRICS_BIND", default=":9464"),
+                     help="host:port for /metrics; empty to disable [GPU_SLICER_METRICS_BIND]")
+    run.add_argument("--reconcile-interval", type=float,
+                     default=float(_env("GPU_SLICER_RECONCILE_INTERVAL", default="30") or 30),
+                     help="seconds between reconcile passes [GPU_SLICER_RECONCILE_INTERVAL]")
+    run.add_argument("--policy", default=_env("GPU_SLICER_POLICY", default="best-fit"),
+                     help="device order policy: best-fit, anti-fragmentation, name "
+                          "[GPU_SLICER_POLICY]")
+    run.set_defaults(func=run_agent)
+
+
+def _usage(message: str) -> int:
+    print(f"gpu-slicer agent run: {message}", file=sys.stderr)
+    return 2
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    if not args.node:
+        return _usage("--node is required (or set GPU_SLICER_NODE / NODE_NAME)")
+    if args.reconcile_interval <= 0:
+        return _usage(f"--reconcile-interval must be > 0, not {args.reconcile_interval}")
+    if args.metrics_bind and not args.metrics_bind.rpartition(":")[2].isdigit():
+        return _usage(f"--metrics-bind {args.metrics_bind!r} is not host:port (e.g. :9464)")
+    try:
+        backend = _backend(args)
+    except GpuSpecError as exc:
+        return _usage(f"--simulate-gpus: {exc}")
+    except SlicerError as exc:
+        print(f"gpu-slicer agent run: cannot open the GPUs: {exc}", file=sys.stderr)
+        return 1
+    try:
+        api = _api(args)
+    except KubeError as exc:
+        print(f"gpu-slicer agent run: {exc}", file=sys.stderr)
+        return 1
+    config = AgentConfig(
+        node=args.node, checkpoint_dir=args.checkpoint_dir, cdi_dir=args.cdi_dir,
+        plugins_dir=args.plugins_dir, registry_dir=args.registry_dir,
+        metrics_bind=args.metrics_bind, reconcile_interval_s=args.reconcile_interval,
+        policy=args.policy,
+    )
+    try:
+        agent = NodeAgent(config, backend=backend, api=api)
+    except (BackendError, OSError) as exc:
+        print(f"gpu-slicer agent run: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except SlicerError as exc:  # e.g. a socket path over the kernel's limit
+        return _usage(str(exc))
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal received; shutting down", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        agent.start()
+    except (SlicerError, OSError) as exc:
+        agent.stop()
+        print(f"gpu-slicer agent run: cannot start: {exc}", file=sys.stderr)
+        return 1
+    print(f"gpu-slicer agent: serving {agent.plugin.dra_path} and "
+          f"{agent.plugin.registration_path}", file=sys.stderr, flush=True)
+    while not stop.wait(1.0):
+        pass
+    agent.stop()
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()
+    return 0
+
+
+def _backend(args: argparse.Namespace) -> GpuBackend:
+    if args.backend == "simulated":
+        from slicer.simulated import SimulatedBackend
+
+        return SimulatedBackend(args.simulate_gpus, node_name=args.node)
+    from slicer.nvml import NvmlBackend
+
+    return NvmlBackend()
+
+
+def _api(args: argparse.Namespace) -> KubeApi:
+    if args.kube == "memory":
+        from kube.memory import InMemoryKubeApi
+
+        return InMemoryKubeApi()
+    from kube.client import RealKubeApi
+
+    return RealKubeApi.from_config(args.kubeconfig)
+
+
+__all__ = ["DRIVER", "AgentConfig", "NodeAgent", "discover_modes", "register_agent"]
