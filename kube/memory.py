@@ -253,11 +253,13 @@ class InMemoryKubeApi:
         selector = Selector.parse(label_selector, field_selector)
         with self._cond:
             self._enter("list", res, ns, None)
-            items = [
-                copy_obj(obj)
-                for (obj_ns, _), obj in sorted(self._bucket(res).items())
-                if (ns is None or obj_ns == ns) and selector.matches(obj)
+            matched = [
+                (key, obj)
+                for key, obj in self._bucket(res).items()
+                if (ns is None or key[0] == ns) and selector.matches(obj)
             ]
+            matched.sort(key=lambda pair: pair[0])  # namespace, then name, as the apiserver
+            items = [copy_obj(obj) for _, obj in matched]
             return ObjectList(items=items, resource_version=str(self._rv))
 
     def watch(
@@ -575,11 +577,9 @@ class InMemoryKubeApi:
             self._enter("watch", res, ns, None)
             if resource_version in (None, "", "0"):
                 cursor = self._rv
-                pending = [
-                    WatchEvent("ADDED", copy_obj(obj))
-                    for _, obj in sorted(self._bucket(res).items())
-                    if visible(obj)
-                ]
+                matched = [(k, obj) for k, obj in self._bucket(res).items() if visible(obj)]
+                matched.sort(key=lambda pair: pair[0])
+                pending = [WatchEvent("ADDED", copy_obj(obj)) for _, obj in matched]
             else:
                 try:
                     cursor = int(str(resource_version))
