@@ -163,8 +163,8 @@ def test_overlap_count_compute_and_media_limits_are_insufficient_resources() -> 
         backend.create_gpu_instance(0, "1g.10gb+me", 5)
     backend.create_gpu_instance(0, "1g.10gb", 5)
     backend.create_gpu_instance(0, "1g.10gb", 6)
-    with pytest.raises(InsufficientResources, match="compute slices"):
-        # Memory slice 7 is free, but 4 + 1 + 1 + 1 compute slices are already used.
+    with pytest.raises(InsufficientResources, match="overlaps 1g.10gb@6"):
+        # Memory slice 7 is still free, but only sizes >= 2 reach it and they start at 6.
         backend.create_gpu_instance(0, "1g.20gb", 6)
     assert len(backend.instances(0)) == 4
 
