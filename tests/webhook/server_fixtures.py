@@ -1,0 +1,314 @@
+"""Builders and helpers of the admission-server tests (engine, app, TLS, fuzz, templates).
+
+Kept out of conftest.py (the translation tests own that); test modules import from here.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from kube.api import Obj
+
+ROOT = Path(__file__).resolve().parents[2]
+GUNICORN_CONF = ROOT / "webhook" / "gunicorn.conf.py"
+
+
+def admission_review(
+    pod: Obj | Any,
+    *,
+    uid: str = "0f9e5a4c-1111-2222-3333-444455556666",
+    namespace: str | None = "ml",
+    operation: str = "CREATE",
+    dry_run: bool = False,
+    kind: str = "Pod",
+    sub_resource: str | None = None,
+) -> dict[str, Any]:
+    """An AdmissionReview v1 as the apiserver sends it for ``pod``."""
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": kind},
+        "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+        "requestKind": {"group": "", "version": "v1", "kind": kind},
+        "requestResource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+        "name": "",
+        "operation": operation,
+        "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+        "object": pod,
+        "oldObject": None,
+        "dryRun": dry_run,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+    }
+    if namespace is not None:
+        request["namespace"] = namespace
+    if sub_resource is not None:
+        request["subResource"] = sub_resource
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def mig_pod(profile: str = "1g.10gb", count: int = 1, **meta: Any) -> Obj:
+    """A pod of a Deployment asking for ``count`` MIG slices through the legacy resource."""
+    metadata: dict[str, Any] = {"generateName": "trainer-7d9c-", "labels": {"app": "trainer"}}
+    metadata.update(meta)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/train:1",
+                    "resources": {"limits": {f"nvidia.com/mig-{profile}": str(count)}},
+                }
+            ]
+        },
+    }
+
+
+def plain_pod() -> Obj:
+    """A pod with nothing for the webhook to convert."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "web-", "labels": {"app": "web"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "web",
+                    "image": "registry.example/web:1",
+                    "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                }
+            ]
+        },
+    }
+
+
+def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    assert response.get("patchType") == "JSONPatch"
+    ops = json.loads(base64.b64decode(response["patch"]))
+    assert isinstance(ops, list) and ops
+    return ops
+
+
+def patched(pod: Obj, response: dict[str, Any]) -> Obj:
+    """``pod`` after the response's patch (unchanged when there is none)."""
+    if "patch" not in response:
+        return copy.deepcopy(pod)
+    return jsonpatch.apply_patch(copy.deepcopy(pod), decoded_patch(response))  # type: ignore[no-any-return]
+
+
+@dataclass
+class RecordingTemplates:
+    """A TemplateEnsurer that remembers what it was asked; ``fail`` raises instead."""
+
+    calls: list[tuple[list[str], bool]] = field(default_factory=list)
+    fail: Exception | None = None
+
+    def ensure(self, templates: Sequence[Obj], *, dry_run: bool) -> None:
+        self.calls.append(([t["metadata"]["name"] for t in templates], dry_run))
+        if self.fail is not None:
+            raise self.fail
+
+    @property
+    def created(self) -> list[str]:
+        return [name for names, dry in self.calls if not dry for name in names]
+
+
+# ----------------------------------------------------------------------------- certificates
+
+
+@dataclass
+class Issued:
+    cert_pem: bytes
+    key_pem: bytes
+    der: bytes
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+class TestCA:
+    """A throwaway CA issuing serving certificates for 127.0.0.1."""
+
+    __test__ = False  # not a test class, despite the name
+
+    def __init__(self) -> None:
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        self.name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-slicer test CA")])
+        now = dt.datetime.now(dt.UTC)
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(self.name)
+            .issuer_name(self.name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(hours=2))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True, content_commitment=False, key_encipherment=False,
+                    data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                    crl_sign=True, encipher_only=False, decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(self.key, hashes.SHA256())
+        )
+        self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def issue(self, common_name: str, host: str = "127.0.0.1") -> Issued:
+        import ipaddress
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(self.name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(hours=1))
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]),
+                critical=False,
+            )
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        return Issued(
+            cert.public_bytes(serialization.Encoding.PEM),
+            _key_pem(key),
+            cert.public_bytes(serialization.Encoding.DER),
+        )
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` the way a careful writer does: a temp file, then rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- gunicorn
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def gunicorn_server(
+    tmp: Path,
+    *,
+    cert: Path,
+    key: Path,
+    env: dict[str, str] | None = None,
+    app: str | None = None,
+    workers: int = 1,
+    threads: int = 4,
+    startup_s: float = 30.0,
+) -> Iterator[Server]:
+    """gunicorn with webhook/gunicorn.conf.py on 127.0.0.1:<random>, in dev mode (no cluster).
+
+    Waits until the port accepts TLS connections; stops the process (and only it) afterwards.
+    """
+    last_error = ""
+    for _attempt in range(3):
+        port = free_port()
+        runtime_dir = tmp / f"runtime-{port}"
+        runtime_dir.mkdir()
+        child_env = {
+            k: v for k, v in os.environ.items()
+            if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"
+        }
+        child_env.update(
+            {
+                "GPU_SLICER_DEV": "1",
+                "GPU_SLICER_BIND": f"127.0.0.1:{port}",
+                "GPU_SLICER_TLS_CERT": str(cert),
+                "GPU_SLICER_TLS_KEY": str(key),
+                "GPU_SLICER_WORKERS": str(workers),
+                "GPU_SLICER_THREADS": str(threads),
+                "GPU_SLICER_RUNTIME_DIR": str(runtime_dir),
+                "GPU_SLICER_LOG_LEVEL": "WARNING",
+                "PYTHONPATH": os.pathsep.join([str(ROOT), child_env.get("PYTHONPATH", "")]),
+            }
+        )
+        child_env.update(env or {})
+        log_path = tmp / f"gunicorn-{port}.log"
+        args = [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF)]
+        if app:
+            args.append(app)
+        with open(log_path, "wb") as log_file:
+            process = subprocess.Popen(
+                args, cwd=ROOT, env=child_env, stdout=log_file, stderr=subprocess.STDOUT
+            )
+        server = Server(port, process, log_path)
+        try:
+            if _wait_listening(server, startup_s):
+                yield server
+                return
+            last_error = server.log()
+        finally:
+            _stop(process)
+    raise RuntimeError(f"gunicorn did not start:\n{last_error}")
+
+
+def _wait_listening(server: Server, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            return False
+        try:  # the master listens before workers boot; the kernel queues the connection
+            with socket.create_connection(("127.0.0.1", server.port), timeout=1):
+                return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)

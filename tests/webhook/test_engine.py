@@ -1,0 +1,258 @@
+"""The admission engine, called directly: AdmissionReview in, response out, no HTTP."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+from typing import Any
+
+import pytest
+from server_fixtures import (
+    RecordingTemplates,
+    admission_review,
+    decoded_patch,
+    mig_pod,
+    patched,
+    plain_pod,
+)
+from webhook_cases import validate
+
+from webhook.caches import Mode
+from webhook.engine import (
+    AdmissionEngine,
+    ReviewResult,
+    limit_warnings,
+    review,
+)
+from webhook.errors import BadReview, TemplateError
+from webhook.policy import Policy
+
+NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def run(
+    body: Any,
+    *,
+    mode: Mode = "enabled",
+    templates: RecordingTemplates | None = None,
+    native: frozenset[str] = frozenset(),
+    policy: Policy | None = None,
+) -> ReviewResult:
+    return review(
+        body,
+        policy=policy or Policy.default(),
+        mode_for_namespace=lambda namespace: mode,
+        native_extended=native,
+        ensure_templates=templates if templates is not None else RecordingTemplates(),
+    )
+
+
+def test_a_converted_pod_gets_a_base64_json_patch_and_its_uid_back() -> None:
+    pod = mig_pod("1g.10gb")
+    result = run(admission_review(pod, uid="abc-123"))
+    response = result.response
+    assert result.body["apiVersion"] == "admission.k8s.io/v1"
+    assert result.body["kind"] == "AdmissionReview"
+    assert response["uid"] == "abc-123"
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    after = patched(pod, response)
+    container = after["spec"]["containers"][0]
+    assert "nvidia.com/mig-1g.10gb" not in container["resources"].get("limits", {})
+    assert container["resources"]["claims"] == [{"name": "gpu-slicer", "request": "main"}]
+    claim = after["spec"]["resourceClaims"][0]
+    assert claim["resourceClaimTemplateName"].startswith("gpu-slicer-")
+    assert "gpu-slicer.io/converted" in after["metadata"]["annotations"]
+    assert result.outcome == "patched"
+    assert result.changes == (("main", "nvidia.com/mig-1g.10gb"),)
+
+
+def test_the_patched_pod_is_valid_for_every_supported_kubernetes_version() -> None:
+    pod = mig_pod("3g.40gb")
+    pod["metadata"] = {"name": "trainer-0", "namespace": "ml"}
+    after = patched(pod, run(admission_review(pod)).response)
+    validate(after)
+
+
+def test_the_template_the_patch_names_is_ensured_in_the_request_namespace() -> None:
+    pod = mig_pod()
+    assert "namespace" not in pod["metadata"]  # controllers leave it empty
+    templates = RecordingTemplates()
+    result = run(admission_review(pod, namespace="team-a"), templates=templates)
+    name = patched(pod, result.response)["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    assert templates.calls == [([name], False)]
+
+
+def test_a_pod_with_nothing_to_convert_gets_no_patch_and_no_patch_type() -> None:
+    templates = RecordingTemplates()
+    result = run(admission_review(plain_pod()), templates=templates)
+    assert result.response == {"uid": result.response["uid"], "allowed": True}
+    assert result.outcome == "unchanged"
+    assert templates.calls == []
+
+
+def test_reinvocation_adds_nothing() -> None:
+    pod = mig_pod("2g.20gb")
+    first = run(admission_review(pod)).response
+    again = run(admission_review(patched(pod, first)))
+    assert "patch" not in again.response and "patchType" not in again.response
+    assert again.outcome == "unchanged"
+
+
+def test_dry_run_patches_but_never_creates_templates() -> None:
+    templates = RecordingTemplates()
+    result = run(admission_review(mig_pod(), dry_run=True), templates=templates)
+    assert decoded_patch(result.response)
+    assert templates.created == []
+    assert all(dry for _names, dry in templates.calls)
+    assert result.response["auditAnnotations"]["dry-run"] == "templates not created"
+
+
+def test_audit_mode_returns_warnings_only() -> None:
+    templates = RecordingTemplates()
+    result = run(admission_review(mig_pod("1g.10gb")), mode="audit", templates=templates)
+    response = result.response
+    assert "patch" not in response and "patchType" not in response
+    assert any("nvidia.com/mig-1g.10gb" in w for w in response["warnings"])
+    assert templates.calls == []
+    assert result.outcome == "audited" and result.mode == "audit"
+    assert result.changes == (("main", "nvidia.com/mig-1g.10gb"),)
+
+
+def test_a_namespace_that_has_not_opted_in_is_admitted_unchanged() -> None:
+    templates = RecordingTemplates()
+    result = run(admission_review(mig_pod()), mode="disabled", templates=templates)
+    assert result.response == {"uid": result.response["uid"], "allowed": True}
+    assert (result.outcome, result.mode) == ("skipped", "disabled")
+    assert templates.calls == []
+
+
+def test_a_bad_annotation_is_denied_with_403_and_a_message() -> None:
+    pod = mig_pod(**{"annotations": {"gpu-slicer.io/profiles": "9g.1tb"}})
+    result = run(admission_review(pod))
+    response = result.response
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    assert "9g.1tb" in response["status"]["message"]
+    assert "patch" not in response
+    assert result.outcome == "denied"
+
+
+@pytest.mark.parametrize(
+    ("operation", "kind", "sub_resource"),
+    [
+        ("UPDATE", "Pod", None),
+        ("DELETE", "Pod", None),
+        ("CREATE", "Pod", "binding"),
+        ("CREATE", "ConfigMap", None),
+    ],
+    ids=["update", "delete", "subresource", "other-kind"],
+)
+def test_only_pod_creation_is_reviewed(operation: str, kind: str, sub_resource: str | None) -> None:
+    result = run(admission_review(mig_pod(), operation=operation, kind=kind,
+                                  sub_resource=sub_resource))
+    assert result.response == {"uid": result.response["uid"], "allowed": True}
+    assert result.outcome == "skipped"
+
+
+def test_mirror_pods_are_left_alone() -> None:
+    pod = mig_pod(annotations={"kubernetes.io/config.mirror": "abc"})
+    assert "patch" not in run(admission_review(pod)).response
+
+
+def test_a_template_failure_propagates_so_failure_policy_decides() -> None:
+    templates = RecordingTemplates(fail=TemplateError("apiserver unreachable"))
+    with pytest.raises(TemplateError):
+        run(admission_review(mig_pod()), templates=templates)
+
+
+def _review_with(path: list[str | int], value: Any) -> dict[str, Any]:
+    body = admission_review(mig_pod())
+    node: Any = body
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return body
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ([], "body"),
+        ({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}},
+         "admissionReviewVersions"),
+        (_review_with(["request"], None), "request"),
+        (_review_with(["request", "uid"], ""), "request.uid"),
+        (_review_with(["request", "uid"], 7), "request.uid"),
+        (_review_with(["request", "object"], "pod"), "request.object"),
+        (_review_with(["request", "object", "spec"], None), "request.object.spec"),
+        (_review_with(["request", "object", "spec", "containers"], {}), "containers"),
+        (_review_with(["request", "object", "spec", "containers", 0], 3), "containers[0]"),
+        (_review_with(["request", "object", "spec", "containers", 0, "resources"], []),
+         "resources"),
+        (_review_with(["request", "object", "spec", "containers", 0, "resources", "limits"],
+                      {"nvidia.com/gpu": [1]}), "limits"),
+        (_review_with(["request", "object", "metadata", "labels"], {"a": 1}), "labels"),
+        (_review_with(["request", "object", "metadata", "annotations"], "x"), "annotations"),
+        (_review_with(["request", "object", "spec", "resourceClaims"], {}), "resourceClaims"),
+        (_review_with(["request", "dryRun"], "yes"), "dryRun"),
+        (_review_with(["request", "namespace"], None), "namespace"),
+    ],
+    ids=[
+        "not-an-object", "v1beta1", "no-request", "empty-uid", "numeric-uid", "object-string",
+        "no-spec", "containers-map", "container-number", "resources-list", "quantity-list",
+        "label-number", "annotations-string", "claims-map", "dryrun-string", "no-namespace",
+    ],
+)
+def test_a_malformed_review_is_a_bad_review_naming_the_field(body: Any, fragment: str) -> None:
+    with pytest.raises(BadReview) as caught:
+        run(body)
+    assert fragment in caught.value.message
+
+
+def test_audit_annotation_keys_are_valid_name_parts() -> None:
+    for mode in ("enabled", "audit"):
+        response = run(admission_review(mig_pod()), mode=mode).response  # type: ignore[arg-type]
+        assert response["auditAnnotations"]
+        for key, value in response["auditAnnotations"].items():
+            assert NAME_PART.match(key), key
+            assert isinstance(value, str) and value
+
+
+def test_each_warning_stays_under_120_and_all_under_4096_bytes() -> None:
+    warnings = ["ü" * 200, "plain", "x" * 119, "a\nb\tc"] + [f"warning {i} " * 10 for i in range(80)]
+    limited = limit_warnings(warnings)
+    assert all(len(w.encode()) < 120 for w in limited)
+    assert sum(len(w.encode()) for w in limited) < 4096
+    assert limited[0].endswith("...") and limited[0].startswith("ü")
+    limited[0].encode("utf-8")  # no split character
+    assert limited[3] == "a b c"
+    assert "more warnings not shown" in limited[-1]
+
+
+def test_short_warnings_pass_unchanged() -> None:
+    assert limit_warnings(["one", "two"]) == ["one", "two"]
+
+
+def test_the_engine_reads_its_sources_at_each_review() -> None:
+    modes: dict[str, Mode] = {"ml": "audit"}
+    engine = AdmissionEngine(
+        policy=Policy.default,
+        mode_for_namespace=lambda ns: modes.get(ns, "disabled"),
+        native_extended=frozenset,
+        templates=RecordingTemplates(),
+    )
+    assert engine.review(admission_review(mig_pod())).outcome == "audited"
+    modes["ml"] = "enabled"
+    assert engine.review(admission_review(mig_pod())).outcome == "patched"
+
+
+def test_native_extended_names_are_deferred_when_the_policy_says_so() -> None:
+    pod = copy.deepcopy(mig_pod())
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    result = run(admission_review(pod), native=frozenset({"nvidia.com/gpu"}))
+    assert "patch" not in result.response
+    converted = run(admission_review(pod))
+    assert json.loads(base64.b64decode(converted.response["patch"]))
