@@ -117,9 +117,10 @@ class WatchCache(Generic[T]):
             )
             self._thread.start()
 
-    def stop(self, timeout_s: float = 1.0) -> None:
+    def stop(self, timeout_s: float = 0.0) -> None:
+        """Ends the loop at its next event or watch timeout; waits ``timeout_s`` for it."""
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and timeout_s > 0:
             self._thread.join(timeout_s)
 
     def run(self) -> None:

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,14 +102,14 @@ def plain_pod() -> Obj:
     }
 
 
-def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+def decoded_patch(response: Mapping[str, Any]) -> list[dict[str, Any]]:
     assert response.get("patchType") == "JSONPatch"
     ops = json.loads(base64.b64decode(response["patch"]))
     assert isinstance(ops, list) and ops
     return ops
 
 
-def patched(pod: Obj, response: dict[str, Any]) -> Obj:
+def patched(pod: Obj, response: Mapping[str, Any]) -> Obj:
     """``pod`` after the response's patch (unchanged when there is none)."""
     if "patch" not in response:
         return copy.deepcopy(pod)

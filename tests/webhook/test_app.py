@@ -17,6 +17,7 @@ from kube.memory import InMemoryKubeApi
 from webhook.app import create_app
 from webhook.config import ServerConfig
 from webhook.server import Runtime, build_runtime
+from webhook.templates import ReportingTemplates
 
 JSON = {"Content-Type": "application/json"}
 
@@ -139,7 +140,8 @@ def test_dev_mode_reports_templates_instead_of_creating_them(dev_runtime: Runtim
     reply = post(client, admission_review(mig_pod(), namespace="sandbox"))
     name = patched(mig_pod(), reply.get_json()["response"])["spec"]["resourceClaims"][0][
         "resourceClaimTemplateName"]
-    assert getattr(dev_runtime.templates, "reported") == [f"sandbox/{name}"]
+    assert isinstance(dev_runtime.templates, ReportingTemplates)
+    assert dev_runtime.templates.reported == [f"sandbox/{name}"]
 
 
 def test_dev_mode_audit_answers_with_warnings_only() -> None:

@@ -130,7 +130,7 @@ def test_a_namespace_that_has_not_opted_in_is_admitted_unchanged() -> None:
 
 
 def test_a_bad_annotation_is_denied_with_403_and_a_message() -> None:
-    pod = mig_pod(**{"annotations": {"gpu-slicer.io/profiles": "9g.1tb"}})
+    pod = mig_pod(annotations={"gpu-slicer.io/profiles": "9g.1tb"})
     result = run(admission_review(pod))
     response = result.response
     assert response["allowed"] is False
@@ -213,8 +213,9 @@ def test_a_malformed_review_is_a_bad_review_naming_the_field(body: Any, fragment
 
 
 def test_audit_annotation_keys_are_valid_name_parts() -> None:
-    for mode in ("enabled", "audit"):
-        response = run(admission_review(mig_pod()), mode=mode).response  # type: ignore[arg-type]
+    modes: tuple[Mode, ...] = ("enabled", "audit")
+    for mode in modes:
+        response = run(admission_review(mig_pod()), mode=mode).response
         assert response["auditAnnotations"]
         for key, value in response["auditAnnotations"].items():
             assert NAME_PART.match(key), key
@@ -222,7 +223,8 @@ def test_audit_annotation_keys_are_valid_name_parts() -> None:
 
 
 def test_each_warning_stays_under_120_and_all_under_4096_bytes() -> None:
-    warnings = ["ü" * 200, "plain", "x" * 119, "a\nb\tc"] + [f"warning {i} " * 10 for i in range(80)]
+    many = [f"warning {i} " * 10 for i in range(80)]
+    warnings = ["ü" * 200, "plain", "x" * 119, "a\nb\tc", *many]
     limited = limit_warnings(warnings)
     assert all(len(w.encode()) < 120 for w in limited)
     assert sum(len(w.encode()) for w in limited) < 4096
