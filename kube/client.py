@@ -58,6 +58,8 @@ def collection_path(res: Resource, namespace: str | None) -> str:
 
 
 def object_path(res: Resource, name: str, namespace: str | None) -> str:
+    if not name:
+        raise Invalid(f"{res.kind}: a name is required (metadata.name)")
     if res.namespaced and not namespace:
         raise Invalid(f"{res.kind} {name} is namespaced: pass the namespace")
     return f"{collection_path(res, namespace)}/{quote(name, safe='')}"

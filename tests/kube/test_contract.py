@@ -390,3 +390,9 @@ def test_fields_an_apiserver_drops_are_missing_when_read_back(seam: Seam) -> Non
 def test_server_version_reports_major_and_minor(seam: Seam) -> None:
     seam.store.set_server_version(1, 34)
     assert seam.api.server_version() == (1, 34)
+
+
+def test_updating_an_object_without_a_name_is_invalid(seam: Seam) -> None:
+    nameless = claim("")
+    with pytest.raises(errors.Invalid):
+        seam.api.update(nameless)
