@@ -5,10 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from slicer import catalog
-from slicer.errors import CatalogError
+from slicer.deviceclasses import device_classes
+from slicer.devices import SliceSpec
+from slicer.errors import BackendError, CatalogError, SlicerError
+from slicer.inventory import MODES, GpuState, InventoryError, default_mode, plan_pool
+from slicer.layout import StaticLayout
+from slicer.ordering import POLICIES
+from slicer.simulated import SimulatedBackend
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -91,9 +100,6 @@ K8S_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 
 
 def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from slicer.inventory import MODES
-    from slicer.ordering import POLICIES
-
     p = subparsers.add_parser(
         "slices",
         help="print the ResourceSlices the node agent would publish for simulated GPUs",
@@ -121,17 +127,6 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def run_slices(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    import yaml
-
-    from slicer.deviceclasses import device_classes
-    from slicer.devices import SliceSpec
-    from slicer.errors import BackendError, SlicerError
-    from slicer.inventory import GpuState, InventoryError, default_mode, plan_pool
-    from slicer.layout import StaticLayout
-    from slicer.simulated import SimulatedBackend
-
     def fail(message: str) -> int:
         print(f"gpu-slicer slices: {message}", file=sys.stderr)
         return 2
@@ -179,17 +174,17 @@ def run_slices(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_static_layout(backend: Any, layout: Any, count: int) -> dict[int, frozenset[Any]]:
+def _build_static_layout(
+    backend: SimulatedBackend, layout: StaticLayout, count: int
+) -> dict[int, frozenset[SliceSpec]]:
     """Create the configured instances on the simulated GPUs, as the agent would at start-up."""
-    from slicer.devices import SliceSpec
-
     owned: dict[int, frozenset[SliceSpec]] = {}
     for index in range(count):
         wanted = layout.for_gpu(index)
         if not wanted:
             continue
         backend.set_mig_mode(index, True)
-        made = set()
+        made: set[SliceSpec] = set()
         for profile, start in wanted:
             gi = backend.create_gpu_instance(index, profile, start)
             backend.create_compute_instance(index, gi)
