@@ -155,7 +155,7 @@ class SimulatedBackend:
         nvlink: bool = True,
         mig_enabled: bool | Sequence[bool] | None = None,
         auto_reset: bool = False,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] = time.sleep,
     ) -> None:
         if isinstance(spec_or_models, str):
             models = parse_gpu_spec(spec_or_models)

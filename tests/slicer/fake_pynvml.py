@@ -67,6 +67,11 @@ class _Gi:
     cis: dict[int, _Ci] = field(default_factory=dict)
 
 
+def _key(handle: Any) -> int:
+    value = handle.value if isinstance(handle, ctypes.c_void_p) else handle
+    return int(value or 0)
+
+
 def _fails(code: int) -> real.NVMLError:
     return real.NVMLError(code)
 
@@ -143,7 +148,7 @@ class FakeNvml:
             raise _fails(real.NVML_ERROR_UNINITIALIZED)
 
     def _object(self, handle: Any, kind: str) -> tuple[Any, ...]:
-        value = handle.value if isinstance(handle, ctypes.c_void_p) else handle
+        value = _key(handle)
         found = self._objects.get(value)
         if found is None or found[0] != kind:
             raise _fails(real.NVML_ERROR_INVALID_ARGUMENT)
@@ -172,9 +177,10 @@ class FakeNvml:
 
     @staticmethod
     def _by_ref(arg: Any, ctype: type) -> Any:
-        if not isinstance(arg, _BYREF_TYPE) or not isinstance(arg._obj, ctype):
+        target = getattr(arg, "_obj", None)
+        if not isinstance(arg, _BYREF_TYPE) or not isinstance(target, ctype):
             raise TypeError(f"expected byref({ctype.__name__}(...)), got {arg!r}")
-        return arg._obj
+        return target
 
     def _model(self, index: int) -> catalog.GpuModel:
         return catalog.get_model(self.gpus[index].model)
@@ -239,13 +245,13 @@ class FakeNvml:
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
         self._enter("nvmlDeviceGetUUID", handle)
-        value = handle.value if isinstance(handle, ctypes.c_void_p) else handle
+        value = _key(handle)
         found = self._objects.get(value)
         if found and found[0] == "mig":
             _, index, gi_id, ci_id = found
             if self.gpus[index].lost:
                 raise _fails(real.NVML_ERROR_GPU_IS_LOST)
-            return self._gis[index][gi_id].cis[ci_id].uuid
+            return str(self._gis[index][gi_id].cis[ci_id].uuid)
         return self._gpu(handle)[1].uuid
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
@@ -283,15 +289,15 @@ class FakeNvml:
         if self._gis[index] or gpu.pids:
             raise _fails(real.NVML_ERROR_IN_USE)
         if gpu.activation_status != real.NVML_SUCCESS:
-            return gpu.activation_status
+            return int(gpu.activation_status)
         gpu.mig_pending = bool(mode)
         if self._model(index).supports_dynamic_mig:
             gpu.mig_current = bool(mode)
-        return real.NVML_SUCCESS
+        return int(real.NVML_SUCCESS)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
         self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
-        value = handle.value if isinstance(handle, ctypes.c_void_p) else handle
+        value = _key(handle)
         found = self._objects.get(value)
         if found and found[0] == "mig":
             _, index, gi_id, ci_id = found
@@ -364,7 +370,7 @@ class FakeNvml:
             gi.handle for _, gi in sorted(self._gis[index].items()) if gi.profile is prof
         ]
         self._fill(array, count_ref, handles)
-        return real.NVML_SUCCESS
+        return int(real.NVML_SUCCESS)
 
     def nvmlDeviceGetGpuInstanceById(self, handle: Any, gi_id: int) -> int:
         self._enter("nvmlDeviceGetGpuInstanceById", handle, gi_id)
@@ -380,7 +386,7 @@ class FakeNvml:
         if gi.cis:
             raise _fails(real.NVML_ERROR_IN_USE)
         del self._gis[index][gi.gi_id]
-        return real.NVML_SUCCESS
+        return int(real.NVML_SUCCESS)
 
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(
         self, handle: Any, profile: int, eng_profile: int
@@ -430,7 +436,7 @@ class FakeNvml:
             if ci.profile_value == profile_id - CI_ID_OFFSET
         ]
         self._fill(array, count_ref, handles)
-        return real.NVML_SUCCESS
+        return int(real.NVML_SUCCESS)
 
     def nvmlGpuInstanceGetComputeInstanceById(self, handle: Any, ci_id: int) -> int:
         self._enter("nvmlGpuInstanceGetComputeInstanceById", handle, ci_id)
@@ -455,7 +461,7 @@ class FakeNvml:
         if ci.pids:
             raise _fails(real.NVML_ERROR_IN_USE)
         del gi.cis[ci.ci_id]
-        return real.NVML_SUCCESS
+        return int(real.NVML_SUCCESS)
 
     # --- pynvml API: topology and events ---------------------------------------------------
 
@@ -470,7 +476,7 @@ class FakeNvml:
         info.status = real.NVML_SUCCESS
         info.cliqueId = clique
         info.state = real.NVML_GPU_FABRIC_STATE_COMPLETED
-        return real.NVML_SUCCESS
+        return int(real.NVML_SUCCESS)
 
     def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
         self._enter("nvmlDeviceGetNvLinkState", handle, link)
