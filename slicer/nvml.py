@@ -112,7 +112,11 @@ class NvmlBackend:
         for index in range(len(self._handles)):
             if index in self._foreign:
                 continue
-            info = self._infos.get(index) or self._discover(index)
+            try:
+                info = self._infos.get(index) or self._discover(index)
+            except GpuLost as exc:
+                log.warning("GPU %d is lost before it could be discovered: %s", index, exc)
+                continue
             if info is None:
                 continue
             try:
@@ -258,7 +262,11 @@ class NvmlBackend:
         )
 
     def health_events(self, timeout_s: float) -> list[HealthEvent]:
-        """Xid critical errors and lost GPUs, best effort: a GPU without events is skipped."""
+        """Xid critical errors and lost GPUs, best effort: a GPU without events is skipped.
+
+        The first call creates the event set; if NVML cannot create one at all, that error is
+        raised (every call) so the caller can fall back to polling.
+        """
         nvml = self._nvml
         event_set = self._events()
         events: list[HealthEvent] = []

@@ -393,6 +393,12 @@ def test_a_lost_gpu_is_found_by_asking_each_gpu(tmp_path: Path) -> None:
     assert [e.kind for e in backend.health_events(0)] == ["recovered"]
 
 
+def test_a_gpu_lost_before_discovery_is_left_out_of_the_list(tmp_path: Path) -> None:
+    backend, fake = backend_for(tmp_path, FakeGpu("A30"), FakeGpu("A30"))
+    fake.gpus[0].lost = True
+    assert [g.index for g in backend.gpus()] == [1]
+
+
 def test_xid_79_makes_the_backend_check_which_gpu_fell_off_the_bus(tmp_path: Path) -> None:
     backend, fake = backend_for(tmp_path, FakeGpu("A30"))
     fake.gpus[0].lost = True
