@@ -373,6 +373,8 @@ class SimulatedBackend:
                     gpu=gpu_index,
                 )
             gpu.mig_pending = enabled
+            if gpu.mig_current == enabled:
+                return  # a pending change was taken back: nothing waits for a reset any more
             if gpu.model.supports_dynamic_mig or self._auto_reset:
                 gpu.mig_current = enabled
                 return

@@ -430,6 +430,15 @@ def test_ampere_leaves_the_change_pending_until_a_reset() -> None:
     assert not gpu.mig_enabled and not gpu.mig_pending
 
 
+def test_taking_back_a_pending_ampere_change_needs_no_reset() -> None:
+    backend = SimulatedBackend("A100-80GB")
+    with pytest.raises(ResetRequired):
+        backend.set_mig_mode(0, False)
+    backend.set_mig_mode(0, True)
+    [gpu] = backend.gpus()
+    assert gpu.mig_enabled and gpu.mig_pending
+
+
 def test_ampere_switches_at_once_when_a_reset_is_simulated() -> None:
     backend = SimulatedBackend("A30", auto_reset=True)
     backend.set_mig_mode(0, False)
