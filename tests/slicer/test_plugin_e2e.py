@@ -1,0 +1,230 @@
+"""End to end through the real gRPC services over unix sockets: a test client plays the kubelet,
+the cluster is in memory and the GPUs are simulated."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+import pytest
+from agent_fixtures import NODE, allocate_claim, build_agent, ref
+
+from kube.errors import Unavailable
+from kube.memory import InMemoryKubeApi
+from slicer.agent import AgentConfig, NodeAgent
+from slicer.cdi import validate_spec
+from slicer.claims import ClaimCache
+from slicer.plugin import ClaimRef, DraDriver
+from slicer.proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_pb2,
+    pluginregistration_pb2_grpc,
+)
+from slicer.simulated import SimulatedBackend
+
+VERSIONS = {
+    "v1": (dra_v1_pb2, dra_v1_pb2_grpc),
+    "v1beta1": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
+}
+
+
+class Node:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.api = InMemoryKubeApi()
+        self.backend = SimulatedBackend("H100-80GB:2", node_name=NODE)
+        self.config = AgentConfig(
+            node=NODE,
+            checkpoint_dir=root / "ckpt",
+            cdi_dir=root / "cdi",
+            plugins_dir=root / "plugins",
+            registry_dir=root / "reg",
+            metrics_bind="",
+            reconcile_interval_s=0.2,
+        )
+        self.agent = NodeAgent(self.config, backend=self.backend, api=self.api)
+        self.agent.start()
+        self.channels: list[grpc.Channel] = []
+
+    def channel(self, path: Path) -> grpc.Channel:
+        channel = grpc.insecure_channel(f"unix://{path}")
+        self.channels.append(channel)
+        return channel
+
+    def dra(self, version: str) -> tuple[ModuleType, Any]:
+        pb, pb_grpc = VERSIONS[version]
+        return pb, pb_grpc.DRAPluginStub(self.channel(self.agent.plugin.dra_path))
+
+    def close(self) -> None:
+        for channel in self.channels:
+            channel.close()
+        self.api.close()
+        self.agent.stop()
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    root = Path(tempfile.mkdtemp(prefix="gs-", dir="/tmp"))  # unix socket paths must be short
+    node = Node(root)
+    try:
+        yield node
+    finally:
+        node.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def claim_msg(pb: ModuleType, claim: dict[str, Any]) -> Any:
+    uid, namespace, name = ref(claim)
+    return pb.Claim(namespace=namespace, uid=uid, name=name)
+
+
+def test_the_kubelet_learns_the_endpoint_and_versions_from_the_registration_socket(
+    node: Node,
+) -> None:
+    stub = pluginregistration_pb2_grpc.RegistrationStub(
+        node.channel(node.config.registry_dir / "gpu-slicer.io-reg.sock"))
+    info = stub.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=10)
+    assert info.type == "DRAPlugin"
+    assert info.name == "gpu-slicer.io"
+    assert info.endpoint == str(node.config.plugins_dir / "gpu-slicer.io" / "dra.sock")
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    stub.NotifyRegistrationStatus(
+        pluginregistration_pb2.RegistrationStatus(plugin_registered=True), timeout=10)
+    assert node.agent.plugin.registration.registered.is_set()
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_prepare_creates_the_slice_and_unprepare_removes_it(node: Node, version: str) -> None:
+    pb, stub = node.dra(version)
+    claim = allocate_claim(node.api, ["gpu-1-mig-3g40gb-4"])
+    uid = ref(claim)[0]
+    response = stub.NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+    result = response.claims[uid]
+    assert result.error == ""
+    [device] = result.devices
+    assert list(device.request_names) == ["gpu"]
+    assert device.pool_name == NODE
+    assert device.device_name == "gpu-1-mig-3g40gb-4"
+    assert list(device.cdi_device_ids) == [f"k8s.gpu-slicer.io/claim={uid}-gpu-1-mig-3g40gb-4"]
+
+    [inst] = node.backend.instances(1)
+    assert (inst.profile, inst.start, inst.ci_id is not None) == ("3g.40gb", 4, True)
+    spec_file = node.config.cdi_dir / f"k8s.gpu-slicer.io-claim_{uid}.json"
+    spec = json.loads(spec_file.read_text())
+    assert validate_spec(spec) == []
+    assert f"{spec['kind']}={spec['devices'][0]['name']}" == device.cdi_device_ids[0]
+    edits = spec["devices"][0]["containerEdits"]
+    assert edits["env"] == [f"NVIDIA_VISIBLE_DEVICES={inst.uuid}"]
+    gi_cap, ci_cap = node.backend.capability_minors(1, inst.gi_id, inst.ci_id or 0)
+    paths = [n["path"] for n in edits["deviceNodes"]]
+    assert "/dev/nvidia1" in paths
+    assert f"/dev/nvidia-caps/nvidia-cap{gi_cap}" in paths
+    assert f"/dev/nvidia-caps/nvidia-cap{ci_cap}" in paths
+
+    again = stub.NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+    assert again.claims[uid] == result  # idempotent
+
+    gone = stub.NodeUnprepareResources(
+        pb.NodeUnprepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+    assert gone.claims[uid].error == ""
+    assert node.backend.instances(1) == []
+    assert not spec_file.exists()
+
+
+def test_one_bad_claim_in_a_batch_fails_alone(node: Node) -> None:
+    pb, stub = node.dra("v1")
+    good = allocate_claim(node.api, ["gpu-0-mig-1g10gb-0"])
+    elsewhere = allocate_claim(node.api, ["gpu-0-mig-1g10gb-1"], pool="node-b")
+    ghost = pb.Claim(namespace="ml", uid="no-such-uid", name="ghost")
+    response = stub.NodePrepareResources(pb.NodePrepareResourcesRequest(
+        claims=[claim_msg(pb, good), claim_msg(pb, elsewhere), ghost]), timeout=30)
+    assert response.claims[ref(good)[0]].error == ""
+    assert "no allocation for driver gpu-slicer.io in pool node-a" in (
+        response.claims[ref(elsewhere)[0]].error)
+    assert "does not exist" in response.claims["no-such-uid"].error
+    assert [(i.profile, i.start) for i in node.backend.instances(0)] == [("1g.10gb", 0)]
+
+
+def test_unprepare_while_processes_run_returns_an_error_for_the_kubelet_to_retry(
+    node: Node,
+) -> None:
+    pb, stub = node.dra("v1")
+    claim = allocate_claim(node.api, ["gpu-0-mig-2g20gb-4"])
+    stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]),
+                              timeout=30)
+    [inst] = node.backend.instances(0)
+    node.backend.attach_process(0, inst.gi_id, 31337)
+    busy = stub.NodeUnprepareResources(
+        pb.NodeUnprepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+    assert "31337" in busy.claims[ref(claim)[0]].error
+    assert len(node.backend.instances(0)) == 1
+    node.backend.detach_process(0, 31337)
+    done = stub.NodeUnprepareResources(
+        pb.NodeUnprepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+    assert done.claims[ref(claim)[0]].error == ""
+
+
+def test_prepared_claims_keep_working_while_the_apiserver_is_unreachable(node: Node) -> None:
+    pb, stub = node.dra("v1")
+    claim = allocate_claim(node.api, ["gpu-0-mig-1g10gb-6"])
+    request = pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)])
+    first = stub.NodePrepareResources(request, timeout=30)
+    node.api.fail_next("get", Unavailable("apiserver unreachable"), times=100)
+    node.api.fail_next("list", Unavailable("apiserver unreachable"), times=100)
+    again = stub.NodePrepareResources(request, timeout=30)
+    assert again == first
+
+
+def test_a_claim_that_cannot_be_read_gets_an_error_naming_the_apiserver(tmp_path: Path) -> None:
+    api = InMemoryKubeApi()
+    agent = build_agent(SimulatedBackend("H100-80GB:1", node_name=NODE), api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-5"])  # not in the cache yet: a GET is needed
+    api.fail_next("get", Unavailable("connection refused"))
+    driver = DraDriver(agent.state, ClaimCache(api, pool=NODE), pool=NODE)
+    uid, namespace, name = ref(claim)
+    outcome = driver.prepare_one(ClaimRef(namespace, uid, name))
+    assert "cannot read ResourceClaim" in outcome.error and "retry" in outcome.error
+    assert driver.prepare_one(ClaimRef(namespace, uid, name)).error == ""
+    driver.close()
+
+
+def test_the_agent_publishes_its_pool_and_taints_a_lost_gpu_until_it_recovers(
+    node: Node,
+) -> None:
+    def tainted() -> set[str]:
+        return {
+            d["name"]
+            for s in node.api.objects("resource.k8s.io/v1", "ResourceSlice")
+            if s["spec"]["pool"]["name"] == NODE
+            for d in s["spec"].get("devices", [])
+            if any(t["key"] == "gpu-slicer.io/unhealthy" for t in d.get("taints", []))
+        }
+
+    _wait(lambda: bool(node.api.objects("resource.k8s.io/v1", "ResourceSlice")))
+    assert tainted() == set()
+    node.backend.lose_gpu(1)
+    _wait(lambda: bool(tainted()))
+    assert all(name.startswith("gpu-1") for name in tainted())
+    assert "gpu-1" in tainted()
+    node.backend.recover_gpu(1)
+    _wait(lambda: not tainted())
+
+
+def _wait(condition: Any, limit_s: float = 20.0) -> None:
+    """Poll for an asynchronous effect (a correctness wait, not a timing assertion)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
