@@ -35,6 +35,10 @@ _REF = re.compile(
     r"""device\s*\.\s*(?P<map>attributes|capacity)\s*\[\s*"(?P<dom>[^"\\]*)"\s*\]"""
     r"""\s*\.\s*(?P<id>[A-Za-z_][A-Za-z0-9_]*)"""
 )
+_IN_REF = re.compile(
+    r""""(?P<id>[A-Za-z_][A-Za-z0-9_]*)"\s+in\s+device\s*\.\s*(?P<map>attributes|capacity)"""
+    r"""\s*\[\s*"(?P<dom>[^"\\]*)"\s*\](?!\s*\.)"""
+)
 _MAP_USE = re.compile(r"\b(attributes|capacity)\b")
 _DOMAIN = re.compile(r"""(?:attributes|capacity)\s*\[\s*"(?P<dom>[^"\\]*)"\s*\]""")
 
@@ -116,6 +120,7 @@ def program(expression: str) -> Selector:
     except Exception as exc:  # celpy raises CELParseError and lark errors
         raise AllocationError(f"CEL selector {expression!r} does not compile: {exc}") from exc
     refs_found = [(m["map"], m["dom"], m["id"]) for m in _REF.finditer(expression)]
+    refs_found += [(m["map"], m["dom"], m["id"]) for m in _IN_REF.finditer(expression)]
     uses = len(_MAP_USE.findall(expression))
     refs = tuple(sorted(set(refs_found))) if uses == len(refs_found) else None
     domains = frozenset(m["dom"] for m in _DOMAIN.finditer(expression))

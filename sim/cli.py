@@ -1,9 +1,87 @@
-"""Subcommands of the sim package."""
+"""Subcommands of the sim package: ``gpu-slicer simulate``."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import sys
+
+from sim.compare import compare, default_strategies, strategy_names
+from sim.errors import ScenarioError, SimError, UnknownNameError
+from sim.report import ProgressBar, as_json, plot, table
+from sim.scenario import builtin_names, load_scenario
+
+DEFAULT_SCENARIO = "noon-burst"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Adds this package's subcommands (none yet)."""
+    """Adds ``simulate``."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="run gpu-slicer and the alternatives on simulated GPUs and compare them",
+        description=(
+            "Replay a scenario (a cluster, namespace policies and a trace of pods) once per "
+            "strategy and compare pods served, waits, utilization, fragmentation and MIG "
+            f"churn. Shipped scenarios: {', '.join(builtin_names())}."
+        ),
+    )
+    p.add_argument("--scenario", default=DEFAULT_SCENARIO, metavar="NAME|FILE",
+                   help=f"a shipped scenario or a YAML file (default: {DEFAULT_SCENARIO})")
+    p.add_argument("--strategies", metavar="LIST",
+                   help="comma-separated strategies (default: every standard one)")
+    p.add_argument("--json", action="store_true", help="print JSON for tools instead of a table")
+    p.add_argument("--plot", metavar="FILE.png", help="write utilization over time as a PNG")
+    p.add_argument("--seed", type=int, help="seed for the scenario's random generators")
+    p.add_argument("--through-api", dest="through_api", action="store_true", default=None,
+                   help="run gpu-slicer through the in-memory API and the agent's gRPC services "
+                        "(default for scenarios up to 5,000 pods)")
+    p.add_argument("--fast", dest="through_api", action="store_false",
+                   help="run gpu-slicer on the fast path (default for larger scenarios)")
+    p.add_argument("--progress", action="store_true",
+                   help="draw the progress bar even when stderr is not a terminal")
+    p.set_defaults(func=run_simulate)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    try:
+        scenario = load_scenario(args.scenario, seed=args.seed)
+        if args.strategies:
+            wanted = [s.strip() for s in args.strategies.split(",") if s.strip()]
+            valid = strategy_names(scenario)
+            unknown = [w for w in wanted if w not in valid]
+            if unknown or not wanted:
+                raise UnknownNameError(
+                    f"unknown strategy {unknown[0] if unknown else args.strategies!r}; "
+                    f"valid strategies: {', '.join(valid)}"
+                )
+        else:
+            wanted = default_strategies(scenario)
+    except (UnknownNameError, ScenarioError) as exc:
+        print(f"gpu-slicer simulate: {exc}", file=sys.stderr)
+        return 2
+
+    if args.log_level != "DEBUG":
+        # The agent's per-claim logs would drown the comparison; problems still show.
+        logging.getLogger("slicer").setLevel(logging.WARNING)
+
+    def progress(name: str) -> ProgressBar | None:
+        bar = ProgressBar(name, force=args.progress)
+        return bar if bar.enabled and (len(scenario.pods) >= 2000 or args.progress) else None
+
+    try:
+        comparison = compare(scenario, wanted, progress=progress, through_api=args.through_api)
+    except SimError as exc:
+        print(f"gpu-slicer simulate: {exc}", file=sys.stderr)
+        return 1
+    if args.plot:
+        plot(comparison, args.plot)
+    if args.json:
+        json.dump(as_json(comparison), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(table(comparison))
+        if args.plot:
+            sys.stdout.write(f"\nplot written to {args.plot}\n")
+    problems = [p for ps in comparison.problems.values() for p in ps]
+    return 1 if problems else 0

@@ -1,0 +1,445 @@
+"""The strategies gpu-slicer is compared with, on the same trace.
+
+* ``device-plugin``: no MIG; every pod gets whole GPUs from the device plugin.
+* ``static-<layout>``: every GPU partitioned once, in the morning, by a layout (``balanced``,
+  ``1g``, ... or one the scenario defines, per GPU); NVIDIA's MIG device plugin hands out
+  instances of exactly the profile a pod names.
+* ``instaslice``: InstaSlice-style dynamic MIG with its own scheduler: nodes in name order, GPUs
+  in index order, the first free placement of the first profile a pod asks for; no fallbacks.
+* ``oracle``: an upper bound. It may repack the slices of running pods on a GPU (which real MIG
+  cannot do without stopping them), takes the earliest alternative of each chain that fits
+  anywhere, and puts each slice on the fullest GPU that can still host it.
+
+Node choice for the device plugin, static layouts and the oracle follows the scenario's
+``scheduler.nodeRule`` (pack: most used node first; spread: least used first), like the
+scheduler's scoring; ties go by node name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.demand import Alt, Demand, DemandBook
+from sim.engine import GpuLedger, Held, Slot, Strategy
+from sim.geometry import free_placements, pack, resolve_profile
+from sim.scenario import NodeSpec, PodSpec, Scenario
+from slicer.catalog import GpuModel, Placement
+from slicer.inventory import effective_mode
+
+
+class NodeOrder:
+    """Nodes ordered by how many memory slices they use (pack: most first), kept incrementally."""
+
+    def __init__(self, nodes: Sequence[str], rule: str) -> None:
+        self.rule = rule
+        self.used: dict[str, int] = {n: 0 for n in nodes}
+        self.buckets: dict[int, list[str]] = {0: sorted(nodes)}
+
+    def change(self, node: str, delta: int) -> None:
+        if not delta:
+            return
+        before = self.used[node]
+        after = before + delta
+        self.used[node] = after
+        bucket = self.buckets[before]
+        bucket.remove(node)
+        if not bucket:
+            del self.buckets[before]
+        target = self.buckets.setdefault(after, [])
+        # keep name order inside a bucket
+        lo, hi = 0, len(target)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if target[mid] < node:
+                lo = mid + 1
+            else:
+                hi = mid
+        target.insert(lo, node)
+
+    def __iter__(self) -> Iterator[str]:
+        levels = sorted(self.buckets, reverse=self.rule == "pack")
+        for level in levels:
+            yield from list(self.buckets[level])
+
+
+def gpu_modes(node: NodeSpec) -> list[str]:
+    return [effective_mode(node.mode, m) for m in node.models]  # type: ignore[arg-type]
+
+
+@dataclass
+class _Gpu:
+    node: str
+    index: int
+    model: GpuModel
+    mode: str
+    holders: dict[str, list[Placement]] = field(default_factory=dict)
+    whole_by: str | None = None
+
+    def present(self) -> tuple[Placement, ...]:
+        return tuple(sorted(p for ps in self.holders.values() for p in ps))
+
+    def used(self) -> int:
+        if self.whole_by is not None:
+            return self.model.memory_slices
+        return sum(self.model.profile(p).memory_slices for p, _ in self.present())
+
+    def empty(self) -> bool:
+        return self.whole_by is None and not self.holders
+
+
+class _ClusterStrategy(Strategy):
+    """Shared state of the baselines: GPUs per node and the node order."""
+
+    def __init__(self, scenario: Scenario, book: DemandBook) -> None:
+        super().__init__(scenario)
+        self.book = book
+        self.gpus: dict[str, list[_Gpu]] = {
+            n.name: [_Gpu(n.name, i, m, mode) for i, (m, mode) in
+                     enumerate(zip(n.models, gpu_modes(n), strict=True))]
+            for n in scenario.nodes
+        }
+        self.order = NodeOrder([n.name for n in scenario.nodes], scenario.node_rule)
+
+    def _commit(self, pod: PodSpec, node: str, slots: list[Slot]) -> Held:
+        gpus = self.gpus[node]
+        delta = 0
+        for slot in slots:
+            gpu = gpus[slot.gpu]
+            before = gpu.used()
+            if slot.profile is None:
+                gpu.whole_by = pod.name
+            else:
+                gpu.holders.setdefault(pod.name, []).append((slot.profile, slot.start))
+            delta += gpu.used() - before
+        self.order.change(node, delta)
+        return Held(node, tuple(slots))
+
+    def release(self, pod: PodSpec, held: Held, now: float) -> None:
+        gpus = self.gpus[held.node]
+        delta = 0
+        for index in {s.gpu for s in held.slots}:
+            gpu = gpus[index]
+            before = gpu.used()
+            if gpu.whole_by == pod.name:
+                gpu.whole_by = None
+            removed = gpu.holders.pop(pod.name, [])
+            self.destructions += len(removed) if self._counts_mig else 0
+            delta += gpu.used() - before
+        self.order.change(held.node, delta)
+
+    _counts_mig = False
+
+
+class DevicePluginStrategy(_ClusterStrategy):
+    name = "device-plugin"
+    description = "whole GPUs through the device plugin (no MIG)"
+
+    def demand(self, pod: PodSpec) -> Demand:
+        return self.book.whole_gpus(pod)
+
+    def place(self, pod: PodSpec, now: float) -> Held | None:
+        count = sum(r[0].count for r in self.demand(pod))
+        for node in self.order:
+            free = [g.index for g in self.gpus[node] if g.empty()]
+            if len(free) >= count:
+                return self._commit(pod, node, [Slot(i, None) for i in free[:count]])
+        return None
+
+    def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+        return not ledger.held
+
+
+class StaticStrategy(_ClusterStrategy):
+    """Instances made once by a layout; pods get exactly the profile they name."""
+
+    def __init__(self, scenario: Scenario, book: DemandBook, layout: str) -> None:
+        super().__init__(scenario, book)
+        self.name = f"static-{layout}"
+        spec = scenario.layouts[layout]
+        self.description = f"static MIG layout '{layout}' made in the morning"
+        self.instances: dict[tuple[str, int], tuple[Placement, ...] | None] = {}
+        for node in scenario.nodes:
+            for index, model in enumerate(node.models):
+                kinds = spec.for_gpu(node.name, index)
+                if kinds is None:
+                    self.instances[(node.name, index)] = None
+                    continue
+                names = []
+                for kind in kinds:
+                    profile = resolve_profile(model, kind)
+                    assert profile is not None  # checked when the scenario was loaded
+                    names.append(profile.name)
+                layout_placements = pack(model, tuple(sorted(names)))
+                assert layout_placements is not None
+                self.instances[(node.name, index)] = layout_placements
+                self.creations += len(layout_placements)
+        self.notes.append(f"{self.creations} MIG instances created up front by the layout")
+
+    def demand(self, pod: PodSpec) -> Demand:
+        return self.book.static(pod)
+
+    def _free(self, node: str, index: int) -> list[Placement]:
+        layout = self.instances[(node, index)]
+        if layout is None:
+            return []
+        taken = set(self.gpus[node][index].present())
+        return [p for p in layout if p not in taken]
+
+    def place(self, pod: PodSpec, now: float) -> Held | None:
+        demand = self.demand(pod)
+        if not demand:
+            return None
+        for node in self.order:
+            slots = self._fit(node, demand)
+            if slots is not None:
+                return self._commit(pod, node, slots)
+        return None
+
+    def _fit(self, node: str, demand: Demand) -> list[Slot] | None:
+        slots: list[Slot] = []
+        taken: set[tuple[int, Placement]] = set()
+        whole_taken: set[int] = set()
+        for request in demand:
+            alt = request[0]
+            need = alt.count
+            for gpu in self.gpus[node]:
+                if need == 0:
+                    break
+                if alt.kind == "gpu":
+                    if (self.instances[(node, gpu.index)] is None and gpu.empty()
+                            and gpu.index not in whole_taken):
+                        whole_taken.add(gpu.index)
+                        slots.append(Slot(gpu.index, None))
+                        need -= 1
+                    continue
+                for placement in self._free(node, gpu.index):
+                    if need == 0:
+                        break
+                    if placement[0] == alt.profile and (gpu.index, placement) not in taken:
+                        taken.add((gpu.index, placement))
+                        slots.append(Slot(gpu.index, placement[0], placement[1]))
+                        need -= 1
+            if need:
+                return None
+        return slots
+
+    def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+        key = (ledger.node, ledger.index)
+        if alt.kind == "gpu":
+            return self.instances[key] is None and not ledger.held
+        return any(p[0] == alt.profile for p in self._free(ledger.node, ledger.index))
+
+    def state_key(self, ledger: GpuLedger) -> Any:
+        return self.instances[(ledger.node, ledger.index)]
+
+
+def _mode_allows(gpu: _Gpu, alt: Alt) -> bool:
+    if alt.kind == "gpu":
+        return gpu.mode in ("dynamic", "full")
+    return gpu.mode in ("dynamic", "mig") and alt.profile is not None and \
+        gpu.model.has_profile(alt.profile)
+
+
+class InstaSliceStrategy(_ClusterStrategy):
+    name = "instaslice"
+    description = "InstaSlice-style: own scheduler, first free placement, first profile only"
+    _counts_mig = True
+
+    def demand(self, pod: PodSpec) -> Demand:
+        return self.book.first_choice(pod)
+
+    def place(self, pod: PodSpec, now: float) -> Held | None:
+        demand = self.demand(pod)
+        if not demand:
+            return None
+        for node in sorted(self.gpus):
+            slots = self._fit(node, demand)
+            if slots is not None:
+                self.creations += sum(1 for s in slots if s.profile is not None)
+                return self._commit(pod, node, slots)
+        return None
+
+    def _fit(self, node: str, demand: Demand) -> list[Slot] | None:
+        slots: list[Slot] = []
+        extra: dict[int, list[Placement]] = {}
+        whole: set[int] = set()
+        for request in demand:
+            alt = request[0]
+            for _ in range(alt.count):
+                slot = self._first(node, alt, extra, whole)
+                if slot is None:
+                    return None
+                slots.append(slot)
+        return slots
+
+    def _first(self, node: str, alt: Alt, extra: dict[int, list[Placement]],
+               whole: set[int]) -> Slot | None:
+        for gpu in self.gpus[node]:
+            if not _mode_allows(gpu, alt) or gpu.index in whole or gpu.whole_by is not None:
+                continue
+            if alt.kind == "gpu":
+                if gpu.empty() and not extra.get(gpu.index):
+                    whole.add(gpu.index)
+                    return Slot(gpu.index, None)
+                continue
+            assert alt.profile is not None
+            present = list(gpu.present()) + extra.get(gpu.index, [])
+            options = [p for p in free_placements(gpu.model, tuple(sorted(present)))
+                       if p[0] == alt.profile]
+            if options:
+                chosen = min(options, key=lambda p: p[1])
+                extra.setdefault(gpu.index, []).append(chosen)
+                return Slot(gpu.index, chosen[0], chosen[1])
+        return None
+
+
+class OracleStrategy(_ClusterStrategy):
+    name = "oracle"
+    description = "upper bound: repacks running slices, best GPU anywhere"
+    _counts_mig = True
+
+    def demand(self, pod: PodSpec) -> Demand:
+        return self.book.chains(pod)
+
+    def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+        if alt.kind == "gpu":
+            return not ledger.held
+        if alt.profile is None or not ledger.model.has_profile(alt.profile) or ledger.whole:
+            return False
+        profiles = tuple(sorted([p for p, _ in ledger.placements()] + [alt.profile]))
+        return pack(ledger.model, profiles) is not None
+
+    def place(self, pod: PodSpec, now: float) -> Held | None:
+        demand = self.demand(pod)
+        if not demand:
+            return None
+        best: tuple[int, str, dict[int, list[str]], list[int]] | None = None
+        top = 8 * len(demand)
+        for node in self.order:
+            found = self._fit(node, demand)
+            if found is None:
+                continue
+            score, adds, wholes = found
+            if best is None or score > best[0]:
+                best = (score, node, adds, wholes)
+            if score == top:
+                break
+        if best is None:
+            return None
+        _, node, adds, wholes = best
+        return self._apply(pod, node, adds, wholes)
+
+    def _fit(self, node: str, demand: Demand) -> tuple[int, dict[int, list[str]], list[int]] | None:
+        adds: dict[int, list[str]] = {}
+        wholes: list[int] = []
+        score = 0
+        for request in demand:
+            for index, alt in enumerate(request):
+                trial_adds = {k: list(v) for k, v in adds.items()}
+                trial_wholes = list(wholes)
+                if self._fit_alt(node, alt, trial_adds, trial_wholes):
+                    adds, wholes = trial_adds, trial_wholes
+                    score += 8 - index
+                    break
+            else:
+                return None
+        return score, adds, wholes
+
+    def _fit_alt(self, node: str, alt: Alt, adds: dict[int, list[str]],
+                 wholes: list[int]) -> bool:
+        for _ in range(alt.count):
+            choice: tuple[int, int] | None = None
+            for gpu in self.gpus[node]:
+                if not _mode_allows(gpu, alt) or gpu.whole_by is not None or gpu.index in wholes:
+                    continue
+                if alt.kind == "gpu":
+                    if gpu.empty() and not adds.get(gpu.index):
+                        choice = (0, gpu.index)
+                        break
+                    continue
+                assert alt.profile is not None
+                profiles = [p for p, _ in gpu.present()] + adds.get(gpu.index, []) + [alt.profile]
+                if pack(gpu.model, tuple(sorted(profiles))) is None:
+                    continue
+                free_after = gpu.model.memory_slices - sum(
+                    gpu.model.profile(p).memory_slices for p in profiles)
+                if choice is None or free_after < choice[0]:
+                    choice = (free_after, gpu.index)
+            if choice is None:
+                return False
+            if alt.kind == "gpu":
+                wholes.append(choice[1])
+            else:
+                assert alt.profile is not None
+                adds.setdefault(choice[1], []).append(alt.profile)
+        return True
+
+    def _apply(self, pod: PodSpec, node: str, adds: dict[int, list[str]],
+               wholes: list[int]) -> Held:
+        gpus = self.gpus[node]
+        slots: list[Slot] = [Slot(i, None) for i in wholes]
+        moves: dict[str, Held] = {}
+        for index, profiles in adds.items():
+            gpu = gpus[index]
+            present = list(gpu.present())
+            placed: list[Placement] = []
+            for profile in profiles:
+                options = [p for p in free_placements(gpu.model, tuple(sorted(present + placed)))
+                           if p[0] == profile]
+                if not options:
+                    break
+                placed.append(max(options, key=lambda p: p[1]))
+            else:
+                slots.extend(Slot(index, p, s) for p, s in placed)
+                continue
+            # Repack the GPU: every running slice may move.
+            everything = tuple(sorted([p for p, _ in present] + profiles))
+            layout = pack(gpu.model, everything)
+            assert layout is not None
+            remaining = list(layout)
+            keep: dict[str, list[Placement]] = {}
+            for holder, ps in gpu.holders.items():
+                for placement in ps:
+                    if placement in remaining:
+                        remaining.remove(placement)
+                        keep.setdefault(holder, []).append(placement)
+            for holder, ps in gpu.holders.items():
+                for placement in ps:
+                    if placement in keep.get(holder, []):
+                        continue
+                    target = next(r for r in remaining if r[0] == placement[0])
+                    remaining.remove(target)
+                    keep.setdefault(holder, []).append(target)
+                    self.destructions += 1
+                    self.creations += 1
+                    moves[holder] = Held(node, ())
+            gpu.holders = keep
+            for profile in profiles:
+                target = next(r for r in remaining if r[0] == profile)
+                remaining.remove(target)
+                slots.append(Slot(index, target[0], target[1]))
+        if moves:
+            for holder in moves:
+                held_slots = tuple(
+                    [Slot(g.index, None) for g in gpus if g.whole_by == holder]
+                    + [Slot(g.index, p, s) for g in gpus for p, s in g.holders.get(holder, [])]
+                )
+                moves[holder] = Held(node, held_slots)
+            self.mover(moves)
+        self.creations += sum(1 for s in slots if s.profile is not None)
+        return self._commit(pod, node, slots)
+
+
+def baseline(name: str, scenario: Scenario, book: DemandBook) -> Strategy:
+    if name == "device-plugin":
+        return DevicePluginStrategy(scenario, book)
+    if name == "instaslice":
+        return InstaSliceStrategy(scenario, book)
+    if name == "oracle":
+        return OracleStrategy(scenario, book)
+    if name.startswith("static-"):
+        return StaticStrategy(scenario, book, name[len("static-"):])
+    raise KeyError(name)
+

@@ -1,0 +1,179 @@
+"""What each pod of a trace asks for, as every strategy sees it.
+
+gpu-slicer strategies get the webhook's real translation (``webhook.translate.translate_pod``):
+the ResourceClaimTemplate and the ``gpu-slicer.io/converted`` record of each container's chain.
+The baselines get the same pod the way their world sees it:
+
+* device plugin (whole GPUs): every GPU or MIG slice asked for is a whole GPU; an annotation-only
+  pod gets one GPU;
+* static MIG layouts (NVIDIA's MIG device plugin, "mixed" strategy): ``nvidia.com/mig-<p>: N`` is
+  N instances of exactly ``p``; ``nvidia.com/gpu: N`` is N GPUs left without MIG; an
+  annotation-only pod asks for the first profile of its chain (what its owner would write);
+* InstaSlice-style: the first alternative of each converted chain (no fallbacks);
+* oracle: the converted chains with their fallbacks.
+
+Translation is pure and depends only on the pod's content, its namespace and the policy, so it
+is computed once per distinct pod shape and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sim.scenario import PodSpec, Scenario
+from webhook.errors import WebhookError
+from webhook.policy import Policy, load_policy
+from webhook.translate import ANNOTATION_CONVERTED, Conversion, translate_pod
+
+Obj = dict[str, Any]
+_LABEL = re.compile(r"^(?P<n>\d+) x (?P<what>\S+)(?P<nv> \(nvlink\))?$")
+
+
+@dataclass(frozen=True)
+class Alt:
+    """One way to serve a request: ``count`` whole GPUs (profile None) or MIG slices."""
+
+    kind: Literal["gpu", "mig"]
+    count: int
+    profile: str | None = None
+    nvlink: bool = False
+
+
+Request = tuple[Alt, ...]
+"""Alternatives of one request, in preference order."""
+Demand = tuple[Request, ...]
+
+
+@dataclass(frozen=True)
+class Translated:
+    """The webhook's answer for one pod shape."""
+
+    conversion: Conversion | None
+    denied: str | None
+    chains: Demand
+    """The converted chains; empty when nothing was converted."""
+
+    @property
+    def claim_spec(self) -> Obj | None:
+        if self.conversion is None or not self.conversion.templates:
+            return None
+        spec: Obj = self.conversion.templates[0]["spec"]["spec"]
+        return spec
+
+
+def scenario_policy(scenario: Scenario) -> Policy:
+    """The webhook policy of the scenario (its ``policy`` key, in the webhook's own schema)."""
+    if not scenario.policy:
+        return Policy.default()
+    from sim.errors import ScenarioError
+
+    try:
+        return load_policy(json.dumps(scenario.policy), source="scenario policy")
+    except WebhookError as exc:
+        raise ScenarioError(f"policy: {exc}") from exc
+
+
+def _shape(pod: PodSpec) -> tuple[Any, ...]:
+    return (pod.namespace, tuple(sorted(pod.resources.items())),
+            tuple(sorted(pod.annotations.items())))
+
+
+def parse_chains(conversion: Conversion) -> Demand:
+    """The chains the webhook recorded in ``gpu-slicer.io/converted``, as alternatives."""
+    record: Obj | None = None
+    for op in conversion.patch:
+        value = op.get("value")
+        if op["path"].endswith("gpu-slicer.io~1converted"):
+            record = json.loads(str(value))
+        elif isinstance(value, dict) and ANNOTATION_CONVERTED in value:
+            record = json.loads(str(value[ANNOTATION_CONVERTED]))
+    if record is None:
+        return ()
+    requests: list[Request] = []
+    for container in record.get("containers", []):
+        alts: list[Alt] = []
+        for label in container.get("to", []):
+            match = _LABEL.match(str(label))
+            if not match:
+                continue
+            what = match["what"]
+            if what == "gpu":
+                alts.append(Alt("gpu", int(match["n"]), None, bool(match["nv"])))
+            else:
+                alts.append(Alt("mig", int(match["n"]), what))
+        if alts:
+            requests.append(tuple(alts))
+    return tuple(requests)
+
+
+class DemandBook:
+    """Per pod shape: the webhook's translation and each baseline's view, computed once."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.policy = scenario_policy(scenario)
+        self._translated: dict[tuple[Any, ...], Translated] = {}
+
+    def translated(self, pod: PodSpec) -> Translated:
+        key = _shape(pod)
+        found = self._translated.get(key)
+        if found is None:
+            found = self._translate(pod)
+            self._translated[key] = found
+        return found
+
+    def _translate(self, pod: PodSpec) -> Translated:
+        mode = self.scenario.namespaces.get(pod.namespace, "enabled")
+        if mode != "enabled":
+            return Translated(None, None, ())
+        try:
+            conversion = translate_pod(pod.manifest(), namespace=pod.namespace,
+                                       policy=self.policy)
+        except WebhookError as exc:
+            return Translated(None, str(exc), ())
+        return Translated(conversion, None, parse_chains(conversion))
+
+    def whole_gpus(self, pod: PodSpec) -> Demand:
+        """Device-plugin view: one request of N whole GPUs."""
+        count = sum(pod.resources.values()) or 1
+        return ((Alt("gpu", count),),)
+
+    def static(self, pod: PodSpec) -> Demand:
+        """MIG-device-plugin view: exact resources."""
+        requests: list[Request] = []
+        for name, count in sorted(pod.resources.items()):
+            if name == "nvidia.com/gpu":
+                requests.append((Alt("gpu", count),))
+            elif name.startswith("nvidia.com/mig-"):
+                requests.append((Alt("mig", count, name[len("nvidia.com/mig-"):]),))
+        if not requests:
+            chains = self.translated(pod).chains
+            requests = [(chain[0],) for chain in chains[:1]]
+        return tuple(requests)
+
+    def first_choice(self, pod: PodSpec) -> Demand:
+        """InstaSlice view: the first alternative of each converted chain."""
+        chains = self.translated(pod).chains or self.static(pod)
+        return tuple((chain[0],) for chain in chains)
+
+    def chains(self, pod: PodSpec) -> Demand:
+        """Oracle view: the converted chains, fallbacks included."""
+        return self.translated(pod).chains or self.static(pod)
+
+
+def describe(demand: Demand) -> str:
+    return "; ".join(
+        " | ".join(f"{a.count}x{a.profile or 'gpu'}" for a in request) for request in demand
+    )
+
+
+def signature(demand: Demand) -> tuple[Any, ...]:
+    return demand
+
+
+def by_pod(book: DemandBook, pods: Mapping[str, PodSpec]) -> dict[str, Demand]:
+    return {name: book.chains(pod) for name, pod in pods.items()}
