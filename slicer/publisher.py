@@ -125,6 +125,8 @@ class SlicePublisher:
         self._max_attempts = max(1, max_attempts)
         self._base_delay_s = base_delay_s
         self._max_delay_s = max_delay_s
+        self._generation = 0
+        """The highest generation written, so a pool that emptied out never goes back in time."""
         self.metrics.static_layout.set(1 if static else 0)
 
     @property
@@ -177,7 +179,8 @@ class SlicePublisher:
             self._record(plan, current)
             return PublishResult(False, current, tuple(existing), (), self._static, False, plan)
 
-        generation = current + 1
+        generation = max(current, self._generation) + 1
+        self._generation = generation
         plan = self.plan(gpus, allocated=allocated, generation=generation)
         owner = self._owner_reference()
         for obj in plan.slices:

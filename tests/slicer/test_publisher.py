@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from kube.errors import Conflict, Forbidden, Unavailable
+from kube.errors import AlreadyExists, Conflict, Forbidden, NotFound, Unavailable
 from kube.memory import InMemoryKubeApi
 from slicer.errors import PublishError
 from slicer.inventory import API_VERSION, DRIVER, GpuState, check_limits
@@ -184,3 +186,53 @@ def test_metrics_can_live_in_the_agents_registry(api: InMemoryKubeApi) -> None:
     publisher = SlicePublisher(api, "node-a", metrics=metrics, sleep=lambda _: None)
     assert publisher.metrics.registry is metrics.registry
     assert metrics.registry.get_sample_value("gpu_slicer_slices_static_layout") == 0
+
+
+def test_a_slice_deleted_behind_the_publishers_back_is_created_again(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
+) -> None:
+    publisher.publish(make_states("H100-80GB:2"))
+    api.fail_next("update", NotFound("gone"), kind="ResourceSlice")
+    result = publisher.publish(make_states("H100-80GB:2", mode="mig"))
+    assert [s["metadata"]["name"] for s in slices_of(api)] == list(result.slices)
+    assert {s["spec"]["pool"]["generation"] for s in slices_of(api)} == {2}
+
+
+def test_a_slice_someone_else_created_first_is_taken_over(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
+) -> None:
+    desired = publisher.plan(make_states("H100-80GB:1")).slices
+    squatter = {**desired[0], "spec": {**desired[0]["spec"], "devices": []}}
+    squatter["spec"].pop("sharedCounters", None)
+    api.create(squatter)  # an old agent's leftover, in our pool at generation 1
+    api.fail_next("create", AlreadyExists("taken"), kind="ResourceSlice")  # and a racing writer
+    result = publisher.publish(make_states("H100-80GB:1"))
+    stored = slices_of(api)
+    assert result.generation == 2 and check_limits(stored, (1, 36)) == []
+    assert [s["spec"] for s in stored] == [
+        s["spec"] for s in publisher.plan(make_states("H100-80GB:1"), generation=2).slices]
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(
+    st.tuples(st.integers(1, 6), st.sampled_from(["dynamic", "mig", "full"]),
+              st.sampled_from([None, ("1g.10gb", 6), ("3g.40gb", 0)])),
+    min_size=1, max_size=5))
+def test_any_sequence_of_inventories_leaves_exactly_the_last_pool_in_the_api(
+    make_states: Callable[..., list[GpuState]],
+    steps: list[tuple[int, str, tuple[str, int] | None]],
+) -> None:
+    api = InMemoryKubeApi(server_version=(1, 35))
+    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None)
+    generation = 0
+    for count, mode, foreign in steps:
+        states = make_states(f"H100-80GB:{count}", mode=mode,
+                             instances={0: [foreign]} if foreign else None)
+        result = publisher.publish(states)
+        generation += result.changed
+        stored = slices_of(api)
+        assert result.generation == generation
+        assert check_limits(stored, (1, 35)) == []
+        assert [s["spec"] for s in stored] == [
+            s["spec"] for s in publisher.plan(states, generation=generation).slices]
