@@ -75,7 +75,7 @@ annotation_values = st.one_of(
     st.sampled_from(["12Gi", "0", "-5Gi", "lots", "1Ti", "40G", "5e9", "80Gi"]),
     st.text(max_size=20),
 )
-annotations = st.one_of(
+annotation_maps = st.one_of(
     st.just({}),
     st.dictionaries(
         st.sampled_from(["gpu-slicer.io/profiles", "gpu-slicer.io/gpu-memory",
@@ -97,7 +97,7 @@ pods = st.builds(
         },
     },
     st.one_of(st.just({"generateName": "p-"}), names.map(lambda n: {"name": n})),
-    annotations,
+    annotation_maps,
     st.dictionaries(st.sampled_from(["gpu-slicer.io/skip", "app"]),
                     st.sampled_from(["true", "false", "x"]), max_size=2),
     st.lists(containers, min_size=1, max_size=4),
