@@ -8,6 +8,9 @@ and makes the API hold exactly those:
   place, create what is new), then slices of the pool that are no longer wanted are deleted. The
   scheduler ignores a pool until all ``resourceSliceCount`` slices of its newest generation are
   there, so it never mixes an old layout with a new one;
+* with a :class:`slicer.ordering.RepublishLimiter`, a change of device order alone (the
+  ``best-fit`` policy reacting to allocations) is debounced and rate-limited: the call returns
+  ``deferred_s`` and the caller publishes again after that long;
 * Conflict (someone wrote in between) and Unavailable are retried with exponential backoff
   (the sleep is injectable); other API errors raise :class:`slicer.errors.PublishError`;
 * what was written is read back. An apiserver without partitionable devices drops
@@ -21,9 +24,10 @@ and makes the API hold exactly those:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,7 +46,7 @@ from slicer.inventory import (
     plan_pool,
 )
 from slicer.layout import StaticLayout
-from slicer.ordering import OrderPolicy
+from slicer.ordering import OrderPolicy, RepublishLimiter
 
 Obj = dict[str, Any]
 KIND = "ResourceSlice"
@@ -60,7 +64,8 @@ class PublisherMetrics:
         r = self.registry
         self.publishes = Counter(
             "gpu_slicer_slices_publishes", "Pool publications by result (written, unchanged, "
-            "error)", ["result"], registry=r)
+            "deferred: an order-only change held back by the rate limiter, error)", ["result"],
+            registry=r)
         self.conflicts = Counter(
             "gpu_slicer_slices_conflicts", "Slice writes retried after a Conflict or an "
             "unavailable apiserver", registry=r)
@@ -88,6 +93,8 @@ class PublishResult:
     fell_back: bool
     """True when this call found counters dropped and switched to the static layout."""
     plan: PoolPlan
+    deferred_s: float | None = None
+    """Only the device order changed and the limiter held it back: publish again after this."""
 
 
 def _now() -> datetime:
@@ -112,6 +119,7 @@ class SlicePublisher:
         max_attempts: int = 6,
         base_delay_s: float = 0.2,
         max_delay_s: float = 5.0,
+        limiter: RepublishLimiter | None = None,
     ) -> None:
         self._api = api
         self._node = node_name
@@ -125,6 +133,7 @@ class SlicePublisher:
         self._max_attempts = max(1, max_attempts)
         self._base_delay_s = base_delay_s
         self._max_delay_s = max_delay_s
+        self._limiter = limiter
         self._generation = 0
         """The highest generation written, so a pool that emptied out never goes back in time."""
         self.metrics.static_layout.set(1 if static else 0)
@@ -178,6 +187,14 @@ class SlicePublisher:
             self.metrics.publishes.labels("unchanged").inc()
             self._record(plan, current)
             return PublishResult(False, current, tuple(existing), (), self._static, False, plan)
+        fingerprint = ",".join(plan.order)
+        if self._limiter is not None and existing and self._order_only(existing, plan.slices):
+            self._limiter.observe(fingerprint)
+            wait = self._limiter.due_in()
+            if wait:
+                self.metrics.publishes.labels("deferred").inc()
+                return PublishResult(False, current, tuple(existing), (), self._static, False,
+                                     plan, deferred_s=wait)
 
         generation = max(current, self._generation) + 1
         self._generation = generation
@@ -192,6 +209,8 @@ class SlicePublisher:
         for name in stale:
             self._delete(name)
         self.metrics.publishes.labels("written").inc()
+        if self._limiter is not None:
+            self._limiter.published(fingerprint)
         self._record(plan, generation)
         log.info(
             "published ResourceSlices",
@@ -235,6 +254,20 @@ class SlicePublisher:
             if have.get("metadata", {}).get("labels") != obj["metadata"].get("labels"):
                 return False
         return True
+
+    @staticmethod
+    def _order_only(existing: dict[str, Obj], desired: Sequence[Obj]) -> bool:
+        """Do the two pools list the same devices and counters, just in another order?"""
+
+        def content(slices: Iterable[Obj]) -> tuple[list[str], list[str]]:
+            devices, sets = [], []
+            for obj in slices:
+                spec = obj.get("spec", {})
+                devices += [json.dumps(d, sort_keys=True) for d in spec.get("devices") or []]
+                sets += [json.dumps(c, sort_keys=True) for c in spec.get("sharedCounters") or []]
+            return sorted(devices), sorted(sets)
+
+        return content(existing.values()) == content(desired)
 
     def _owner_reference(self) -> Obj | None:
         """Slices belong to the Node, so they go when the Node is deleted."""

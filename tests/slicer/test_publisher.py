@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from kube.errors import AlreadyExists, Conflict, Forbidden, NotFound, Unavailable
 from kube.memory import InMemoryKubeApi
+from slicer.devices import SliceSpec
 from slicer.errors import PublishError
 from slicer.inventory import API_VERSION, DRIVER, GpuState, check_limits
+from slicer.ordering import RepublishLimiter
 from slicer.publisher import FALLBACK_REASON, PublisherMetrics, SlicePublisher
 
 WRITES = {"create", "update", "delete", "patch", "apply"}
@@ -236,3 +238,30 @@ def test_any_sequence_of_inventories_leaves_exactly_the_last_pool_in_the_api(
         assert check_limits(stored, (1, 35)) == []
         assert [s["spec"] for s in stored] == [
             s["spec"] for s in publisher.plan(states, generation=generation).slices]
+
+
+def test_an_order_only_change_waits_for_the_limiter_but_a_content_change_does_not(
+    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]]
+) -> None:
+    clock = [0.0]
+    limiter = RepublishLimiter(min_interval_s=30, quiet_s=2, clock=lambda: clock[0])
+    publisher = SlicePublisher(api, "node-a", policy="best-fit", limiter=limiter,
+                               sleep=lambda _: None)
+    states = make_states("H100-80GB:3")
+    publisher.publish(states)
+    busy = [SliceSpec(2, "3g.40gb", 0)]
+    clock[0] = 10
+    held = publisher.publish(states, allocated=busy)
+    assert not held.changed and held.deferred_s == 20
+    assert pool_order(api)[0].startswith("gpu-0")
+    clock[0] = 31
+    written = publisher.publish(states, allocated=busy)
+    assert written.changed and written.generation == 2
+    assert pool_order(api)[0].startswith("gpu-2-mig-1g10gb-")
+    # What is advertised changed (a GPU went full): no waiting, even right after a publish.
+    changed = publisher.publish(make_states("H100-80GB:3", mode="full"), allocated=busy)
+    assert changed.changed and changed.deferred_s is None
+
+
+def pool_order(api: InMemoryKubeApi) -> list[str]:
+    return [d["name"] for s in slices_of(api) for d in s["spec"].get("devices", [])]
