@@ -75,7 +75,7 @@ annotation_values = st.one_of(
     st.sampled_from(["12Gi", "0", "-5Gi", "lots", "1Ti", "40G", "5e9", "80Gi"]),
     st.text(max_size=20),
 )
-annotation_maps = st.one_of(
+annotation_maps: st.SearchStrategy[dict[str, str]] = st.one_of(
     st.just({}),
     st.dictionaries(
         st.sampled_from(["gpu-slicer.io/profiles", "gpu-slicer.io/gpu-memory",
