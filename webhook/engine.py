@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
@@ -205,9 +206,14 @@ def pod_request(request: Mapping[str, Any]) -> PodRequest:
 # ----------------------------------------------------------------------------- limits
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _clean(text: str) -> str:
     """One header-safe line: control characters become spaces."""
-    return "".join(" " if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in text).strip()
+    if text.isascii() and text.isprintable():
+        return text.strip()
+    return _CONTROL.sub(" ", text).strip()
 
 
 def _cut(text: str, max_bytes: int) -> str:
