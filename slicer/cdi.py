@@ -173,7 +173,9 @@ class CdiDirectory:
         spec = claim_spec(claim_uid, devices)
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path_for(claim_uid)
-        write_atomically(path, json.dumps(spec, indent=2).encode())
+        # Atomic (the runtime never reads half a spec) but not fsynced: CDI specs live on tmpfs
+        # on nodes, and after a power loss the boot id changes and every spec is rewritten.
+        write_atomically(path, json.dumps(spec, indent=2).encode(), durable=False)
         return path
 
     def remove(self, claim_uid: str) -> bool:

@@ -220,14 +220,19 @@ class CheckpointStore:
         write_atomically(self.path, encode(checkpoint))
 
 
-def write_atomically(path: Path, payload: bytes) -> None:
-    """Replace ``path`` with ``payload`` so that readers see the old or the new file, never half."""
+def write_atomically(path: Path, payload: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``payload`` so that readers see the old or the new file, never half.
+
+    ``durable`` adds the fsyncs (file, then directory) that make the new content survive a power
+    loss; without them the rename still makes the switch atomic for every reader.
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -235,6 +240,8 @@ def write_atomically(path: Path, payload: bytes) -> None:
         except OSError:
             pass
         raise
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
