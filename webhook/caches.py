@@ -78,8 +78,10 @@ class WatchCache(Generic[T]):
         watch_timeout_s: float = 240.0,
         backoff_s: tuple[float, float] = (0.5, 30.0),
         on_change: Callable[[], None] | None = None,
+        absent_ok: bool = False,
     ) -> None:
         self.api = api
+        self._absent_ok = absent_ok
         self.api_version = api_version
         self.kind = kind
         self._extract = extract
@@ -131,6 +133,18 @@ class WatchCache(Generic[T]):
                     self.relist()
                 self.follow()
                 delay = self._backoff[0]
+            except NotFound as exc:
+                if not self._absent_ok:
+                    delay = self._pause(delay, exc)
+                    continue
+                # The API group is not served at all: nothing of this kind exists. Count as
+                # synced and empty, and look again much later (the cluster may be upgraded).
+                with self._lock:
+                    self._items = {}
+                self._synced.set()
+                self._changed()
+                self._resource_version = None
+                self._stop.wait(self._backoff[1] * 10)
             except ApiError as exc:
                 if exc.status == 410:  # history gone: start again from a fresh list
                     self._resource_version = None
@@ -259,12 +273,11 @@ class ExtendedResourceNames:
     """Legacy extended-resource names served natively by some DeviceClass (KEP-5004).
 
     An apiserver without ``resource.k8s.io/v1`` answers the list with NotFound; that means no
-    DeviceClass serves anything, so the cache counts as synced and empty and keeps retrying.
+    DeviceClass serves anything, so the cache counts as synced and empty and looks again later.
     """
 
     def __init__(self, api: KubeApi, *, watch_timeout_s: float = 240.0) -> None:
         self._names: frozenset[str] = frozenset()
-        self._absent = False
         self.cache: WatchCache[str | None] = WatchCache(
             api,
             "resource.k8s.io/v1",
@@ -272,6 +285,7 @@ class ExtendedResourceNames:
             _extended_name,
             watch_timeout_s=watch_timeout_s,
             on_change=self._recompute,
+            absent_ok=True,
         )
 
     def _recompute(self) -> None:
@@ -279,19 +293,12 @@ class ExtendedResourceNames:
 
     @property
     def synced(self) -> bool:
-        return self.cache.synced or self._absent
+        return self.cache.synced
 
     def names(self) -> frozenset[str]:
         return self._names
 
     def start(self) -> None:
-        try:
-            self.cache.relist()
-        except NotFound:
-            self._absent = True
-            log.info("this apiserver has no resource.k8s.io/v1 DeviceClasses")
-        except KubeError:
-            pass  # the thread lists again with backoff
         self.cache.start()
 
     def stop(self) -> None:

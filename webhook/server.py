@@ -27,7 +27,7 @@ from webhook.caches import (
     StaticExtendedNames,
     StaticNamespaceModes,
 )
-from webhook.config import ServerConfig
+from webhook.config import ConfigError, ServerConfig
 from webhook.engine import AdmissionEngine, ReviewResult
 from webhook.policy import Policy, load_policy_file
 from webhook.policy_reload import PolicyStore
@@ -234,6 +234,14 @@ def prepare(config: ServerConfig) -> ServerConfig:
     config.check()
     if config.policy:
         load_policy_file(config.policy)  # refuse to start on a bad policy: exit 2 upstream
+    if not config.dev:
+        from kube.client import RealKubeApi
+        from kube.errors import KubeError
+
+        try:  # fail here, once, rather than in every worker as it boots
+            RealKubeApi.from_config(config.kubeconfig)
+        except KubeError as exc:
+            raise ConfigError([str(exc)]) from exc
     runtime_dir = config.runtime_dir or tempfile.mkdtemp(prefix="gpu-slicer-webhook-")
     config = replace(config, runtime_dir=runtime_dir)
     if config.dev and not (config.tls_cert and config.tls_key):
@@ -246,6 +254,17 @@ def prepare(config: ServerConfig) -> ServerConfig:
             "dev mode: self-signed certificate; trust it with --cacert",
             extra={"cert": str(cert), "namespace_mode": config.effective_namespace_mode},
         )
+    if config.tls_cert and config.tls_key:
+        import ssl
+
+        from certs.reload import server_context
+
+        try:  # a missing or mismatched pair would otherwise fail every handshake
+            server_context(config.tls_cert, config.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                [f"--tls-cert {config.tls_cert} / --tls-key {config.tls_key}: cannot load: {exc}"]
+            ) from exc
     os.environ.update(config.to_env())
     os.environ.setdefault(MULTIPROC_ENV, str(Path(runtime_dir) / "metrics"))
     Path(os.environ[MULTIPROC_ENV]).mkdir(parents=True, exist_ok=True)
