@@ -113,6 +113,7 @@ class Reconciler:
         self._needs_adoption = state.load_problem is not None
         self._wake = threading.Event()
         self._pass_lock = threading.Lock()
+        self._drift_seen: set[str] = set()
         self.last_report: ReconcileReport | None = None
 
     def nudge(self) -> None:
@@ -143,6 +144,7 @@ class Reconciler:
             self._roll_back_stale(report)
             if report.api_synced:
                 self._unprepare_vanished(report)
+            self._remove_stray_cdi_specs()
             view = self._observe(report)
             self._maybe_republish(view, report)
             outcome = "error" if report.errors else "ok"
@@ -213,7 +215,8 @@ class Reconciler:
     def _release(self, entry: ClaimEntry, report: ReconcileReport, *, why: str) -> bool:
         try:
             present = self._present_instances(entry)
-            self.state.release_entry(entry.uid)
+            if not self.state.release_entry(entry.uid, only_if=entry):
+                return False  # changed meanwhile (completed or unprepared): next pass decides
         except InstanceBusy as exc:
             report.busy.append(entry.uid)
             log.warning("not destroying busy instance", extra={"claim": entry.uid, "why": why,
@@ -239,6 +242,19 @@ class Reconciler:
             count += instance_at(by_gpu[device.gpu_index], device) is not None
         return count
 
+    def _remove_stray_cdi_specs(self) -> None:
+        """CDI specs of claims the checkpoint does not know (listed before the entries are read:
+        a prepare records its entry before it writes its spec)."""
+        try:
+            on_disk = self.state.cdi.claim_uids()
+        except OSError:
+            return
+        stray = on_disk - set(self.state.entries())
+        for uid in stray:
+            self.state.cdi.remove(uid)
+        if stray:
+            log.info("removed stray CDI specs", extra={"claims": sorted(stray)})
+
     def _observe(self, report: ReconcileReport) -> NodeView:
         metrics = self.state.metrics
         entries = self.state.entries()
@@ -253,7 +269,8 @@ class Reconciler:
         for info in infos:
             gpu_entries = [d for e in entries.values() for d in e.devices
                            if d.gpu_index == info.index and d.is_mig]
-            instances = self._instances(info, report)
+            listed = self._instances(info, report)
+            instances = listed or []
             owned: set[SliceSpec] = set()
             for device in gpu_entries:
                 inst = instance_at(instances, device)
@@ -262,9 +279,12 @@ class Reconciler:
             for device in gpu_entries:
                 completed = any(d is device for e in entries.values()
                                 if e.state == PREPARE_COMPLETED for d in e.devices)
-                if completed and instance_at(instances, device) is None and info.mig_enabled:
+                if completed and listed is not None and instance_at(instances, device) is None:
                     report.drift.append(f"{device.device_name}: instance missing")
-                    metrics.drift.labels("missing-instance").inc()
+                    key = f"{device.device_name}/{device.gi_id}"
+                    if key not in self._drift_seen:  # count each case once, report every pass
+                        self._drift_seen.add(key)
+                        metrics.drift.labels("missing-instance").inc()
             for inst in instances:
                 owner = "agent" if inst.spec in owned else "foreign"
                 if owner == "foreign":
@@ -292,7 +312,8 @@ class Reconciler:
                         continue
         return NodeView(tuple(states), tuple(sorted(allocated, key=repr)))
 
-    def _instances(self, info: GpuInfo, report: ReconcileReport) -> list[MigInstance]:
+    def _instances(self, info: GpuInfo, report: ReconcileReport) -> list[MigInstance] | None:
+        """The GPU's instances; None when they cannot be listed (a lost GPU)."""
         if not info.mig_enabled:
             return []
         try:
@@ -302,7 +323,7 @@ class Reconciler:
             report.errors.append(f"GPU {info.index}: {exc}")
         except BackendError as exc:
             report.errors.append(f"instances of GPU {info.index}: {exc}")
-        return []
+        return None
 
     def _maybe_republish(self, view: NodeView, report: ReconcileReport) -> None:
         if self.republish is None:

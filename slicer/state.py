@@ -316,11 +316,15 @@ class DeviceState:
             log.info("claim unprepared", extra={"claim": uid})
             return True
 
-    def release_entry(self, uid: str) -> bool:
-        """Release under the claim lock without counting an unprepare (reconciler rollbacks)."""
+    def release_entry(self, uid: str, *, only_if: ClaimEntry | None = None) -> bool:
+        """Release under the claim lock without counting an unprepare (reconciler rollbacks).
+
+        With ``only_if``, nothing happens unless the entry is still exactly that one: a
+        reconciler decision taken on a snapshot must not undo a prepare that completed since.
+        """
         with self._claim_lock(uid):
             entry = self.entry(uid)
-            if entry is None:
+            if entry is None or (only_if is not None and entry != only_if):
                 return False
             self._release(entry)
             return True

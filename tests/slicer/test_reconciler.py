@@ -163,3 +163,42 @@ def test_instance_and_free_slice_metrics_follow_the_gpus(
     assert agent.metrics.value("gpu_slicer_agent_free_memory_slices", {"gpu": "0"}) == 4
     assert agent.metrics.value("gpu_slicer_agent_free_memory_slices", {"gpu": "1"}) == 8
     assert len(live_instances(backend)) == 1
+
+
+def test_a_stray_cdi_spec_without_a_checkpoint_entry_is_removed(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+    agent.prepare(claim)
+    stray = agent.state.cdi.write("left-behind", [])
+    agent.reconcile()
+    assert not stray.exists()
+    assert agent.state.cdi.path_for(ref(claim)[0]).exists()
+
+
+def test_a_rollback_decided_on_a_snapshot_does_not_undo_a_prepare_completed_since(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-2"])
+    backend.inject_fault("create_compute_instance", InsufficientResources)
+    backend.inject_fault("destroy_gpu_instance", InsufficientResources)
+    with pytest.raises(Exception, match="rollback incomplete"):
+        agent.prepare(claim)
+    stale = agent.state.entry(ref(claim)[0])
+    assert stale is not None
+    agent.prepare(claim)  # the kubelet's retry adopts and completes it
+    assert agent.state.release_entry(ref(claim)[0], only_if=stale) is False
+    assert len(backend.instances(0)) == 1
+
+
+def test_a_lost_gpu_is_not_reported_as_missing_instances(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    agent.prepare(allocate_claim(api, ["gpu-1-mig-1g10gb-0"]))
+    backend.lose_gpu(1)
+    report = agent.reconcile()
+    assert report.drift == [] and report.vanished == []
+    assert any("GPU 1" in e for e in report.errors)
