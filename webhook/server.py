@@ -49,6 +49,17 @@ RUNTIME_DIR_ENV = "GPU_SLICER_RUNTIME_DIR"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read when prometheus_client is first imported
 
 
+RBAC_RULES: dict[tuple[str, str], frozenset[str]] = {
+    ("", "namespaces"): frozenset({"get", "list", "watch"}),
+    ("", "pods"): frozenset({"list"}),
+    ("resource.k8s.io", "deviceclasses"): frozenset({"list", "watch"}),
+    ("resource.k8s.io", "resourceclaimtemplates"): frozenset(
+        {"create", "patch", "list", "delete"}
+    ),
+}
+"""(API group, resource) -> verbs the webhook's service account needs (a ClusterRole)."""
+
+
 class Reviewer(Protocol):
     def review(self, body: Any) -> ReviewResult: ...
 

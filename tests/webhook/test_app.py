@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,8 @@ from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
 from webhook.app import create_app
 from webhook.config import ServerConfig
-from webhook.server import Runtime, build_runtime
-from webhook.templates import ReportingTemplates
+from webhook.server import RBAC_RULES, Runtime, build_runtime
+from webhook.templates import ApiTemplates, ReportingTemplates, TemplateCollector
 
 JSON = {"Content-Type": "application/json"}
 
@@ -175,8 +177,6 @@ def cluster_app(api: InMemoryKubeApi, **settings: Any) -> tuple[Flask, Runtime]:
 
 
 def _wait_ready(client: FlaskClient) -> None:
-    import time
-
     deadline = time.monotonic() + 5
     while client.get("/readyz").status_code != 200:
         assert time.monotonic() < deadline, client.get("/readyz").get_json()
@@ -288,3 +288,36 @@ def test_without_a_valid_policy_the_server_is_not_ready_and_answers_500(
     assert ready.status_code == 503
     assert any("target" in p for p in ready.get_json()["problems"])
     assert reply.status_code == 500
+
+
+def test_the_documented_rbac_rules_cover_exactly_what_the_server_calls(
+    cluster: InMemoryKubeApi,
+) -> None:
+    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                    "metadata": {"name": "mig.gpu-slicer.io"}, "spec": {}})
+    cluster.clear_calls()  # the fixture's own creates are not the server's
+    app, runtime = cluster_app(cluster)
+    try:
+        client = app.test_client()
+        _wait_ready(client)
+        reply = post(client, admission_review(mig_pod(), namespace="ml"))
+        name = patched(mig_pod(), reply.get_json()["response"])["spec"]["resourceClaims"][0][
+            "resourceClaimTemplateName"]
+        assert isinstance(runtime.templates, ApiTemplates)
+        runtime.templates.forget("ml", name)  # as after the cache entry expired: exists -> stamp
+        post(client, admission_review(mig_pod(), namespace="ml"))
+        post(client, admission_review(mig_pod(), namespace="created-a-moment-ago"))
+        TemplateCollector(cluster, gc_after_s=lambda: 60,
+                          wall_clock=lambda: datetime.now(UTC) + timedelta(days=1)).sweep()
+        _wait_for(lambda: {c.kind for c in cluster.calls if c.verb == "watch"} == {
+            "Namespace", "DeviceClass"})
+    finally:
+        runtime.stop()
+    assert cluster.rbac_verbs() == {key: set(verbs) for key, verbs in RBAC_RULES.items()}
+
+
+def _wait_for(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 5
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
