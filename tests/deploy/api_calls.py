@@ -16,6 +16,7 @@ Two sources, kept honest against each other by tests/deploy/test_rbac.py:
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,7 +140,8 @@ def _resolve_args(call: ast.Call, constants: dict[str, object]) -> list[object]:
     return values
 
 
-def call_sites(packages: tuple[str, ...]) -> list[Site]:
+@functools.cache
+def call_sites(packages: tuple[str, ...]) -> tuple[Site, ...]:
     sites: list[Site] = []
     for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -159,7 +161,7 @@ def call_sites(packages: tuple[str, ...]) -> list[Site]:
                     if len(args) >= 2 and all(isinstance(a, str) for a in args[:2]):
                         api_version, kind = str(args[0]), str(args[1])
                 sites.append(Site(module, node.lineno, node.func.attr, api_version, kind))
-    return sites
+    return tuple(sites)
 
 
 def module_exists(module: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import shutil
 import subprocess
@@ -51,9 +52,15 @@ def _render_text(target: str) -> str:
     return result.stdout
 
 
+@functools.cache
+def _parsed(target: str) -> tuple[Obj, ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(doc for doc in yaml.load_all(_render_text(target), Loader=loader) if doc)
+
+
 def render(target: str) -> list[Obj]:
     """The objects ``kubectl kustomize deploy/<target>`` prints (fresh copies each call)."""
-    return [doc for doc in yaml.safe_load_all(_render_text(target)) if doc]
+    return copy.deepcopy(list(_parsed(target)))
 
 
 def find(objects: list[Obj], kind: str, name: str) -> Obj:

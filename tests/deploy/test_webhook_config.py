@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import celpy
@@ -31,13 +32,18 @@ def _pod(
     return pod
 
 
+@functools.cache
+def _program(expression: str) -> celpy.Runner:
+    env = celpy.Environment()
+    return env.program(env.compile(expression))
+
+
 def _admits(hook: Obj, pod: Obj) -> bool:
     """True when every matchCondition holds, i.e. the apiserver would call the webhook."""
-    env = celpy.Environment()
     activation = {"object": celpy.json_to_cel(pod), "oldObject": celpy.json_to_cel(None)}
     results = []
     for condition in hook["matchConditions"]:
-        program = env.program(env.compile(condition["expression"]))
+        program = _program(condition["expression"])
         result = program.evaluate(activation)
         assert isinstance(result, celpy.celtypes.BoolType), (condition["name"], result)
         results.append(bool(result))
