@@ -102,14 +102,21 @@ class ClaimCache:
         """
         with self._lock:
             cached = self._claims.get((namespace, name))
-        if (
+        usable = (
             cached is not None
             and cached["metadata"].get("uid") == uid
             and our_results(cached, pool=self._pool, driver=self._driver)
-        ):
+        )
+        if usable and self._synced:
+            assert cached is not None
             return cached  # an unallocated cached copy may just lag behind: GET it
         try:
             claim = self._api.get(API_VERSION, KIND, name, namespace)
+        except kerrors.Unavailable:
+            if usable:  # the watch is down too; an allocation never changes under its uid
+                assert cached is not None
+                return cached
+            raise
         except kerrors.NotFound as exc:
             raise ClaimError(f"ResourceClaim {namespace}/{name} does not exist (any more)") from exc
         if claim["metadata"].get("uid") != uid:
@@ -147,9 +154,11 @@ class ClaimCache:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop watching. The thread is a daemon blocked in a watch that may run for minutes:
+        wait only briefly for it rather than hold up a shutdown."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=1)
 
     def sync_once(self) -> str:
         """List every claim and replace the cache; returns the list's resourceVersion."""
@@ -157,6 +166,8 @@ class ClaimCache:
         with self._lock:
             self._claims = {claim_key(c): c for c in listed.items}
             self._synced = True
+        self.api_failures = 0
+        self.last_error = None
         self._changed()
         return listed.resource_version
 
