@@ -106,7 +106,10 @@ class NodeAgent:
             metrics=self.metrics,
             on_change=self._nudge,
         )
-        self.claims = ClaimCache(api, pool=config.node, on_change=self._nudge)
+        self.claims = ClaimCache(
+            api, pool=config.node, on_change=self._nudge,
+            on_error=lambda _error: self.metrics.api_errors.labels("watch-claims").inc(),
+        )
         self.health = HealthTracker(backend, on_change=self._nudge, metrics=self.metrics)
         if republish is None:
             self.publisher: SlicePublisher | None = SlicePublisher(

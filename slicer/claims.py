@@ -70,6 +70,7 @@ class ClaimCache:
         pool: str,
         driver: str = DRIVER,
         on_change: Callable[[], None] | None = None,
+        on_error: Callable[[str], None] | None = None,
         backoff_s: tuple[float, float] = (0.5, 30.0),
         watch_timeout_s: float = 300.0,
     ) -> None:
@@ -77,6 +78,7 @@ class ClaimCache:
         self._pool = pool
         self._driver = driver
         self._on_change = on_change
+        self._on_error = on_error
         self._backoff = backoff_s
         self._watch_timeout = watch_timeout_s
         self._lock = threading.Lock()
@@ -201,6 +203,8 @@ class ClaimCache:
                 self.api_failures += 1
                 self.last_error = str(exc)
                 rv = None
+                if self._on_error is not None:
+                    self._on_error(str(exc))
                 log.warning(
                     "claim watch failed; retrying",
                     extra={"error": str(exc), "retry_in_s": delay, "failures": self.api_failures},

@@ -53,12 +53,14 @@ def test_the_watch_keeps_the_cache_current_and_recovers_after_an_outage() -> Non
     api = InMemoryKubeApi()
     api.fail_next("list", Unavailable("connection refused"), times=2)
     changes: list[int] = []
+    errors: list[str] = []
     cache = ClaimCache(api, pool=NODE, on_change=lambda: changes.append(1),
-                       backoff_s=(0.01, 0.05), watch_timeout_s=5)
+                       on_error=errors.append, backoff_s=(0.01, 0.05), watch_timeout_s=5)
     cache.start()
     try:
         _wait(lambda: cache.synced)
         assert cache.api_failures == 0 and cache.last_error is None
+        assert errors == ["connection refused", "connection refused"]  # reported, then retried
         claim = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
         _wait(lambda: ref(claim)[0] in cache.allocated())
         api.delete("resource.k8s.io/v1", "ResourceClaim", claim["metadata"]["name"], "ml")
