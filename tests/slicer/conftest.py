@@ -86,6 +86,36 @@ class PoolView:
         return True
 
 
+    def admitted_sets(self) -> set[frozenset[str]]:
+        """Every set of devices the counters admit together: a DFS that adds devices in name
+        order and prunes as soon as one does not fit (a subset of an admitted set is admitted)."""
+        names = sorted(self.devices)
+        needs = {
+            n: [((cs, c), int(a)) for cs, counters in self.consumes[n] for c, a in counters.items()]
+            for n in names
+        }
+        limit = {(cs, c): int(v) for cs, counters in self.available.items()
+                 for c, v in counters.items()}
+        used: dict[tuple[str, str], int] = dict.fromkeys(limit, 0)
+        found: set[frozenset[str]] = {frozenset()}
+
+        def dfs(start: int, chosen: list[str]) -> None:
+            for i in range(start, len(names)):
+                need = needs[names[i]]
+                if all(used.get(k, 0) + a <= limit.get(k, 0) for k, a in need):
+                    for k, a in need:
+                        used[k] += a
+                    chosen.append(names[i])
+                    found.add(frozenset(chosen))
+                    dfs(i + 1, chosen)
+                    chosen.pop()
+                    for k, a in need:
+                        used[k] -= a
+
+        dfs(0, [])
+        return found
+
+
 def read_pool(slices: Sequence[dict[str, Any]]) -> PoolView:
     available: dict[str, dict[str, Decimal]] = {}
     consumes: dict[str, list[tuple[str, dict[str, Decimal]]]] = {}

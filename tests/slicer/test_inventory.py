@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, cast
 
@@ -12,7 +12,7 @@ from kubernetes.utils import quantity
 from slicer import catalog
 from slicer.catalog import GpuModel
 from slicer.counters import counter_names
-from slicer.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
+from slicer.devices import SliceSpec
 from slicer.inventory import (
     DRIVER,
     DeviceTaint,
@@ -21,6 +21,7 @@ from slicer.inventory import (
     build_slices,
     check_limits,
     default_mode,
+    limits_for,
     plan_pool,
     semver,
 )
@@ -75,7 +76,13 @@ def test_static_layout_slices_validate_strictly(
         validate(obj, version)
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+def test_versions_from_1_35_share_one_set_of_limits() -> None:
+    # So the split layout checked on 1.35 below is the one 1.36 and 1.37 get.
+    assert limits_for((1, 35)) == limits_for((1, 36)) == limits_for((1, 37))
+    assert limits_for((1, 34)) != limits_for((1, 35))
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35"])
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
 def test_limits_hold_for_one_to_sixteen_gpus_of_every_model(
     make_states: Callable[..., list[GpuState]], model_key: str, version: str
@@ -151,32 +158,21 @@ def test_the_limit_checker_reports_broken_pools(
 # --- soundness and completeness of the counters ---------------------------------------------
 
 
-def _legal(model: GpuModel, devices: Sequence[DeviceSpec]) -> bool:
-    """The catalog's answer; the whole GPU needs the GPU to itself."""
-    if any(isinstance(d, WholeGpu) for d in devices):
-        return len(devices) == 1
-    return catalog.is_valid(model, [(d.profile, d.start) for d in devices
-                                    if isinstance(d, SliceSpec)])
+def _hostable(model: GpuModel) -> set[frozenset[str]]:
+    """Every set of devices of one GPU that the catalog says it can host (the whole GPU alone),
+    by a DFS pruned by ``is_valid``: validity is hereditary, so pruning loses nothing."""
+    placements = catalog.all_placements(model)
+    found: set[frozenset[str]] = {frozenset(), frozenset({"gpu-0"})}
 
-
-def _enumerate(names: Sequence[str], admits: Callable[[list[str]], bool]) -> set[frozenset[str]]:
-    """Every set of ``names`` that ``admits`` accepts, by DFS that prunes rejected prefixes
-    (sound because both rules are hereditary: a subset of a hostable set is hostable)."""
-    found: set[frozenset[str]] = {frozenset()}
-
-    def dfs(start: int, chosen: list[str]) -> None:
-        for i in range(start, len(names)):
-            trial = [*chosen, names[i]]
-            if admits(trial):
-                found.add(frozenset(trial))
+    def dfs(start: int, chosen: list[tuple[str, int]]) -> None:
+        for i in range(start, len(placements)):
+            trial = [*chosen, placements[i]]
+            if catalog.is_valid(model, trial):
+                found.add(frozenset(SliceSpec(0, p, s).device_name for p, s in trial))
                 dfs(i + 1, trial)
 
     dfs(0, [])
     return found
-
-
-def _every_device(model: GpuModel) -> list[str]:
-    return ["gpu-0"] + [SliceSpec(0, p, s).device_name for p, s in catalog.all_placements(model)]
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
@@ -186,17 +182,12 @@ def test_counters_admit_exactly_the_device_sets_the_gpu_can_host(
     model = catalog.get_model(model_key)
     view = pool_view(build_slices("n", make_states(f"{model_key}:1", mode="dynamic"),
                                   server_version=(1, 36)))
-    expected = _every_device(model)
+    hostable = _hostable(model)
     if not model.supports_dynamic_mig:  # Ampere: MIG slices only, no whole GPU
-        expected.remove("gpu-0")
-    assert sorted(view.devices) == sorted(expected)
-    names = sorted(view.devices)
-    by_counters = _enumerate(names, view.admits)
-    by_catalog = _enumerate(
-        names, lambda chosen: _legal(model, [parse_device_name(n) for n in chosen])
-    )
-    assert by_counters == by_catalog
-    assert len(by_catalog) > 50  # the comparison covers real combinations
+        hostable.discard(frozenset({"gpu-0"}))
+    assert set(view.devices) == set().union(*hostable)
+    assert view.admitted_sets() == hostable
+    assert len(hostable) > 50  # the comparison covers real combinations
 
 
 @pytest.mark.parametrize("model_key", ["A30-24GB", "A100-40GB", "H100-80GB", "B200-180GB"])
@@ -204,46 +195,16 @@ def test_a_foreign_instance_leaves_exactly_the_sets_that_can_join_it(
     make_states: Callable[..., list[GpuState]], pool_view: Callable[..., Any], model_key: str
 ) -> None:
     model = catalog.get_model(model_key)
-    everything = _every_device(model)[1:]  # a foreign instance always rules out the whole GPU
+    hostable = _hostable(model)
     for foreign in catalog.all_placements(model):
-        states = make_states(f"{model_key}:1", instances={0: [foreign]})
-        view = pool_view(build_slices("n", states, server_version=(1, 37)))
-        admitted = _enumerate(sorted(view.devices), view.admits)
-
-        def joins(chosen: list[str], foreign: tuple[str, int] = foreign) -> bool:
-            specs = [parse_device_name(n) for n in chosen]
-            if any(isinstance(s, WholeGpu) for s in specs):
-                return False
-            return catalog.is_valid(
-                model, [foreign, *((s.profile, s.start) for s in specs
-                                   if isinstance(s, SliceSpec))])
-
-        assert admitted == _enumerate(everything, joins), foreign
-        # Nothing that overlaps the foreign instance is even listed.
-        for name in view.devices:
-            assert joins([name]), (foreign, name)
-
-
-def test_instances_the_agent_made_stay_listed_and_keep_the_full_counters(
-    make_states: Callable[..., list[GpuState]], pool_view: Callable[..., Any]
-) -> None:
-    placed = {0: [("3g.40gb", 0), ("1g.10gb", 6)]}
-    mine = pool_view(build_slices("n", make_states("H100-80GB:1", instances=placed, owned=placed),
-                                  server_version=(1, 36)))
-    fresh = pool_view(build_slices("n", make_states("H100-80GB:1"), server_version=(1, 36)))
-    assert mine.devices.keys() == fresh.devices.keys()
-    assert mine.available == fresh.available
-
-
-def test_a_foreign_instance_takes_its_share_off_the_counter_set(
-    make_states: Callable[..., list[GpuState]], pool_view: Callable[..., Any]
-) -> None:
-    view = pool_view(build_slices("n", make_states("H100-80GB:1", instances={0: [
-        ("1g.10gb+me", 3)]}), server_version=(1, 36)))
-    counters = view.available["gpu-0-counters"]
-    assert counters["memory-slice-3"] == 0 and counters["ofa-engines"] == 0
-    assert "gpu-0" not in view.devices
-    assert not any("me-" in n for n in view.devices)
+        own_name = SliceSpec(0, *foreign).device_name
+        # S can join the foreign instance F exactly when S + F is hostable.
+        joinable = {t - {own_name} for t in hostable if own_name in t}
+        view = pool_view(build_slices("n", make_states(f"{model_key}:1", instances={0: [foreign]}),
+                                      server_version=(1, 37)))
+        assert view.admitted_sets() == joinable, foreign
+        # Nothing that cannot join it is even listed.
+        assert set(view.devices) == set().union(*joinable), foreign
 
 
 # --- modes, attributes, taints, static layout -------------------------------------------------
