@@ -251,6 +251,9 @@ class DeviceState:
     def _prepare_device(
         self, device: PreparedDevice, info: GpuInfo
     ) -> tuple[PreparedDevice, cdi.DeviceEdits]:
+        if device.is_mig != info.mig_enabled:
+            # A switch looks needed: re-read under the GPU lock, another claim may have done it.
+            info = next((g for g in self.backend.gpus() if g.index == info.index), info)
         if not device.is_mig:
             self.mig.ensure_for_whole(info)
             return (

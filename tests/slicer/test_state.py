@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,31 @@ def test_claims_on_different_gpus_proceed_while_one_gpu_is_slow(
         worker.join(10)
     assert len(backend.instances(0)) == 1
     assert {i.gpu_index for i in live_instances(backend)} == {0, 1}
+
+
+def test_two_claims_racing_for_the_first_slice_switch_mig_on_once(
+    api: InMemoryKubeApi, tmp_path: Path
+) -> None:
+    gate = threading.Event()
+    backend = SimulatedBackend("H100-80GB:1", node_name=NODE, sleep=lambda _: gate.wait(10))
+    agent = build_agent(backend, api, tmp_path)
+    first = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+    second = allocate_claim(api, ["gpu-0-mig-1g10gb-1"])
+    backend.inject_fault("set_mig_mode", delay_s=1)  # the first switch stalls under the lock
+    seen = len(backend.calls)
+    threads = [threading.Thread(target=agent.prepare, args=(c,)) for c in (first, second)]
+    for t in threads:
+        t.start()
+
+    def names() -> list[str]:
+        return [c[0] for c in backend.calls[seen:]]
+
+    deadline = time.monotonic() + 10  # both read the GPUs (MIG off) before the switch ends
+    while names().count("gpus") < 2 or "set_mig_mode" not in names():
+        assert time.monotonic() < deadline, names()
+        time.sleep(0.01)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert sorted(i.start for i in backend.instances(0)) == [0, 1]
+    assert [c for c in backend.calls if c[0] == "set_mig_mode"] == [("set_mig_mode", (0, True))]
