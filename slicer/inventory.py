@@ -30,6 +30,7 @@ Slice names end in zero-padded sequence numbers, so sorting by name keeps the po
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -444,10 +445,13 @@ def _pack_combined(
 
 
 def slice_name(node: str, seq: int, width: int) -> str:
-    """``<node>-gpu-slicer.io-007``; long node names are shortened to stay a valid name."""
+    """``<node>-gpu-slicer.io-007``. Slice names are cluster-wide, so a node name too long for
+    the suffix is shortened and made unique again with a hash of the full name."""
     suffix = f"-{DRIVER}-{seq:0{width}d}"
-    prefix = node if len(node) + len(suffix) <= 253 else node[: 253 - len(suffix)].rstrip("-.")
-    return prefix + suffix
+    if len(node) + len(suffix) <= 253:
+        return node + suffix
+    digest = hashlib.sha256(node.encode()).hexdigest()[:8]
+    return node[: 253 - len(suffix) - 9].rstrip("-.") + "-" + digest + suffix
 
 
 @dataclass(frozen=True)

@@ -292,3 +292,19 @@ def test_static_layout_lists_only_instances_that_exist_and_no_counters(
     assert set(view.devices) == {"gpu-0-mig-3g40gb-0", "gpu-0-mig-1g10gb-6", "gpu-2"}
     assert not view.available and all(not c for c in view.consumes.values())
     assert all(s["metadata"]["labels"]["gpu-slicer.io/layout"] == "static" for s in slices)
+
+
+def test_a_very_long_node_name_still_gives_valid_sorted_slice_names(
+    make_states: Callable[..., list[GpuState]],
+    validate: Callable[[dict[str, Any], str], None],
+) -> None:
+    node = ".".join(["a" * 60] * 4) + "-x"  # 243 characters, a legal node name
+    slices = build_slices(node, make_states("H200:16"), server_version=(1, 36))
+    names = [s["metadata"]["name"] for s in slices]
+    assert all(len(n) <= 253 for n in names) and names == sorted(names)
+    assert len(set(names)) == len(names)
+    # Slice names are cluster-wide: a sibling node with the same long prefix must not collide.
+    sibling = build_slices(node[:-1] + "y", make_states("H200:1"), server_version=(1, 36))
+    assert sibling[0]["metadata"]["name"] != names[0]
+    assert all(s["spec"]["pool"]["name"] == node for s in slices)
+    validate(slices[0], "1.36")
