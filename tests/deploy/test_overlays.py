@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import celpy
 import pytest
-from deploy_cases import NAMESPACE, Obj, container, find, of_kind, pod_spec
+import yaml
+from deploy_cases import DEPLOY, NAMESPACE, Obj, container, find, of_kind, pod_spec, render
 
 from certs import cli as certs_cli
 from certs import issue as certs_issue
 from cli.main import build_parser
 from slicer import deviceclasses
 from webhook import policy
-
-SERVING_SECRET = "gpu-slicer-webhook-tls"
 
 
 def _webhook_secret(objects: list[Obj]) -> str:
@@ -179,3 +182,23 @@ def test_the_policy_config_map_holds_a_valid_policy(base: list[Obj]) -> None:
     loaded = policy.load_policy(text, source="deploy/base/policy-configmap.yaml")
     assert loaded == policy.Policy.default()
     assert "# namespaces:" in text  # the per-namespace example stays commented out
+
+
+@pytest.mark.parametrize("overlay", ["cert-manager", "openshift"])
+def test_the_extended_resources_component_combines_with_other_overlays(
+    overlay: str, tmp_path: Path
+) -> None:
+    deploy = Path(os.path.relpath(DEPLOY, tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {deploy / 'overlays' / overlay}\n"
+        f"components:\n  - {deploy / 'components' / 'extended-resources'}\n",
+        encoding="utf-8",
+    )
+    result = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True,
+                            text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+    objects = [d for d in yaml.safe_load_all(result.stdout) if d]
+    gpu = find(objects, "DeviceClass", "gpu.gpu-slicer.io")
+    assert gpu["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert len(objects) == len(render(f"overlays/{overlay}"))
