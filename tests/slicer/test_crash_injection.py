@@ -289,3 +289,24 @@ def test_a_corrupt_checkpoint_after_a_crash_does_not_crash_the_agent(tmp_path: P
     world.check_invariants(fresh)
     assert fresh.unprepare(world.claim) is True
     world.check_invariants(fresh)
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+def test_a_crash_while_switching_mig_off_for_a_whole_gpu_is_repaired(
+    tmp_path: Path, after: bool
+) -> None:
+    api = InMemoryKubeApi()
+    sim = SimulatedBackend("H100-80GB:1", node_name=NODE, mig_enabled=True)
+    backend = CrashingBackend(sim)
+    claim = allocate_claim(api, ["gpu-0"])
+    dying = build_agent(backend, api, tmp_path)
+    backend.crash_at("set_mig_mode", after=after)
+    with pytest.raises(AgentCrash):
+        dying.prepare(claim)
+    fresh = build_agent(backend, api, tmp_path)
+    fresh.reconcile()
+    [device] = fresh.prepare(claim)
+    assert not sim.gpus()[0].mig_enabled
+    assert device.uuid == sim.gpus()[0].uuid
+    assert fresh.unprepare(claim) is True
+    assert fresh.state.entries() == {}
