@@ -2,17 +2,20 @@
 
 Three request kinds against the same server (same gunicorn.conf.py, TLS, Flask view, metrics):
 
-  (a) a typical converted pod (a Deployment's pod asking for ``nvidia.com/mig-1g.10gb``),
+  (a) a typical converted pod (a Deployment's pod asking for ``nvidia.com/mig-1g.10gb``); its
+      replicas are identical, so after the first one the engine's translation memo answers,
+  (a') the same pod made different each time (an annotation), so every request is translated,
   (b) a pod with nothing to convert (CPU and memory only),
   (c) a no-op handler: the same view with an engine that only echoes the uid: the ceiling.
 
-Reports requests/s, p50 and p99 per kind, the ratios (a)/(c) and (b)/(c) of throughput, and p99
-of (a) at a paced, open-loop 200 requests/s. Clients use keep-alive connections (http.client)
+Reports requests/s, p50 and p99 per kind, the ratios (a)/(c) and (b)/(c) of throughput, the
+same ratios computed from the server's CPU time per request (steadier on a shared machine), and
+p99 of (a) at a paced, open-loop 200 requests/s. Clients use keep-alive connections (http.client)
 from a few threads; request counts are bounded; loopback only. Prints figures, never pass/fail:
 client and server share this machine's CPUs, so compare the ratios rather than the absolutes.
 
     python bench/bench_webhook.py [--requests 3000] [--clients 4] [--workers 2] [--threads 4]
-                                  [--rate 200] [--paced-requests 1000]
+                                  [--rate 200] [--paced-requests 1000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +138,13 @@ CONVERTED = _pod({"limits": {"cpu": "4", "memory": "32Gi", "nvidia.com/mig-1g.10
 PLAIN = _pod({"limits": {"cpu": "4", "memory": "32Gi"}})
 
 
+def unique_converted(index: int) -> dict[str, Any]:
+    """CONVERTED with a different annotation each time: no two pods alike (no memo hit)."""
+    pod: dict[str, Any] = json.loads(json.dumps(CONVERTED))
+    pod["metadata"]["annotations"]["build-id"] = str(index)
+    return pod
+
+
 # ----------------------------------------------------------------------------- clients
 
 
@@ -144,6 +155,11 @@ class Figures:
     seconds: float
     latencies: list[float]
     errors: int
+    server_cpu_s: float = 0.0
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return self.server_cpu_s / self.count * 1000 if self.count else float("nan")
 
     @property
     def rps(self) -> float:
@@ -170,20 +186,27 @@ class Client:
         self.conn.close()
 
 
-def saturate(label: str, port: int, context: ssl.SSLContext, path: str, pod: dict[str, Any],
+PodSource = dict[str, Any] | Callable[[int], dict[str, Any]]
+
+
+def saturate(label: str, port: int, context: ssl.SSLContext, path: str, pod: PodSource,
              total: int, clients: int) -> Figures:
     """``total`` requests from ``clients`` threads, each as fast as its connection allows."""
     per_client = total // clients
-    bodies = [review(pod, f"{label}-{i}") for i in range(per_client)]
+    bodies = [
+        [review(pod(index * per_client + i) if callable(pod) else pod, f"{label}-{index}-{i}")
+         for i in range(per_client)]
+        for index in range(clients)
+    ]
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors = [0] * clients
     barrier = threading.Barrier(clients + 1)
 
     def run(index: int) -> None:
         client = Client(port, context)
-        client.post(path, bodies[0])  # handshake outside the measurement
+        client.post(path, bodies[index][0])  # handshake outside the measurement
         barrier.wait()
-        for body in bodies:
+        for body in bodies[index]:
             start = time.perf_counter()
             status = client.post(path, body)
             latencies[index].append(time.perf_counter() - start)
@@ -237,6 +260,35 @@ def paced(label: str, port: int, context: ssl.SSLContext, path: str, pod: dict[s
     return Figures(label, len(latencies), seconds, latencies, errors[0])
 
 
+# ----------------------------------------------------------------------------- server CPU
+
+
+def server_cpu_seconds(master: int) -> float:
+    """User + system CPU of gunicorn's master and workers, from /proc (Linux; 0 elsewhere).
+
+    Unlike throughput, CPU time per request hardly moves when other processes load the machine,
+    so its ratios are the steadier figure on a shared host.
+    """
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        pid, ppid = int(entry), int(fields[1])
+        if pid == master or ppid == master:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -287,9 +339,21 @@ def _start_server(tmp: Path, workers: int, threads: int) -> tuple[subprocess.Pop
         time.sleep(0.1)
 
 
+def _combine(parts: list[Figures]) -> Figures:
+    return Figures(
+        parts[0].label,
+        sum(p.count for p in parts),
+        sum(p.seconds for p in parts),
+        [x for p in parts for x in p.latencies],
+        sum(p.errors for p in parts),
+        sum(p.server_cpu_s for p in parts),
+    )
+
+
 def _row(f: Figures) -> str:
-    return (f"{f.label:<28} {f.count:>7} {f.rps:>9.0f} {f.pct(50) * 1000:>8.2f} "
-            f"{f.pct(99) * 1000:>8.2f} {f.errors:>6}")
+    cpu = f"{f.cpu_ms_per_request:>8.3f}" if f.server_cpu_s else f"{'':>8}"
+    return (f"{f.label:<30} {f.count:>7} {f.rps:>9.0f} {f.pct(50) * 1000:>8.2f} "
+            f"{f.pct(99) * 1000:>8.2f} {cpu} {f.errors:>6}")
 
 
 def main() -> int:
@@ -300,6 +364,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--rate", type=float, default=200.0, help="paced requests/s for (a)")
     parser.add_argument("--paced-requests", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds per kind")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-webhook-") as folder:
@@ -310,12 +375,24 @@ def main() -> int:
             for path, pod in (("/mutate-pods", CONVERTED), ("/mutate-pods", PLAIN),
                               ("/noop/mutate-pods", CONVERTED)):
                 saturate("warm-up", port, context, path, pod, warm, args.clients)
-            a = saturate("(a) converted pod", port, context, "/mutate-pods", CONVERTED,
-                         args.requests, args.clients)
-            b = saturate("(b) nothing to convert", port, context, "/mutate-pods", PLAIN,
-                         args.requests, args.clients)
-            c = saturate("(c) no-op handler", port, context, "/noop/mutate-pods", CONVERTED,
-                         args.requests, args.clients)
+            kinds: list[tuple[str, str, PodSource]] = [
+                ("(a) converted pod", "/mutate-pods", CONVERTED),
+                ("(a') converted, all different", "/mutate-pods", unique_converted),
+                ("(b) nothing to convert", "/mutate-pods", PLAIN),
+                ("(c) no-op handler", "/noop/mutate-pods", CONVERTED),
+            ]
+            runs: dict[str, list[Figures]] = {label: [] for label, _, _ in kinds}
+            # Interleaved rounds in rotating order: load from elsewhere on the machine then
+            # falls on all kinds alike instead of skewing one of them.
+            for round_index in range(args.rounds):
+                shift = round_index % len(kinds)
+                for label, path, source in kinds[shift:] + kinds[:shift]:
+                    cpu_before = server_cpu_seconds(process.pid)
+                    figures = saturate(label, port, context, path, source,
+                                       args.requests // args.rounds, args.clients)
+                    figures.server_cpu_s = server_cpu_seconds(process.pid) - cpu_before
+                    runs[label].append(figures)
+            a, a2, b, c = (_combine(runs[label]) for label, _, _ in kinds)
             p = paced(f"(a) paced {args.rate:.0f}/s", port, context, "/mutate-pods", CONVERTED,
                       args.paced_requests, args.rate)
         finally:
@@ -324,10 +401,18 @@ def main() -> int:
 
     print(f"gunicorn gthread, {args.workers} workers x {args.threads} threads, TLS on loopback; "
           f"{args.clients} keep-alive client threads; {os.cpu_count()} CPUs shared by both")
-    print(f"{'kind':<28} {'requests':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
-    for figures in (a, b, c, p):
+    print(f"{'kind':<30} {'requests':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'cpu ms':>8} {'errors':>6}")
+    for figures in (a, a2, b, c, p):
         print(_row(figures))
-    print(f"throughput (a)/(c) = {a.rps / c.rps:.2f}   (b)/(c) = {b.rps / c.rps:.2f}")
+    print(f"throughput (a)/(c) = {a.rps / c.rps:.2f}   (a')/(c) = {a2.rps / c.rps:.2f}   "
+          f"(b)/(c) = {b.rps / c.rps:.2f}")
+    if a.server_cpu_s and a2.server_cpu_s and b.server_cpu_s and c.server_cpu_s:
+        base = c.cpu_ms_per_request
+        print(f"server capacity from CPU per request: (a)/(c) = "
+              f"{base / a.cpu_ms_per_request:.2f}   (a')/(c) = "
+              f"{base / a2.cpu_ms_per_request:.2f}   (b)/(c) = "
+              f"{base / b.cpu_ms_per_request:.2f}")
     print(f"p99 of (a) at a paced {args.rate:.0f} requests/s: {p.pct(99) * 1000:.2f} ms "
           f"(achieved {p.rps:.0f} requests/s)")
     return 0

@@ -24,6 +24,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
@@ -285,6 +287,9 @@ def _audit(values: Mapping[str, str]) -> dict[str, str]:
 # ----------------------------------------------------------------------------- engine
 
 
+Translator = Callable[..., Conversion]
+
+
 def review(
     body: Any,
     *,
@@ -292,6 +297,7 @@ def review(
     mode_for_namespace: Callable[[str], Mode],
     native_extended: frozenset[str],
     ensure_templates: TemplateEnsurer,
+    translate: Translator = translate_pod,
 ) -> ReviewResult:
     """Answers one AdmissionReview. Raises BadReview (HTTP 400) or TemplateError (HTTP 500)."""
     request = request_of(body)
@@ -306,7 +312,7 @@ def review(
     if mode == "disabled":
         return ReviewResult(allowed(uid), "skipped", mode)
     try:
-        conversion = translate_pod(
+        conversion = translate(
             pod_req.pod, namespace=pod_req.namespace, policy=policy,
             native_extended=native_extended,
         )
@@ -351,6 +357,54 @@ def _enabled_result(
     return ReviewResult(_envelope(response), outcome, "enabled", changes)
 
 
+class TranslationMemo:
+    """Remembers recent translations: the replicas of a Deployment arrive as identical pods.
+
+    Translation is a pure function of (pod, namespace, policy, native names), so a hit is
+    exactly what translating again would give. The pod is keyed by ``repr`` of its decoded JSON,
+    which is exact for JSON values; a pod that differs in any byte (or only in key order) is a
+    miss. Denials are not remembered (they are cheap and carry user-facing messages).
+    The memo empties itself when the policy object changes.
+    """
+
+    def __init__(self, maxsize: int = 256) -> None:
+        self.maxsize = maxsize
+        self._entries: OrderedDict[tuple[str, frozenset[str], str], Conversion] = OrderedDict()
+        self._policy: Policy | None = None
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def translate(
+        self,
+        pod: dict[str, Any],
+        *,
+        namespace: str,
+        policy: Policy,
+        native_extended: frozenset[str] = frozenset(),
+    ) -> Conversion:
+        key = (namespace, native_extended, repr(pod))
+        with self._lock:
+            if policy is not self._policy:
+                self._entries.clear()
+                self._policy = policy
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return found
+            self.misses += 1
+        conversion = translate_pod(
+            pod, namespace=namespace, policy=policy, native_extended=native_extended
+        )
+        with self._lock:
+            if policy is self._policy:
+                self._entries[key] = conversion
+                if len(self._entries) > self.maxsize:
+                    self._entries.popitem(last=False)
+        return conversion
+
+
 class AdmissionEngine:
     """:func:`review` bound to live sources (reloading policy, caches, template ensurer)."""
 
@@ -366,6 +420,7 @@ class AdmissionEngine:
         self._mode = mode_for_namespace
         self._native = native_extended
         self._templates = templates
+        self.memo = TranslationMemo()
 
     def review(self, body: Any) -> ReviewResult:
         return review(
@@ -374,4 +429,5 @@ class AdmissionEngine:
             mode_for_namespace=self._mode,
             native_extended=self._native(),
             ensure_templates=self._templates,
+            translate=self.memo.translate,
         )

@@ -258,3 +258,49 @@ def test_native_extended_names_are_deferred_when_the_policy_says_so() -> None:
     assert "patch" not in result.response
     converted = run(admission_review(pod))
     assert json.loads(base64.b64decode(converted.response["patch"]))
+
+
+def test_identical_pods_reuse_the_translation_and_get_the_same_answer() -> None:
+    policy = Policy.default()
+    engine = AdmissionEngine(
+        policy=lambda: policy,
+        mode_for_namespace=lambda ns: "enabled",
+        native_extended=frozenset,
+        templates=RecordingTemplates(),
+    )
+    first = engine.review(admission_review(mig_pod(), uid="1"))
+    second = engine.review(admission_review(mig_pod(), uid="2"))
+    engine.review(admission_review(mig_pod(), uid="3", namespace="other"))
+    assert engine.memo.hits == 1 and engine.memo.misses == 2
+    assert second.response["uid"] == "2"
+    assert second.response["patch"] == first.response["patch"]
+    direct = run(admission_review(mig_pod(), uid="2"))
+    assert second.body == direct.body
+
+
+def test_a_new_policy_empties_the_translation_memo() -> None:
+    policies = [Policy.default()]
+    engine = AdmissionEngine(
+        policy=lambda: policies[-1],
+        mode_for_namespace=lambda ns: "enabled",
+        native_extended=frozenset,
+        templates=RecordingTemplates(),
+    )
+    engine.review(admission_review(mig_pod()))
+    policies.append(Policy.default())  # equal but a new object: a reload happened
+    engine.review(admission_review(mig_pod()))
+    assert engine.memo.hits == 0 and engine.memo.misses == 2
+
+
+def test_denials_are_not_remembered() -> None:
+    policy = Policy.default()
+    engine = AdmissionEngine(
+        policy=lambda: policy,
+        mode_for_namespace=lambda ns: "enabled",
+        native_extended=frozenset,
+        templates=RecordingTemplates(),
+    )
+    pod = mig_pod(annotations={"gpu-slicer.io/profiles": "9g.1tb"})
+    for _ in range(2):
+        assert engine.review(admission_review(pod)).outcome == "denied"
+    assert engine.memo.hits == 0
