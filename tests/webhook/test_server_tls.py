@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,8 +17,10 @@ from typing import Any
 
 import pytest
 from server_fixtures import (
+    ROOT,
     TestCA,
     admission_review,
+    free_port,
     gunicorn_server,
     mig_pod,
     patched,
@@ -162,3 +168,83 @@ def test_a_certificate_swap_on_disk_fails_no_request_and_new_connections_get_the
     assert counts["keepalive"] > before["keepalive"] > 0
     assert counts["fresh"] > before["fresh"] > 0
     assert "Traceback" not in log
+
+
+def _worker_pids(master: int) -> set[int]:
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == master:
+                pids.add(int(entry.name))
+    return pids
+
+
+def test_metrics_survive_a_worker_killed_and_replaced(tmp_path: Path) -> None:
+    cert, key = make_dev_certificate(tmp_path, ["127.0.0.1"])
+    context = _client_context(cafile=cert)
+    with gunicorn_server(tmp_path, cert=cert, key=key, workers=2, threads=2) as server:
+        for index in range(6):
+            conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context,
+                                               timeout=10)
+            assert _post(conn, admission_review(mig_pod(), uid=f"k-{index}"))[0] == 200
+            conn.close()
+        deadline = time.monotonic() + 15
+        while len(workers := _worker_pids(server.process.pid)) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        victim = sorted(workers)[0]
+        os.kill(victim, signal.SIGKILL)
+        while victim in (now := _worker_pids(server.process.pid)) or len(now) < 2:
+            assert time.monotonic() < deadline, "gunicorn did not replace the worker"
+            time.sleep(0.05)
+        conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        log = server.log()
+    patched_total = [line for line in text.splitlines()
+                     if line.startswith('gpu_slicer_webhook_requests_total{mode="enabled",'
+                                        'outcome="patched"}')]
+    assert float(patched_total[0].rsplit(" ", 1)[1]) == 6  # the dead worker's counts remain
+    assert "Traceback" not in log
+
+
+def test_webhook_serve_dev_makes_a_certificate_and_answers(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    env["GPU_SLICER_RUNTIME_DIR"] = str(tmp_path)
+    env["PYTHONPATH"] = str(ROOT)
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "webhook", "serve", "--dev", "--workers", "1",
+             "--bind", f"127.0.0.1:{port}", "--namespace-mode", "audit"],
+            cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        )
+    try:
+        cert = tmp_path / "dev-tls.crt"
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            if cert.exists():
+                try:
+                    conn = http.client.HTTPSConnection(
+                        "127.0.0.1", port, context=_client_context(cafile=cert), timeout=10)
+                    status, body = _post(conn, admission_review(mig_pod()))
+                    conn.close()
+                    break
+                except OSError:
+                    pass
+            time.sleep(0.1)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    assert status == 200
+    assert "patch" not in body["response"] and body["response"]["warnings"]  # audit mode
+    assert '"dev mode: self-signed certificate' in log_path.read_text()
