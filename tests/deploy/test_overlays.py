@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 from pathlib import Path
 
 import celpy
+import kubernetes_validate
 import pytest
 import yaml
-from deploy_cases import DEPLOY, NAMESPACE, Obj, container, find, of_kind, pod_spec, render
+from deploy_cases import (
+    DEPLOY,
+    NAMESPACE,
+    VERSIONS,
+    Obj,
+    container,
+    find,
+    of_kind,
+    pod_spec,
+    render,
+)
 
 from certs import cli as certs_cli
 from certs import issue as certs_issue
+from certs.ensure import ensure
 from cli.main import build_parser
+from kube.memory import InMemoryKubeApi
 from slicer import deviceclasses
 from webhook import policy
 
@@ -202,3 +216,25 @@ def test_the_extended_resources_component_combines_with_other_overlays(
     gpu = find(objects, "DeviceClass", "gpu.gpu-slicer.io")
     assert gpu["spec"]["extendedResourceName"] == "nvidia.com/gpu"
     assert len(objects) == len(render(f"overlays/{overlay}"))
+
+
+def test_certs_ensure_fills_the_rendered_configuration_and_it_stays_valid(
+    self_managed: list[Obj],
+) -> None:
+    api = InMemoryKubeApi()
+    config = find(self_managed, "MutatingWebhookConfiguration", "gpu-slicer")
+    api.create(config)
+    certs = find(self_managed, "Deployment", "gpu-slicer-certs")
+    args = [a.replace("$(POD_NAMESPACE)", NAMESPACE) for a in container(certs, "certs")["args"]]
+    ensure(api, certs_cli.settings_from(build_parser().parse_args(args)))
+    patched = api.get("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+                      "gpu-slicer")
+    bundle = base64.b64decode(patched["webhooks"][0]["clientConfig"]["caBundle"])
+    assert len(certs_issue.load_certificates(bundle)) == 1
+    secret = api.get("v1", "Secret", _webhook_secret(self_managed), NAMESPACE)
+    for version in VERSIONS:
+        for obj in (patched, secret):
+            kubernetes_validate.validate(obj, version, strict=True)
+    (hook,) = patched["webhooks"]
+    expected = {k: v for k, v in config["webhooks"][0].items() if k != "clientConfig"}
+    assert {k: v for k, v in hook.items() if k != "clientConfig"} == expected
