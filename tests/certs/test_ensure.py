@@ -302,3 +302,33 @@ def test_the_periodic_loop_retries_a_failed_run_and_stops_when_asked(
     assert isinstance(outcomes[0], EnsureError)
     assert isinstance(outcomes[1], EnsureResult) and outcomes[1].changed
     assert isinstance(outcomes[2], EnsureResult) and not outcomes[2].changed
+
+
+def _trusted(leaf: x509.Certificate, bundle: list[x509.Certificate]) -> bool:
+    return any(certs_issue.is_signed_by(leaf, ca) for ca in bundle)
+
+
+def test_over_years_of_periodic_runs_the_served_leaf_is_always_trusted_and_valid() -> None:
+    """Short lifetimes, a run every 12 hours: every run leaves a valid leaf that the caBundle
+    trusts, and the bundle still trusts the leaf from before the run (pods that have not yet
+    reloaded keep serving it), across many leaf renewals and several CA rotations."""
+    settings = EnsureSettings(namespace=NAMESPACE, secret=SECRET, webhook_config=CONFIG,
+                              days=10, ca_days=30, renew_before=dt.timedelta(days=3),
+                              rotation_grace=dt.timedelta(days=1))
+    api = InMemoryKubeApi()
+    api.create(webhook_configuration())
+    ensure(api, settings, now=NOW)
+    cas, leaves = {_fp(_ca(api))}, {_fp(_leaf(api))}
+    for step in range(1, 2 * 200):
+        now = NOW + step * dt.timedelta(hours=12)
+        before = _leaf(api)
+        ensure(api, settings, now=now)
+        leaf, bundle = _leaf(api), _bundle(api)
+        assert certs_issue.is_valid_at(leaf, now)
+        assert _trusted(leaf, bundle)
+        if certs_issue.is_valid_at(before, now):
+            assert _trusted(before, bundle), f"step {step}: the previous leaf lost its CA"
+        assert len(bundle) <= 2
+        cas.add(_fp(_ca(api)))
+        leaves.add(_fp(leaf))
+    assert len(cas) >= 5 and len(leaves) >= 20  # the run really rotated both, many times
