@@ -1,0 +1,238 @@
+"""Generated CEL selectors, evaluated with cel-python against the devices the node agent advertises.
+
+The devices come from the agent's own inventory code (``slicer.inventory.build_slices``, what
+``gpu-slicer slices`` prints) for a simulated node with one GPU of every catalog model, so the
+attribute names the webhook selects on are checked against the ones the agent publishes.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import celpy
+import pytest
+from celpy import celtypes
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from webhook_cases import build_pod, container
+
+from slicer import catalog
+from slicer.inventory import GpuState, build_slices, default_mode
+from slicer.simulated import SimulatedBackend
+from webhook import cel
+from webhook.policy import Policy, load_policy
+from webhook.quantity import parse_bytes, parse_quantity
+from webhook.targets import GPU_SLICER, NVIDIA, TargetDriver
+from webhook.translate import translate_pod
+
+Device = dict[str, Any]
+
+
+def _quantity(text: celtypes.StringType) -> celtypes.StringType:
+    parse_quantity(str(text))  # rejects what Kubernetes' quantity() would reject
+    return text
+
+
+def _compare_to(left: celtypes.StringType, right: celtypes.StringType) -> celtypes.IntType:
+    a: Fraction = parse_quantity(str(left))
+    b: Fraction = parse_quantity(str(right))
+    return celtypes.IntType((a > b) - (a < b))
+
+
+FUNCTIONS = {"quantity": _quantity, "compareTo": _compare_to}
+ENV = celpy.Environment()
+
+
+@functools.lru_cache(maxsize=256)
+def compile_selector(expression: str) -> Callable[[Device], bool]:
+    program = ENV.program(ENV.compile(expression), functions=FUNCTIONS)
+
+    def matches(device: Device) -> bool:
+        result = program.evaluate(device["activation"])
+        if isinstance(result, Exception):
+            raise result
+        return bool(result)
+
+    return matches
+
+
+def cel_device(driver: str, device: dict[str, Any]) -> Device:
+    """A ResourceSlice device as the scheduler's CEL environment presents it."""
+    attributes: dict[str, dict[str, Any]] = {}
+    for key, typed in device["attributes"].items():
+        domain, _, ident = key.rpartition("/")
+        (value,) = typed.values()
+        attributes.setdefault(domain or driver, {})[ident] = value
+    capacity = {driver: {k: v["value"] for k, v in device["capacity"].items()}}
+    body = {"driver": driver, "attributes": attributes, "capacity": capacity}
+    return {"name": device["name"], "cel": body, "activation": celpy.json_to_cel({"device": body})}
+
+
+@pytest.fixture(scope="module")
+def advertised() -> list[dict[str, Any]]:
+    """Every device of a node with one GPU of each catalog model."""
+    backend = SimulatedBackend([m.key for m in catalog.MODELS])
+    gpus = [GpuState(info=i, mode=default_mode(catalog.get_model(i.model))) for i in backend.gpus()]
+    slices = build_slices("node-a", gpus)
+    return [d for s in slices for d in s["spec"].get("devices", [])]
+
+
+@pytest.fixture(scope="module")
+def devices(advertised: list[dict[str, Any]]) -> dict[str, list[Device]]:
+    """The advertised devices in CEL form, as gpu-slicer's and as if NVIDIA's driver had them."""
+    return {
+        GPU_SLICER.name: [cel_device(GPU_SLICER.domain, d) for d in advertised],
+        NVIDIA.name: [cel_device(NVIDIA.domain, d) for d in advertised],
+    }
+
+
+def in_class(device: Device, class_name: str, target: TargetDriver) -> bool:
+    """The DeviceClasses of DESIGN.md: driver plus ``type``."""
+    kind = "gpu" if class_name == target.gpu_class else "mig"
+    attrs = device["cel"]["attributes"].get(target.domain, {})
+    return bool(device["cel"]["driver"] == target.domain and attrs.get("type") == kind)
+
+
+def chosen(subrequest: dict[str, Any], devices: list[Device], target: TargetDriver) -> set[str]:
+    """Names of the devices a request (``exactly``) or subrequest may use."""
+    selectors = [compile_selector(s["cel"]["expression"]) for s in subrequest.get("selectors", [])]
+    return {
+        d["name"]
+        for d in devices
+        if in_class(d, subrequest["deviceClassName"], target) and all(m(d) for m in selectors)
+    }
+
+
+def alternatives(template: dict[str, Any]) -> list[dict[str, Any]]:
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    return request["firstAvailable"] if "firstAvailable" in request else [request["exactly"]]
+
+
+def profile_of(device: Device, target: TargetDriver) -> str | None:
+    value = device["cel"]["attributes"].get(target.domain, {}).get("profile")
+    return None if value is None else str(value)
+
+
+def profiles(names: set[str], devices: list[Device], target: TargetDriver) -> set[str | None]:
+    return {profile_of(d, target) for d in devices if d["name"] in names}
+
+
+def memory_of(device: Device, target: TargetDriver) -> Fraction:
+    return parse_quantity(device["cel"]["capacity"][target.domain]["memory"])
+
+
+def converted_template(pod: dict[str, Any], policy: Policy, namespace: str = "ml") -> Any:
+    conversion = translate_pod(pod, namespace=namespace, policy=policy)
+    (template,) = conversion.templates
+    return template
+
+
+# --- string literals -------------------------------------------------------------------------
+
+NASTY = [
+    "",
+    'x" || true || "',
+    "back\\slash",
+    '\\"',
+    "new\nline\r\t",
+    "\x00\x07\x1b",
+    "ünïcödé ✓ 𝔘",
+    "' single '",
+    "${injection}",
+]
+
+
+@pytest.mark.parametrize("text", NASTY, ids=repr)
+def test_a_quoted_string_evaluates_to_itself(text: str) -> None:
+    program = ENV.program(ENV.compile(f"{cel.quote(text)} == s"))
+    assert program.evaluate(celpy.json_to_cel({"s": text})) == celtypes.BoolType(True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=40))
+def test_any_string_survives_quoting(text: str) -> None:
+    program = ENV.program(ENV.compile(cel.quote(text)))
+    assert str(program.evaluate(celpy.json_to_cel({}))) == text
+
+
+def test_a_profile_name_cannot_break_out_of_its_literal(
+    devices: dict[str, list[Device]],
+) -> None:
+    matches = compile_selector(cel.profile_selector(GPU_SLICER, 'x" || true || "'))
+    assert not any(matches(d) for d in devices["gpu-slicer"])
+
+
+# --- selectors against advertised devices ----------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", catalog.all_profile_names())
+def test_a_mig_request_selects_exactly_the_devices_of_its_profile(
+    profile: str, devices: dict[str, list[Device]], policy: Policy
+) -> None:
+    pod = build_pod(container(limits={f"nvidia.com/mig-{profile}": 1}))
+    (exact,) = alternatives(converted_template(pod, policy))
+    ours = devices["gpu-slicer"]
+    expected = {d["name"] for d in ours if profile_of(d, GPU_SLICER) == profile}
+    assert expected, f"the simulated node advertises no {profile}"
+    assert chosen(exact, ours, GPU_SLICER) == expected
+
+
+def test_a_whole_gpu_request_selects_only_whole_gpus(
+    devices: dict[str, list[Device]], policy: Policy
+) -> None:
+    pod = build_pod(container(limits={"nvidia.com/gpu": 1}))
+    (exact,) = alternatives(converted_template(pod, policy))
+    ours = devices["gpu-slicer"]
+    found = chosen(exact, ours, GPU_SLICER)
+    assert found
+    assert all(profile_of(d, GPU_SLICER) is None for d in ours if d["name"] in found)
+
+
+@pytest.mark.parametrize("size", ["4Gi", "10Gi", "12Gi", "20Gi", "40Gi", "70Gi", "100Gi", "150Gi"])
+def test_a_memory_chain_selects_only_devices_with_enough_memory_smallest_first(
+    size: str, devices: dict[str, list[Device]], policy: Policy
+) -> None:
+    pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": size})
+    chain = alternatives(converted_template(pod, policy))
+    ours = devices["gpu-slicer"]
+    wanted = parse_bytes(size)
+    memory = {d["name"]: memory_of(d, GPU_SLICER) for d in ours}
+    fitting = {
+        d["name"]
+        for d in ours
+        if profile_of(d, GPU_SLICER) is not None
+        and not str(profile_of(d, GPU_SLICER)).endswith("+me")
+        and memory[d["name"]] >= wanted
+    }
+    picked = [chosen(subrequest, ours, GPU_SLICER) for subrequest in chain]
+    assert all(picked), "every alternative selects some device"
+    assert all(memory[name] >= wanted for names in picked for name in names)
+    smallest = [min(memory[name] for name in names) for names in picked]
+    assert smallest == sorted(smallest)
+    if len(chain) < 8:
+        assert set().union(*picked) == fitting
+
+
+def test_right_sized_gpus_select_the_namespace_profiles_in_order(
+    devices: dict[str, list[Device]], embeddings_policy: Policy
+) -> None:
+    pod = build_pod(container(limits={"nvidia.com/gpu": 1}))
+    chain = alternatives(converted_template(pod, embeddings_policy, namespace="embeddings"))
+    ours = devices["gpu-slicer"]
+    picked = [profiles(chosen(s, ours, GPU_SLICER), ours, GPU_SLICER) for s in chain]
+    assert picked == [{"1g.10gb"}, {"2g.20gb"}, {"3g.40gb"}]
+
+
+def test_the_nvidia_target_selects_on_nvidia_attributes(devices: dict[str, list[Device]]) -> None:
+    policy = load_policy("target: nvidia\nmigFallback: {explicit: {1g.10gb: [2g.20gb]}}")
+    pod = build_pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))
+    chain = alternatives(converted_template(pod, policy))
+    assert [s["deviceClassName"] for s in chain] == ["mig.nvidia.com", "mig.nvidia.com"]
+    theirs = devices["nvidia"]
+    picked = [profiles(chosen(s, theirs, NVIDIA), theirs, NVIDIA) for s in chain]
+    assert picked == [{"1g.10gb"}, {"2g.20gb"}]
+    # gpu-slicer's own devices are not NVIDIA's: nothing of them is chosen
+    assert not any(chosen(s, devices["gpu-slicer"], NVIDIA) for s in chain)
