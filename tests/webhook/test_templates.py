@@ -282,3 +282,18 @@ def test_several_replicas_sweeping_at_once_delete_each_template_once(
     deleted = [name for names in results for name in names]
     assert len(deleted) == len(set(deleted)) == 19
     assert list(stored(api)) == ["gpu-slicer-0007"]
+
+
+def test_the_template_as_created_validates_for_every_supported_kubernetes_version(
+    api: InMemoryKubeApi, clocks: Clocks
+) -> None:
+    from server_fixtures import mig_pod
+    from webhook_cases import validate
+
+    from webhook.policy import Policy
+    from webhook.translate import translate_pod
+
+    conversion = translate_pod(mig_pod("2g.20gb"), namespace="ml", policy=Policy.default())
+    ensurer(api, clocks).ensure(conversion.templates, dry_run=False)
+    (created,) = api.objects(*RCT)
+    validate(created)
