@@ -80,7 +80,7 @@ class Runtime:
             stop()
 
 
-def _gc_leader(runtime_dir: str | None) -> Callable[[], bool]:
+def gc_leader(runtime_dir: str | None) -> Callable[[], bool]:
     """True in exactly one worker of this pod: the one holding an exclusive lock on a file.
 
     The lock is held for the life of the process and released by the kernel when it dies, so
@@ -151,7 +151,7 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
                 api, gc_after_s=gc_after, forget=api_templates.forget, on_action=count
             ),
             interval_s=config.gc_interval_s,
-            may_run=_gc_leader(config.runtime_dir or os.environ.get(RUNTIME_DIR_ENV)),
+            may_run=gc_leader(config.runtime_dir or os.environ.get(RUNTIME_DIR_ENV)),
         )
         loop.start()
         stoppers.append(loop.stop)

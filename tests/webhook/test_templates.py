@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,8 +43,18 @@ def template(name: str = "gpu-slicer-abc123", namespace: str = "ml") -> Obj:
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": "gpu-slicer"},
         },
-        "spec": {"spec": {"devices": {"requests": [{"name": "main", "exactly": {
-            "deviceClassName": "mig.gpu-slicer.io", "count": 1}}]}}},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "main",
+                            "exactly": {"deviceClassName": "mig.gpu-slicer.io", "count": 1},
+                        }
+                    ]
+                }
+            }
+        },
     }
 
 
@@ -71,10 +82,16 @@ def clocks() -> Clocks:
     return Clocks()
 
 
-def ensurer(api: InMemoryKubeApi, clocks: Clocks, gc_after_s: int = 86400,
-            ttl_s: float = 600.0) -> ApiTemplates:
-    return ApiTemplates(api, ttl_s=ttl_s, gc_after_s=lambda: gc_after_s,
-                        clock=lambda: clocks.mono, wall_clock=lambda: clocks.wall)
+def ensurer(
+    api: InMemoryKubeApi, clocks: Clocks, gc_after_s: int = 86400, ttl_s: float = 600.0
+) -> ApiTemplates:
+    return ApiTemplates(
+        api,
+        ttl_s=ttl_s,
+        gc_after_s=lambda: gc_after_s,
+        clock=lambda: clocks.mono,
+        wall_clock=lambda: clocks.wall,
+    )
 
 
 def stored(api: InMemoryKubeApi) -> dict[str, Obj]:
@@ -166,12 +183,14 @@ def test_a_template_deleted_between_create_and_stamp_is_created_again(
 # ----------------------------------------------------------------------------- collecting
 
 
-def collector(api: Any, clocks: Clocks, gc_after_s: int = 3600,
-              forgotten: list[str] | None = None) -> TemplateCollector:
+def collector(
+    api: Any, clocks: Clocks, gc_after_s: int = 3600, forgotten: list[str] | None = None
+) -> TemplateCollector:
     return TemplateCollector(
-        api, gc_after_s=lambda: gc_after_s, wall_clock=lambda: clocks.wall,
-        forget=lambda ns, name: (forgotten if forgotten is not None else []).append(
-            f"{ns}/{name}"),
+        api,
+        gc_after_s=lambda: gc_after_s,
+        wall_clock=lambda: clocks.wall,
+        forget=lambda ns, name: (forgotten if forgotten is not None else []).append(f"{ns}/{name}"),
     )
 
 
@@ -234,15 +253,19 @@ class StampDuringSweep:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.api, name)
 
-    def list(self, api_version: str, kind: str, namespace: str | None = None,
-             **kwargs: Any) -> ObjectList:
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, **kwargs: Any
+    ) -> ObjectList:
         result = self.api.list(api_version, kind, namespace, **kwargs)
         if kind == "Pod":
             self.pod_lists += 1
             if self.pod_lists == 2:  # the re-check just before deleting
-                self.api.patch(*RCT, "gpu-slicer-abc123",
-                               {"metadata": {"annotations": {LAST_REFERENCED: self.stamp}}},
-                               namespace="ml")
+                self.api.patch(
+                    *RCT,
+                    "gpu-slicer-abc123",
+                    {"metadata": {"annotations": {LAST_REFERENCED: self.stamp}}},
+                    namespace="ml",
+                )
         return result
 
 
@@ -297,3 +320,36 @@ def test_the_template_as_created_validates_for_every_supported_kubernetes_versio
     ensurer(api, clocks).ensure(conversion.templates, dry_run=False)
     (created,) = api.objects(*RCT)
     validate(created)
+
+
+def test_only_one_worker_of_a_pod_holds_the_gc_lock(tmp_path: Path) -> None:
+    from webhook.server import gc_leader
+
+    first, second = gc_leader(str(tmp_path)), gc_leader(str(tmp_path))
+    assert first() is True
+    assert second() is False
+    assert first() is True  # held for the life of the worker
+
+
+def test_the_collector_loop_sweeps_on_its_interval_when_it_leads(
+    api: InMemoryKubeApi, clocks: Clocks
+) -> None:
+    import time
+
+    from webhook.templates import CollectorLoop
+
+    ensurer(api, clocks).ensure([template()], dry_run=False)
+    clocks.advance(7200)
+    turns: list[bool] = [False, True]
+    loop = CollectorLoop(
+        collector(api, clocks), interval_s=0.01, may_run=lambda: turns.pop(0) if turns else True
+    )
+    loop.start()
+    try:
+        deadline = time.monotonic() + 5
+        while stored(api):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        loop.stop()
+    assert turns == []  # it waited for its turn as leader
