@@ -60,9 +60,7 @@ def _error(status: int, outcome: str, message: str, started: float) -> Response:
 def _is_json(content_type: str | None) -> bool:
     if not content_type:
         return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and
-                                            media.endswith("+json"))
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 
 @admission.post("/mutate-pods")
