@@ -17,7 +17,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "webhook" / "policy.example.yaml
 def problems_of(text: str) -> list[str]:
     with pytest.raises(PolicyError) as info:
         load_policy(text)
-    return info.value.problems
+    return list(info.value.problems)
 
 
 def test_an_empty_policy_is_the_default() -> None:
@@ -79,7 +79,10 @@ def test_unknown_keys_are_rejected(text: str, path: str) -> None:
         ("migFallback: bigger", "migFallback: 'bigger' is not one of none, larger"),
         ("migFallback: {explicit: {1g.99gb: [2g.20gb]}}", "migFallback.explicit.1g.99gb: unknown"),
         ("migFallback: {explicit: {1g.10gb: []}}", "migFallback.explicit.1g.10gb: must be a non"),
-        ("namespaces: {ml: {gpu: [1g.10gb, 1g.10gb]}}", "namespaces.ml.gpu[1]: '1g.10gb' is listed"),
+        (
+            "namespaces: {ml: {gpu: [1g.10gb, 1g.10gb]}}",
+            "namespaces.ml.gpu[1]: '1g.10gb' is listed",
+        ),
         ("namespaces: {ml: {gpu: 1g.10gb}}", "namespaces.ml.gpu: must be a non-empty list"),
         ("namespaces: {Bad_NS: {}}", "namespaces.Bad_NS: 'Bad_NS' is not a valid namespace"),
         ("namespaces: {ml: {gpu: [1, 2]}}", "namespaces.ml.gpu[0]: must be a profile name"),

@@ -56,7 +56,7 @@ def profiles(request: dict[str, Any]) -> list[str]:
 def denied(translate: Translate, pod: Pod, **kwargs: Any) -> str:
     with pytest.raises(Denied) as info:
         translate(pod, **kwargs)
-    return info.value.message
+    return str(info.value.message)
 
 
 # --- whole GPUs ---------------------------------------------------------------------------
