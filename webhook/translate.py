@@ -110,7 +110,7 @@ def translate_pod(
     for container in containers:
         _read_legacy(container, policy, native_extended, warnings)
 
-    chain = _annotation_chain(annotations, target)
+    chain = _annotation_chain(annotations)
     targeted = _targeted(annotations, containers, chain is not None)
 
     requests: list[ContainerRequest] = []
@@ -118,19 +118,21 @@ def translate_pod(
     record: list[dict[str, Any]] = []
     taken: set[str] = set()
     for container in containers:
-        if container.deferred and container in targeted:
+        is_targeted = container in targeted
+        if container.deferred and is_targeted:
+            # A DeviceClass already gives this container devices for its legacy request;
+            # a claim on top would give it a second set.
+            is_targeted = False
             warnings.append(
                 _short(
                     f"{container.name}: left to the scheduler's DRA extended resources "
                     f"({', '.join(container.deferred)}); annotation not applied"
                 )
             )
-        if container.deferred and not container.legacy:
-            continue
-        if container not in targeted and not container.legacy:
+        if not is_targeted and not container.legacy:
             continue
         alternatives, what, via = _alternatives(
-            container, container in targeted, chain, rules, target, warnings
+            container, is_targeted, chain, rules, target, warnings
         )
         request = ContainerRequest(
             name=claims.unique_label(claims.dns_label(container.name, fallback="container"), taken),
@@ -333,7 +335,7 @@ class _Chain:
     """(profile or "gpu", minimum memory in bytes or None)."""
 
 
-def _annotation_chain(annotations: dict[str, Any], target: TargetDriver) -> _Chain | None:
+def _annotation_chain(annotations: dict[str, Any]) -> _Chain | None:
     profiles = annotations.get(ANNOTATION_PROFILES)
     memory = annotations.get(ANNOTATION_GPU_MEMORY)
     if profiles is not None and memory is not None:

@@ -383,6 +383,21 @@ def test_defer_also_keeps_annotations_off_deferred_containers(translate: Transla
     assert conversion.patch == []
 
 
+def test_defer_skips_only_the_containers_the_scheduler_serves(translate: Translate) -> None:
+    pod = build_pod(
+        container("served", limits={"nvidia.com/gpu": 1}),
+        container("helper"),
+        annotations={
+            "gpu-slicer.io/containers": "served,helper",
+            "gpu-slicer.io/profiles": "1g.10gb",
+        },
+    )
+    conversion = translate(pod, native_extended=frozenset({"nvidia.com/gpu"}))
+    assert conversion.changes == [("helper", "annotation")]
+    patched = apply(pod, conversion)
+    assert patched["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+
+
 def test_convert_converts_names_a_device_class_serves() -> None:
     policy = load_policy("nativeExtendedResources: convert")
     pod = build_pod(container(limits={"nvidia.com/gpu": 1}))
