@@ -44,7 +44,7 @@ WARNING_MAX_BYTES = 119
 WARNINGS_TOTAL_MAX_BYTES = 4095
 AUDIT_VALUE_MAX = 1024
 
-Outcome = Literal["patched", "unchanged", "audited", "denied", "skipped"]
+Outcome = Literal["patched", "unchanged", "audited", "would-deny", "denied", "skipped"]
 
 
 class Status(TypedDict):
@@ -317,6 +317,8 @@ def review(
             native_extended=native_extended,
         )
     except Denied as exc:
+        if mode == "audit":
+            return _audit_denial(uid, exc.message)
         return ReviewResult(denied(uid, exc.message), "denied", mode)
     if mode == "audit":
         return _audit_result(uid, conversion)
@@ -332,6 +334,17 @@ def _audit_result(uid: str, conversion: Conversion) -> ReviewResult:
         response["auditAnnotations"] = _audit({"mode": "audit", "would": conversion.summary})
     outcome: Outcome = "audited" if conversion.changes else "unchanged"
     return ReviewResult(_envelope(response), outcome, "audit", tuple(conversion.changes))
+
+
+def _audit_denial(uid: str, message: str) -> ReviewResult:
+    """Audit mode never refuses a pod: it says what ``enabled`` would have refused, and why."""
+    response: AdmissionResponse = {
+        "uid": uid,
+        "allowed": True,
+        "warnings": limit_warnings([f"gpu-slicer audit: would deny: {message}"]),
+        "auditAnnotations": _audit({"mode": "audit", "would-deny": message}),
+    }
+    return ReviewResult(_envelope(response), "would-deny", "audit")
 
 
 def _enabled_result(

@@ -33,7 +33,8 @@ class Metrics:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "gpu_slicer_webhook_requests",
-            "Admission requests by outcome (patched, unchanged, audited, denied, skipped, "
+            "Admission requests by outcome (patched, unchanged, audited, would-deny, denied, "
+            "skipped, "
             "bad_request, unsupported_media_type, too_large, error) and namespace mode.",
             ["outcome", "mode"],
             registry=self.registry,

@@ -140,6 +140,16 @@ def test_a_bad_annotation_is_denied_with_403_and_a_message() -> None:
     assert result.outcome == "denied"
 
 
+def test_audit_mode_admits_what_enabled_would_deny_and_says_why() -> None:
+    pod = mig_pod(annotations={"gpu-slicer.io/profiles": "9g.1tb"})
+    result = run(admission_review(pod), mode="audit")
+    response = result.response
+    assert response["allowed"] is True
+    assert "patch" not in response and "status" not in response
+    assert any("would deny" in w and "9g.1tb" in w for w in response["warnings"])
+    assert result.outcome == "would-deny" and result.mode == "audit"
+
+
 @pytest.mark.parametrize(
     ("operation", "kind", "sub_resource"),
     [
