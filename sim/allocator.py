@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.cel import DeviceView, Version, matches
+from sim.cel import DeviceView, matches
 from sim.errors import AllocationError
 from sim.quantity import parse_quantity
 
@@ -46,23 +46,47 @@ CounterKey = tuple[str, str]
 DEFAULT_MAX_STEPS = 200_000
 
 
-@dataclass(eq=False)
 class Device:
-    """One device of a published pool, with its selector results cached."""
+    """One device of a published pool. Attributes are parsed on first use (most devices are
+    only ever matched through cached selector results), then kept with their CEL results."""
 
-    driver: str
-    pool: str
-    name: str
-    slice_name: str
-    qualified: dict[str, Any]
-    """Attributes by fully qualified name (``gpu-slicer.io/profile``), for matchAttribute."""
-    consumes: tuple[tuple[CounterKey, int], ...]
-    taints: tuple[Obj, ...]
-    view: DeviceView
+    __slots__ = ("driver", "pool", "name", "slice_name", "consumes", "taints", "raw", "_view",
+                 "_qualified")
+
+    def __init__(self, driver: str, pool: str, name: str, slice_name: str,
+                 consumes: tuple[tuple[CounterKey, int], ...], taints: tuple[Obj, ...],
+                 raw: Obj) -> None:
+        self.driver = driver
+        self.pool = pool
+        self.name = name
+        self.slice_name = slice_name
+        self.consumes = consumes
+        self.taints = taints
+        self.raw = raw
+        self._view: DeviceView | None = None
+        self._qualified: dict[str, Any] | None = None
 
     @property
     def key(self) -> DeviceKey:
         return (self.driver, self.pool, self.name)
+
+    @property
+    def qualified(self) -> dict[str, Any]:
+        """Attributes by fully qualified name (``gpu-slicer.io/profile``), for matchAttribute."""
+        if self._qualified is None:
+            attributes = self.view.attributes
+            self._qualified = {
+                f"{domain}/{ident}": value
+                for domain, values in attributes.items()
+                for ident, value in values.items()
+            }
+        return self._qualified
+
+    @property
+    def view(self) -> DeviceView:
+        if self._view is None:
+            self._view = DeviceView(self.driver, self.raw)
+        return self._view
 
 
 @dataclass(eq=False)
@@ -82,6 +106,31 @@ class Pool:
 
     def __post_init__(self) -> None:
         self.by_name = {d.name: d for d in self.devices}
+
+    def clone(self, name: str, node_name: str | None) -> Pool:
+        """The same devices for another pool (an identical node): devices share their slice
+        entries and selector results with this pool's."""
+        devices = []
+        for d in self.devices:
+            twin = Device(d.driver, name, d.name, d.slice_name, d.consumes, d.taints, d.raw)
+            twin._view = d.view
+            devices.append(twin)
+        pool = Pool(self.driver, name, self.generation, node_name, devices, self.counters)
+        position = {id(d): i for i, d in enumerate(self.devices)}
+        for key, matching in self.candidates.items():
+            pool.candidates[key] = [devices[position[id(d)]] for d in matching]
+        return pool
+
+    def reordered(self, names: Sequence[str]) -> Pool:
+        """The same devices in a new order (a republish that only reorders), as the next
+        generation; selector results carry over."""
+        devices = [self.by_name[n] for n in names]
+        pool = Pool(self.driver, self.name, self.generation + 1, self.node_name, devices,
+                    self.counters)
+        for key, matching in self.candidates.items():
+            wanted = {id(d) for d in matching}
+            pool.candidates[key] = [d for d in devices if id(d) in wanted]
+        return pool
 
 
 @dataclass
@@ -119,53 +168,15 @@ class InUse:
 # --- compiling ResourceSlices -------------------------------------------------------------
 
 
-def _attribute_value(raw: Mapping[str, Any]) -> Any:
-    if "string" in raw:
-        return str(raw["string"])
-    if "bool" in raw:
-        return bool(raw["bool"])
-    if "int" in raw:
-        return int(raw["int"])
-    if "version" in raw:
-        return Version(str(raw["version"]))
-    raise AllocationError(f"attribute value {dict(raw)!r} has none of string/int/bool/version")
-
-
-def _split(name: str, driver: str) -> tuple[str, str]:
-    domain, slash, ident = name.rpartition("/")
-    return (domain, ident) if slash else (driver, name)
-
-
 def _compile_device(driver: str, pool: str, slice_name: str, raw: Obj) -> Device:
-    attributes: dict[str, dict[str, Any]] = defaultdict(dict)
-    qualified: dict[str, Any] = {}
-    for name, value in (raw.get("attributes") or {}).items():
-        domain, ident = _split(name, driver)
-        parsed = _attribute_value(value)
-        attributes[domain][ident] = parsed
-        qualified[f"{domain}/{ident}"] = parsed
-    capacity: dict[str, dict[str, int]] = defaultdict(dict)
-    for name, value in (raw.get("capacity") or {}).items():
-        domain, ident = _split(name, driver)
-        quantity = parse_quantity(value.get("value") if isinstance(value, Mapping) else value)
-        capacity[domain][ident] = int(quantity)
     consumes: list[tuple[CounterKey, int]] = []
     for entry in raw.get("consumesCounters") or []:
+        counter_set = entry["counterSet"]
         for counter, value in (entry.get("counters") or {}).items():
             amount = parse_quantity(value.get("value") if isinstance(value, Mapping) else value)
-            consumes.append(((entry["counterSet"], counter), int(amount)))
-    return Device(
-        driver=driver,
-        pool=pool,
-        name=raw["name"],
-        slice_name=slice_name,
-        qualified=qualified,
-        consumes=tuple(consumes),
-        taints=tuple(raw.get("taints") or ()),
-        view=DeviceView(
-            driver, dict(attributes), dict(capacity), bool(raw.get("allowMultipleAllocations"))
-        ),
-    )
+            consumes.append(((counter_set, counter), int(amount)))
+    return Device(driver, pool, raw["name"], slice_name, tuple(consumes),
+                  tuple(raw.get("taints") or ()), raw)
 
 
 def compile_pools(slices: Iterable[Obj]) -> list[Pool]:
@@ -263,6 +274,20 @@ def _sub(result_name: str, raw: Mapping[str, Any]) -> _Sub:
     )
 
 
+@dataclass(frozen=True)
+class ParsedClaims:
+    """Claims read once, so that trying them on many nodes does not re-read them."""
+
+    requests: tuple[_Request, ...]
+    constraints: tuple[_Constraint, ...]
+    count: int
+
+
+def parse_claims(claims: Sequence[Obj]) -> ParsedClaims:
+    requests, constraints = _parse_claims(claims)
+    return ParsedClaims(tuple(requests), tuple(constraints), len(claims))
+
+
 def _parse_claims(claims: Sequence[Obj]) -> tuple[list[_Request], list[_Constraint]]:
     requests: list[_Request] = []
     constraints: list[_Constraint] = []
@@ -341,17 +366,30 @@ class Allocator:
 
     def allocate(
         self,
-        claims: Sequence[Obj],
+        claims: Sequence[Obj] | ParsedClaims,
         node_name: str,
         pools: Sequence[Pool],
         in_use: InUse,
     ) -> Allocation | None:
         """The first solution for all ``claims`` on one node, or None when there is none."""
-        requests, constraints = _parse_claims(claims)
-        search = _Search(self, requests, constraints, pools, in_use)
+        parsed = claims if isinstance(claims, ParsedClaims) else parse_claims(claims)
+        search = _Search(self, list(parsed.requests), list(parsed.constraints), pools, in_use)
         if not search.run():
             return None
-        return search.result(node_name, len(claims))
+        return search.result(node_name, parsed.count)
+
+    def best_possible_score(self, claims: ParsedClaims, pools: Iterable[Pool]) -> int:
+        """The highest DRA score any node could reach: per request, 8 minus the index of the
+        first subrequest that some device of ``pools`` passes the selectors of (in use or not).
+        A subrequest no device matches anywhere can never be chosen."""
+        pool_list = list(pools)
+        score = 0
+        for request in claims.requests:
+            for index, sub in enumerate(request.alternatives):
+                if any(self.candidates([pool], sub) for pool in pool_list):
+                    score += 8 - index
+                    break
+        return score
 
     def candidates(self, pools: Sequence[Pool], sub: _Sub) -> list[Device]:
         """Devices that pass the class and request selectors, in search order."""

@@ -130,23 +130,30 @@ def program(expression: str) -> Selector:
 
 
 class DeviceView:
-    """What a selector can see of a device; built by the allocator model, one per device."""
+    """What a selector can see of a device (its ResourceSlice entry), parsed only as far as
+    needed: single values for cached selectors, the full maps when cel-python must run."""
 
-    __slots__ = ("driver", "attributes", "capacity", "allow_multiple", "results", "_activation")
+    __slots__ = ("driver", "raw", "results", "_maps", "_activation")
 
-    def __init__(
-        self,
-        driver: str,
-        attributes: Mapping[str, Mapping[str, Any]],
-        capacity: Mapping[str, Mapping[str, int]],
-        allow_multiple: bool = False,
-    ) -> None:
+    def __init__(self, driver: str, raw: Mapping[str, Any]) -> None:
         self.driver = driver
-        self.attributes = attributes
-        self.capacity = capacity
-        self.allow_multiple = allow_multiple
+        self.raw = raw
         self.results: dict[str, bool] = {}
+        self._maps: tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]]] | None = None
         self._activation: dict[str, Any] | None = None
+
+    @property
+    def attributes(self) -> dict[str, dict[str, Any]]:
+        return self._parsed()[0]
+
+    @property
+    def capacity(self) -> dict[str, dict[str, int]]:
+        return self._parsed()[1]
+
+    def _parsed(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]]]:
+        if self._maps is None:
+            self._maps = device_maps(self.raw, self.driver)
+        return self._maps
 
     def activation(self, domains: frozenset[str]) -> dict[str, Any]:
         if self._activation is None:
@@ -155,7 +162,7 @@ class DeviceView:
                     {
                         celtypes.StringType("driver"): celtypes.StringType(self.driver),
                         celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(
-                            self.allow_multiple
+                            bool(self.raw.get("allowMultipleAllocations"))
                         ),
                         celtypes.StringType("attributes"): _domain_map(self.attributes, _cel),
                         celtypes.StringType("capacity"): _domain_map(
@@ -172,8 +179,54 @@ class DeviceView:
         return self._activation
 
     def value(self, kind: str, domain: str, ident: str) -> Any:
-        source = self.attributes if kind == "attributes" else self.capacity
-        return source.get(domain, {}).get(ident, _MISSING)
+        if self._maps is not None:
+            source: Mapping[str, Mapping[str, Any]] = (
+                self._maps[0] if kind == "attributes" else self._maps[1])
+            return source.get(domain, {}).get(ident, _MISSING)
+        entries = self.raw.get(kind) or {}
+        entry = entries.get(f"{domain}/{ident}")
+        if entry is None and domain == self.driver:
+            entry = entries.get(ident)
+        if entry is None:
+            return _MISSING
+        if kind == "attributes":
+            return attribute_value(entry)
+        return int(parse_quantity(entry.get("value") if isinstance(entry, Mapping) else entry))
+
+
+def split_name(name: str, driver: str) -> tuple[str, str]:
+    """``dom/id`` -> (dom, id); an unqualified name belongs to the driver's domain."""
+    domain, slash, ident = name.rpartition("/")
+    return (domain, ident) if slash else (driver, name)
+
+
+def attribute_value(raw: Mapping[str, Any]) -> Any:
+    """A ResourceSlice attribute value (``{"string": ...}``, int, bool, version) as Python."""
+    if "string" in raw:
+        return str(raw["string"])
+    if "bool" in raw:
+        return bool(raw["bool"])
+    if "int" in raw:
+        return int(raw["int"])
+    if "version" in raw:
+        return Version(str(raw["version"]))
+    raise AllocationError(f"attribute value {dict(raw)!r} has none of string/int/bool/version")
+
+
+def device_maps(
+    raw: Mapping[str, Any], driver: str
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]]]:
+    """A device's attributes and capacities by domain, parsed."""
+    attributes: dict[str, dict[str, Any]] = {}
+    for name, value in (raw.get("attributes") or {}).items():
+        domain, ident = split_name(name, driver)
+        attributes.setdefault(domain, {})[ident] = attribute_value(value)
+    capacity: dict[str, dict[str, int]] = {}
+    for name, value in (raw.get("capacity") or {}).items():
+        domain, ident = split_name(name, driver)
+        amount = parse_quantity(value.get("value") if isinstance(value, Mapping) else value)
+        capacity.setdefault(domain, {})[ident] = int(amount)
+    return attributes, capacity
 
 
 _MISSING = ("<missing>",)

@@ -28,6 +28,7 @@ Two ways to run, same decisions:
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -39,7 +40,16 @@ import jsonpatch
 
 from kube import errors as kerrors
 from kube.memory import InMemoryKubeApi
-from sim.allocator import Allocation, Allocator, Device, InUse, Pool, compile_pool
+from sim.allocator import (
+    Allocation,
+    Allocator,
+    Device,
+    InUse,
+    ParsedClaims,
+    Pool,
+    compile_pool,
+    parse_claims,
+)
 from sim.baselines import NodeOrder
 from sim.demand import Demand, DemandBook
 from sim.engine import GpuLedger, Held, Slot, Strategy
@@ -125,8 +135,10 @@ class NodeAgent:
     """One node: a simulated backend, the agent's slices, and (through the API) its services."""
 
     def __init__(self, node: NodeSpec, *, policy: str, scenario: Scenario, clock: _Clock,
-                 api: InMemoryKubeApi | None, root: Path | None) -> None:
+                 api: InMemoryKubeApi | None, root: Path | None,
+                 templates: dict[Any, tuple[Pool, GpuOrderCache | None]] | None = None) -> None:
         self.node = node
+        self.templates = templates if templates is not None else {}
         self.name = node.name
         self.clock = clock
         self.scenario = scenario
@@ -146,19 +158,65 @@ class NodeAgent:
         self.pool: Pool | None = None
         self._services: Any = None
         self._root = root
+        # Fast path: the limiter sees allocation versions; the order is computed lazily.
+        self.version = 0
+        self._due: float | None = None
+        self._snapshot: tuple[DeviceSpec, ...] = ()
+        self._materialized: tuple[DeviceSpec, ...] | None = None
         if api is not None:
             assert root is not None
             self._start_services(api, root)
             self._publish_through_api()
+            self.limiter.published(order_fingerprint_names(self.current_order()))
         else:
-            plan = plan_pool(node.name, self.gpu_states(), server_version=scenario.kubernetes,
-                             policy=self.policy)
-            self.pool = compile_pool(DRIVER, node.name, plan.slices)
+            self.limiter.published("v0")
+
+    def ensure_pool(self) -> Pool:
+        """The pool as the scheduler sees it now (fast path: built on first use, and reordered
+        when a republish happened since the last look)."""
+        if self.api is not None:
+            assert self.pool is not None
+            return self.pool
+        if self.pool is None:
+            key = (self.node.gpus, self.node.mode)
+            template = self.templates.get(key)
+            if template is None:
+                plan = plan_pool(self.name, self.gpu_states(),
+                                 server_version=self.scenario.kubernetes, policy=self.policy)
+                pool = compile_pool(DRIVER, self.name, plan.slices)
+                assert pool is not None
+                orders = (GpuOrderCache(self.policy, self._candidates(plan.order))
+                          if self.dynamic else None)
+                template = (pool, orders)
+                self.templates[key] = template
+                self.pool = pool
+            else:
+                self.pool = template[0].clone(self.name, self.name)
+            if template[1] is not None:
+                self.orders = template[1]
             self.publishes = 1
-            if self.dynamic:
-                advertised = [c for c in self._candidates(plan.order)]
-                self.orders = GpuOrderCache(self.policy, advertised)
-        self.limiter.published(order_fingerprint_names(self.current_order()))
+            self._materialized = ()
+        self._settle()
+        assert self.pool is not None
+        if self.dynamic and self._materialized != self._snapshot:
+            order = self.orders.order(Occupancy.of({}, list(self._snapshot)))
+            if order != self.current_order():
+                self.pool = self.pool.reordered(order)
+                self.publishes += 1
+            self._materialized = self._snapshot
+        return self.pool
+
+    def _settle(self) -> None:
+        """Fast path: a republish that fell due before now happened at its due time, with the
+        allocations of that moment (nothing changed on this node in between)."""
+        if self._due is None or self._due > self.clock.now:
+            return
+        now = self.clock.now
+        self.clock.now = self._due
+        self.limiter.published(f"v{self.version}")
+        self.clock.now = now
+        self._snapshot = tuple(self.allocated.values())
+        self._due = None
 
     # --- inventory ------------------------------------------------------------------------
 
@@ -207,9 +265,21 @@ class NodeAgent:
             raise AllocationError(f"the pool of {self.name} is incomplete after publishing")
         self.pool = pool
 
+    def before_change(self) -> None:
+        """Fast path: settle a republish that fell due before the allocations change."""
+        if self.api is None and self.dynamic:
+            self._settle()
+
     def allocation_changed(self) -> float | None:
-        """Tell the limiter about the new best order; returns when a republish is due."""
+        """Tell the limiter; returns when a republish is due (through the API: the time to
+        call :meth:`republish`; fast path: None, the pool is refreshed when next looked at)."""
         if not self.dynamic:
+            return None
+        if self.api is None:
+            self.version += 1
+            self.limiter.observe(f"v{self.version}")
+            due_in = self.limiter.due_in()
+            self._due = None if due_in is None else self.clock.now + due_in
             return None
         self.limiter.observe(order_fingerprint_names(self.best_order()))
         due = self.limiter.due_in()
@@ -222,14 +292,7 @@ class NodeAgent:
         if fingerprint == order_fingerprint_names(self.current_order()):
             self.limiter.published(fingerprint)
             return False
-        if self.api is not None:
-            self._publish_through_api()
-        else:
-            assert self.pool is not None
-            by_name = self.pool.by_name
-            self.pool = Pool(DRIVER, self.name, self.pool.generation + 1, self.name,
-                             [by_name[n] for n in order], self.pool.counters)
-            self.publishes += 1
+        self._publish_through_api()
         self.limiter.published(fingerprint)
         return True
 
@@ -298,6 +361,13 @@ class NodeAgent:
             self.driver.close()
 
 
+def _scratch_dir() -> str | None:
+    """A memory-backed folder when the system has one: the agent fsyncs its checkpoint and CDI
+    files on every prepare, which on a disk costs far more than the simulated work."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
 def order_fingerprint_names(names: Sequence[str]) -> str:
     return ",".join(names)
 
@@ -313,7 +383,7 @@ class _KubeletClient:
 
         self.pb = dra_v1_pb2
         # unix socket paths are limited to 107 bytes: keep them short.
-        self.sockets = Path(tempfile.mkdtemp(prefix="gs-"))
+        self.sockets = Path(tempfile.mkdtemp(prefix="gs-", dir=_scratch_dir()))
         self.server = PluginServer(driver, plugins_dir=self.sockets / "p",
                                    registry_dir=self.sockets / "r", workers=2)
         self.server.start()
@@ -364,10 +434,14 @@ class Scheduler:
 
     Nodes are visited in the scenario's rule order (pack: most allocated memory slices first;
     spread: least first; ties by name). The only DRA score is the prioritized-list score
-    (8 - subrequest index, per request): the first node reaching the top score wins; otherwise
-    the best of the feasible nodes found, like ``percentageOfNodesToScore`` stopping after
-    ``enough`` feasible nodes. A node proven unable to host a claim shape is remembered until
-    its pool or its allocations change.
+    (8 - subrequest index, per request): the first node reaching the best score any node could
+    reach wins; otherwise the best of the feasible nodes found, stopping after ``enough``
+    feasible nodes like ``percentageOfNodesToScore``.
+
+    Bookkeeping that changes no decision, only its cost: a node proven unable to host a claim
+    shape is remembered until its allocations change (a new device order changes where a claim
+    goes, never whether it fits); and once a shape failed on every node, a retry looks only at
+    the nodes that changed since.
     """
 
     def __init__(self, agents: dict[str, NodeAgent], rule: str) -> None:
@@ -376,39 +450,67 @@ class Scheduler:
         self.agents = agents
         self.in_use = InUse()
         self.order = NodeOrder(sorted(agents), rule)
+        self.rule = rule
         self.versions: dict[str, int] = dict.fromkeys(agents, 0)
+        self.changes: list[str] = []
         self.infeasible: dict[Any, dict[str, int]] = {}
+        self.failed_everywhere: dict[Any, int] = {}
+        self._parsed: dict[Any, ParsedClaims] = {}
+        self._top: dict[Any, int] = {}
+        representatives: dict[tuple[str, str], str] = {}
+        for name, agent in sorted(agents.items()):
+            representatives.setdefault((agent.node.gpus, agent.node.mode), name)
+        self._representatives = sorted(representatives.values())
         n = len(agents)
         self.enough = max(100, n * max(5, 50 - n // 125) // 100)
         self.attempts = 0
 
     def touch(self, node: str) -> None:
         self.versions[node] += 1
+        self.changes.append(node)
+
+    def _nodes(self, shape: Any) -> list[str] | None:
+        """Nodes worth trying: all (None) or, after a failure everywhere, the changed ones."""
+        since = self.failed_everywhere.get(shape)
+        if since is None:
+            return None
+        changed = set(self.changes[since:])
+        used = self.order.used
+        sign = -1 if self.rule == "pack" else 1
+        return sorted(changed, key=lambda n: (sign * used[n], n))
 
     def schedule(self, claims: Sequence[Obj], shape: Any) -> Allocation | None:
-        top = 8 * sum(len(c["spec"]["devices"].get("requests") or []) for c in claims)
+        parsed = self._parsed.get(shape)
+        if parsed is None:
+            parsed = parse_claims(claims)
+            self._parsed[shape] = parsed
+            pools = [self.agents[n].ensure_pool() for n in self._representatives]
+            self._top[shape] = self.allocator.best_possible_score(parsed, pools)
+        top = self._top[shape]
         memo = self.infeasible.setdefault(shape, {})
+        subset = self._nodes(shape)
+        mark = len(self.changes)
         best: Allocation | None = None
         feasible = 0
-        for node in self.order:
+        for node in subset if subset is not None else self.order:
             version = self.versions[node]
             if memo.get(node) == version:
                 continue
-            pool = self.agents[node].pool
-            if pool is None:
-                continue
+            pool = self.agents[node].ensure_pool()
             self.attempts += 1
-            found = self.allocator.allocate(claims, node, [pool], self.in_use)
+            found = self.allocator.allocate(parsed, node, [pool], self.in_use)
             if found is None:
                 memo[node] = version
                 continue
-            if found.score == top:
+            if found.score >= top:
                 return found
             feasible += 1
             if best is None or found.score > best.score:
                 best = found
             if feasible >= self.enough:
                 break
+        if best is None:
+            self.failed_everywhere[shape] = mark
         return best
 
     def reserve(self, allocation: Allocation) -> None:
@@ -451,7 +553,7 @@ class GpuSlicerStrategy(Strategy):
         if through_api:
             self.api = InMemoryKubeApi()
             self.api.set_server_version(*scenario.kubernetes)
-            self.root = Path(tempfile.mkdtemp(prefix="gpu-slicer-sim-"))
+            self.root = Path(tempfile.mkdtemp(prefix="gpu-slicer-sim-", dir=_scratch_dir()))
             for obj in device_classes():
                 self.api.create(obj)
             for ns, mode in scenario.namespaces.items():
@@ -461,9 +563,12 @@ class GpuSlicerStrategy(Strategy):
             for node in scenario.nodes:
                 self.api.create({"apiVersion": "v1", "kind": "Node",
                                  "metadata": {"name": node.name}})
+        # Fast path: identical nodes (same GPUs and mode) share one inventory run; their
+        # slices differ only in names, and no selector gpu-slicer writes reads a GPU's UUID.
+        templates: dict[Any, tuple[Pool, GpuOrderCache | None]] = {}
         self.agents = {
             n.name: NodeAgent(n, policy=policy, scenario=scenario, clock=self.clock,
-                              api=self.api, root=self.root)
+                              api=self.api, root=self.root, templates=templates)
             for n in scenario.nodes
         }
         self.scheduler = Scheduler(self.agents, scenario.node_rule)
@@ -565,8 +670,9 @@ class GpuSlicerStrategy(Strategy):
             return None
         if allocation is None:
             return None
-        self.scheduler.reserve(allocation)
         agent = self.agents[allocation.node]
+        agent.before_change()
+        self.scheduler.reserve(allocation)
         prepared_list: list[_Prepared] = []
         for claim, status in zip(claims, allocation.allocations, strict=True):
             results = status["devices"]["results"]
@@ -619,6 +725,7 @@ class GpuSlicerStrategy(Strategy):
         self.clock.now = now
         allocation, prepared_list = self.running.pop(pod.name)
         agent = self.agents[allocation.node]
+        agent.before_change()
         for prepared in prepared_list:
             error = agent.unprepare(prepared)
             if error:

@@ -94,6 +94,7 @@ def compare(
         engine = Engine(scenario, strategy, progress=progress(name) if progress else None)
         result = engine.run()
         problems[name] = engine.drain()
+        result.notes = list(strategy.notes)
         result.wall_s = time.perf_counter() - began
         results.append(result)
     return Comparison(scenario, results, problems)

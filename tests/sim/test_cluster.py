@@ -1,0 +1,99 @@
+"""gpu-slicer on the simulated cluster: invariants, and the fast path deciding like the API path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sim.compare import compare
+from sim.demand import DemandBook
+from sim.engine import Engine
+from sim.scenario import Scenario, load_scenario, parse_scenario
+
+SMALL: dict[str, Any] = {
+    "name": "small",
+    "end": "10h",
+    "sample": "10m",
+    "seed": 3,
+    "agent": {"republishMinInterval": 0, "republishQuiet": 0},
+    "nodes": [
+        {"name": "h100-a", "gpus": "H100-80GB:2"},
+        {"name": "a100-a", "gpus": "A100-80GB:2"},
+    ],
+    "namespaces": {"inference": "enabled", "research": "enabled"},
+    "policy": {"namespaces": {"inference": {"gpu": ["1g.10gb", "2g.20gb", "3g.40gb"]}}},
+    "generators": [
+        {"name": "inference", "count": 40, "from": 0, "to": "6h", "namespace": "inference",
+         "duration": {"distribution": "exponential", "mean": "90m", "min": "5m", "max": "5h"},
+         "mix": [{"resources": {"nvidia.com/gpu": 1}}]},
+        {"name": "notebooks", "count": 12, "from": 0, "to": "6h", "namespace": "research",
+         "duration": "2h",
+         "mix": [{"resources": {"nvidia.com/mig-2g.20gb": 1}},
+                 {"resources": {"nvidia.com/mig-3g.40gb": 1}},
+                 {"resources": {"nvidia.com/gpu": 1}}]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def small() -> Scenario:
+    return parse_scenario(SMALL)
+
+
+@pytest.mark.parametrize("policy", ["name", "best-fit"])
+def test_the_fast_path_decides_exactly_like_the_api_path(small: Scenario, policy: str) -> None:
+    name = f"gpu-slicer-{policy}"
+    through_api = compare(small, [name], through_api=True)
+    fast = compare(small, [name], through_api=False)
+    a, b = through_api.results[0], fast.results[0]
+    assert (a.served, a.pending) == (b.served, b.pending)
+    assert a.series == b.series
+    assert (a.creations, a.destructions) == (b.creations, b.destructions)
+    assert through_api.problems[name] == [] and fast.problems[name] == []
+
+
+def test_every_strategy_ends_clean_and_never_overlaps_slices(small: Scenario) -> None:
+    # The engine raises InvariantError on any overlap; drain() reports leaks.
+    comparison = compare(small, ["device-plugin", "static-balanced", "instaslice",
+                                 "gpu-slicer-anti-fragmentation", "oracle"], through_api=False)
+    assert all(problems == [] for problems in comparison.problems.values())
+    for result in comparison.results:
+        assert result.served + result.pending == result.total == len(small.pods)
+
+
+def test_the_api_path_leaves_no_claim_instance_or_checkpoint_entry(small: Scenario) -> None:
+    from sim.cluster import GpuSlicerStrategy
+
+    strategy = GpuSlicerStrategy(small, DemandBook(small), policy="best-fit", through_api=True)
+    engine = Engine(small, strategy)
+    engine.run()
+    assert strategy.api is not None
+    running = [name for name, record in engine.records.items() if record.held is not None]
+    allocated = [c for c in strategy.api.list("resource.k8s.io/v1", "ResourceClaim").items
+                 if (c.get("status") or {}).get("allocation")]
+    assert len(allocated) == len(running)
+    for agent in strategy.agents.values():
+        prepared = agent.state.entries()
+        instances = sum(len(agent.backend.instances(g.index)) for g in agent.backend.gpus()
+                        if g.mig_enabled)
+        mig_devices = sum(1 for d in agent.allocated if "-mig-" in d)
+        assert instances == mig_devices
+        assert len(prepared) == len({p.uid for a, ps in strategy.running.values()
+                                     if a.node == agent.name for p in ps})
+    assert engine.drain() == []
+    for agent in strategy.agents.values():
+        assert all(not agent.backend.instances(g.index) for g in agent.backend.gpus()
+                   if g.mig_enabled)
+
+
+def test_noon_burst_serves_the_whole_burst_at_noon_where_the_static_layout_serves_two() -> None:
+    comparison = compare(load_scenario("noon-burst"), ["static-balanced", "gpu-slicer-best-fit"])
+    static, slicer = comparison.results
+    # At noon the static layout has two 1g.10gb instances; the rest of the burst waits.
+    static_waits = static.waits_by_workload["noon-burst"]
+    assert static_waits[1] > 0
+    assert slicer.served_by_workload["noon-burst"] == (7, 7)
+    assert slicer.waits_by_workload["noon-burst"] == (0.0, 0.0)
+    assert slicer.served_by_workload["training-3g"] == (1, 1)
+    assert all(p == [] for p in comparison.problems.values())
