@@ -6,7 +6,12 @@
   while the apiserver is unreachable; prepared claims keep working from the checkpoint;
 * ``health``       turns backend health events into taints (slicer.health);
 * ``reconciler``   runs a pass every ``reconcile_interval_s`` and whenever a claim, the state or
-  health changes (slicer.reconciler); its passes publish the ResourceSlices (slicer.publisher);
+  health changes (slicer.reconciler); its passes publish the ResourceSlices (slicer.publisher).
+  A change of device order alone (``best-fit`` following allocations) goes through a
+  :class:`slicer.ordering.RepublishLimiter`: at most one such rewrite per
+  ``republish_interval_s``; the publisher answers how long it held the order back and the
+  reconciler wakes up then to publish it. The same wake-up drives the publisher's periodic
+  version check and, after a fallback to the static layout, its probe for partitionable devices;
 * the gRPC servers of the kubelet plugin (slicer.plugin);
 * the Prometheus metrics server.
 
@@ -25,6 +30,8 @@ import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -44,6 +51,7 @@ from slicer.errors import BackendError, GpuSpecError, SlicerError
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode, effective_mode
 from slicer.mig_mode import GpuMode, MigModeManager
+from slicer.ordering import RepublishLimiter
 from slicer.plugin import DraDriver, PluginServer
 from slicer.publisher import PublisherMetrics, SlicePublisher
 from slicer.reconciler import NodeView, Reconciler, Republish
@@ -71,6 +79,13 @@ class AgentConfig:
     reconcile_interval_s: float = 30.0
     stale_prepare_s: float = 120.0
     policy: str = "best-fit"
+    republish_interval_s: float = 10.0
+    """At least this long between two rewrites that only change the device order."""
+    republish_quiet_s: float = 2.0
+    """A new device order must hold this long before it is written (a burst settles first)."""
+    reprobe_interval_s: float = 600.0
+    """How often the publisher re-reads the server version and, after a fallback to the static
+    layout, probes for partitionable devices; 0: never (restart the agent instead)."""
 
 
 class NodeAgent:
@@ -85,6 +100,7 @@ class NodeAgent:
         metrics: AgentMetrics | None = None,
         republish: Republish | None = None,
         modes: dict[int, GpuMode] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -112,25 +128,39 @@ class NodeAgent:
         )
         self.health = HealthTracker(backend, on_change=self._nudge, metrics=self.metrics)
         if republish is None:
+            self.limiter: RepublishLimiter | None = RepublishLimiter(
+                min_interval_s=config.republish_interval_s,
+                quiet_s=min(config.republish_quiet_s, config.republish_interval_s),
+                clock=clock,
+            )
             self.publisher: SlicePublisher | None = SlicePublisher(
                 api, config.node, policy=config.policy,
                 metrics=PublisherMetrics(self.metrics.registry),
+                limiter=self.limiter,
+                recheck_interval_s=config.reprobe_interval_s or None,
+                clock=clock,
             )
             republish = self._publish
         else:
+            self.limiter = None
             self.publisher = None
         self.reconciler = Reconciler(
             self.state, self.claims, pool=config.node, health=self.health,
-            republish=republish, stale_after_s=config.stale_prepare_s,
+            republish=republish, stale_after_s=config.stale_prepare_s, clock=clock,
         )
         self.driver = DraDriver(self.state, self.claims, pool=config.node)
         self.plugin = PluginServer(
             self.driver, plugins_dir=config.plugins_dir, registry_dir=config.registry_dir
         )
 
-    def _publish(self, view: NodeView) -> None:
+    def _publish(self, view: NodeView) -> float | None:
+        """Publish; returns when to publish again although nothing changed (or None)."""
         assert self.publisher is not None
-        self.publisher.publish(view.gpus, allocated=view.allocated)
+        result = self.publisher.publish(view.gpus, allocated=view.allocated)
+        if result.deferred_s is not None:
+            log.debug("device order change held back", extra={"seconds": result.deferred_s})
+        waits = [w for w in (result.deferred_s, self.publisher.recheck_in()) if w is not None]
+        return min(waits) if waits else None
 
     def _nudge(self) -> None:
         # Before start() the reconciler does not exist yet (DeviceState may call during init).
@@ -241,7 +271,34 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     run.add_argument("--policy", default=_env("GPU_SLICER_POLICY", default="best-fit"),
                      help="device order policy: best-fit, anti-fragmentation, name "
                           "[GPU_SLICER_POLICY]")
+    run.add_argument("--republish-interval", type=_float_or_text,
+                     default=_env("GPU_SLICER_REPUBLISH_INTERVAL", default="10"),
+                     help="minimum seconds between two ResourceSlice rewrites that only change "
+                          "the device order (best-fit) [GPU_SLICER_REPUBLISH_INTERVAL]")
+    run.add_argument("--reprobe-interval", type=_float_or_text,
+                     default=_env("GPU_SLICER_REPROBE_INTERVAL", default="600"),
+                     help="seconds between checks of the apiserver version and, after a "
+                          "fallback to the static layout, probes for partitionable devices; "
+                          "0 disables [GPU_SLICER_REPROBE_INTERVAL]")
     run.set_defaults(func=run_agent)
+
+
+def _float_or_text(value: str) -> float | str:
+    """Parse a number, keeping bad text so that run_agent can name the flag (exit 2)."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def _seconds(flag: str, value: object, *, zero: bool) -> float | str:
+    """A valid number of seconds, or the usage message naming the flag."""
+    if isinstance(value, str):
+        value = _float_or_text(value)
+    if not isinstance(value, float) or value != value or value < 0 or (not zero and value == 0):
+        bound = ">= 0" if zero else "> 0"
+        return f"{flag} must be a number of seconds {bound}, not {value!r}"
+    return value
 
 
 def _usage(message: str) -> int:
@@ -254,6 +311,12 @@ def run_agent(args: argparse.Namespace) -> int:
         return _usage("--node is required (or set GPU_SLICER_NODE / NODE_NAME)")
     if args.reconcile_interval <= 0:
         return _usage(f"--reconcile-interval must be > 0, not {args.reconcile_interval}")
+    republish_interval = _seconds("--republish-interval", args.republish_interval, zero=False)
+    if isinstance(republish_interval, str):
+        return _usage(republish_interval)
+    reprobe_interval = _seconds("--reprobe-interval", args.reprobe_interval, zero=True)
+    if isinstance(reprobe_interval, str):
+        return _usage(reprobe_interval)
     if args.metrics_bind and not args.metrics_bind.rpartition(":")[2].isdigit():
         return _usage(f"--metrics-bind {args.metrics_bind!r} is not host:port (e.g. :9464)")
     try:
@@ -272,7 +335,8 @@ def run_agent(args: argparse.Namespace) -> int:
         node=args.node, checkpoint_dir=args.checkpoint_dir, cdi_dir=args.cdi_dir,
         plugins_dir=args.plugins_dir, registry_dir=args.registry_dir,
         metrics_bind=args.metrics_bind, reconcile_interval_s=args.reconcile_interval,
-        policy=args.policy,
+        policy=args.policy, republish_interval_s=republish_interval,
+        reprobe_interval_s=reprobe_interval,
     )
     try:
         agent = NodeAgent(config, backend=backend, api=api)

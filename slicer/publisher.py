@@ -18,8 +18,18 @@ and makes the API hold exactly those:
   independent and the scheduler could hand out two of them. The publisher therefore switches to
   the static layout (only existing instances, no counters), republishes, and says so: a warning
   log, a Warning Event on the Node and the metrics ``gpu_slicer_slices_counters_dropped`` and
-  ``gpu_slicer_slices_static_layout``. The switch lasts for the publisher's lifetime (an agent
-  restart tries partitionable devices again).
+  ``gpu_slicer_slices_static_layout``;
+* every ``recheck_interval_s`` (10 minutes by default) the publisher re-reads the apiserver's
+  version (a new version may need another layout), and, while it is in the fallback, probes
+  whether partitionable devices work now: a server-side dry-run create of the partitionable
+  layout's slices that carry counters. Nothing is stored, so the scheduler never sees devices
+  without their counters; when the counters survive the dry run the publisher switches back,
+  writes the partitionable layout (whose read-back is checked as always) and says so (info log,
+  a Normal Event ``PartitionableDevicesAvailable``, ``gpu_slicer_slices_static_layout`` 0,
+  ``gpu_slicer_slices_partitionable_restored_total``). A switch back that the real write then
+  contradicts doubles the wait before the next probe (up to a day), so a server whose dry run
+  and writes disagree cannot make the pool flap. A static layout the caller asked for is never
+  probed away.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -52,6 +62,11 @@ Obj = dict[str, Any]
 KIND = "ResourceSlice"
 REPORTING_CONTROLLER = f"{DRIVER}/node-agent"
 FALLBACK_REASON = "PartitionableDevicesUnavailable"
+RESTORED_REASON = "PartitionableDevicesAvailable"
+PROBE_NAME_PREFIX = "gpu-slicer-io-probe-"
+"""``generateName`` of the dry-run probe slices (never stored)."""
+MAX_PROBE_BACKOFF = 144
+"""The probe interval grows at most this many times (10 minutes -> one day)."""
 
 log = logging.getLogger("slicer.publisher")
 
@@ -79,6 +94,13 @@ class PublisherMetrics:
             "gpu_slicer_slices_devices", "Devices in the published pool", registry=r)
         self.generation = Gauge(
             "gpu_slicer_slices_generation", "Generation of the published pool", registry=r)
+        self.probes = Counter(
+            "gpu_slicer_slices_partitionable_probes", "Dry-run probes, while in the static "
+            "fallback, of whether the apiserver keeps counters now, by result (dropped, kept, "
+            "error)", ["result"], registry=r)
+        self.restored = Counter(
+            "gpu_slicer_slices_partitionable_restored", "Switches from the static fallback back "
+            "to partitionable devices after a probe found counters kept", registry=r)
 
 
 @dataclass(frozen=True)
@@ -120,6 +142,8 @@ class SlicePublisher:
         base_delay_s: float = 0.2,
         max_delay_s: float = 5.0,
         limiter: RepublishLimiter | None = None,
+        recheck_interval_s: float | None = 600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
         self._node = node_name
@@ -134,6 +158,16 @@ class SlicePublisher:
         self._base_delay_s = base_delay_s
         self._max_delay_s = max_delay_s
         self._limiter = limiter
+        self._pinned_version = server_version is not None
+        """A version given by the caller is never re-read."""
+        self._fell_back = False
+        """In the static layout because counters were dropped (not because it was asked for)."""
+        self._recheck_s = recheck_interval_s if recheck_interval_s else None
+        self._clock = clock
+        self._next_check: float | None = None
+        self._probe_backoff = 1
+        self._just_restored = False
+        self._version_stale = False
         self._generation = 0
         """The highest generation written, so a pool that emptied out never goes back in time."""
         self.metrics.static_layout.set(1 if static else 0)
@@ -142,6 +176,22 @@ class SlicePublisher:
     def static(self) -> bool:
         """True when only existing instances are advertised (configured, or after a fallback)."""
         return self._static
+
+    @property
+    def fell_back(self) -> bool:
+        """True while in the static layout because the apiserver dropped counters."""
+        return self._fell_back
+
+    def recheck_in(self) -> float | None:
+        """Seconds until the next version check (and, in the fallback, probe); None: never.
+
+        The caller should publish again after this long even if nothing changed.
+        """
+        if self._recheck_s is None:
+            return None
+        if self._next_check is None:
+            return self._interval()
+        return max(0.0, self._next_check - self._clock())
 
     def server_version(self) -> tuple[int, int]:
         if self._version is None:
@@ -179,6 +229,7 @@ class SlicePublisher:
     # --- steps ---------------------------------------------------------------------------------
 
     def _publish(self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]) -> PublishResult:
+        self._recheck(gpus, allocated)
         existing = self._existing()
         current = max((s["spec"]["pool"].get("generation", 0) for s in existing.values()),
                       default=0)
@@ -219,11 +270,20 @@ class SlicePublisher:
                    "policy": plan.policy, "devices": len(plan.order)},
         )
         if not self._static and self._counters_dropped(plan.slices):
+            contradicted = self._just_restored
+            self._just_restored = False
             self._fall_back()
+            if contradicted:
+                # A probe said counters are kept, the real write says otherwise: probe less often.
+                self._probe_backoff = min(self._probe_backoff * 2, MAX_PROBE_BACKOFF)
+                self._next_check = self._clock() + self._interval()
             result = self._publish(gpus, allocated)
             return PublishResult(result.changed, result.generation, result.slices,
                                  tuple(sorted({*stale, *result.deleted})), True, True,
                                  result.plan)
+        if self._just_restored and not self._static:
+            self._just_restored = False
+            self._probe_backoff = 1  # the switch back held
         return PublishResult(True, generation, tuple(sorted(wanted)), stale, self._static, False,
                              plan)
 
@@ -307,6 +367,9 @@ class SlicePublisher:
                 last = exc
                 self._backoff(attempt)
                 current = self._get(name)
+            except kerr.Invalid as exc:
+                self._version_stale = True  # the layout may no longer fit the server
+                raise PublishError(f"cannot write ResourceSlice {name}: {exc}") from exc
             except kerr.KubeError as exc:
                 raise PublishError(f"cannot write ResourceSlice {name}: {exc}") from exc
         raise PublishError(
@@ -343,43 +406,151 @@ class SlicePublisher:
         dropped = False
         taints_dropped = False
         for sent in desired:
-            back = self._get(sent["metadata"]["name"]) or {}
-            spec = back.get("spec", {})
-            if sent["spec"].get("sharedCounters") and not spec.get("sharedCounters"):
-                dropped = True
-            kept = {d.get("name"): d for d in spec.get("devices") or []}
-            for device in sent["spec"].get("devices") or []:
-                got = kept.get(device["name"], {})
-                if device.get("consumesCounters") and not got.get("consumesCounters"):
-                    dropped = True
-                if device.get("taints") and not got.get("taints"):
-                    taints_dropped = True
+            counters, taints = self._dropped(sent, self._get(sent["metadata"]["name"]) or {})
+            dropped |= counters
+            taints_dropped |= taints
         if taints_dropped:
             log.warning(
                 "the apiserver dropped device taints (DRADeviceTaints off); unhealthy devices "
                 "stay schedulable", extra={"node": self._node})
         return dropped
 
+    @staticmethod
+    def _dropped(sent: Obj, back: Obj) -> tuple[bool, bool]:
+        """(counters dropped, taints dropped) between a slice sent and what the server kept."""
+        spec = back.get("spec", {})
+        counters = bool(sent["spec"].get("sharedCounters")) and not spec.get("sharedCounters")
+        taints = False
+        kept = {d.get("name"): d for d in spec.get("devices") or []}
+        for device in sent["spec"].get("devices") or []:
+            got = kept.get(device["name"], {})
+            if device.get("consumesCounters") and not got.get("consumesCounters"):
+                counters = True
+            if device.get("taints") and not got.get("taints"):
+                taints = True
+        return counters, taints
+
     def _fall_back(self) -> None:
         self._static = True
+        self._fell_back = True
         self.metrics.counters_dropped.inc()
         self.metrics.static_layout.set(1)
+        if self._recheck_s is not None and self._next_check is None:
+            self._next_check = self._clock() + self._interval()
+        again = (
+            f"gpu-slicer probes again every {self._interval():g} s and switches back by "
+            "itself once the gate is on" if self._recheck_s is not None
+            else "enable the gate and restart the agent"
+        )
         note = (
             "The apiserver dropped sharedCounters/consumesCounters from this node's "
             "ResourceSlices (partitionable devices, feature gate DRAPartitionableDevices, are "
             "not enabled). gpu-slicer now advertises only MIG instances that exist (static "
-            "layout); enable the gate and restart the agent to get on-demand MIG slices."
+            f"layout); to get on-demand MIG slices, {again}."
         )
         log.warning(note, extra={"node": self._node, "reason": FALLBACK_REASON})
+        self._event(FALLBACK_REASON, note, "Warning")
+
+    def _interval(self) -> float:
+        assert self._recheck_s is not None
+        return self._recheck_s * (self._probe_backoff if self._fell_back else 1)
+
+    def _recheck(self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]) -> None:
+        """When due: re-read the server version and, in the fallback, probe for counters."""
+        now = self._clock()
+        due = self._version_stale
+        if self._recheck_s is not None:
+            if self._next_check is None:
+                self._next_check = now + self._interval()
+            due = due or now >= self._next_check
+        if not due:
+            return
+        self._version_stale = False
+        changed = self._refresh_version()
+        if changed:
+            self._probe_backoff = 1  # another server: give it a fresh chance
+        if self._recheck_s is not None:
+            self._next_check = now + self._interval()
+        if self._fell_back and self._probe(gpus, allocated, version_changed=changed):
+            self._restore()
+
+    def _refresh_version(self) -> bool:
+        """Re-read the server version (unless pinned); True when it changed."""
+        if self._pinned_version:
+            return False
+        old = self._version
+        try:
+            self._version = self._api.server_version()
+        except kerr.KubeError as exc:
+            log.warning("cannot re-read the apiserver version; keeping the last one",
+                        extra={"error": str(exc), "version": old})
+            return False
+        if old is not None and self._version != old:
+            log.info("apiserver version changed; the pool layout follows it",
+                     extra={"node": self._node, "from": ".".join(map(str, old)),
+                            "to": ".".join(map(str, self._version))})
+            return True
+        return False
+
+    def _probe(
+        self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec], *, version_changed: bool
+    ) -> bool:
+        """Would the apiserver keep counters now? A dry-run create stores nothing."""
+        try:
+            plan = plan_pool(self._node, gpus, server_version=self.server_version(),
+                             generation=max(self._generation, 1), policy=self._policy,
+                             allocated=allocated, static=False,
+                             static_layout=self._static_layout)
+        except PublishError:
+            return False
+        sets = [obj for obj in plan.slices if obj["spec"].get("sharedCounters")]
+        users = [obj for obj in plan.slices
+                 if any(d.get("consumesCounters") for d in obj["spec"].get("devices") or [])]
+        probes = sets[:1] + [obj for obj in users[:1] if obj not in sets[:1]]
+        if not probes:
+            return False  # nothing carries counters: nothing to learn
+        for obj in probes:
+            body = {**obj, "metadata": {"generateName": PROBE_NAME_PREFIX,
+                                        "labels": obj["metadata"].get("labels", {})}}
+            try:
+                back = self._api.create(body, dry_run=True)
+            except kerr.KubeError as exc:
+                self.metrics.probes.labels("error").inc()
+                log.warning("partitionable-devices probe failed; trying again later",
+                            extra={"node": self._node, "error": str(exc)})
+                return False
+            if self._dropped(obj, back)[0]:
+                self.metrics.probes.labels("dropped").inc()
+                log.info("partitionable devices still unavailable; staying on the static layout",
+                         extra={"node": self._node, "version_changed": version_changed,
+                                "next_probe_s": self._interval()})
+                return False
+        self.metrics.probes.labels("kept").inc()
+        return True
+
+    def _restore(self) -> None:
+        self._static = False
+        self._fell_back = False
+        self._just_restored = True
+        self.metrics.static_layout.set(0)
+        self.metrics.restored.inc()
+        note = (
+            "The apiserver now keeps sharedCounters/consumesCounters (partitionable devices "
+            "enabled): gpu-slicer advertises every MIG slice the GPUs can host again."
+        )
+        log.info(note, extra={"node": self._node, "reason": RESTORED_REASON})
+        self._event(RESTORED_REASON, note, "Normal")
+
+    def _event(self, reason: str, note: str, type_: Literal["Normal", "Warning"]) -> None:
         try:
             node = self._api.get("v1", "Node", self._node)
         except kerr.KubeError:
             node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self._node}}
         event = event_for(
             node,
-            reason=FALLBACK_REASON,
+            reason=reason,
             note=note,
-            type_="Warning",
+            type_=type_,
             reporting_controller=REPORTING_CONTROLLER,
             reporting_instance=f"{REPORTING_CONTROLLER}-{self._node}"[:128],
             action="PublishResourceSlices",
@@ -388,7 +559,7 @@ class SlicePublisher:
         try:
             self._api.create(event)
         except kerr.KubeError as exc:
-            log.warning("could not record the fallback Event", extra={"error": str(exc)})
+            log.warning("could not record the Event", extra={"error": str(exc), "reason": reason})
 
     def _record(self, plan: PoolPlan, generation: int) -> None:
         self.metrics.devices.set(len(plan.order))

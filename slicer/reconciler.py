@@ -17,7 +17,10 @@ One pass (:meth:`Reconciler.reconcile_once`), run periodically and whenever some
    touched (the ResourceSlices stop advertising what overlaps them). Entries whose instance is
    missing are drift (reported).
 6. **Republish** when instances, ownership, MIG modes, health or allocations (which drive the
-   best device order) differ from what was last published.
+   best device order) differ from what was last published. The republish callable may answer
+   "call me again in N seconds" (a device-order change the rate limiter held back, the
+   publisher's periodic version check and fallback probe): the loop then wakes after that long
+   and hands over the current view even if nothing changed.
 
 Nothing with running processes is ever destroyed: every destroy goes through
 :meth:`slicer.state.DeviceState.release_entry`, which refuses busy instances; they are retried
@@ -30,6 +33,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -70,7 +74,12 @@ class NodeView:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-Republish = Callable[[NodeView], None]
+Republish = Callable[[NodeView], float | None]
+"""Publishes a view; returns None when done, or the seconds after which it wants to be called
+again with the then-current view even if that did not change (a held-back order change)."""
+
+MIN_RECALL_S = 0.05
+"""Floor for a requested re-call, so that a callable answering 0 cannot make the loop spin."""
 
 
 @dataclass
@@ -87,6 +96,8 @@ class ReconcileReport:
     drift: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     republished: bool = False
+    recall_in: float | None = None
+    """The republish callable asked to be called again after this many seconds."""
     api_synced: bool = False
 
 
@@ -102,6 +113,7 @@ class Reconciler:
         health: HealthTracker | None = None,
         republish: Republish | None = None,
         stale_after_s: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = state
         self.claims = claims
@@ -110,6 +122,9 @@ class Reconciler:
         self.republish = republish
         self.stale_after_s = stale_after_s
         self._published: str | None = None
+        self.clock = clock
+        """Monotonic clock for re-calls of the republish callable."""
+        self._recall_at: float | None = None
         self._needs_adoption = state.load_problem is not None
         self._wake = threading.Event()
         self._pass_lock = threading.Lock()
@@ -128,8 +143,15 @@ class Reconciler:
             except Exception:
                 log.exception("reconcile pass failed")
                 self.state.metrics.reconciles.labels("error").inc()
-            self._wake.wait(interval_s)
+            self._wake.wait(self._next_wait(interval_s))
             self._wake.clear()
+
+    def _next_wait(self, interval_s: float) -> float:
+        """The periodic interval, or less when the republish callable asked to be called back."""
+        recall_at = self._recall_at
+        if recall_at is None:
+            return interval_s
+        return min(interval_s, max(MIN_RECALL_S, recall_at - self.clock()))
 
     # --- one pass -------------------------------------------------------------------------
 
@@ -329,16 +351,22 @@ class Reconciler:
         if self.republish is None:
             return
         fingerprint = view.fingerprint()
-        if fingerprint == self._published:
+        recall_due = self._recall_at is not None and self.clock() >= self._recall_at
+        if fingerprint == self._published and not recall_due:
             return
         try:
-            self.republish(view)
+            again = self.republish(view)
         except Exception as exc:  # the API may be down: prepared claims keep working
             report.errors.append(f"republish: {exc}")
             self.state.metrics.republishes.labels("error").inc()
             log.warning("republish failed; retrying next pass", extra={"error": str(exc)})
             return
         self._published = fingerprint
+        if isinstance(again, (int, float)) and not isinstance(again, bool):
+            report.recall_in = max(MIN_RECALL_S, float(again))
+            self._recall_at = self.clock() + report.recall_in
+        else:
+            self._recall_at = None
         report.republished = True
         self.state.metrics.republishes.labels("ok").inc()
 

@@ -46,6 +46,7 @@ def test_defaults_are_the_kubelets_directories(monkeypatch: pytest.MonkeyPatch) 
     assert args.cdi_dir == Path("/var/run/cdi")
     assert args.checkpoint_dir == Path("/var/lib/gpu-slicer")
     assert args.backend == "nvml"
+    assert (args.republish_interval, args.reprobe_interval) == (10.0, 600.0)
 
 
 def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,7 +56,8 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "GPU_SLICER_CDI_DIR": "/d", "GPU_SLICER_PLUGINS_DIR": "/p",
         "GPU_SLICER_REGISTRY_DIR": "/r", "GPU_SLICER_METRICS_BIND": "127.0.0.1:1",
         "GPU_SLICER_RECONCILE_INTERVAL": "7", "GPU_SLICER_KUBECONFIG": "/k",
-        "GPU_SLICER_KUBE": "memory",
+        "GPU_SLICER_KUBE": "memory", "GPU_SLICER_REPUBLISH_INTERVAL": "4",
+        "GPU_SLICER_REPROBE_INTERVAL": "0",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -66,6 +68,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         Path("/c"), Path("/d"), Path("/p"), Path("/r"))
     assert (args.metrics_bind, args.reconcile_interval, args.kubeconfig, args.kube) == (
         "127.0.0.1:1", 7.0, "/k", "memory")
+    assert (args.republish_interval, args.reprobe_interval) == (4.0, 0.0)
     monkeypatch.setenv("GPU_SLICER_NODE", "explicit")
     assert build_parser().parse_args(["agent", "run"]).node == "explicit"
 
@@ -78,8 +81,12 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         (["--node", "n", "--metrics-bind", "nowhere"], "--metrics-bind"),
         (["--node", "n", "--reconcile-interval", "0"], "--reconcile-interval"),
         (["--node", "n", "--plugins-dir", "/tmp/" + "x" * 120], "unix socket path"),
+        (["--node", "n", "--republish-interval", "0"], "--republish-interval"),
+        (["--node", "n", "--republish-interval", "soon"], "--republish-interval"),
+        (["--node", "n", "--reprobe-interval", "-1"], "--reprobe-interval"),
     ],
-    ids=["no-node", "bad-gpu-spec", "bad-bind", "bad-interval", "long-socket-path"],
+    ids=["no-node", "bad-gpu-spec", "bad-bind", "bad-interval", "long-socket-path",
+         "zero-republish-interval", "text-republish-interval", "negative-reprobe-interval"],
 )
 def test_bad_input_exits_2_naming_the_problem(
     argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch,

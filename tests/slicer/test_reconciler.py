@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_fixtures import (
@@ -17,8 +21,10 @@ from agent_fixtures import (
 
 from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
+from slicer.agent import AgentConfig, NodeAgent
 from slicer.devices import SliceSpec
 from slicer.errors import InsufficientResources
+from slicer.reconciler import ReconcileReport
 from slicer.simulated import SimulatedBackend
 
 
@@ -202,3 +208,117 @@ def test_a_lost_gpu_is_not_reported_as_missing_instances(
     report = agent.reconcile()
     assert report.drift == [] and report.vanished == []
     assert any("GPU 1" in e for e in report.errors)
+
+
+# --- republish rate limiting (best-fit) through the agent's wiring --------------------------
+
+
+def _agent(api: InMemoryKubeApi, backend: SimulatedBackend, root: Path,
+           clock: Callable[[], float] = time.monotonic, **config: Any) -> NodeAgent:
+    settings = AgentConfig(node=NODE, checkpoint_dir=root / "c", cdi_dir=root / "d",
+                           plugins_dir=root / "p", registry_dir=root / "r", metrics_bind="",
+                           **config)
+    return NodeAgent(settings, backend=backend, api=api, clock=clock)
+
+
+def _pool(api: InMemoryKubeApi) -> tuple[int, list[str]]:
+    slices = sorted((s for s in api.objects("resource.k8s.io/v1", "ResourceSlice")),
+                    key=lambda s: s["metadata"]["name"])
+    generation = max((s["spec"]["pool"]["generation"] for s in slices), default=0)
+    return generation, [d["name"] for s in slices for d in s["spec"].get("devices", [])]
+
+
+def _best_order(agent: NodeAgent) -> list[str]:
+    assert agent.publisher is not None
+    view = agent.reconciler._observe(ReconcileReport())
+    return list(agent.publisher.plan(view.gpus, allocated=view.allocated).order)
+
+
+def test_a_burst_of_allocations_rewrites_the_order_at_most_once_per_interval(
+    api: InMemoryKubeApi, tmp_path: Path
+) -> None:
+    backend = SimulatedBackend("H100-80GB:3", node_name=NODE)
+    now = [1000.0]
+    agent = _agent(api, backend, tmp_path, clock=lambda: now[0], republish_interval_s=10)
+    agent.claims.sync_once()
+    agent.reconciler.reconcile_once()
+    assert _pool(api)[0] == 1
+    # Allocations every 3 s for 30 s; the loop wakes for each one (a nudge) and whenever the
+    # publisher asked to be called back, exactly as NodeAgent's reconciler thread does.
+    arrivals = [1003.0 + 3 * i for i in range(10)]
+    devices = [f"gpu-2-mig-1g10gb-{s}" for s in range(7)] + [
+        f"gpu-1-mig-1g10gb-{s}" for s in range(3)]
+    recall_at: float | None = None
+    rewrites: list[float] = []
+    while arrivals or recall_at is not None:
+        now[0] = min([*arrivals[:1], *([recall_at] if recall_at is not None else [])])
+        if arrivals and arrivals[0] <= now[0]:
+            arrivals.pop(0)
+            allocate_claim(api, [devices.pop(0)])
+        before = _pool(api)[0]
+        agent.claims.sync_once()
+        report = agent.reconciler.reconcile_once()
+        if _pool(api)[0] != before:
+            rewrites.append(now[0])
+        recall_at = None if report.recall_in is None or report.recall_in > 60 \
+            else now[0] + report.recall_in
+    gaps = [b - a for a, b in zip([1000.0, *rewrites], rewrites, strict=False)]
+    assert rewrites and all(gap >= 10 for gap in gaps), rewrites
+    assert len(rewrites) < 10  # one per allocation without the limiter
+    assert _pool(api)[1] == _best_order(agent)  # the last order was published in the end
+    assert agent.metrics.value("gpu_slicer_slices_publishes_total", {"result": "deferred"}) > 0
+
+
+def test_a_health_taint_is_published_at_once_even_inside_the_interval(
+    api: InMemoryKubeApi, tmp_path: Path
+) -> None:
+    backend = SimulatedBackend("H100-80GB:2", node_name=NODE)
+    now = [1000.0]
+    agent = _agent(api, backend, tmp_path, clock=lambda: now[0], republish_interval_s=600)
+    agent.claims.sync_once()
+    agent.reconciler.reconcile_once()
+    allocate_claim(api, ["gpu-1-mig-1g10gb-6"])
+    now[0] += 5
+    agent.claims.sync_once()
+    held = agent.reconciler.reconcile_once()
+    assert held.recall_in is not None and _pool(api)[0] == 1  # order change held back
+    backend.lose_gpu(0)
+    agent.health.poll(0)
+    now[0] += 1
+    agent.reconciler.reconcile_once()
+    generation, order = _pool(api)
+    assert generation == 2 and order == _best_order(agent)
+    slices = api.objects("resource.k8s.io/v1", "ResourceSlice")
+    tainted = {d["name"] for s in slices for d in s["spec"].get("devices", [])
+               if d.get("taints")}
+    assert tainted and all(name.startswith("gpu-0") for name in tainted)
+
+
+def test_the_reconciler_thread_publishes_a_held_back_order_when_the_delay_is_over(
+    api: InMemoryKubeApi, tmp_path: Path
+) -> None:
+    backend = SimulatedBackend("H100-80GB:3", node_name=NODE)
+    agent = _agent(api, backend, tmp_path, republish_interval_s=0.5, republish_quiet_s=0.1)
+    stop = threading.Event()
+    agent.claims.sync_once()
+    thread = threading.Thread(target=agent.reconciler.run, args=(stop, 3600.0), daemon=True)
+    thread.start()
+    try:
+        _wait_for(lambda: _pool(api)[0] == 1)
+        allocate_claim(api, ["gpu-2-mig-3g40gb-4"])
+        agent.claims.sync_once()
+        agent.reconciler.nudge()  # one nudge; the periodic pass is an hour away
+        _wait_for(lambda: _pool(api)[1][:1] == _best_order(agent)[:1]
+                  and _pool(api)[1][0].startswith("gpu-2"))
+    finally:
+        stop.set()
+        agent.reconciler.nudge()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.02)
