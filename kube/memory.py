@@ -195,6 +195,11 @@ class InMemoryKubeApi:
         with self._cond:
             self._drops.setdefault(kind, []).extend(p.split(".") for p in paths)
 
+    def stop_dropping(self, kind: str) -> None:
+        """Keep every field of ``kind`` again, like a feature gate that was turned on."""
+        with self._cond:
+            self._drops.pop(kind, None)
+
     def clear_calls(self) -> None:
         with self._cond:
             self.calls.clear()

@@ -18,7 +18,12 @@ from slicer.devices import SliceSpec
 from slicer.errors import PublishError
 from slicer.inventory import API_VERSION, DRIVER, GpuState, check_limits
 from slicer.ordering import RepublishLimiter
-from slicer.publisher import FALLBACK_REASON, PublisherMetrics, SlicePublisher
+from slicer.publisher import (
+    FALLBACK_REASON,
+    RESTORED_REASON,
+    PublisherMetrics,
+    SlicePublisher,
+)
 
 WRITES = {"create", "update", "delete", "patch", "apply"}
 
@@ -265,3 +270,112 @@ def test_an_order_only_change_waits_for_the_limiter_but_a_content_change_does_no
 
 def pool_order(api: InMemoryKubeApi) -> list[str]:
     return [d["name"] for s in slices_of(api) for d in s["spec"].get("devices", [])]
+
+
+DROPPED = ["spec.sharedCounters", "spec.devices[].consumesCounters"]
+
+
+def _counters_in(api: InMemoryKubeApi) -> bool:
+    return any(s["spec"].get("sharedCounters") for s in slices_of(api))
+
+
+def _probes(api: InMemoryKubeApi) -> int:
+    return sum(1 for c in api.calls if c.verb == "create" and c.kind == "ResourceSlice"
+               and not c.name)
+
+
+def test_after_a_fallback_a_probe_switches_back_once_the_apiserver_keeps_counters(
+    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]],
+) -> None:
+    now = [0.0]
+    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None, recheck_interval_s=600,
+                               clock=lambda: now[0])
+    states = make_states("H100-80GB:2")
+    api.drop_fields("ResourceSlice", DROPPED)
+    assert publisher.publish(states).fell_back and publisher.fell_back
+    assert publisher.recheck_in() == 600
+    # Not due yet: no probe. Due, gate still off: a dry-run probe, nothing written.
+    now[0] = 300
+    api.clear_calls()
+    assert not publisher.publish(states).changed and _probes(api) == 0
+    now[0] = 601
+    result = publisher.publish(states)
+    assert not result.changed and publisher.static and _probes(api) >= 1
+    assert writes(api) == ["create"] * _probes(api)  # dry runs only
+    assert not _counters_in(api)
+    registry = publisher.metrics.registry
+    assert registry.get_sample_value("gpu_slicer_slices_partitionable_probes_total",
+                                     {"result": "dropped"}) == 1
+    # The gate is turned on: the next probe switches back and the pool gets its counters.
+    api.stop_dropping("ResourceSlice")
+    now[0] = 1202
+    result = publisher.publish(states)
+    assert result.changed and not result.static and not publisher.static
+    assert not publisher.fell_back and _counters_in(api)
+    assert check_limits(slices_of(api), (1, 36)) == []
+    assert [e["reason"] for e in api.objects("events.k8s.io/v1", "Event")] == [
+        FALLBACK_REASON, RESTORED_REASON]
+    assert registry.get_sample_value("gpu_slicer_slices_static_layout") == 0
+    assert registry.get_sample_value("gpu_slicer_slices_partitionable_restored_total") == 1
+    assert registry.get_sample_value("gpu_slicer_slices_partitionable_probes_total",
+                                     {"result": "kept"}) == 1
+
+
+def test_no_probe_is_made_when_rechecks_are_off_or_the_static_layout_was_asked_for(
+    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]],
+) -> None:
+    now = [0.0]
+    off = SlicePublisher(api, "node-a", sleep=lambda _: None, recheck_interval_s=None,
+                         clock=lambda: now[0])
+    asked = SlicePublisher(api, "node-b", sleep=lambda _: None, static=True,
+                           clock=lambda: now[0])
+    api.drop_fields("ResourceSlice", DROPPED)
+    states = make_states("H100-80GB:1")
+    assert off.publish(states).fell_back and off.recheck_in() is None
+    asked.publish(states)
+    api.stop_dropping("ResourceSlice")
+    now[0] = 10_000
+    api.clear_calls()
+    off.publish(states)
+    asked.publish(states)
+    assert off.static and asked.static and _probes(api) == 0
+
+
+def test_a_probe_that_the_real_write_contradicts_backs_off(
+    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]],
+) -> None:
+    now = [0.0]
+    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None, recheck_interval_s=600,
+                               clock=lambda: now[0])
+    states = make_states("H100-80GB:1")
+    api.drop_fields("ResourceSlice", DROPPED)
+    publisher.publish(states)
+
+    real_create = api.create
+
+    def lying_dry_run(obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        return dict(obj) if dry_run else real_create(obj, dry_run=dry_run)
+
+    api.create = lying_dry_run  # type: ignore[method-assign]
+    now[0] = 601
+    result = publisher.publish(states)
+    assert result.fell_back and publisher.static  # switched back, found dropped, fell back
+    assert publisher.recheck_in() == 1200  # twice the interval before the next probe
+
+
+def test_a_new_server_version_is_picked_up_at_the_next_recheck(
+    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]],
+) -> None:
+    now = [0.0]
+    api.set_server_version(1, 34)
+    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None, recheck_interval_s=600,
+                               clock=lambda: now[0])
+    states = make_states("H100-80GB:2")
+    assert publisher.publish(states).plan.layout == "combined"
+    api.set_server_version(1, 36)
+    now[0] = 100
+    assert not publisher.publish(states).changed  # not due: the old version stays
+    now[0] = 601
+    result = publisher.publish(states)
+    assert result.changed and result.plan.layout == "split"
+    assert check_limits(slices_of(api), (1, 36)) == []

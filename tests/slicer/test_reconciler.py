@@ -322,3 +322,22 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition never held"
         time.sleep(0.02)
+
+
+def test_an_agent_on_the_static_fallback_switches_back_by_itself_after_the_gate_is_on(
+    api: InMemoryKubeApi, tmp_path: Path
+) -> None:
+    backend = SimulatedBackend("H100-80GB:1", node_name=NODE)
+    now = [1000.0]
+    agent = _agent(api, backend, tmp_path, clock=lambda: now[0], reprobe_interval_s=300)
+    api.drop_fields("ResourceSlice", ["spec.sharedCounters", "spec.devices[].consumesCounters"])
+    agent.claims.sync_once()
+    report = agent.reconciler.reconcile_once()
+    assert agent.publisher is not None and agent.publisher.fell_back
+    assert report.recall_in == 300  # nothing changes on the node, yet the loop comes back
+    api.stop_dropping("ResourceSlice")
+    now[0] += 301
+    agent.reconciler.reconcile_once()
+    assert not agent.publisher.static
+    assert any(s["spec"].get("sharedCounters")
+               for s in api.objects("resource.k8s.io/v1", "ResourceSlice"))
