@@ -94,7 +94,7 @@ def review(pod: dict[str, Any], uid: str) -> bytes:
     ).encode()
 
 
-def _pod(resources: dict[str, Any]) -> dict[str, Any]:
+def deployment_pod(resources: dict[str, Any]) -> dict[str, Any]:
     """A realistic Deployment pod: labels, owner, env, probes, volumes, a sidecar."""
     return {
         "apiVersion": "v1",
@@ -134,8 +134,10 @@ def _pod(resources: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-CONVERTED = _pod({"limits": {"cpu": "4", "memory": "32Gi", "nvidia.com/mig-1g.10gb": "1"}})
-PLAIN = _pod({"limits": {"cpu": "4", "memory": "32Gi"}})
+CONVERTED = deployment_pod(
+    {"limits": {"cpu": "4", "memory": "32Gi", "nvidia.com/mig-1g.10gb": "1"}}
+)
+PLAIN = deployment_pod({"limits": {"cpu": "4", "memory": "32Gi"}})
 
 
 def unique_converted(index: int) -> dict[str, Any]:

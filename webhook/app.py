@@ -42,9 +42,13 @@ def runtime() -> Runtime:
     return value
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``, its encoder built once."""
+
+
 def _json(status: int, payload: Any) -> Response:
     return Response(
-        json.dumps(payload, separators=(",", ":"), ensure_ascii=False),
+        _COMPACT.encode(payload),
         status=status,
         mimetype="application/json",
     )

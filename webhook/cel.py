@@ -7,6 +7,8 @@ control characters escaped. A name such as ``x" || true || "`` stays one string.
 
 from __future__ import annotations
 
+import functools
+
 from webhook.quantity import format_bytes
 from webhook.targets import TargetDriver
 
@@ -25,6 +27,9 @@ _SIMPLE_ESCAPES = {
 
 def quote(text: str) -> str:
     """``text`` as a double-quoted CEL string literal."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        # Printable ASCII other than quote and backslash stands for itself (the common case).
+        return f'"{text}"'
     out = ['"']
     for char in text:
         if char in _SIMPLE_ESCAPES:
@@ -42,6 +47,7 @@ def attributes(target: TargetDriver) -> str:
     return f"device.attributes[{quote(target.domain)}]"
 
 
+@functools.lru_cache(maxsize=1024)
 def profile_selector(
     target: TargetDriver, profile: str, *, min_memory_bytes: int | None = None
 ) -> str:
@@ -49,6 +55,7 @@ def profile_selector(
 
     The memory guard is only needed when the same profile name exists with less memory on another
     GPU model than the pod asked for (profile names round the memory size).
+    Cached: every pod asking for the same profile gets the same (immutable) string.
     """
     attrs = attributes(target)
     expression = f'"profile" in {attrs} && {attrs}.profile == {quote(profile)}'

@@ -13,6 +13,7 @@ concurrent webhook replicas agree on it without coordination.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -68,8 +69,12 @@ class ContainerRequest:
     alternatives: tuple[Alternative, ...]
 
 
+@functools.lru_cache(maxsize=4096)
 def dns_label(text: str, *, fallback: str = "x", max_len: int = 63) -> str:
-    """Turn ``text`` into an RFC 1123 label (lower case, digits, ``-``; at most ``max_len``)."""
+    """Turn ``text`` into an RFC 1123 label (lower case, digits, ``-``; at most ``max_len``).
+
+    Cached: the same container and profile names come back with every replica of a workload.
+    """
     label = _NOT_DNS.sub("-", text.lower()).strip("-")[:max_len].strip("-")
     return label or fallback
 
@@ -87,17 +92,21 @@ def unique_label(base: str, taken: set[str]) -> str:
 
 
 def _device_fields(target: TargetDriver, alt: Alternative) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "deviceClassName": target.gpu_class if alt.kind == "gpu" else target.mig_class,
+    if alt.kind == "gpu":
+        return {
+            "deviceClassName": target.gpu_class,
+            "allocationMode": "ExactCount",
+            "count": alt.count,
+        }
+    expression = cel.profile_selector(
+        target, str(alt.profile), min_memory_bytes=alt.min_memory_bytes
+    )
+    return {
+        "deviceClassName": target.mig_class,
         "allocationMode": "ExactCount",
         "count": alt.count,
+        "selectors": [{"cel": {"expression": expression}}],
     }
-    if alt.kind == "mig":
-        expression = cel.profile_selector(
-            target, str(alt.profile), min_memory_bytes=alt.min_memory_bytes
-        )
-        fields["selectors"] = [{"cel": {"expression": expression}}]
-    return fields
 
 
 def claim_spec(requests: Sequence[ContainerRequest], target: TargetDriver) -> dict[str, Any]:
@@ -138,8 +147,14 @@ def template_spec(requests: Sequence[ContainerRequest], target: TargetDriver) ->
     return {"spec": claim_spec(requests, target)}
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+"""What ``json.dumps(value, sort_keys=True, separators=(",", ":"))`` uses, built once: dumps
+with options builds a new encoder on every call. ``encode`` keeps no state between calls."""
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    """Sorted keys, no spaces, ASCII: the same value always gives the same text."""
+    return _CANONICAL.encode(value)
 
 
 def template_name(spec: dict[str, Any]) -> str:
@@ -148,10 +163,16 @@ def template_name(spec: dict[str, Any]) -> str:
     return TEMPLATE_PREFIX + digest[:HASH_CHARS]
 
 
-def template_object(spec: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """The full ResourceClaimTemplate; ``namespace`` "" leaves it to ``kubectl apply -n``."""
+def template_object(
+    spec: dict[str, Any], namespace: str, *, name: str | None = None
+) -> dict[str, Any]:
+    """The full ResourceClaimTemplate; ``namespace`` "" leaves it to ``kubectl apply -n``.
+
+    ``name``, when given, must be ``template_name(spec)`` (a caller that already knows it saves
+    hashing the spec again).
+    """
     metadata: dict[str, Any] = {
-        "name": template_name(spec),
+        "name": template_name(spec) if name is None else name,
         "labels": {MANAGED_BY_LABEL: MANAGED_BY},
     }
     if namespace:

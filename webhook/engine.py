@@ -258,10 +258,12 @@ def _envelope(response: AdmissionResponse) -> AdmissionReviewOut:
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``, its encoder built once."""
+
+
 def encode_patch(ops: Sequence[Mapping[str, Any]]) -> str:
-    return base64.b64encode(
-        json.dumps(list(ops), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    ).decode("ascii")
+    return base64.b64encode(_COMPACT.encode(list(ops)).encode("utf-8")).decode("ascii")
 
 
 def allowed(uid: str) -> AdmissionReviewOut:

@@ -22,6 +22,11 @@ def escape(token: Token) -> str:
 
 def pointer(tokens: Sequence[Token]) -> str:
     """The JSON Pointer of a path given as tokens; ``[]`` is the whole document."""
+    if not tokens:
+        return ""
+    joined = "/".join(map(str, tokens))
+    if "~" not in joined and joined.count("/") == len(tokens) - 1:
+        return "/" + joined  # no token holds "~" or "/": nothing to escape
     return "".join("/" + escape(t) for t in tokens)
 
 

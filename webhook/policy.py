@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -98,12 +99,19 @@ class Policy:
 
     def for_namespace(self, namespace: str) -> NamespaceRules:
         """The effective rules in ``namespace``."""
-        override = self.namespaces.get(namespace, NamespacePolicy())
+        override = self.namespaces.get(namespace)
+        if override is None:
+            return self._cluster_rules
         return NamespaceRules(
             gpu=override.gpu,
             nvlink=override.nvlink or self.nvlink,
             mig_fallback=override.mig_fallback or self.mig_fallback,
         )
+
+    @cached_property
+    def _cluster_rules(self) -> NamespaceRules:
+        """The rules of every namespace without overrides, built once per (immutable) policy."""
+        return NamespaceRules(gpu=None, nvlink=self.nvlink, mig_fallback=self.mig_fallback)
 
     def describe(self) -> str:
         """One line for logs and ``policy check``."""

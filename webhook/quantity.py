@@ -64,6 +64,12 @@ def _scaled(number: Fraction, power: int) -> Fraction:
 
 def parse_count(value: object) -> int:
     """A device count: a whole number >= 0 (``"2"``, ``2``); anything else is a QuantityError."""
+    # Fast path for what pods almost always carry: plain ASCII digits or a non-negative int.
+    # Both give exactly what the general parser would (the parser caps quantities at 64 chars).
+    if type(value) is str and value.isascii() and value.isdigit() and len(value) <= 64:
+        return int(value)
+    if type(value) is int and value >= 0:
+        return value
     amount = parse_quantity(value)
     if amount.denominator != 1 or amount < 0:
         raise QuantityError(f"{value!r} is not a whole, non-negative number of devices")

@@ -17,8 +17,9 @@ says what would be valid. The rules (docs/translation.md has the full text):
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +106,7 @@ def translate_pod(
     target = target_driver(policy.target)
     rules = policy.for_namespace(namespace)
     annotations = _dict(metadata.get("annotations"))
-    containers = list(_containers(spec))
+    containers = _containers(spec)
     warnings: list[str] = []
     for container in containers:
         _read_legacy(container, policy, native_extended, warnings)
@@ -153,8 +154,8 @@ def translate_pod(
         raise Denied(f"{len(requests)} containers need GPUs; a claim holds at most 32 requests")
 
     spec_out = claims.template_spec(requests, target)
-    template = claims.template_object(spec_out, namespace)
-    name = str(template["metadata"]["name"])
+    name = _template_name(tuple(requests), target)
+    template = claims.template_object(spec_out, namespace, name=name)
     ops: list[dict[str, Any]] = []
     changes: list[tuple[str, str]] = []
     for container, what, request in converted:
@@ -238,15 +239,19 @@ def _already_converted(spec: dict[str, Any]) -> bool:
     )
 
 
-def _containers(spec: dict[str, Any]) -> Iterator[_Container]:
+def _containers(spec: dict[str, Any]) -> list[_Container]:
     """Init containers (native sidecars included) and containers; never ephemeral containers."""
+    found: list[_Container] = []
     for kind in _KINDS:
         items = spec.get(kind)
         if not isinstance(items, list):
             continue
         for index, body in enumerate(items):
             if isinstance(body, dict):
-                yield _Container(kind=kind, index=index, name=str(body.get("name", "")), body=body)
+                found.append(
+                    _Container(kind=kind, index=index, name=str(body.get("name", "")), body=body)
+                )
+    return found
 
 
 def _read_legacy(
@@ -350,11 +355,26 @@ def _annotation_chain(annotations: dict[str, Any]) -> _Chain | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _template_name(requests: tuple[ContainerRequest, ...], target: TargetDriver) -> str:
+    """``claims.template_name`` of the spec these requests make, a pure function of them.
+
+    Replicas of a workload make equal requests: their spec is hashed once, not once per pod.
+    """
+    return claims.template_name(claims.template_spec(requests, target))
+
+
+def _valid_chain_entries() -> str:
+    return f"valid: {WHOLE_GPU} (a whole GPU), " + ", ".join(catalog.all_profile_names())
+
+
 def _parse_profiles(raw: Any) -> list[str]:
     names = [n.strip() for n in str(raw).split(",")]
-    valid = f"valid: {WHOLE_GPU} (a whole GPU), " + ", ".join(catalog.all_profile_names())
     if not all(names):
-        raise Denied(f"annotation {ANNOTATION_PROFILES}: {str(raw)!r} has an empty entry; {valid}")
+        raise Denied(
+            f"annotation {ANNOTATION_PROFILES}: {str(raw)!r} has an empty entry; "
+            f"{_valid_chain_entries()}"
+        )
     if len(names) > MAX_ALTERNATIVES:
         raise Denied(
             f"annotation {ANNOTATION_PROFILES}: {len(names)} profiles; at most "
@@ -364,7 +384,7 @@ def _parse_profiles(raw: Any) -> list[str]:
     if unknown:
         raise Denied(
             f"annotation {ANNOTATION_PROFILES}: unknown profile "
-            f"{', '.join(repr(n) for n in unknown)}; {valid}"
+            f"{', '.join(repr(n) for n in unknown)}; {_valid_chain_entries()}"
         )
     if len(set(names)) != len(names):
         raise Denied(f"annotation {ANNOTATION_PROFILES}: {str(raw)!r} lists a profile twice")
@@ -378,8 +398,8 @@ def _memory_chain(raw: Any) -> tuple[tuple[str, int | None], ...]:
         raise Denied(
             f"annotation {ANNOTATION_GPU_MEMORY}: {exc}; give a size such as 12Gi or 40G"
         ) from exc
-    found = catalog.profiles_with_memory(wanted)
-    if not found:
+    entries = _memory_entries(wanted)
+    if entries is None:
         model, largest = max(
             ((m, p) for m in catalog.MODELS for p in m.profiles),
             key=lambda mp: mp[1].memory_bytes,
@@ -388,6 +408,16 @@ def _memory_chain(raw: Any) -> tuple[tuple[str, int | None], ...]:
             f"annotation {ANNOTATION_GPU_MEMORY}: no MIG profile has {raw} of memory; the largest "
             f"is {largest.name} ({format_bytes(largest.memory_bytes)}) on {model.key}"
         )
+    return entries
+
+
+@functools.lru_cache(maxsize=256)
+def _memory_entries(wanted: int) -> tuple[tuple[str, int | None], ...] | None:
+    """The memory chain for ``wanted`` bytes (None: no profile has that much); depends only on
+    the static catalog, so it is computed once per size."""
+    found = catalog.profiles_with_memory(wanted)
+    if not found:
+        return None
     entries: dict[str, int | None] = {}
     for _model, profile in found:
         if profile.name in entries:
@@ -403,8 +433,10 @@ def _memory_chain(raw: Any) -> tuple[tuple[str, int | None], ...]:
     return tuple(entries.items())
 
 
-def _larger_profiles(name: str) -> list[str]:
-    """Profiles bigger than ``name`` on the models that offer it, smallest first."""
+@functools.cache
+def _larger_profiles(name: str) -> tuple[str, ...]:
+    """Profiles bigger than ``name`` on the models that offer it, smallest first (cached: it
+    depends only on the static catalog, and callers pass catalog profile names)."""
     found: list[tuple[int, int, str]] = []
     for model in catalog.MODELS:
         if not model.has_profile(name):
@@ -419,7 +451,7 @@ def _larger_profiles(name: str) -> list[str]:
             )
             if bigger and profile.memory_bytes >= base.memory_bytes:
                 found.append((profile.memory_bytes, profile.compute_slices, profile.name))
-    return list(dict.fromkeys(n for _m, _c, n in sorted(found)))
+    return tuple(dict.fromkeys(n for _m, _c, n in sorted(found)))
 
 
 def _alternatives(
@@ -451,7 +483,7 @@ def _alternatives(
         )
     fallbacks = rules.mig_fallback.fallbacks_for(profile)
     if fallbacks is None:
-        fallbacks = tuple(_larger_profiles(profile)) if rules.mig_fallback.mode == "larger" else ()
+        fallbacks = _larger_profiles(profile) if rules.mig_fallback.mode == "larger" else ()
     names = [profile, *(f for f in fallbacks if f != profile)][:MAX_ALTERNATIVES]
     via = "policy migFallback" if len(names) > 1 else None
     return tuple(_entry(n, legacy_count, None) for n in names), legacy_name, via

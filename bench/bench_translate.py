@@ -1,0 +1,131 @@
+"""How long ``translate_pod`` takes per pod, in-process, against a JSON round trip of the same pod.
+
+``bench_webhook.py`` measures whole requests over TLS; this isolates the pure translation that
+every request not served from the engine's memo pays. The baseline is
+``json.loads(json.dumps(pod))`` of the same pod in the same process: roughly what decoding the pod
+out of a review costs, so the ratio stays meaningful on any machine. Prints figures only (no
+pass/fail on time).
+
+Kinds (a Deployment's pod, as in ``bench_webhook.py``, with a sidecar and many other fields):
+
+  mig-1g.10gb       ``nvidia.com/mig-1g.10gb: 1``
+  gpu x2            ``nvidia.com/gpu: 2`` (NVLink-first chain)
+  gpu-memory 12Gi   annotation ``gpu-slicer.io/gpu-memory: 12Gi`` (a chain of 8 profiles)
+  profiles chain    annotation ``gpu-slicer.io/profiles: 1g.10gb,2g.20gb,gpu``
+  right-sized       ``nvidia.com/gpu: 1`` in a namespace with a ``gpu`` list
+  nothing to do     CPU and memory only
+
+Each kind runs twice: the same pod object every call, and ("fresh") a different pod object each
+call (a unique annotation), as the webhook sees pods that its memo does not answer.
+
+    python bench/bench_translate.py [--calls 5000] [--rounds 5] [--profile KIND]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import json
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_webhook import deployment_pod  # noqa: E402
+from webhook.policy import Policy, load_policy  # noqa: E402
+from webhook.translate import translate_pod  # noqa: E402
+
+Pod = dict[str, Any]
+
+
+def _with_annotation(pod: Pod, key: str, value: str) -> Pod:
+    out = copy.deepcopy(pod)
+    out["metadata"]["annotations"][key] = value
+    return out
+
+
+def kinds() -> dict[str, tuple[Pod, str]]:
+    """Kind -> (pod, namespace)."""
+    cpu = {"cpu": "4", "memory": "32Gi"}
+    return {
+        "mig-1g.10gb": (deployment_pod({"limits": {**cpu, "nvidia.com/mig-1g.10gb": "1"}}), "ml"),
+        "gpu x2": (deployment_pod({"limits": {**cpu, "nvidia.com/gpu": "2"}}), "ml"),
+        "gpu-memory 12Gi": (
+            _with_annotation(deployment_pod({"limits": cpu}), "gpu-slicer.io/gpu-memory", "12Gi"),
+            "ml",
+        ),
+        "profiles chain": (
+            _with_annotation(
+                deployment_pod({"limits": cpu}), "gpu-slicer.io/profiles", "1g.10gb,2g.20gb,gpu"
+            ),
+            "ml",
+        ),
+        "right-sized": (deployment_pod({"limits": {**cpu, "nvidia.com/gpu": "1"}}), "embeddings"),
+        "nothing to do": (deployment_pod({"limits": cpu}), "ml"),
+    }
+
+
+POLICY = """
+namespaces:
+  embeddings:
+    gpu: [1g.10gb, 2g.20gb, 3g.40gb]
+"""
+
+
+def best_per_call(fn: Callable[[Pod], object], pods: list[Pod], rounds: int) -> float:
+    """Seconds per call, the best of ``rounds`` passes over ``pods`` (least disturbed by other
+    load on a shared machine)."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for pod in pods:
+            fn(pod)
+        best = min(best, (time.perf_counter() - start) / len(pods))
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=5000, help="calls per pass")
+    parser.add_argument("--rounds", type=int, default=5, help="passes; the best one counts")
+    parser.add_argument("--profile", metavar="KIND", help="cProfile translate_pod on this kind")
+    args = parser.parse_args()
+
+    policy: Policy = load_policy(POLICY)
+    print(f"translate_pod, {args.calls} calls per pass, best of {args.rounds} passes; "
+          "baseline: json.loads(json.dumps(pod)) of the same pods")
+    print(f"{'kind':<18} {'pods':<6} {'translate us':>12} {'json us':>8} {'ratio':>6}")
+    for label, (pod, namespace) in kinds().items():
+        def translate(p: Pod, namespace: str = namespace) -> object:
+            return translate_pod(p, namespace=namespace, policy=policy)
+
+        def round_trip(p: Pod) -> object:
+            return json.loads(json.dumps(p))
+
+        same = [pod] * args.calls
+        fresh = [_with_annotation(pod, "build-id", str(i)) for i in range(args.calls)]
+        for variant, pods in (("same", same), ("fresh", fresh)):
+            took = best_per_call(translate, pods, args.rounds)
+            base = best_per_call(round_trip, pods, args.rounds)
+            print(f"{label:<18} {variant:<6} {took * 1e6:>12.1f} {base * 1e6:>8.1f} "
+                  f"{took / base:>6.2f}")
+
+    if args.profile:
+        pod, namespace = kinds()[args.profile]
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(args.calls):
+            translate_pod(pod, namespace=namespace, policy=policy)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
