@@ -15,8 +15,11 @@ made. One JSON file, ``checkpoint.json`` in the checkpoint directory::
 
 A claim is recorded ``PrepareStarted`` (with the placements it is about to create) *before* the
 GPU is touched and ``PrepareCompleted`` (with GI/CI ids and the MIG UUID) after; it is removed
-only after its instances are gone. Writes go to a temporary file that is fsynced and renamed over
-the old one, so a crash leaves either the old or the new file, never half of one. A file that
+only after its instances are gone. Writes go to a temporary file that is renamed over the old one,
+so a crash leaves either the old or the new file, never half of one; durable writes also fsync the
+file before and the directory after the rename (see :meth:`CheckpointStore.save` for which writes
+need that). The file is compact canonical JSON, and each write serialises only the entries that
+changed since the last one (the others' text is reused). A file that
 cannot be read, fails its checksum or has an unknown version raises :class:`CheckpointError`
 from :meth:`CheckpointStore.load`; :meth:`CheckpointStore.load_or_recover` moves it aside and
 starts empty, and the reconciler then rebuilds state from the GPUs and the API.
@@ -150,12 +153,36 @@ class Checkpoint:
         return cls(boot_id=str(raw["bootId"]), claims=claims)
 
 
-def encode(checkpoint: Checkpoint) -> bytes:
-    """The file's bytes: versioned envelope with a checksum over the canonical data."""
-    data = checkpoint.to_json()
-    return json.dumps(
-        {"version": VERSION, "checksum": _checksum(data), "data": data}, indent=1, sort_keys=True
+def encode(
+    checkpoint: Checkpoint, fragments: dict[str, tuple[ClaimEntry, str]] | None = None
+) -> bytes:
+    """The file's bytes: versioned envelope with a checksum over the canonical data.
+
+    The data is serialised once, canonically (sorted keys, no spaces), and that text is both
+    what the checksum covers and what the file holds. ``fragments`` (uid -> (entry, its canonical
+    text)) lets a caller that writes often reuse the text of entries that did not change; it is
+    updated in place. The result is the same bytes either way.
+    """
+    parts = []
+    for uid in sorted(checkpoint.claims):
+        entry = checkpoint.claims[uid]
+        cached = fragments.get(uid) if fragments is not None else None
+        if cached is not None and cached[0] is entry:
+            text = cached[1]
+        else:
+            text = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
+            if fragments is not None:
+                fragments[uid] = (entry, text)
+        parts.append(f"{json.dumps(uid)}:{text}")
+    if fragments is not None and len(fragments) > len(checkpoint.claims):
+        for uid in [u for u in fragments if u not in checkpoint.claims]:
+            del fragments[uid]
+    canonical = (
+        f'{{"bootId":{json.dumps(checkpoint.boot_id)},"claims":{{{",".join(parts)}}}}}'
     ).encode()
+    checksum = "sha256:" + hashlib.sha256(canonical).hexdigest()
+    return b'{"checksum":"' + checksum.encode() + b'","data":' + canonical + (
+        b',"version":' + str(VERSION).encode() + b"}\n")
 
 
 def decode(raw: bytes) -> Checkpoint:
@@ -186,6 +213,8 @@ class CheckpointStore:
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
         self.path = self.directory / FILENAME
+        self._fragments: dict[str, tuple[ClaimEntry, str]] = {}
+        self._dir_ready = False
 
     def load(self) -> Checkpoint | None:
         """The stored checkpoint, None when there is none; CheckpointError when unusable."""
@@ -214,10 +243,26 @@ class CheckpointStore:
             return Checkpoint(boot_id=boot_id), f"{exc}; moved aside to {aside.name}"
         return (found or Checkpoint(boot_id=boot_id)), None
 
-    def save(self, checkpoint: Checkpoint) -> None:
-        """Write atomically: temp file in the same directory, fsync, rename, fsync the dir."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, encode(checkpoint))
+    def save(self, checkpoint: Checkpoint, *, durable: bool = True) -> None:
+        """Write atomically: a temp file in the same directory renamed over the old file.
+
+        ``durable`` (the default) also fsyncs the file before and the directory after the
+        rename, so the new content survives a power loss: needed before the agent acts on what
+        it records (PrepareStarted: the GPU is touched next; removals). A non-durable write is
+        still atomic for every reader, and visible to a restarted agent (a process crash loses
+        nothing that reached the page cache); only an OS crash can lose it, and that is a reboot,
+        after which the agent clears every entry anyway (the boot id changed, no MIG instance
+        survived). The agent uses it for PrepareCompleted; see docs/agent.md.
+        """
+        payload = encode(checkpoint, self._fragments)
+        if not self._dir_ready:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._dir_ready = True
+        try:
+            write_atomically(self.path, payload, durable=durable)
+        except FileNotFoundError:  # the directory was removed under us: make it again, once
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.path, payload, durable=durable)
 
 
 def write_atomically(path: Path, payload: bytes, *, durable: bool = True) -> None:

@@ -224,7 +224,9 @@ class DeviceState:
                 edits.append(edit)
             self.cdi.write(uid, edits)
             completed = entry.completed(tuple(done))
-            self._put(completed)
+            # Not fsynced (atomic rename only): losing it needs an OS crash, i.e. a reboot, which
+            # clears every entry anyway; docs/agent.md has the argument. PrepareStarted is durable.
+            self._put(completed, durable=False)
         except (BackendError, OSError, SlicerError) as exc:
             cleanup = self._undo_failed(entry)
             raise PrepareError(
@@ -442,13 +444,18 @@ class DeviceState:
         with lock:
             yield
 
-    def _put(self, entry: ClaimEntry) -> None:
-        """Record an entry; the in-memory state changes only if the file write succeeded."""
+    def _put(self, entry: ClaimEntry, *, durable: bool = True) -> None:
+        """Record an entry; the in-memory state changes only if the file write succeeded.
+
+        An entry equal to the recorded one is not written again.
+        """
         with self._lock:
+            if self.checkpoint.claims.get(entry.uid) == entry:
+                return
             claims = dict(self.checkpoint.claims)
             claims[entry.uid] = entry
             updated = Checkpoint(self.checkpoint.boot_id, claims)
-            self.store.save(updated)
+            self.store.save(updated, durable=durable)
             self.checkpoint = updated
 
     def _drop(self, uid: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -47,7 +48,7 @@ def test_the_file_carries_version_checksum_and_boot_id() -> None:
 
 
 def test_a_changed_byte_fails_the_checksum() -> None:
-    tampered = encode(sample()).replace(b'"giId": 3', b'"giId": 4')
+    tampered = encode(sample()).replace(b'"giId":3', b'"giId":4')
     with pytest.raises(CheckpointError, match="checksum"):
         decode(tampered)
 
@@ -107,3 +108,74 @@ def test_a_corrupt_checkpoint_is_recovered_by_adopting_allocated_instances(tmp_p
     assert report.foreign == []
     assert agent.unprepare(claim) is True  # the adopted instance is destroyed normally
     assert backend.instances(0) == []
+
+
+def test_a_file_written_in_the_earlier_indented_layout_still_loads(tmp_path: Path) -> None:
+    data = sample().to_json()
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    checksum = "sha256:" + hashlib.sha256(canonical).hexdigest()
+    store = CheckpointStore(tmp_path)
+    store.path.write_text(json.dumps({"version": 1, "checksum": checksum, "data": data},
+                                     indent=1, sort_keys=True))
+    assert store.load() == sample()
+
+
+def test_reused_entry_text_gives_the_same_bytes_as_a_fresh_encoding() -> None:
+    fragments: dict[str, tuple[ClaimEntry, str]] = {}
+    checkpoint = sample()
+    assert encode(checkpoint, fragments) == encode(checkpoint)
+    started = ClaimEntry("u3", "ns", "c3", PREPARE_STARTED, 12.0, ())
+    checkpoint = Checkpoint("boot-1", {**checkpoint.claims, "u3": started})
+    assert encode(checkpoint, fragments) == encode(checkpoint)
+    done = started.completed((PreparedDevice(("g",), "gpu-2", 2, uuid="GPU-2"),))
+    checkpoint = Checkpoint("boot-1", {"u3": done, "u1": checkpoint.claims["u1"]})
+    assert encode(checkpoint, fragments) == encode(checkpoint)
+    assert decode(encode(checkpoint, fragments)) == checkpoint
+    assert set(fragments) == {"u1", "u3"}  # text of forgotten entries is not kept
+
+
+def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    return calls
+
+
+def test_a_durable_save_fsyncs_file_and_directory_and_a_plain_one_neither(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CheckpointStore(tmp_path)
+    fsyncs = _count_fsyncs(monkeypatch)
+    store.save(sample())
+    assert len(fsyncs) == 2
+    store.save(Checkpoint("boot-2"), durable=False)
+    assert len(fsyncs) == 2
+    assert store.load() == Checkpoint("boot-2")  # atomic and visible all the same
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint.json"]
+
+
+def test_a_prepare_makes_one_durable_write_before_the_gpu_and_one_plain_write_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = InMemoryKubeApi()
+    backend = SimulatedBackend("H100-80GB:1", node_name=NODE, mig_enabled=True)
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-3"])
+    writes: list[tuple[str, bool, int]] = []
+    save = agent.state.store.save
+
+    def recording(checkpoint: Checkpoint, *, durable: bool = True) -> None:
+        [entry] = checkpoint.claims.values()
+        writes.append((entry.state, durable, len(backend.instances(0))))
+        save(checkpoint, durable=durable)
+
+    monkeypatch.setattr(agent.state.store, "save", recording)
+    agent.prepare(claim)
+    assert writes == [(PREPARE_STARTED, True, 0), (PREPARE_COMPLETED, False, 1)]
+    agent.prepare(claim)  # answered from the checkpoint: nothing written again
+    assert len(writes) == 2
