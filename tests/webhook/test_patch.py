@@ -7,6 +7,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webhook import patch
 
@@ -109,3 +111,9 @@ def test_lookup_never_raises_on_wrong_shapes() -> None:
 def test_the_pointer_of_the_root_is_empty() -> None:
     assert patch.pointer([]) == ""
     assert patch.pointer(["spec", "containers", 0]) == "/spec/containers/0"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.text(alphabet="ab/~01", max_size=4), st.integers(0, 12)), max_size=6))
+def test_a_pointer_escapes_every_token(tokens: list[str | int]) -> None:
+    assert patch.pointer(tokens) == "".join("/" + patch.escape(t) for t in tokens)

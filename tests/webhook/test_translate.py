@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from webhook_cases import Pod, apply, build_pod, container, validate
 
+from webhook import claims
 from webhook.errors import Denied
 from webhook.policy import Policy, load_policy
 from webhook.translate import (
@@ -553,6 +554,61 @@ def test_templates_are_content_addressed(translate: Translate) -> None:
     assert labels == {"app.kubernetes.io/managed-by": "gpu-slicer"}
 
 
+def test_the_template_name_is_the_hash_of_the_spec_it_carries(translate: Translate) -> None:
+    # names are remembered per set of requests: each must still be the hash of its own spec
+    pods = [
+        build_pod(container(limits={"nvidia.com/gpu": 2})),
+        build_pod(container(limits={"nvidia.com/mig-1g.10gb": 1})),
+        build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": "19712Mi"}),
+        build_pod(container(limits={"nvidia.com/gpu": 2})),
+    ]
+    for pod in pods:
+        (template,) = translate(pod).templates
+        assert template["metadata"]["name"] == claims.template_name(template["spec"])
+
+
+def _scribble(value: Any) -> None:
+    """Change every map and list inside ``value`` in place."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _scribble(item)
+        value["scribbled"] = True
+    elif isinstance(value, list):
+        for item in value:
+            _scribble(item)
+        value.append("scribbled")
+
+
+def test_a_translation_shares_nothing_mutable_with_later_ones(translate: Translate) -> None:
+    pod = build_pod(
+        container(limits={"nvidia.com/mig-1g.10gb": 1}),
+        container("side", limits={"nvidia.com/gpu": 2}),
+    )
+    first = translate(pod)
+    expected = copy.deepcopy((first.patch, first.templates, first.warnings, first.changes))
+    _scribble([first.patch, first.templates, first.warnings])
+    first.changes.append(("scribbled", "scribbled"))
+    again = translate(pod)
+    assert (again.patch, again.templates, again.warnings, again.changes) == expected
+
+
+@pytest.mark.parametrize(("size", "same"), [("12Gi", "12884901888"), ("19712Mi", "20669530112")])
+def test_one_memory_size_written_two_ways_gives_one_template(
+    translate: Translate, size: str, same: str
+) -> None:
+    a = translate(build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": size}))
+    b = translate(build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": same}))
+    assert a.templates == b.templates
+
+
+def test_a_memory_size_no_profile_has_is_denied_naming_the_size_as_written(
+    translate: Translate,
+) -> None:
+    for size in ("1Ti", "1099511627776", "1024Gi"):
+        pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": size})
+        assert f"no MIG profile has {size} of memory" in denied(translate, pod)
+
+
 def test_translation_does_not_modify_its_input(translate: Translate) -> None:
     pod = build_pod(container(limits={"nvidia.com/gpu": 2}), annotations={"a": "b"})
     before = copy.deepcopy(pod)
@@ -728,4 +784,5 @@ def test_random_pods_are_converted_or_denied_and_never_crash(pod: Pod, policy_te
     assert again.patch == []
     assert all(len(w) < 120 for w in audit_warnings(conversion))
     for template in conversion.templates:
+        assert template["metadata"]["name"] == claims.template_name(template["spec"])
         validate(template)

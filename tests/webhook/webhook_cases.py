@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import jsonpatch
@@ -65,7 +66,16 @@ def apply(pod: Pod, conversion: Conversion) -> Pod:
     return jsonpatch.apply_patch(copy.deepcopy(pod), conversion.patch)  # type: ignore[no-any-return]
 
 
+_VALID: set[str] = set()
+"""Objects (as canonical JSON) that already passed: kubernetes_validate reads and parses its
+schema files on every call (several ms each), and the same object passes again anyway."""
+
+
 def validate(obj: dict[str, Any]) -> None:
     """Strict OpenAPI validation against every supported Kubernetes version."""
+    key = json.dumps(obj, sort_keys=True)
+    if key in _VALID:
+        return
     for version in KUBERNETES_VERSIONS:
         kubernetes_validate.validate(obj, version, strict=True)
+    _VALID.add(key)
