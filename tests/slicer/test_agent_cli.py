@@ -128,11 +128,13 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
             assert time.monotonic() < deadline, "the agent never created its socket"
             time.sleep(0.1)
         with grpc.insecure_channel(f"unix://{reg_sock}") as channel:
-            info = pluginregistration_pb2_grpc.RegistrationStub(channel).GetInfo(
-                pluginregistration_pb2.InfoRequest(), timeout=20)
+            registration = pluginregistration_pb2_grpc.RegistrationStub(  # type: ignore[no-untyped-call]
+                channel)
+            info = registration.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=20)
         assert info.endpoint == str(plugins / "gpu-slicer.io" / "dra.sock")
         with grpc.insecure_channel(f"unix://{info.endpoint}") as channel:
-            response = dra_v1_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
+            dra = dra_v1_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
+            response = dra.NodePrepareResources(
                 dra_v1_pb2.NodePrepareResourcesRequest(claims=[
                     dra_v1_pb2.Claim(namespace="ml", uid="u-1", name="nothing")]), timeout=20)
         assert "does not exist" in response.claims["u-1"].error
