@@ -23,11 +23,14 @@ from webhook.caches import Mode
 from webhook.engine import (
     AdmissionEngine,
     ReviewResult,
+    TranslationMemo,
     limit_warnings,
+    pod_key,
     review,
 )
 from webhook.errors import BadReview, TemplateError
 from webhook.policy import Policy
+from webhook.translate import translate_pod
 
 NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
@@ -314,3 +317,60 @@ def test_denials_are_not_remembered() -> None:
     for _ in range(2):
         assert engine.review(admission_review(pod)).outcome == "denied"
     assert engine.memo.hits == 0
+
+
+# --- translation memo ------------------------------------------------------------------------
+
+
+def test_identical_pods_are_translated_once_and_get_the_same_answer() -> None:
+    memo, policy = TranslationMemo(), Policy.default()
+    first = memo.translate(mig_pod("1g.10gb"), namespace="ml", policy=policy)
+    second = memo.translate(mig_pod("1g.10gb"), namespace="ml", policy=policy)
+    assert (memo.misses, memo.hits) == (1, 1)
+    assert second == first == translate_pod(mig_pod("1g.10gb"), namespace="ml", policy=policy)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[1, True, 1.0, "1"], [0, False, 0.0, -0.0, None, "", [], {}], ["a", ["a"], ("a",)]],
+    ids=["one", "zero-likes", "containers"],
+)
+def test_pods_whose_values_differ_only_in_type_have_different_keys(values: list[Any]) -> None:
+    keys = set()
+    for value in values:
+        pod = mig_pod("1g.10gb")
+        pod["spec"]["priority"] = value
+        keys.add(pod_key(pod))
+    assert len(keys) == len(values)
+
+
+def test_pods_whose_keys_come_in_another_order_are_a_miss() -> None:
+    memo, policy = TranslationMemo(), Policy.default()
+    pod = mig_pod("1g.10gb")
+    reordered = {key: pod[key] for key in reversed(list(pod))}
+    memo.translate(pod, namespace="ml", policy=policy)
+    memo.translate(reordered, namespace="ml", policy=policy)
+    assert (memo.misses, memo.hits) == (2, 0)
+
+
+def test_a_pod_holding_values_json_cannot_carry_still_gets_an_exact_key() -> None:
+    class Opaque:
+        def __repr__(self) -> str:
+            return "Opaque()"
+
+    pod = mig_pod("1g.10gb")
+    pod["spec"]["extra"] = Opaque()
+    assert pod_key(pod) == repr(pod)
+    memo, policy = TranslationMemo(), Policy.default()
+    assert memo.translate(pod, namespace="ml", policy=policy).patch
+
+
+def test_namespace_native_names_and_a_new_policy_are_part_of_what_is_remembered() -> None:
+    memo, policy = TranslationMemo(), Policy.default()
+    pod = mig_pod("1g.10gb")
+    memo.translate(pod, namespace="ml", policy=policy)
+    memo.translate(pod, namespace="other", policy=policy)
+    memo.translate(pod, namespace="ml", policy=policy, native_extended=frozenset({"x"}))
+    memo.translate(pod, namespace="ml", policy=Policy.default())
+    memo.translate(pod, namespace="ml", policy=policy)
+    assert (memo.misses, memo.hits) == (5, 0)
