@@ -47,13 +47,13 @@ class Alternative:
     nvlink: bool = False
     """Whole GPUs only: all ``count`` GPUs must share the NVLink domain attribute."""
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
         """Human form: ``2 x gpu (nvlink)``, ``1 x 1g.10gb``."""
         what = self.profile if self.kind == "mig" else "gpu"
         return f"{self.count} x {what}{' (nvlink)' if self.nvlink else ''}"
 
-    @property
+    @functools.cached_property
     def base_name(self) -> str:
         """The subrequest name before de-duplication."""
         if self.kind == "gpu":

@@ -163,7 +163,9 @@ def translate_pod(
         for section in ("requests", "limits"):
             values = _dict(resources.get(section))
             present = [r for r in container.legacy if r in values]
-            if present and len(present) == len(values):
+            if not present:
+                continue
+            if len(present) == len(values):
                 # Only the legacy resource was there: drop the map rather than leave it empty.
                 ops.append(patch.remove([*container.path, "resources", section]))
                 continue
@@ -260,10 +262,12 @@ def _read_legacy(
     resources = _dict(container.body.get("resources"))
     requests = _dict(resources.get("requests"))
     limits = _dict(resources.get("limits"))
-    names = [n for n in dict.fromkeys([*limits, *requests]) if isinstance(n, str)]
+    names = [
+        n
+        for n in dict.fromkeys([*limits, *requests])
+        if isinstance(n, str) and is_legacy_resource(n)
+    ]
     for resource in names:
-        if not is_legacy_resource(resource):
-            continue
         counts = {}
         for section, values in (("limits", limits), ("requests", requests)):
             if resource in values:
@@ -489,7 +493,9 @@ def _alternatives(
     return tuple(_entry(n, legacy_count, None) for n in names), legacy_name, via
 
 
+@functools.lru_cache(maxsize=1024)
 def _entry(name: str, count: int, min_memory: int | None) -> Alternative:
+    """One alternative; cached, as Alternatives are immutable and replicas ask for the same."""
     if name == WHOLE_GPU:
         return Alternative(kind="gpu", count=count)
     return Alternative(kind="mig", count=count, profile=name, min_memory_bytes=min_memory)
