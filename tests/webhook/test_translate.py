@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
+import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -672,6 +673,20 @@ def test_patched_pods_and_templates_are_valid_for_1_34_to_1_37(scenario: str) ->
     validate(patched)
     (template,) = conversion.templates
     validate(template)
+
+
+def test_the_schema_check_refuses_what_the_api_would_refuse() -> None:
+    pod = build_pod(container(limits={"nvidia.com/gpu": 2}))
+    (template,) = translate_pod(pod, namespace="ml", policy=Policy.default()).templates
+    validate(template)
+    broken = copy.deepcopy(template)
+    broken["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"][0]["count"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(broken)
+    broken = copy.deepcopy(template)
+    broken["spec"]["spec"]["devices"]["unknownField"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(broken)
 
 
 # --- robustness ------------------------------------------------------------------------------

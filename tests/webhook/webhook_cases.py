@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from typing import Any
+from unittest import mock
 
 import jsonpatch
 import kubernetes_validate
+import kubernetes_validate.utils
 
 from webhook.translate import Conversion
 
@@ -67,8 +70,11 @@ def apply(pod: Pod, conversion: Conversion) -> Pod:
 
 
 _VALID: set[str] = set()
-"""Objects (as canonical JSON) that already passed: kubernetes_validate reads and parses its
-schema files on every call (several ms each), and the same object passes again anyway."""
+"""Objects (as canonical JSON) that already passed: the same object passes again anyway."""
+
+_schema_contents = functools.cache(kubernetes_validate.utils.schema_contents)
+"""kubernetes_validate reads and parses its (large) schema files on every call, several ms
+each; the files do not change while the tests run, so each is read once."""
 
 
 def validate(obj: dict[str, Any]) -> None:
@@ -76,6 +82,7 @@ def validate(obj: dict[str, Any]) -> None:
     key = json.dumps(obj, sort_keys=True)
     if key in _VALID:
         return
-    for version in KUBERNETES_VERSIONS:
-        kubernetes_validate.validate(obj, version, strict=True)
+    with mock.patch.object(kubernetes_validate.utils, "schema_contents", _schema_contents):
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
     _VALID.add(key)
