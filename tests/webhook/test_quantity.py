@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 import pytest
@@ -20,9 +21,9 @@ def count_by_the_general_parser(value: object) -> int:
     return int(amount)
 
 
-def outcome(parse: object, value: object) -> tuple[str, object]:
+def outcome(parse: Callable[[object], int], value: object) -> tuple[str, object]:
     try:
-        return ("ok", parse(value))  # type: ignore[operator]
+        return ("ok", parse(value))
     except QuantityError as exc:
         return ("error", str(exc))
 
