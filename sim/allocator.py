@@ -51,7 +51,7 @@ class Device:
     only ever matched through cached selector results), then kept with their CEL results."""
 
     __slots__ = ("driver", "pool", "name", "slice_name", "consumes", "taints", "raw", "_view",
-                 "_qualified")
+                 "_qualified", "counter_sets", "needs")
 
     def __init__(self, driver: str, pool: str, name: str, slice_name: str,
                  consumes: tuple[tuple[CounterKey, int], ...], taints: tuple[Obj, ...],
@@ -65,6 +65,8 @@ class Device:
         self.raw = raw
         self._view: DeviceView | None = None
         self._qualified: dict[str, Any] | None = None
+        self.counter_sets = frozenset(c[0] for c, _ in consumes)
+        self.needs = dict(consumes)
 
     @property
     def key(self) -> DeviceKey:
@@ -89,6 +91,44 @@ class Device:
         return self._view
 
 
+@dataclass(frozen=True)
+class CandidateList:
+    """Devices that pass a request's selectors, in search order, cut into segments of
+    consecutive devices drawing on the same counter sets. A segment also records what every
+    one of its devices needs at least (per counter), so the search can skip a whole GPU whose
+    counters are exhausted without looking at each device: the outcome is the same."""
+
+    devices: list[Device]
+    segments: dict[int, tuple[int, tuple[str, str], tuple[tuple[CounterKey, int], ...]]]
+    """start position -> (end position, (driver, pool), minimum needs)."""
+
+    @classmethod
+    def of(cls, devices: list[Device]) -> CandidateList:
+        segments: dict[int, tuple[int, tuple[str, str], tuple[tuple[CounterKey, int], ...]]] = {}
+        start = 0
+        count = len(devices)
+        while start < count:
+            first = devices[start]
+            sets = first.counter_sets
+            pool = first.pool
+            needs = first.needs
+            end = start + 1
+            while end < count:
+                device = devices[end]
+                if device.pool != pool or device.counter_sets != sets:
+                    break
+                mine = device.needs
+                if needs is not mine:
+                    needs = {c: v if v <= mine.get(c, 0) else mine[c]
+                             for c, v in needs.items() if c in mine}
+                end += 1
+            useful = tuple((c, v) for c, v in needs.items() if v > 0)
+            if sets and useful:
+                segments[start] = (end, (first.driver, pool), useful)
+            start = end
+        return cls(devices, segments)
+
+
 @dataclass(eq=False)
 class Pool:
     """The devices of one (driver, pool) in the scheduler's order, and the pool's counters."""
@@ -101,8 +141,10 @@ class Pool:
     devices: list[Device]
     counters: dict[CounterKey, int]
     by_name: dict[str, Device] = field(default_factory=dict)
-    candidates: dict[tuple[str, ...], list[Device]] = field(default_factory=dict)
+    candidates: dict[tuple[str, ...], CandidateList] = field(default_factory=dict)
     """Devices passing a set of selectors, per set: valid as long as the pool is."""
+    inherited: dict[tuple[str, ...], frozenset[int]] = field(default_factory=dict)
+    """From the pool this one reorders: which devices pass each set (by object id)."""
 
     def __post_init__(self) -> None:
         self.by_name = {d.name: d for d in self.devices}
@@ -118,7 +160,8 @@ class Pool:
         pool = Pool(self.driver, name, self.generation, node_name, devices, self.counters)
         position = {id(d): i for i, d in enumerate(self.devices)}
         for key, matching in self.candidates.items():
-            pool.candidates[key] = [devices[position[id(d)]] for d in matching]
+            pool.candidates[key] = CandidateList.of(
+                [devices[position[id(d)]] for d in matching.devices])
         return pool
 
     def reordered(self, names: Sequence[str]) -> Pool:
@@ -127,9 +170,9 @@ class Pool:
         devices = [self.by_name[n] for n in names]
         pool = Pool(self.driver, self.name, self.generation + 1, self.node_name, devices,
                     self.counters)
+        pool.inherited = dict(self.inherited)
         for key, matching in self.candidates.items():
-            wanted = {id(d) for d in matching}
-            pool.candidates[key] = [d for d in devices if id(d) in wanted]
+            pool.inherited[key] = frozenset(id(d) for d in matching.devices)
         return pool
 
 
@@ -386,14 +429,14 @@ class Allocator:
         score = 0
         for request in claims.requests:
             for index, sub in enumerate(request.alternatives):
-                if any(self.candidates([pool], sub) for pool in pool_list):
+                if any(self.candidates([pool], sub).devices for pool in pool_list):
                     score += 8 - index
                     break
         return score
 
-    def candidates(self, pools: Sequence[Pool], sub: _Sub) -> list[Device]:
+    def candidates(self, pools: Sequence[Pool], sub: _Sub) -> CandidateList:
         """Devices that pass the class and request selectors, in search order."""
-        found: list[Device] = []
+        found: list[CandidateList] = []
         try:
             class_selectors = self._class_selectors[sub.class_name]
         except KeyError:
@@ -405,12 +448,18 @@ class Allocator:
         for pool in pools:
             cached = pool.candidates.get(expressions)
             if cached is None:
-                cached = [
-                    d for d in pool.devices if all(matches(e, d.view) for e in expressions)
-                ]
+                members = pool.inherited.get(expressions)
+                if members is not None:
+                    chosen = [d for d in pool.devices if id(d) in members]
+                else:
+                    chosen = [d for d in pool.devices
+                              if all(matches(e, d.view) for e in expressions)]
+                cached = CandidateList.of(chosen)
                 pool.candidates[expressions] = cached
-            found.extend(cached)
-        return found
+            found.append(cached)
+        if len(found) == 1:
+            return found[0]
+        return CandidateList.of([d for c in found for d in c.devices])
 
 
 class _Search:
@@ -456,11 +505,11 @@ class _Search:
                 return True
         return False
 
-    def _all(self, r: int, sub: _Sub, candidates: list[Device]) -> bool:
-        if not candidates:
+    def _all(self, r: int, sub: _Sub, candidates: CandidateList) -> bool:
+        if not candidates.devices:
             return False
         taken = 0
-        for device in candidates:
+        for device in candidates.devices:
             if not self._fits(r, sub, device):
                 break
             self._take(r, sub, device)
@@ -472,25 +521,45 @@ class _Search:
             self._untake()
         return False
 
-    def _slot(self, r: int, sub: _Sub, candidates: list[Device], k: int, start: int) -> bool:
+    def _slot(self, r: int, sub: _Sub, candidates: CandidateList, k: int, start: int) -> bool:
         if k == sub.count:
             return self._request(r + 1)
-        remaining = sub.count - k
-        for pos in range(start, len(candidates) - remaining + 1):
+        devices = candidates.devices
+        segments = candidates.segments
+        stop = len(devices) - (sub.count - k) + 1
+        pos = start
+        while pos < stop:
+            segment = segments.get(pos)
+            if segment is not None and not self._segment_open(segment[1], segment[2]):
+                pos = segment[0]
+                continue
             self.steps += 1
             if self.steps > self.allocator.max_steps:
                 raise AllocationError(
                     f"the search took more than {self.allocator.max_steps} steps "
                     "(the scheduler's 10 s timeout)"
                 )
-            device = candidates[pos]
+            device = devices[pos]
+            pos += 1
             if not self._fits(r, sub, device):
                 continue
             self._take(r, sub, device)
-            if self._slot(r, sub, candidates, k + 1, pos + 1):
+            if self._slot(r, sub, candidates, k + 1, pos):
                 return True
             self._untake()
         return False
+
+    def _segment_open(self, pool_key: tuple[str, str],
+                      needs: tuple[tuple[CounterKey, int], ...]) -> bool:
+        """Whether the least any device of a segment needs is still available."""
+        capacity = self.capacity.get(pool_key, {})
+        used = self.in_use.used(*pool_key)
+        extra = self.extra.get(pool_key, {})
+        for counter, need in needs:
+            limit = capacity.get(counter)
+            if limit is None or used.get(counter, 0) + extra.get(counter, 0) + need > limit:
+                return False
+        return True
 
     def _fits(self, r: int, sub: _Sub, device: Device) -> bool:
         key = device.key

@@ -8,9 +8,9 @@
   in index order, the first free placement of the first profile a pod asks for; no fallbacks.
 * ``oracle``: an upper bound. It may repack the slices of running pods on a GPU (which real MIG
   cannot do without stopping them), takes the earliest alternative of each chain that fits
-  anywhere, and puts each slice on the fullest GPU that can still host it.
+  on the node, and puts each slice on the fullest node and GPU that can still host it.
 
-Node choice for the device plugin, static layouts and the oracle follows the scenario's
+Node choice for the device plugin and static layouts follows the scenario's
 ``scheduler.nodeRule`` (pack: most used node first; spread: least used first), like the
 scheduler's scoring; ties go by node name.
 """
@@ -297,8 +297,14 @@ class InstaSliceStrategy(_ClusterStrategy):
 
 class OracleStrategy(_ClusterStrategy):
     name = "oracle"
-    description = "upper bound: repacks running slices, best GPU anywhere"
+    description = "upper bound: repacks running slices, fullest node and GPU first"
     _counts_mig = True
+
+    def __init__(self, scenario: Scenario, book: DemandBook) -> None:
+        super().__init__(scenario, book)
+        # Consolidate whatever the scheduler's rule: keeping GPUs and nodes empty for large
+        # requests is part of what makes this a bound.
+        self.order = NodeOrder([n.name for n in scenario.nodes], "pack")
 
     def demand(self, pod: PodSpec) -> Demand:
         return self.book.chains(pod)

@@ -100,8 +100,19 @@ class GpuOrderCache:
         for c in candidates:
             self.by_gpu.setdefault(c.gpu_index, []).append(c)
         self._blocks: dict[tuple[Any, ...], list[str]] = {}
+        self._full: dict[Any, list[str]] = {}
 
     def order(self, occupancy: Occupancy) -> list[str]:
+        key = (tuple(sorted((g, tuple(sorted(p))) for g, p in occupancy.placements.items() if p)),
+               occupancy.whole_in_use)
+        found = self._full.get(key)
+        if found is None:
+            found = self._order(occupancy)
+            if len(self._full) < 200_000:
+                self._full[key] = found
+        return found
+
+    def _order(self, occupancy: Occupancy) -> list[str]:
         names: list[str] = []
         heads = [cands[0] for cands in self.by_gpu.values()]
         for head in self.policy.order(heads, occupancy):
@@ -171,9 +182,11 @@ class NodeAgent:
         else:
             self.limiter.published("v0")
 
-    def ensure_pool(self) -> Pool:
+    def ensure_pool(self, *, fresh: bool = True) -> Pool:
         """The pool as the scheduler sees it now (fast path: built on first use, and reordered
-        when a republish happened since the last look)."""
+        when a republish happened since the last look). ``fresh=False`` may return the pool in
+        an older order: good enough to learn whether a claim fits at all, which no order
+        changes."""
         if self.api is not None:
             assert self.pool is not None
             return self.pool
@@ -198,7 +211,7 @@ class NodeAgent:
             self._materialized = ()
         self._settle()
         assert self.pool is not None
-        if self.dynamic and self._materialized != self._snapshot:
+        if fresh and self.dynamic and self._materialized != self._snapshot:
             order = self.orders.order(Occupancy.of({}, list(self._snapshot)))
             if order != self.current_order():
                 self.pool = self.pool.reordered(order)
@@ -496,12 +509,17 @@ class Scheduler:
             version = self.versions[node]
             if memo.get(node) == version:
                 continue
-            pool = self.agents[node].ensure_pool()
+            agent = self.agents[node]
+            pool = agent.ensure_pool(fresh=False)
             self.attempts += 1
             found = self.allocator.allocate(parsed, node, [pool], self.in_use)
             if found is None:
                 memo[node] = version
                 continue
+            current = agent.ensure_pool()
+            if current is not pool:
+                found = self.allocator.allocate(parsed, node, [current], self.in_use)
+                assert found is not None, "feasibility cannot depend on device order"
             if found.score >= top:
                 return found
             feasible += 1

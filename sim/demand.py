@@ -8,8 +8,10 @@ The baselines get the same pod the way their world sees it:
   pod gets one GPU;
 * static MIG layouts (NVIDIA's MIG device plugin, "mixed" strategy): ``nvidia.com/mig-<p>: N`` is
   N instances of exactly ``p``; ``nvidia.com/gpu: N`` is N GPUs left without MIG; an
-  annotation-only pod asks for the first profile of its chain (what its owner would write);
-* InstaSlice-style: the first alternative of each converted chain (no fallbacks);
+  annotation-only pod asks for the first profile of its chain that the cluster has (what its
+  owner would write);
+* InstaSlice-style: the first alternative of each converted chain that the cluster has (no
+  fallbacks);
 * oracle: the converted chains with their fallbacks.
 
 Translation is pure and depends only on the pod's content, its namespace and the policy, so it
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -117,6 +118,15 @@ class DemandBook:
         self.scenario = scenario
         self.policy = scenario_policy(scenario)
         self._translated: dict[tuple[Any, ...], Translated] = {}
+        self._profiles = {p.name for n in scenario.nodes for m in n.models for p in m.profiles}
+
+    def _available(self, chain: Request) -> Alt:
+        """The first alternative the cluster has at all (a chain built from memory spans every
+        model; a person asking by hand would name one of their own GPUs' profiles)."""
+        for alt in chain:
+            if alt.kind == "gpu" or alt.profile in self._profiles:
+                return alt
+        return chain[0]
 
     def translated(self, pod: PodSpec) -> Translated:
         key = _shape(pod)
@@ -152,28 +162,14 @@ class DemandBook:
                 requests.append((Alt("mig", count, name[len("nvidia.com/mig-"):]),))
         if not requests:
             chains = self.translated(pod).chains
-            requests = [(chain[0],) for chain in chains[:1]]
+            requests = [(self._available(chain),) for chain in chains[:1]]
         return tuple(requests)
 
     def first_choice(self, pod: PodSpec) -> Demand:
         """InstaSlice view: the first alternative of each converted chain."""
         chains = self.translated(pod).chains or self.static(pod)
-        return tuple((chain[0],) for chain in chains)
+        return tuple((self._available(chain),) for chain in chains)
 
     def chains(self, pod: PodSpec) -> Demand:
         """Oracle view: the converted chains, fallbacks included."""
         return self.translated(pod).chains or self.static(pod)
-
-
-def describe(demand: Demand) -> str:
-    return "; ".join(
-        " | ".join(f"{a.count}x{a.profile or 'gpu'}" for a in request) for request in demand
-    )
-
-
-def signature(demand: Demand) -> tuple[Any, ...]:
-    return demand
-
-
-def by_pod(book: DemandBook, pods: Mapping[str, PodSpec]) -> dict[str, Demand]:
-    return {name: book.chains(pod) for name, pod in pods.items()}

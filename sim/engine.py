@@ -161,6 +161,8 @@ class Result:
     """workload -> (served, total)."""
     waits_by_workload: dict[str, tuple[float, float]] = field(default_factory=dict)
     """workload -> (mean, max) wait of its served pods, seconds."""
+    immediate_by_workload: dict[str, int] = field(default_factory=dict)
+    """workload -> pods that started the moment they arrived."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -177,6 +179,7 @@ class Result:
                            for k, (s, t) in sorted(self.served_by_workload.items())},
             "waitByWorkload": {k: {"mean": round(m, 3), "max": round(x, 3)}
                                for k, (m, x) in sorted(self.waits_by_workload.items())},
+            "startedOnArrival": dict(sorted(self.immediate_by_workload.items())),
             "series": [[round(t, 1), round(u, 5), round(f, 5)] for t, u, f in self.series],
             "wallSeconds": round(self.wall_s, 3),
             "notes": self.notes,
@@ -405,4 +408,6 @@ class Engine:
             notes=list(self.strategy.notes),
             served_by_workload=by_workload,
             waits_by_workload={k: (sum(v) / len(v), max(v)) for k, v in workload_waits.items()},
+            immediate_by_workload={k: sum(1 for w in v if w == 0)
+                                   for k, v in workload_waits.items()},
         )
