@@ -91,42 +91,55 @@ class Device:
         return self._view
 
 
-@dataclass(frozen=True)
 class CandidateList:
     """Devices that pass a request's selectors, in search order, cut into segments of
-    consecutive devices drawing on the same counter sets. A segment also records what every
-    one of its devices needs at least (per counter), so the search can skip a whole GPU whose
-    counters are exhausted without looking at each device: the outcome is the same."""
+    consecutive devices drawing on the same counter sets. What every device of a segment needs
+    at least (per counter) is worked out the first time the search reaches the segment, so the
+    search can skip a whole GPU whose counters are exhausted without looking at each device:
+    the outcome is the same."""
 
-    devices: list[Device]
-    segments: dict[int, tuple[int, tuple[str, str], tuple[tuple[CounterKey, int], ...]]]
-    """start position -> (end position, (driver, pool), minimum needs)."""
+    __slots__ = ("devices", "bounds", "_needs")
+
+    def __init__(self, devices: list[Device], bounds: dict[int, int]) -> None:
+        self.devices = devices
+        self.bounds = bounds
+        """start position -> end position of each segment that draws on counters."""
+        self._needs: dict[int, tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]] = {}
 
     @classmethod
     def of(cls, devices: list[Device]) -> CandidateList:
-        segments: dict[int, tuple[int, tuple[str, str], tuple[tuple[CounterKey, int], ...]]] = {}
+        bounds: dict[int, int] = {}
         start = 0
         count = len(devices)
         while start < count:
             first = devices[start]
             sets = first.counter_sets
             pool = first.pool
-            needs = first.needs
             end = start + 1
             while end < count:
                 device = devices[end]
-                if device.pool != pool or device.counter_sets != sets:
+                if device.pool != pool or (device.counter_sets is not sets
+                                           and device.counter_sets != sets):
                     break
-                mine = device.needs
-                if needs is not mine:
-                    needs = {c: v if v <= mine.get(c, 0) else mine[c]
-                             for c, v in needs.items() if c in mine}
                 end += 1
-            useful = tuple((c, v) for c, v in needs.items() if v > 0)
-            if sets and useful:
-                segments[start] = (end, (first.driver, pool), useful)
+            if sets:
+                bounds[start] = end
             start = end
-        return cls(devices, segments)
+        return cls(devices, bounds)
+
+    def needs(self, start: int) -> tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]:
+        found = self._needs.get(start)
+        if found is None:
+            segment = self.devices[start:self.bounds[start]]
+            needs = dict(segment[0].needs)
+            for device in segment[1:]:
+                mine = device.needs
+                needs = {c: v if v <= mine.get(c, 0) else mine[c]
+                         for c, v in needs.items() if c in mine}
+            first = segment[0]
+            found = ((first.driver, first.pool), tuple((c, v) for c, v in needs.items() if v > 0))
+            self._needs[start] = found
+        return found
 
 
 @dataclass(eq=False)
@@ -525,14 +538,16 @@ class _Search:
         if k == sub.count:
             return self._request(r + 1)
         devices = candidates.devices
-        segments = candidates.segments
+        bounds = candidates.bounds
         stop = len(devices) - (sub.count - k) + 1
         pos = start
         while pos < stop:
-            segment = segments.get(pos)
-            if segment is not None and not self._segment_open(segment[1], segment[2]):
-                pos = segment[0]
-                continue
+            end = bounds.get(pos)
+            if end is not None:
+                pool_key, needs = candidates.needs(pos)
+                if needs and not self._segment_open(pool_key, needs):
+                    pos = end
+                    continue
             self.steps += 1
             if self.steps > self.allocator.max_steps:
                 raise AllocationError(

@@ -477,6 +477,10 @@ class Scheduler:
         n = len(agents)
         self.enough = max(100, n * max(5, 50 - n // 125) // 100)
         self.attempts = 0
+        self.capacity = {name: sum(m.memory_slices for m in agent.node.models)
+                         for name, agent in agents.items()}
+        self.min_slices: dict[Any, int] = {}
+        """Per claim shape, the fewest memory slices any solution holds (a lower bound)."""
 
     def touch(self, node: str) -> None:
         self.versions[node] += 1
@@ -505,9 +509,14 @@ class Scheduler:
         mark = len(self.changes)
         best: Allocation | None = None
         feasible = 0
+        need = self.min_slices.get(shape, 0)
+        used = self.order.used
+        capacity = self.capacity
         for node in subset if subset is not None else self.order:
             version = self.versions[node]
             if memo.get(node) == version:
+                continue
+            if capacity[node] - used[node] < need:
                 continue
             agent = self.agents[node]
             pool = agent.ensure_pool(fresh=False)
@@ -681,6 +690,8 @@ class GpuSlicerStrategy(Strategy):
             return None
         shape = (pod.namespace, tuple(sorted(pod.resources.items())),
                  tuple(sorted(pod.annotations.items())))
+        if shape not in self.scheduler.min_slices:
+            self.scheduler.min_slices[shape] = self._min_slices(pod)
         try:
             allocation = self.scheduler.schedule(claims, shape)
         except AllocationError as exc:
@@ -727,6 +738,22 @@ class GpuSlicerStrategy(Strategy):
         used = sum(_slices_of(parse_device_name(d.name), agent) for d in allocation.devices)
         self.scheduler.order.change(allocation.node, used)
         return Held(allocation.node, tuple(slots))
+
+    def _min_slices(self, pod: PodSpec) -> int:
+        """Memory slices the pod needs at least, on any model of the cluster (a necessary
+        condition the scheduler uses to skip nodes without enough free slices)."""
+        models = {m.key: m for n in self.scenario.nodes for m in n.models}.values()
+        total = 0
+        for request in self.demand(pod):
+            options = []
+            for alt in request:
+                for model in models:
+                    if alt.kind == "gpu":
+                        options.append(alt.count * model.memory_slices)
+                    elif alt.profile is not None and model.has_profile(alt.profile):
+                        options.append(alt.count * model.profile(alt.profile).memory_slices)
+            total += min(options, default=0)
+        return total
 
     def _check_instances(self, agent: NodeAgent, allocation: Allocation) -> None:
         """Every prepared MIG device has exactly its instance on the GPU, and nothing else is."""
