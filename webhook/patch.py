@@ -24,10 +24,11 @@ def pointer(tokens: Sequence[Token]) -> str:
     """The JSON Pointer of a path given as tokens; ``[]`` is the whole document."""
     if not tokens:
         return ""
-    joined = "/".join(map(str, tokens))
-    if "~" not in joined and joined.count("/") == len(tokens) - 1:
+    parts = [str(t) for t in tokens]
+    joined = "/".join(parts)
+    if "~" not in joined and joined.count("/") == len(parts) - 1:
         return "/" + joined  # no token holds "~" or "/": nothing to escape
-    return "".join("/" + escape(t) for t in tokens)
+    return "/" + "/".join([p.replace("~", "~0").replace("/", "~1") for p in parts])
 
 
 def lookup(doc: Any, tokens: Sequence[Token]) -> Any:

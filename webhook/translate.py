@@ -497,8 +497,13 @@ def _alternatives(
 def _entry(name: str, count: int, min_memory: int | None) -> Alternative:
     """One alternative; cached, as Alternatives are immutable and replicas ask for the same."""
     if name == WHOLE_GPU:
-        return Alternative(kind="gpu", count=count)
+        return _whole_gpus(count, False)
     return Alternative(kind="mig", count=count, profile=name, min_memory_bytes=min_memory)
+
+
+@functools.lru_cache(maxsize=256)
+def _whole_gpus(count: int, nvlink: bool) -> Alternative:
+    return Alternative(kind="gpu", count=count, nvlink=nvlink)
 
 
 def _gpu_alternatives(
@@ -511,7 +516,7 @@ def _gpu_alternatives(
     if rules.gpu is not None:
         return tuple(_entry(n, count, None) for n in rules.gpu)
     if count == 1 or rules.nvlink == "none":
-        return (Alternative(kind="gpu", count=count),)
+        return (_whole_gpus(count, False),)
     if target.nvlink_attribute is None:
         warnings.append(
             _short(
@@ -519,8 +524,8 @@ def _gpu_alternatives(
                 f"{target.name} publishes no NVLink attribute"
             )
         )
-        return (Alternative(kind="gpu", count=count),)
-    nvlink = Alternative(kind="gpu", count=count, nvlink=True)
+        return (_whole_gpus(count, False),)
+    nvlink = _whole_gpus(count, True)
     if rules.nvlink == "strict":
         return (nvlink,)
-    return (nvlink, Alternative(kind="gpu", count=count))
+    return (nvlink, _whole_gpus(count, False))
