@@ -98,16 +98,19 @@ class CandidateList:
     search can skip a whole GPU whose counters are exhausted without looking at each device:
     the outcome is the same."""
 
-    __slots__ = ("devices", "bounds", "_needs")
+    __slots__ = ("devices", "bounds", "_needs", "_shared")
 
-    def __init__(self, devices: list[Device], bounds: dict[int, int]) -> None:
+    def __init__(self, devices: list[Device], bounds: dict[int, int],
+                 shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None) -> None:
         self.devices = devices
         self.bounds = bounds
         """start position -> end position of each segment that draws on counters."""
         self._needs: dict[int, tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]] = {}
+        self._shared = shared if shared is not None else {}
 
     @classmethod
-    def of(cls, devices: list[Device]) -> CandidateList:
+    def of(cls, devices: list[Device],
+           shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None) -> CandidateList:
         bounds: dict[int, int] = {}
         start = 0
         count = len(devices)
@@ -125,19 +128,30 @@ class CandidateList:
             if sets:
                 bounds[start] = end
             start = end
-        return cls(devices, bounds)
+        return cls(devices, bounds, shared)
 
     def needs(self, start: int) -> tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]:
+        """What every device of the segment at ``start`` needs at least. Computed over all the
+        list's devices on the same counter sets (a superset of the segment, so never more than
+        the segment's own minimum) and shared by every reordering of the list."""
         found = self._needs.get(start)
         if found is None:
-            segment = self.devices[start:self.bounds[start]]
-            needs = dict(segment[0].needs)
-            for device in segment[1:]:
-                mine = device.needs
-                needs = {c: v if v <= mine.get(c, 0) else mine[c]
-                         for c, v in needs.items() if c in mine}
-            first = segment[0]
-            found = ((first.driver, first.pool), tuple((c, v) for c, v in needs.items() if v > 0))
+            first = self.devices[start]
+            needs = self._shared.get(first.counter_sets)
+            if needs is None:
+                merged: dict[CounterKey, int] | None = None
+                for device in self.devices:
+                    if device.counter_sets != first.counter_sets:
+                        continue
+                    mine = device.needs
+                    if merged is None:
+                        merged = dict(mine)
+                    else:
+                        merged = {c: v if v <= mine.get(c, 0) else mine[c]
+                                  for c, v in merged.items() if c in mine}
+                needs = tuple((c, v) for c, v in (merged or {}).items() if v > 0)
+                self._shared[first.counter_sets] = needs
+            found = ((first.driver, first.pool), needs)
             self._needs[start] = found
         return found
 
@@ -158,6 +172,10 @@ class Pool:
     """Devices passing a set of selectors, per set: valid as long as the pool is."""
     inherited: dict[tuple[str, ...], frozenset[int]] = field(default_factory=dict)
     """From the pool this one reorders: which devices pass each set (by object id)."""
+    needs: dict[tuple[str, ...], dict[Any, tuple[tuple[CounterKey, int], ...]]] = field(
+        default_factory=dict)
+    """Per selector set, the least a device on each counter set needs: the same for every
+    order of the same devices, and for every identical node."""
 
     def __post_init__(self) -> None:
         self.by_name = {d.name: d for d in self.devices}
@@ -171,10 +189,12 @@ class Pool:
             twin._view = d.view
             devices.append(twin)
         pool = Pool(self.driver, name, self.generation, node_name, devices, self.counters)
+        pool.needs = self.needs
         position = {id(d): i for i, d in enumerate(self.devices)}
         for key, matching in self.candidates.items():
             pool.candidates[key] = CandidateList.of(
-                [devices[position[id(d)]] for d in matching.devices])
+                [devices[position[id(d)]] for d in matching.devices],
+                self.needs.setdefault(key, {}))
         return pool
 
     def reordered(self, names: Sequence[str]) -> Pool:
@@ -184,6 +204,7 @@ class Pool:
         pool = Pool(self.driver, self.name, self.generation + 1, self.node_name, devices,
                     self.counters)
         pool.inherited = dict(self.inherited)
+        pool.needs = self.needs
         for key, matching in self.candidates.items():
             pool.inherited[key] = frozenset(id(d) for d in matching.devices)
         return pool
@@ -467,7 +488,7 @@ class Allocator:
                 else:
                     chosen = [d for d in pool.devices
                               if all(matches(e, d.view) for e in expressions)]
-                cached = CandidateList.of(chosen)
+                cached = CandidateList.of(chosen, pool.needs.setdefault(expressions, {}))
                 pool.candidates[expressions] = cached
             found.append(cached)
         if len(found) == 1:
