@@ -65,7 +65,7 @@ class NodeOrder:
 
 
 def gpu_modes(node: NodeSpec) -> list[str]:
-    return [effective_mode(node.mode, m) for m in node.models]  # type: ignore[arg-type]
+    return [effective_mode(node.mode, m) for m in node.models]
 
 
 @dataclass

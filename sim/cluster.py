@@ -158,7 +158,7 @@ class NodeAgent:
         self.dynamic = policy in DYNAMIC_POLICIES
         self.backend = SimulatedBackend(list(node.models), node_name=node.name,
                                         sleep=lambda _s: None)
-        self.modes = {i: effective_mode(node.mode, m)  # type: ignore[arg-type]
+        self.modes = {i: effective_mode(node.mode, m)
                       for i, m in enumerate(node.models)}
         self.api = api
         self.limiter = RepublishLimiter(min_interval_s=scenario.republish_min_interval_s,

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -24,6 +24,7 @@ from sim.errors import ScenarioError, UnknownNameError
 from slicer.catalog import GpuModel
 from slicer.errors import SlicerError
 from slicer.gpuspec import parse_gpu_spec
+from slicer.inventory import Mode
 
 Obj = dict[str, Any]
 
@@ -49,7 +50,7 @@ class NodeSpec:
     name: str
     gpus: str
     models: tuple[GpuModel, ...]
-    mode: str
+    mode: Mode
     """Requested agent mode: dynamic (default; Ampere falls back to mig), mig or full."""
 
 
@@ -267,11 +268,11 @@ def parse_scenario(data: Any, *, seed: int | None = None, source: str = "<scenar
     pods = _pods(top.get("pods"), clock_s, namespaces)
     pods += _generated(top.get("generators"), clock_s, namespaces, used_seed)
     pods.sort(key=lambda p: (p.arrival, p.name))
-    names = [p.name for p in pods]
-    if len(set(names)) != len(names):
-        seen: set[str] = set()
-        dup = next(n for n in names if n in seen or seen.add(n))  # type: ignore[func-returns-value]
-        raise ScenarioError(f"pods: the name {dup!r} is used twice")
+    seen: set[str] = set()
+    for pod in pods:
+        if pod.name in seen:
+            raise ScenarioError(f"pods: the name {pod.name!r} is used twice")
+        seen.add(pod.name)
     last = max((p.arrival + p.duration for p in pods), default=0.0)
     end = _time(top["end"], "end", clock_s) if "end" in top else last
     sample = parse_duration(top.get("sample", max(60.0, end / 500)), "sample")
@@ -323,7 +324,7 @@ def _nodes(value: Any) -> list[NodeSpec]:
             prefix = str(body.get("namePrefix", "node-"))
             width = len(str(count))
             names = [f"{prefix}{j:0{width}d}" for j in range(count)]
-        nodes.extend(NodeSpec(n, str(body["gpus"]), models, mode) for n in names)
+        nodes.extend(NodeSpec(n, str(body["gpus"]), models, cast(Mode, mode)) for n in names)
     if not nodes:
         raise ScenarioError("nodes: at least one node is required")
     seen: set[str] = set()
