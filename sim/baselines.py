@@ -116,6 +116,11 @@ class _ClusterStrategy(Strategy):
         self.order.change(node, delta)
         return Held(node, tuple(slots))
 
+    def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+        if not _mode_allows(self.gpus[ledger.node][ledger.index], alt):
+            return False
+        return super().gpu_can_use(ledger, alt)
+
     def release(self, pod: PodSpec, held: Held, now: float) -> None:
         gpus = self.gpus[held.node]
         delta = 0
@@ -310,6 +315,8 @@ class OracleStrategy(_ClusterStrategy):
         return self.book.chains(pod)
 
     def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+        if not _mode_allows(self.gpus[ledger.node][ledger.index], alt):
+            return False
         if alt.kind == "gpu":
             return not ledger.held
         if alt.profile is None or not ledger.model.has_profile(alt.profile) or ledger.whole:
