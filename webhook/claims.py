@@ -69,14 +69,27 @@ class ContainerRequest:
     alternatives: tuple[Alternative, ...]
 
 
-@functools.lru_cache(maxsize=4096)
+_CACHED_TEXT_MAX = 253
+"""Longer texts are not remembered: a pod (up to 3 MiB) could otherwise fill the cache with huge
+names. Kubernetes names are at most 253 characters, so real ones always are."""
+
+
 def dns_label(text: str, *, fallback: str = "x", max_len: int = 63) -> str:
     """Turn ``text`` into an RFC 1123 label (lower case, digits, ``-``; at most ``max_len``).
 
     Cached: the same container and profile names come back with every replica of a workload.
     """
+    if len(text) <= _CACHED_TEXT_MAX:
+        return _cached_dns_label(text, fallback, max_len)
+    return _dns_label(text, fallback, max_len)
+
+
+def _dns_label(text: str, fallback: str, max_len: int) -> str:
     label = _NOT_DNS.sub("-", text.lower()).strip("-")[:max_len].strip("-")
     return label or fallback
+
+
+_cached_dns_label = functools.lru_cache(maxsize=4096)(_dns_label)
 
 
 def unique_label(base: str, taken: set[str]) -> str:

@@ -520,6 +520,16 @@ def test_request_names_are_unique_dns_labels(translate: Translate) -> None:
     assert len(set(names)) == 3
 
 
+@pytest.mark.parametrize("length", [253, 254, 100_000])
+def test_names_of_any_length_give_the_same_kind_of_label(
+    translate: Translate, length: int
+) -> None:
+    # names up to 253 characters are remembered between pods, longer ones are not
+    pod = build_pod(container("_Ab" + "c" * (length - 3), limits={"nvidia.com/gpu": 1}))
+    (request,) = requests_of(translate(pod))
+    assert request["name"] == "ab" + "c" * 61
+
+
 # --- idempotency, skipping, content addressing ----------------------------------------------
 
 
