@@ -50,7 +50,14 @@ def check_strategies(scenario: Scenario, wanted: Sequence[str]) -> list[str]:
     return list(wanted)
 
 
+LARGE_DEFAULT = ("gpu-slicer-best-fit",)
+"""Above this many pods the baselines' simple schedulers take minutes; ask for them by name."""
+LARGE_PODS = 5000
+
+
 def default_strategies(scenario: Scenario) -> list[str]:
+    if len(scenario.pods) > LARGE_PODS:
+        return list(LARGE_DEFAULT)
     valid = strategy_names(scenario)
     return [s for s in DEFAULT_STRATEGIES if s in valid]
 
