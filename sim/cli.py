@@ -29,8 +29,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--scenario", default=DEFAULT_SCENARIO, metavar="NAME|FILE",
                    help=f"a shipped scenario or a YAML file (default: {DEFAULT_SCENARIO})")
     p.add_argument("--strategies", metavar="LIST",
-                   help="comma-separated strategies (default: every standard one; gpu-slicer-best-fit "
-                        "alone above 5,000 pods)")
+                   help="comma-separated strategies (default: every standard one; "
+                        "gpu-slicer-best-fit alone above 5,000 pods)")
     p.add_argument("--json", action="store_true", help="print JSON for tools instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="write utilization over time as a PNG")
     p.add_argument("--seed", type=int, help="seed for the scenario's random generators")
