@@ -575,6 +575,7 @@ class GpuSlicerStrategy(Strategy):
             through_api = len(scenario.pods) <= API_POD_LIMIT and len(scenario.nodes) <= 64
         self.through_api = through_api
         self.clock = _Clock()
+        self._closed = False
         self.api: InMemoryKubeApi | None = None
         self.root: Path | None = None
         if through_api:
@@ -839,6 +840,9 @@ class GpuSlicerStrategy(Strategy):
         return problems
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         for agent in self.agents.values():
             agent.close()
         if self.root is not None:

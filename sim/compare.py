@@ -98,9 +98,12 @@ def compare(
     for name in strategies:
         began = time.perf_counter()
         strategy = make_strategy(name, scenario, book, through_api=through_api)
-        engine = Engine(scenario, strategy, progress=progress(name) if progress else None)
-        result = engine.run()
-        problems[name] = engine.drain()
+        try:
+            engine = Engine(scenario, strategy, progress=progress(name) if progress else None)
+            result = engine.run()
+            problems[name] = engine.drain()
+        finally:
+            strategy.close()
         result.notes = list(strategy.notes)
         result.wall_s = time.perf_counter() - began
         results.append(result)

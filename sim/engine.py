@@ -123,6 +123,9 @@ class Strategy:
         """After every pod is gone: problems left behind (leaked instances, claims)."""
         return []
 
+    def close(self) -> None:
+        """Release what the strategy holds outside the process's memory (idempotent)."""
+
     def bind(self, mover: Callable[[dict[str, Held]], None]) -> None:
         """The engine's hook for strategies that move running pods (the oracle repacks)."""
         self.mover = mover
