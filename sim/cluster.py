@@ -627,7 +627,9 @@ class GpuSlicerStrategy(Strategy):
             return found
         translated = self.book.translated(pod)
         if translated.denied is not None:
-            self.notes.append(f"{pod.name}: denied by the webhook: {translated.denied}")
+            if not self.rejected:
+                self.notes.append(f"{pod.name}: denied by the webhook: {translated.denied}")
+            self.rejected[pod.name] = translated.denied
             self.claims[pod.name] = []
             return []
         spec = translated.claim_spec

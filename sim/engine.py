@@ -88,6 +88,8 @@ class Strategy:
         self.creations = 0
         self.destructions = 0
         self.notes: list[str] = []
+        self.rejected: dict[str, str] = {}
+        """Pods refused outright (the webhook denied them), with the reason."""
 
     def demand(self, pod: PodSpec) -> Demand:
         raise NotImplementedError
@@ -138,7 +140,6 @@ class PodRecord:
     end: float | None = None
     held: Held | None = None
     node: str | None = None
-    error: str | None = None
 
 
 @dataclass
@@ -389,7 +390,7 @@ class Engine:
             by_workload[r.pod.workload] = (served + (r.start is not None), total + 1)
             if r.start is not None:
                 workload_waits.setdefault(r.pod.workload, []).append(r.start - r.pod.arrival)
-        rejected = sum(1 for r in arrived if r.error)
+        rejected = sum(1 for r in arrived if r.pod.name in self.strategy.rejected)
         span = self.scenario.end or 1.0
         return Result(
             strategy=self.strategy.name,

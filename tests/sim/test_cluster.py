@@ -97,3 +97,18 @@ def test_noon_burst_serves_the_whole_burst_at_noon_where_the_static_layout_serve
     assert slicer.waits_by_workload["noon-burst"] == (0.0, 0.0)
     assert slicer.served_by_workload["training-3g"] == (1, 1)
     assert all(p == [] for p in comparison.problems.values())
+
+
+def test_a_pod_the_webhook_denies_is_counted_as_rejected_and_never_placed() -> None:
+    scenario = parse_scenario({
+        "nodes": [{"name": "n", "gpus": "H100-80GB:1"}],
+        "namespaces": {"ml": "enabled"},
+        "pods": [
+            {"name": "bad", "namespace": "ml", "at": 0, "duration": "1h",
+             "annotations": {"gpu-slicer.io/profiles": "9g.1tb"}},
+            {"name": "good", "namespace": "ml", "at": 0, "duration": "1h",
+             "resources": {"nvidia.com/mig-1g.10gb": 1}},
+        ],
+    })
+    result = compare(scenario, ["gpu-slicer-best-fit"]).results[0]
+    assert (result.served, result.pending, result.rejected) == (1, 1, 1)
