@@ -101,6 +101,26 @@ class _ClusterStrategy(Strategy):
             for n in scenario.nodes
         }
         self.order = NodeOrder([n.name for n in scenario.nodes], scenario.node_rule)
+        self.changes: list[str] = []
+        self.failed_at: dict[Any, int] = {}
+
+    def _nodes(self, demand: Demand, by_name: bool = False) -> tuple[list[str] | NodeOrder, int]:
+        """Nodes to try for ``demand``: all of them, in order, or, once it fitted nowhere, only
+        the nodes that changed since (the others still cannot host it). Returns the mark to
+        record with :meth:`_failed` when none fits."""
+        mark = len(self.changes)
+        since = self.failed_at.get(demand)
+        if since is None:
+            return (sorted(self.gpus) if by_name else self.order), mark
+        changed = set(self.changes[since:])
+        if by_name:
+            return sorted(changed), mark
+        used = self.order.used
+        sign = -1 if self.order.rule == "pack" else 1
+        return sorted(changed, key=lambda n: (sign * used[n], n)), mark
+
+    def _failed(self, demand: Demand, mark: int) -> None:
+        self.failed_at[demand] = mark
 
     def _commit(self, pod: PodSpec, node: str, slots: list[Slot]) -> Held:
         gpus = self.gpus[node]
@@ -114,6 +134,7 @@ class _ClusterStrategy(Strategy):
                 gpu.holders.setdefault(pod.name, []).append((slot.profile, slot.start))
             delta += gpu.used() - before
         self.order.change(node, delta)
+        self.changes.append(node)
         return Held(node, tuple(slots))
 
     def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
@@ -133,6 +154,7 @@ class _ClusterStrategy(Strategy):
             self.destructions += len(removed) if self._counts_mig else 0
             delta += gpu.used() - before
         self.order.change(held.node, delta)
+        self.changes.append(held.node)
 
     _counts_mig = False
 
@@ -145,11 +167,14 @@ class DevicePluginStrategy(_ClusterStrategy):
         return self.book.whole_gpus(pod)
 
     def place(self, pod: PodSpec, now: float) -> Held | None:
-        count = sum(r[0].count for r in self.demand(pod))
-        for node in self.order:
+        demand = self.demand(pod)
+        count = sum(r[0].count for r in demand)
+        nodes, mark = self._nodes(demand)
+        for node in nodes:
             free = [g.index for g in self.gpus[node] if g.empty()]
             if len(free) >= count:
                 return self._commit(pod, node, [Slot(i, None) for i in free[:count]])
+        self._failed(demand, mark)
         return None
 
     def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
@@ -196,10 +221,12 @@ class StaticStrategy(_ClusterStrategy):
         demand = self.demand(pod)
         if not demand:
             return None
-        for node in self.order:
+        nodes, mark = self._nodes(demand)
+        for node in nodes:
             slots = self._fit(node, demand)
             if slots is not None:
                 return self._commit(pod, node, slots)
+        self._failed(demand, mark)
         return None
 
     def _fit(self, node: str, demand: Demand) -> list[Slot] | None:
@@ -259,11 +286,13 @@ class InstaSliceStrategy(_ClusterStrategy):
         demand = self.demand(pod)
         if not demand:
             return None
-        for node in sorted(self.gpus):
+        nodes, mark = self._nodes(demand, by_name=True)
+        for node in nodes:
             slots = self._fit(node, demand)
             if slots is not None:
                 self.creations += sum(1 for s in slots if s.profile is not None)
                 return self._commit(pod, node, slots)
+        self._failed(demand, mark)
         return None
 
     def _fit(self, node: str, demand: Demand) -> list[Slot] | None:
@@ -330,7 +359,8 @@ class OracleStrategy(_ClusterStrategy):
             return None
         best: tuple[int, str, dict[int, list[str]], list[int]] | None = None
         top = 8 * len(demand)
-        for node in self.order:
+        nodes, mark = self._nodes(demand)
+        for node in nodes:
             found = self._fit(node, demand)
             if found is None:
                 continue
@@ -340,6 +370,7 @@ class OracleStrategy(_ClusterStrategy):
             if score == top:
                 break
         if best is None:
+            self._failed(demand, mark)
             return None
         _, node, adds, wholes = best
         return self._apply(pod, node, adds, wholes)
