@@ -305,8 +305,12 @@ class CollectorLoop:
             self._thread = threading.Thread(target=self._run, name="template-gc", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop and wait for a sweep in progress, so nothing runs (or logs) after shutdown."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
