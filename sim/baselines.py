@@ -339,6 +339,12 @@ class OracleStrategy(_ClusterStrategy):
         # Consolidate whatever the scheduler's rule: keeping GPUs and nodes empty for large
         # requests is part of what makes this a bound.
         self.order = NodeOrder([n.name for n in scenario.nodes], "pack")
+        self._tops: dict[Demand, int] = {}
+        kinds: dict[tuple[str, str], _Gpu] = {}
+        for gpus in self.gpus.values():
+            for gpu in gpus:
+                kinds.setdefault((gpu.model.key, gpu.mode), gpu)
+        self._kinds = list(kinds.values())
 
     def demand(self, pod: PodSpec) -> Demand:
         return self.book.chains(pod)
@@ -358,7 +364,7 @@ class OracleStrategy(_ClusterStrategy):
         if not demand:
             return None
         best: tuple[int, str, dict[int, list[str]], list[int]] | None = None
-        top = 8 * len(demand)
+        top = self._top(demand)
         nodes, mark = self._nodes(demand)
         for node in nodes:
             found = self._fit(node, demand)
@@ -374,6 +380,20 @@ class OracleStrategy(_ClusterStrategy):
             return None
         _, node, adds, wholes = best
         return self._apply(pod, node, adds, wholes)
+
+    def _top(self, demand: Demand) -> int:
+        """The best score any node could give: alternatives no GPU of the cluster can ever host
+        (a profile of another model, a whole GPU where every GPU runs MIG) do not count."""
+        found = self._tops.get(demand)
+        if found is None:
+            found = 0
+            for request in demand:
+                for index, alt in enumerate(request):
+                    if any(_mode_allows(g, alt) for g in self._kinds):
+                        found += 8 - index
+                        break
+            self._tops[demand] = found
+        return found
 
     def _fit(self, node: str, demand: Demand) -> tuple[int, dict[int, list[str]], list[int]] | None:
         adds: dict[int, list[str]] = {}
