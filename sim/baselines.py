@@ -103,6 +103,23 @@ class _ClusterStrategy(Strategy):
         self.order = NodeOrder([n.name for n in scenario.nodes], scenario.node_rule)
         self.changes: list[str] = []
         self.failed_at: dict[Any, int] = {}
+        self.capacity = {n.name: sum(m.memory_slices for m in n.models) for n in scenario.nodes}
+        self._models = list({m.key: m for n in scenario.nodes for m in n.models}.values())
+        self._need: dict[Demand, int] = {}
+
+    def _room(self, node: str, demand: Demand) -> bool:
+        """A node with fewer free memory slices than the demand's smallest form cannot host it."""
+        need = self._need.get(demand)
+        if need is None:
+            need = 0
+            for request in demand:
+                sizes = [alt.count * (m.memory_slices if alt.kind == "gpu" or alt.profile is None
+                                      else m.profile(alt.profile).memory_slices)
+                         for alt in request for m in self._models
+                         if alt.kind == "gpu" or (alt.profile and m.has_profile(alt.profile))]
+                need += min(sizes, default=0)
+            self._need[demand] = need
+        return self.capacity[node] - self.order.used[node] >= need
 
     def _nodes(self, demand: Demand, by_name: bool = False) -> tuple[list[str] | NodeOrder, int]:
         """Nodes to try for ``demand``: all of them, in order, or, once it fitted nowhere, only
@@ -171,6 +188,8 @@ class DevicePluginStrategy(_ClusterStrategy):
         count = sum(r[0].count for r in demand)
         nodes, mark = self._nodes(demand)
         for node in nodes:
+            if not self._room(node, demand):
+                continue
             free = [g.index for g in self.gpus[node] if g.empty()]
             if len(free) >= count:
                 return self._commit(pod, node, [Slot(i, None) for i in free[:count]])
@@ -288,6 +307,8 @@ class InstaSliceStrategy(_ClusterStrategy):
             return None
         nodes, mark = self._nodes(demand, by_name=True)
         for node in nodes:
+            if not self._room(node, demand):
+                continue
             slots = self._fit(node, demand)
             if slots is not None:
                 self.creations += sum(1 for s in slots if s.profile is not None)
@@ -367,6 +388,8 @@ class OracleStrategy(_ClusterStrategy):
         top = self._top(demand)
         nodes, mark = self._nodes(demand)
         for node in nodes:
+            if not self._room(node, demand):
+                continue
             found = self._fit(node, demand)
             if found is None:
                 continue
