@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kube.quantity import format_bytes
 from slicer.catalog import GpuModel, Profile
 
 ENGINE_COUNTERS: tuple[str, ...] = (
@@ -145,11 +146,7 @@ def format_quantity(value: int, *, binary: bool = False) -> str:
     """
     if not binary or value == 0:
         return str(value)
-    for suffix, factor in (("Ei", 1 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30),
-                           ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if value % factor == 0:
-            return f"{value // factor}{suffix}"
-    return str(value)
+    return format_bytes(value)
 
 
 def render_counters(values: Mapping[str, int]) -> dict[str, dict[str, str]]:

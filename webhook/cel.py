@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from webhook.quantity import format_bytes
+from kube.quantity import format_bytes
 from webhook.targets import TargetDriver
 
 _SIMPLE_ESCAPES = {

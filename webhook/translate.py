@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kube.quantity import QuantityError, format_bytes, parse_bytes, parse_count
 from slicer import catalog
 from webhook import claims, patch
 from webhook.claims import Alternative, ContainerRequest
 from webhook.errors import Denied
 from webhook.policy import MAX_ALTERNATIVES, WHOLE_GPU, NamespaceRules, Policy, is_known_profile
-from webhook.quantity import QuantityError, format_bytes, parse_bytes, parse_count
 from webhook.targets import TargetDriver, target_driver
 
 LEGACY_GPU = "nvidia.com/gpu"

@@ -26,12 +26,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from webhook_cases import build_pod, container
 
+from kube.quantity import parse_bytes, parse_quantity
 from slicer import catalog
 from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.simulated import SimulatedBackend
 from webhook import cel
 from webhook.policy import Policy, load_policy
-from webhook.quantity import parse_bytes, parse_quantity
 from webhook.targets import GPU_SLICER, NVIDIA, TargetDriver
 from webhook.translate import translate_pod
 

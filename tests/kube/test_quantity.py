@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.quantity import QuantityError, format_bytes, parse_bytes, parse_count, parse_quantity
+from kube.quantity import QuantityError, format_bytes, parse_bytes, parse_count, parse_quantity
 
 
 def count_by_the_general_parser(value: object) -> int:

@@ -1,8 +1,10 @@
 """Kubernetes resource quantities (``12Gi``, ``1``, ``500M``, ``1e3``) parsed exactly.
 
-The webhook reads two kinds of quantity from pods: device counts (``nvidia.com/gpu: "2"``), which
-must be whole positive numbers, and the ``gpu-slicer.io/gpu-memory`` annotation, a byte size.
-Fractions are kept exact so that ``0.5Gi`` is 536870912 bytes and ``1500m`` is not a count.
+Quantities are an API concept shared by both halves: the webhook reads device counts
+(``nvidia.com/gpu: "2"``), which must be whole positive numbers, and the
+``gpu-slicer.io/gpu-memory`` annotation, a byte size; the agent writes byte sizes into
+ResourceSlices in the apiserver's canonical form. Fractions are kept exact so that ``0.5Gi`` is
+536870912 bytes and ``1500m`` is not a count.
 """
 
 from __future__ import annotations
