@@ -13,6 +13,7 @@ Everything here is pure except :func:`write_files`; the clock is a parameter so 
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -96,6 +97,59 @@ def _check_days(days: int, what: str) -> None:
         raise CertInputError(f"{what} must be at least 1 day, not {days}")
 
 
+def host_names(hosts: Iterable[str]) -> list[x509.GeneralName]:
+    """Subject alternative names for ``hosts``: IP addresses as IPs, the rest as DNS names.
+
+    Repeats are dropped, order is kept (the first name is the certificate's common name).
+    """
+    names: list[x509.GeneralName] = []
+    for host in dict.fromkeys(hosts):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return names
+
+
+def _common_name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _builder(
+    subject: x509.Name,
+    issuer: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    *,
+    now: dt.datetime,
+    not_after: dt.datetime,
+) -> x509.CertificateBuilder:
+    """What every certificate here starts from: names, key, a random serial, the validity."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(not_after)
+    )
+
+
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    """Digital signature (ECDHE handshakes), plus certificate and CRL signing for a CA."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def new_ca(
     *, days: int, now: dt.datetime | None = None, common_name: str = CA_COMMON_NAME
 ) -> KeyPair:
@@ -111,28 +165,9 @@ def new_ca(
     )
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(now + dt.timedelta(days=days))
+        _builder(name, name, key, now=now, not_after=now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(ski, critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False
@@ -142,12 +177,14 @@ def new_ca(
     return KeyPair(cert, key)
 
 
-def new_serving_cert(
-    ca: KeyPair, *, service: str, namespace: str, days: int, now: dt.datetime | None = None
+def new_leaf(
+    ca: KeyPair, hosts: Sequence[str], *, days: int, now: dt.datetime | None = None
 ) -> KeyPair:
-    """A server-auth leaf for ``service.namespace.svc``, valid ``days`` but never past the CA."""
+    """A server-auth leaf for ``hosts`` (DNS names or IPs), valid ``days`` but never past the CA.
+
+    The first host is the common name.
+    """
     _check_days(days, "--days")
-    names = serving_names(service, namespace)
     now = now or utc_now()
     key = ec.generate_private_key(ec.SECP256R1())
     not_after = min(now + dt.timedelta(days=days), ca.cert.not_valid_after_utc)
@@ -155,37 +192,46 @@ def new_serving_cert(
         raise CertInputError("the CA has expired; issue a new CA before a serving certificate")
     ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(not_after)
+        _builder(_common_name(hosts[0]), ca.cert.subject, key, now=now, not_after=not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False
-        )
+        .add_extension(x509.SubjectAlternativeName(host_names(hosts)), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
         )
         .sign(ca.key, hashes.SHA256())
+    )
+    return KeyPair(cert, key)
+
+
+def new_serving_cert(
+    ca: KeyPair, *, service: str, namespace: str, days: int, now: dt.datetime | None = None
+) -> KeyPair:
+    """A server-auth leaf for ``service.namespace.svc``, valid ``days`` but never past the CA."""
+    _check_days(days, "--days")
+    return new_leaf(ca, serving_names(service, namespace), days=days, now=now)
+
+
+def self_signed(
+    hosts: Sequence[str], *, common_name: str, days: int, now: dt.datetime | None = None
+) -> KeyPair:
+    """A server certificate for ``hosts`` that is its own CA.
+
+    For ``webhook serve --dev`` and tests, where no CA is handed out: a client trusts the
+    certificate itself (``--cacert``).
+    """
+    _check_days(days, "--days")
+    now = now or utc_now()
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = _common_name(common_name)
+    cert = (
+        _builder(name, name, key, now=now, not_after=now + dt.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(host_names(hosts)), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
     )
     return KeyPair(cert, key)
 

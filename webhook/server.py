@@ -9,9 +9,7 @@ and the policy up front (exit 2 with the problems), makes a self-signed certific
 
 from __future__ import annotations
 
-import datetime as dt
 import fcntl
-import ipaddress
 import logging
 import os
 import tempfile
@@ -193,46 +191,15 @@ def make_dev_certificate(
     directory: str | os.PathLike[str], hosts: list[str], *, days: int = 7
 ) -> tuple[Path, Path]:
     """A self-signed serving certificate for ``hosts`` (names or IPs): (cert path, key path)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from certs.files import CERT_MODE, KEY_MODE, write_atomically
+    from certs.issue import self_signed
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = []
-    for host in dict.fromkeys(hosts):
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-slicer-webhook-dev")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
+    pair = self_signed(hosts, common_name="gpu-slicer-webhook-dev", days=days)
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = folder / "dev-tls.crt", folder / "dev-tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+    write_atomically(cert_path, pair.cert_pem, mode=CERT_MODE)
+    write_atomically(key_path, pair.key_pem, mode=KEY_MODE)
     return cert_path, key_path
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime as dt
 import json
 import os
 import socket
@@ -21,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives.serialization import Encoding
 
+from certs import issue as certs_issue
 from kube.api import Obj
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,67 +140,19 @@ class Issued:
     der: bytes
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
 class TestCA:
     """A throwaway CA issuing serving certificates for 127.0.0.1."""
 
     __test__ = False  # not a test class, despite the name
 
     def __init__(self) -> None:
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        self.name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-slicer test CA")])
-        now = dt.datetime.now(dt.UTC)
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(self.name)
-            .issuer_name(self.name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(hours=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                    crl_sign=True, encipher_only=False, decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self.key, hashes.SHA256())
-        )
-        self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
+        self.ca = certs_issue.new_ca(days=1, common_name="gpu-slicer test CA")
+        self.pem = self.ca.cert_pem
 
-    def issue(self, common_name: str, host: str = "127.0.0.1") -> Issued:
-        import ipaddress
-
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(self.name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(hours=1))
-            .add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]),
-                critical=False,
-            )
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(self.key, hashes.SHA256())
-        )
-        return Issued(
-            cert.public_bytes(serialization.Encoding.PEM),
-            _key_pem(key),
-            cert.public_bytes(serialization.Encoding.DER),
-        )
+    def issue(self, host: str = "127.0.0.1") -> Issued:
+        """A new serving certificate (a fresh key each time) for ``host``."""
+        leaf = certs_issue.new_leaf(self.ca, [host], days=1)
+        return Issued(leaf.cert_pem, leaf.key_pem, leaf.cert.public_bytes(Encoding.DER))
 
 
 def write_atomically(path: Path, data: bytes) -> None:

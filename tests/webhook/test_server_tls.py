@@ -106,7 +106,7 @@ def test_a_certificate_swap_on_disk_fails_no_request_and_new_connections_get_the
     tmp_path: Path,
 ) -> None:
     ca = TestCA()
-    first, second = ca.issue("webhook-1"), ca.issue("webhook-2")
+    first, second = ca.issue(), ca.issue()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     write_atomically(cert, first.cert_pem)
     write_atomically(key, first.key_pem)
