@@ -39,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from webhook.config import ServerConfig  # noqa: E402
 from webhook.server import make_dev_certificate  # noqa: E402
 
 # ----------------------------------------------------------------------------- server side
@@ -306,19 +307,12 @@ def _start_server(tmp: Path, workers: int, threads: int) -> tuple[subprocess.Pop
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SLICER_")}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(
-        {
-            "GPU_SLICER_DEV": "1",
-            "GPU_SLICER_BIND": f"127.0.0.1:{port}",
-            "GPU_SLICER_TLS_CERT": str(cert),
-            "GPU_SLICER_TLS_KEY": str(key),
-            "GPU_SLICER_WORKERS": str(workers),
-            "GPU_SLICER_THREADS": str(threads),
-            "GPU_SLICER_RUNTIME_DIR": str(tmp),
-            "GPU_SLICER_LOG_LEVEL": "WARNING",
-            "PYTHONPATH": str(ROOT),
-        }
+    settings = ServerConfig(
+        dev=True, bind=f"127.0.0.1:{port}", tls_cert=str(cert), tls_key=str(key),
+        workers=workers, threads=threads, runtime_dir=str(tmp), log_level="WARNING",
     )
+    env.update(settings.to_env())
+    env["PYTHONPATH"] = str(ROOT)
     log = open(tmp / "gunicorn.log", "wb")  # noqa: SIM115 - lives as long as the server
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "webhook" / "gunicorn.conf.py"),

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from certs import issue as certs_issue
 from kube.api import Obj
+from webhook.config import ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN_CONF = ROOT / "webhook" / "gunicorn.conf.py"
@@ -206,19 +207,12 @@ def gunicorn_server(
             k: v for k, v in os.environ.items()
             if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"
         }
-        child_env.update(
-            {
-                "GPU_SLICER_DEV": "1",
-                "GPU_SLICER_BIND": f"127.0.0.1:{port}",
-                "GPU_SLICER_TLS_CERT": str(cert),
-                "GPU_SLICER_TLS_KEY": str(key),
-                "GPU_SLICER_WORKERS": str(workers),
-                "GPU_SLICER_THREADS": str(threads),
-                "GPU_SLICER_RUNTIME_DIR": str(runtime_dir),
-                "GPU_SLICER_LOG_LEVEL": "WARNING",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), child_env.get("PYTHONPATH", "")]),
-            }
+        settings = ServerConfig(
+            dev=True, bind=f"127.0.0.1:{port}", tls_cert=str(cert), tls_key=str(key),
+            workers=workers, threads=threads, runtime_dir=str(runtime_dir), log_level="WARNING",
         )
+        child_env.update(settings.to_env())
+        child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), child_env.get("PYTHONPATH", "")])
         child_env.update(env or {})
         log_path = tmp / f"gunicorn-{port}.log"
         args = [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF)]
