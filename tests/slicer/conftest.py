@@ -1,5 +1,6 @@
-"""Fixtures for the slicer tests: simulated GPUs as inventory input, schema validation, and a
-reading of published slices the way the scheduler's counter check sees them."""
+"""Fixtures for the slicer tests: simulated GPUs as inventory input, schema validation, a
+reading of published slices the way the scheduler's counter check sees them, and the empty
+cluster and GPUs the agent's tests start from."""
 
 from __future__ import annotations
 
@@ -10,13 +11,27 @@ from typing import Any, cast
 
 import kubernetes_validate
 import pytest
+from agent_fixtures import NODE
 from kubernetes.utils import quantity
 
+from kube.memory import InMemoryKubeApi
 from slicer.devices import MigInstance, SliceSpec
 from slicer.inventory import GpuState, Mode
 from slicer.simulated import SimulatedBackend
 
 parse_quantity = cast(Callable[[str], Decimal], quantity.parse_quantity)
+
+
+@pytest.fixture
+def api() -> InMemoryKubeApi:
+    """An empty in-memory cluster (modules that need objects in it override this)."""
+    return InMemoryKubeApi()
+
+
+@pytest.fixture
+def backend() -> SimulatedBackend:
+    """Two simulated H100s on the agent tests' node."""
+    return SimulatedBackend("H100-80GB:2", node_name=NODE)
 
 
 def states_for(

@@ -90,6 +90,23 @@ class World:
             assert instance_at(self.sim.instances(0), device) is not None
             assert cdi_file.exists()
 
+    def crash_during_prepare(self, step: str, after: bool) -> None:
+        """An agent dies at ``step`` of preparing the claim; the GPUs behave again afterwards."""
+        dying = self.agent()
+        arm(self, dying, step, after)
+        with pytest.raises(AgentCrash):
+            dying.prepare(self.claim)
+        self.backend.disarm()
+
+    def crash_during_unprepare(self, step: str, after: bool) -> None:
+        """An agent prepares the claim, then dies at ``step`` of unpreparing it."""
+        dying = self.agent()
+        dying.prepare(self.claim)
+        arm(self, dying, step, after)
+        with pytest.raises(AgentCrash):
+            dying.unprepare(self.claim)
+        self.backend.disarm()
+
     def assert_prepared(self, agent: Agent) -> None:
         [device] = agent.prepare(self.claim)
         inst = instance_at(self.sim.instances(0), device)
@@ -153,11 +170,7 @@ def test_a_crash_during_prepare_is_repaired_by_a_fresh_agent(
     tmp_path: Path, step: str, after: bool
 ) -> None:
     world = World(tmp_path, with_busy_slice=step != "set_mig_mode")
-    dying = world.agent()
-    arm(world, dying, step, after)
-    with pytest.raises(AgentCrash):
-        dying.prepare(world.claim)
-    world.backend.disarm()
+    world.crash_during_prepare(step, after)
 
     fresh = world.agent()
     fresh.reconcile()
@@ -174,11 +187,7 @@ def test_an_abandoned_prepare_is_rolled_back_once_stale(
     tmp_path: Path, step: str, after: bool
 ) -> None:
     world = World(tmp_path, with_busy_slice=step != "set_mig_mode")
-    dying = world.agent()
-    arm(world, dying, step, after)
-    with pytest.raises(AgentCrash):
-        dying.prepare(world.claim)
-    world.backend.disarm()
+    world.crash_during_prepare(step, after)
 
     world.clock.now += 3600  # the kubelet never retried (the pod went away)
     fresh = world.agent()
@@ -194,12 +203,7 @@ def test_a_crash_during_unprepare_is_resumed_by_a_fresh_agent(
     tmp_path: Path, step: str, after: bool
 ) -> None:
     world = World(tmp_path)
-    dying = world.agent()
-    dying.prepare(world.claim)
-    arm(world, dying, step, after)
-    with pytest.raises(AgentCrash):
-        dying.unprepare(world.claim)
-    world.backend.disarm()
+    world.crash_during_unprepare(step, after)
 
     fresh = world.agent()
     report = fresh.reconcile()
@@ -218,12 +222,7 @@ def test_a_crash_while_the_claim_is_deleted_is_cleaned_up_by_the_reconciler(
     tmp_path: Path,
 ) -> None:
     world = World(tmp_path)
-    dying = world.agent()
-    dying.prepare(world.claim)
-    arm(world, dying, "destroy_gpu_instance", False)
-    with pytest.raises(AgentCrash):
-        dying.unprepare(world.claim)
-    world.backend.disarm()
+    world.crash_during_unprepare("destroy_gpu_instance", False)
     world.api.delete("resource.k8s.io/v1", "ResourceClaim", "target", "ml")
 
     fresh = world.agent()

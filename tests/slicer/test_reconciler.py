@@ -28,16 +28,6 @@ from slicer.reconciler import ReconcileReport
 from slicer.simulated import SimulatedBackend
 
 
-@pytest.fixture
-def api() -> InMemoryKubeApi:
-    return InMemoryKubeApi()
-
-
-@pytest.fixture
-def backend() -> SimulatedBackend:
-    return SimulatedBackend("H100-80GB:2", node_name=NODE)
-
-
 def test_a_deleted_claim_is_unprepared_although_the_kubelet_never_called(
     api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
 ) -> None:

@@ -37,16 +37,6 @@ def test_plan_refuses_a_device_name_that_is_not_ours() -> None:
         plan_claim([AllocatedDevice("a", "nvidia-gpu-0", NODE)])
 
 
-@pytest.fixture
-def api() -> InMemoryKubeApi:
-    return InMemoryKubeApi()
-
-
-@pytest.fixture
-def backend() -> SimulatedBackend:
-    return SimulatedBackend("H100-80GB:2", node_name=NODE)
-
-
 def test_prepare_creates_the_instance_at_exactly_the_allocated_placement(
     api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
 ) -> None:
