@@ -136,6 +136,17 @@ def _refs(request: Any) -> list[ClaimRef]:
     return [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
 
 
+def _unary(
+    method: Callable[[Any, grpc.ServicerContext], Any], request_type: Any, response_type: Any
+) -> grpc.RpcMethodHandler:
+    """A unary-unary method that reads ``request_type`` and writes ``response_type`` messages."""
+    return grpc.unary_unary_rpc_method_handler(
+        method,
+        request_deserializer=request_type.FromString,
+        response_serializer=response_type.SerializeToString,
+    )
+
+
 def dra_handler(service: str, pb: ModuleType, driver: DraDriver) -> grpc.GenericRpcHandler:
     """The DRAPlugin service of one protocol version, backed by ``driver``."""
 
@@ -164,15 +175,11 @@ def dra_handler(service: str, pb: ModuleType, driver: DraDriver) -> grpc.Generic
         return response
 
     return grpc.method_handlers_generic_handler(service, {
-        "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
-            prepare,
-            request_deserializer=pb.NodePrepareResourcesRequest.FromString,
-            response_serializer=pb.NodePrepareResourcesResponse.SerializeToString,
+        "NodePrepareResources": _unary(
+            prepare, pb.NodePrepareResourcesRequest, pb.NodePrepareResourcesResponse
         ),
-        "NodeUnprepareResources": grpc.unary_unary_rpc_method_handler(
-            unprepare,
-            request_deserializer=pb.NodeUnprepareResourcesRequest.FromString,
-            response_serializer=pb.NodeUnprepareResourcesResponse.SerializeToString,
+        "NodeUnprepareResources": _unary(
+            unprepare, pb.NodeUnprepareResourcesRequest, pb.NodeUnprepareResourcesResponse
         ),
     })
 
@@ -208,15 +215,9 @@ def registration_handler(
         return pb.RegistrationStatusResponse()
 
     return grpc.method_handlers_generic_handler(REGISTRATION_SERVICE, {
-        "GetInfo": grpc.unary_unary_rpc_method_handler(
-            get_info,
-            request_deserializer=pb.InfoRequest.FromString,
-            response_serializer=pb.PluginInfo.SerializeToString,
-        ),
-        "NotifyRegistrationStatus": grpc.unary_unary_rpc_method_handler(
-            notify,
-            request_deserializer=pb.RegistrationStatus.FromString,
-            response_serializer=pb.RegistrationStatusResponse.SerializeToString,
+        "GetInfo": _unary(get_info, pb.InfoRequest, pb.PluginInfo),
+        "NotifyRegistrationStatus": _unary(
+            notify, pb.RegistrationStatus, pb.RegistrationStatusResponse
         ),
     })
 
