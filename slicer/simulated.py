@@ -307,12 +307,7 @@ class SimulatedBackend:
         self._enter("destroy_compute_instance", gpu_index, gpu_index, gi_id, ci_id)
         with self._lock:
             gpu = self._live_gpu(gpu_index)
-            gi = self._gi(gpu, gi_id)
-            if gi.ci_id != ci_id:
-                raise NotFound(
-                    f"GPU instance {gi_id} on GPU {gpu_index} has no compute instance {ci_id}",
-                    gpu=gpu_index,
-                )
+            gi = self._gi_with_ci(gpu, gi_id, ci_id)
             if gi.pids:
                 raise InUse(
                     f"compute instance {ci_id} of GPU instance {gi_id} on GPU {gpu_index} runs "
@@ -388,12 +383,7 @@ class SimulatedBackend:
         self._enter("capability_minors", gpu_index, gpu_index, gi_id, ci_id)
         with self._lock:
             gpu = self._live_gpu(gpu_index)
-            gi = self._gi(gpu, gi_id)
-            if gi.ci_id != ci_id:
-                raise NotFound(
-                    f"GPU instance {gi_id} on GPU {gpu_index} has no compute instance {ci_id}",
-                    gpu=gpu_index,
-                )
+            self._gi_with_ci(gpu, gi_id, ci_id)  # refuses an unknown instance
             gi_minor = _CAP_FIRST + _CAP_PER_GPU * gpu.index + _CAP_PER_GI * gi_id
             return gi_minor, gi_minor + 1 + ci_id
 
@@ -568,6 +558,17 @@ class SimulatedBackend:
             raise NotFound(
                 f"no GPU instance {gi_id} on GPU {gpu.index}", gpu=gpu.index
             ) from None
+
+    @classmethod
+    def _gi_with_ci(cls, gpu: _Gpu, gi_id: int, ci_id: int) -> _GpuInstance:
+        """The GPU instance ``gi_id``, which must hold compute instance ``ci_id``."""
+        gi = cls._gi(gpu, gi_id)
+        if gi.ci_id != ci_id:
+            raise NotFound(
+                f"GPU instance {gi_id} on GPU {gpu.index} has no compute instance {ci_id}",
+                gpu=gpu.index,
+            )
+        return gi
 
     def _reset(self, gpu: _Gpu) -> None:
         gpu.instances.clear()
