@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from certs import ensure as certs_ensure
 from certs import issue as certs_issue
@@ -24,6 +25,12 @@ ENV_PREFIX = "GPU_SLICER_"
 def _env(name: str, default: str | None = None) -> str | None:
     """Every flag has an environment twin: ``--renew-before`` is ``GPU_SLICER_RENEW_BEFORE``."""
     return os.environ.get(ENV_PREFIX + name, default)
+
+
+def _env_or_required(name: str) -> dict[str, Any]:
+    """``add_argument`` keywords for a flag that is required unless its env twin is set."""
+    value = _env(name)
+    return {"default": value, "required": value is None}
 
 
 def _positive_int(text: str) -> int:
@@ -46,6 +53,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _add_lifetimes(parser: argparse.ArgumentParser, *, days: str) -> None:
+    """``--days`` (the serving certificate, default ``days``) and ``--ca-days`` (3650)."""
+    parser.add_argument("--days", type=_positive_int, default=_env("DAYS", days),
+                        help=f"serving certificate lifetime in days (default {days})")
+    parser.add_argument("--ca-days", type=_positive_int, default=_env("CA_DAYS", "3650"),
+                        help="CA lifetime in days (default 3650)")
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     certs = subparsers.add_parser(
         "certs", help="webhook serving certificates: issue files, or keep them current in cluster"
@@ -59,16 +74,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " P-256, server-auth) and writes ca.crt, tls.crt and tls.key (0600) into --out,"
         " replacing any previous set at once. The CA key is not kept.",
     )
-    p.add_argument("--service", default=_env("SERVICE"), required=_env("SERVICE") is None,
+    p.add_argument("--service", **_env_or_required("SERVICE"),
                    help="the webhook Service's name (env GPU_SLICER_SERVICE)")
-    p.add_argument("--namespace", default=_env("NAMESPACE"), required=_env("NAMESPACE") is None,
+    p.add_argument("--namespace", **_env_or_required("NAMESPACE"),
                    help="the webhook's namespace (env GPU_SLICER_NAMESPACE)")
-    p.add_argument("--out", default=_env("OUT"), required=_env("OUT") is None, type=Path,
+    p.add_argument("--out", **_env_or_required("OUT"), type=Path,
                    help="folder for the files, created if missing (env GPU_SLICER_OUT)")
-    p.add_argument("--days", type=_positive_int, default=_env("DAYS", "365"),
-                   help="serving certificate lifetime in days (default 365)")
-    p.add_argument("--ca-days", type=_positive_int, default=_env("CA_DAYS", "3650"),
-                   help="CA lifetime in days (default 3650)")
+    _add_lifetimes(p, days="365")
     p.set_defaults(func=run_issue)
 
     e = sub.add_parser(
@@ -78,12 +90,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " and sets the caBundle of every webhook in the MutatingWebhookConfiguration, keeping the"
         " old CA beside the new one while a CA rotates. With --interval it runs until stopped.",
     )
-    e.add_argument("--namespace", default=_env("NAMESPACE"), required=_env("NAMESPACE") is None,
+    e.add_argument("--namespace", **_env_or_required("NAMESPACE"),
                    help="namespace of the Secrets and the Service (env GPU_SLICER_NAMESPACE)")
-    e.add_argument("--secret", default=_env("SECRET"), required=_env("SECRET") is None,
+    e.add_argument("--secret", **_env_or_required("SECRET"),
                    help="the serving Secret's name (env GPU_SLICER_SECRET)")
-    e.add_argument("--webhook-config", default=_env("WEBHOOK_CONFIG"),
-                   required=_env("WEBHOOK_CONFIG") is None,
+    e.add_argument("--webhook-config", **_env_or_required("WEBHOOK_CONFIG"),
                    help="the MutatingWebhookConfiguration's name (env GPU_SLICER_WEBHOOK_CONFIG)")
     e.add_argument("--service", default=_env("SERVICE", "gpu-slicer-webhook"),
                    help="the webhook Service's name (default gpu-slicer-webhook)")
@@ -95,10 +106,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     e.add_argument("--renew-before", type=_positive_int,
                    default=_env("RENEW_BEFORE", "30"), metavar="DAYS",
                    help="renew the serving certificate this many days before it expires (30)")
-    e.add_argument("--days", type=_positive_int, default=_env("DAYS", "90"),
-                   help="serving certificate lifetime in days (default 90)")
-    e.add_argument("--ca-days", type=_positive_int, default=_env("CA_DAYS", "3650"),
-                   help="CA lifetime in days (default 3650)")
+    _add_lifetimes(e, days="90")
     e.add_argument("--rotation-grace", type=_positive_float,
                    default=_env("ROTATION_GRACE", "24"), metavar="HOURS",
                    help="keep a replaced CA in the caBundle this long after a new leaf (24)")
