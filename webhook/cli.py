@@ -73,6 +73,14 @@ def _read(path: str) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
+def _report(heading: str, problems: list[str]) -> int:
+    """Prints a bad input's problems under ``heading`` on stderr; the exit code for bad input."""
+    print(heading, file=sys.stderr)
+    for problem in problems:
+        print(f"  {problem}", file=sys.stderr)
+    return 2
+
+
 def _policy_check(args: argparse.Namespace) -> int:
     from webhook.errors import PolicyError
     from webhook.policy import load_policy
@@ -84,10 +92,7 @@ def _policy_check(args: argparse.Namespace) -> int:
         print(f"{source}: cannot read the policy file: {exc}", file=sys.stderr)
         return 2
     except PolicyError as exc:
-        print(f"{source}: invalid policy ({len(exc.problems)} problems):", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
-        return 2
+        return _report(f"{source}: invalid policy ({len(exc.problems)} problems):", exc.problems)
     print(f"{source}: valid: {policy.describe()}")
     return 0
 
@@ -100,10 +105,7 @@ def _convert(args: argparse.Namespace) -> int:
     try:
         policy = load_policy_file(args.policy) if args.policy else Policy.default()
     except PolicyError as exc:
-        print(f"invalid policy {exc.source}:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
-        return 2
+        return _report(f"invalid policy {exc.source}:", exc.problems)
     try:
         text = _read(args.file)
     except (OSError, UnicodeDecodeError) as exc:
@@ -189,7 +191,4 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"webhook serve: {problem}", file=sys.stderr)
         return 2
     except PolicyError as exc:
-        print(f"webhook serve: invalid policy {exc.source}:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
-        return 2
+        return _report(f"webhook serve: invalid policy {exc.source}:", exc.problems)
