@@ -28,9 +28,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from slicer import cdi
 from slicer.agent_metrics import AgentMetrics
@@ -49,6 +50,7 @@ from slicer.errors import BackendError, DeviceNameError, NotFound, SlicerError
 from slicer.mig_mode import MigModeManager
 
 log = logging.getLogger(__name__)
+_Key = TypeVar("_Key", bound=Hashable)
 
 
 class PrepareError(SlicerError):
@@ -430,17 +432,18 @@ class DeviceState:
 
     # --- plumbing -------------------------------------------------------------------------
 
-    @contextmanager
-    def gpu_lock(self, gpu_index: int) -> Iterator[None]:
-        with self._lock:
-            lock = self._gpu_locks.setdefault(gpu_index, threading.Lock())
-        with lock:
-            yield
+    def gpu_lock(self, gpu_index: int) -> AbstractContextManager[None]:
+        """Held while one GPU's instances change (prepare, unprepare, the reconciler's repairs)."""
+        return self._held(self._gpu_locks, gpu_index)
+
+    def _claim_lock(self, uid: str) -> AbstractContextManager[None]:
+        return self._held(self._claim_locks, uid)
 
     @contextmanager
-    def _claim_lock(self, uid: str) -> Iterator[None]:
+    def _held(self, locks: dict[_Key, threading.Lock], key: _Key) -> Iterator[None]:
+        """Holds the lock of ``key`` in ``locks``, made on first use."""
         with self._lock:
-            lock = self._claim_locks.setdefault(uid, threading.Lock())
+            lock = locks.setdefault(key, threading.Lock())
         with lock:
             yield
 
