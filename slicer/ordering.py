@@ -243,7 +243,7 @@ class RepublishLimiter:
     def __init__(
         self,
         *,
-        min_interval_s: float = 30.0,
+        min_interval_s: float = 10.0,
         quiet_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
