@@ -6,6 +6,7 @@ import base64
 import copy
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -273,14 +274,19 @@ def test_native_extended_names_are_deferred_when_the_policy_says_so() -> None:
     assert json.loads(base64.b64decode(converted.response["patch"]))
 
 
-def test_identical_pods_reuse_the_translation_and_get_the_same_answer() -> None:
-    policy = Policy.default()
-    engine = AdmissionEngine(
-        policy=lambda: policy,
+def enabled_engine(policy: Callable[[], Policy]) -> AdmissionEngine:
+    """An engine (with its translation memo) for which every namespace is enabled."""
+    return AdmissionEngine(
+        policy=policy,
         mode_for_namespace=lambda ns: "enabled",
         native_extended=frozenset,
         templates=RecordingTemplates(),
     )
+
+
+def test_identical_pods_reuse_the_translation_and_get_the_same_answer() -> None:
+    policy = Policy.default()
+    engine = enabled_engine(lambda: policy)
     first = engine.review(admission_review(mig_pod(), uid="1"))
     second = engine.review(admission_review(mig_pod(), uid="2"))
     engine.review(admission_review(mig_pod(), uid="3", namespace="other"))
@@ -293,12 +299,7 @@ def test_identical_pods_reuse_the_translation_and_get_the_same_answer() -> None:
 
 def test_a_new_policy_empties_the_translation_memo() -> None:
     policies = [Policy.default()]
-    engine = AdmissionEngine(
-        policy=lambda: policies[-1],
-        mode_for_namespace=lambda ns: "enabled",
-        native_extended=frozenset,
-        templates=RecordingTemplates(),
-    )
+    engine = enabled_engine(lambda: policies[-1])
     engine.review(admission_review(mig_pod()))
     policies.append(Policy.default())  # equal but a new object: a reload happened
     engine.review(admission_review(mig_pod()))
@@ -307,12 +308,7 @@ def test_a_new_policy_empties_the_translation_memo() -> None:
 
 def test_denials_are_not_remembered() -> None:
     policy = Policy.default()
-    engine = AdmissionEngine(
-        policy=lambda: policy,
-        mode_for_namespace=lambda ns: "enabled",
-        native_extended=frozenset,
-        templates=RecordingTemplates(),
-    )
+    engine = enabled_engine(lambda: policy)
     pod = mig_pod(annotations={"gpu-slicer.io/profiles": "9g.1tb"})
     for _ in range(2):
         assert engine.review(admission_review(pod)).outcome == "denied"
