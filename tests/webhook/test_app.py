@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -170,10 +171,15 @@ def cluster() -> Iterator[InMemoryKubeApi]:
     api.close()
 
 
-def cluster_app(api: InMemoryKubeApi, **settings: Any) -> tuple[Flask, Runtime]:
+@contextmanager
+def cluster_app(api: InMemoryKubeApi, **settings: Any) -> Iterator[tuple[Flask, Runtime]]:
+    """The app on ``api`` with its runtime (caches, policy reload), stopped afterwards."""
     config = ServerConfig(tls_cert="c", tls_key="k", gc_interval_s=0, **settings)
     runtime = build_runtime(config, api=api)
-    return create_app(runtime=runtime), runtime
+    try:
+        yield create_app(runtime=runtime), runtime
+    finally:
+        runtime.stop()
 
 
 def _wait_ready(client: FlaskClient) -> None:
@@ -184,15 +190,12 @@ def _wait_ready(client: FlaskClient) -> None:
 
 
 def test_with_a_cluster_the_namespace_label_decides_the_mode(cluster: InMemoryKubeApi) -> None:
-    app, runtime = cluster_app(cluster)
-    try:
+    with cluster_app(cluster) as (app, _runtime):
         client = app.test_client()
         _wait_ready(client)
         enabled = post(client, admission_review(mig_pod(), namespace="ml")).get_json()
         audited = post(client, admission_review(mig_pod(), namespace="staging")).get_json()
         ignored = post(client, admission_review(mig_pod(), namespace="web")).get_json()
-    finally:
-        runtime.stop()
     assert "patch" in enabled["response"]
     assert "patch" not in audited["response"] and audited["response"]["warnings"]
     assert ignored["response"] == {"uid": ignored["response"]["uid"], "allowed": True}
@@ -203,8 +206,7 @@ def test_with_a_cluster_the_namespace_label_decides_the_mode(cluster: InMemoryKu
 def test_the_hot_path_makes_no_api_call_once_the_template_is_known(
     cluster: InMemoryKubeApi,
 ) -> None:
-    app, runtime = cluster_app(cluster)
-    try:
+    with cluster_app(cluster) as (app, _runtime):
         client = app.test_client()
         _wait_ready(client)
         post(client, admission_review(mig_pod(), namespace="ml"))
@@ -212,23 +214,18 @@ def test_the_hot_path_makes_no_api_call_once_the_template_is_known(
         for _ in range(5):
             assert post(client, admission_review(mig_pod(), namespace="ml")).status_code == 200
         calls = [c for c in cluster.calls if c.verb != "watch"]
-    finally:
-        runtime.stop()
     assert calls == []
 
 
 def test_an_unreachable_api_while_creating_the_template_is_a_500(
     cluster: InMemoryKubeApi,
 ) -> None:
-    app, runtime = cluster_app(cluster)
-    try:
+    with cluster_app(cluster) as (app, _runtime):
         client = app.test_client()
         _wait_ready(client)
         cluster.fail_next("create", Unavailable("connection refused"), kind="ResourceClaimTemplate")
         reply = post(client, admission_review(mig_pod(), namespace="ml"))
         dry = post(client, admission_review(mig_pod("2g.20gb"), namespace="ml", dry_run=True))
-    finally:
-        runtime.stop()
     assert reply.status_code == 500
     assert "connection refused" in reply.get_json()["error"]
     assert dry.status_code == 200  # dryRun never touches the API
@@ -236,11 +233,8 @@ def test_an_unreachable_api_while_creating_the_template_is_a_500(
 
 def test_readyz_waits_for_the_caches(cluster: InMemoryKubeApi) -> None:
     cluster.fail_next("list", Unavailable("apiserver starting"), times=1000, kind="Namespace")
-    app, runtime = cluster_app(cluster)
-    try:
+    with cluster_app(cluster) as (app, _runtime):
         reply = app.test_client().get("/readyz")
-    finally:
-        runtime.stop()
     assert reply.status_code == 503
     assert any("Namespace" in p for p in reply.get_json()["problems"])
 
@@ -250,11 +244,10 @@ def test_a_bad_new_policy_is_refused_and_the_previous_stays_in_force(
 ) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text("namespaces:\n  ml:\n    gpu: [1g.10gb, 2g.20gb]\n")
-    app, runtime = cluster_app(cluster, policy=str(policy), policy_check_s=0)
-    assert runtime.policy is not None
     gpu_pod = mig_pod()
     gpu_pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
-    try:
+    with cluster_app(cluster, policy=str(policy), policy_check_s=0) as (app, runtime):
+        assert runtime.policy is not None
         client = app.test_client()
         _wait_ready(client)
         before = runtime.policy.current()
@@ -267,8 +260,6 @@ def test_a_bad_new_policy_is_refused_and_the_previous_stays_in_force(
         assert runtime.policy.check() is True
         assert runtime.policy.current() != before
         response = post(client, admission_review(gpu_pod, namespace="ml")).get_json()["response"]
-    finally:
-        runtime.stop()
     converted = patched(gpu_pod, response)["metadata"]["annotations"]["gpu-slicer.io/converted"]
     assert "3g.40gb" in converted and "2g.20gb" not in converted
 
@@ -278,13 +269,10 @@ def test_without_a_valid_policy_the_server_is_not_ready_and_answers_500(
 ) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text("target: somebody-else\n")
-    app, runtime = cluster_app(cluster, policy=str(policy), policy_check_s=0)
-    try:
+    with cluster_app(cluster, policy=str(policy), policy_check_s=0) as (app, _runtime):
         client = app.test_client()
         ready = client.get("/readyz")
         reply = post(client, admission_review(mig_pod(), namespace="ml"))
-    finally:
-        runtime.stop()
     assert ready.status_code == 503
     assert any("target" in p for p in ready.get_json()["problems"])
     assert reply.status_code == 500
@@ -296,8 +284,7 @@ def test_the_documented_rbac_rules_cover_exactly_what_the_server_calls(
     cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                     "metadata": {"name": "mig.gpu-slicer.io"}, "spec": {}})
     cluster.clear_calls()  # the fixture's own creates are not the server's
-    app, runtime = cluster_app(cluster)
-    try:
+    with cluster_app(cluster) as (app, runtime):
         client = app.test_client()
         _wait_ready(client)
         reply = post(client, admission_review(mig_pod(), namespace="ml"))
@@ -311,8 +298,6 @@ def test_the_documented_rbac_rules_cover_exactly_what_the_server_calls(
                           wall_clock=lambda: datetime.now(UTC) + timedelta(days=1)).sweep()
         _wait_for(lambda: {c.kind for c in cluster.calls if c.verb == "watch"} == {
             "Namespace", "DeviceClass"})
-    finally:
-        runtime.stop()
     assert cluster.rbac_verbs() == {key: set(verbs) for key, verbs in RBAC_RULES.items()}
 
 
