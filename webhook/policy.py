@@ -9,6 +9,7 @@ docs/translation.md and webhook/policy.example.yaml.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from slicer import catalog
+from slicer.errors import CatalogError
 from webhook.errors import PolicyError
 
 Target = Literal["gpu-slicer", "nvidia"]
@@ -36,6 +38,9 @@ WHOLE_GPU = "gpu"
 
 MAX_ALTERNATIVES = 8
 """The API's limit on ``firstAvailable`` subrequests."""
+
+ALL_MODELS: tuple[str, ...] = tuple(catalog.model_keys())
+"""The ``gpuModels`` in force when a policy names none: every catalog model, in catalog order."""
 
 API_VERSION = "gpu-slicer.io/v1alpha1"
 KIND = "Policy"
@@ -70,6 +75,9 @@ class NamespaceRules:
     """What ``nvidia.com/gpu: 1`` means here (profiles, or "gpu"); None: a whole GPU."""
     nvlink: NvlinkMode
     mig_fallback: MigFallback
+    gpu_models: tuple[str, ...] = ALL_MODELS
+    """Catalog keys of the GPU models the cluster has (catalog order): chains use only their
+    profiles, and a profile none of them offers is denied."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class NamespacePolicy:
     gpu: tuple[str, ...] | None = None
     nvlink: NvlinkMode | None = None
     mig_fallback: MigFallback | None = None
+    gpu_models: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ class Policy:
     template_gc_after_s: int = DEFAULT_GC_AFTER_S
     nvlink: NvlinkMode = "prefer"
     mig_fallback: MigFallback = field(default_factory=MigFallback)
+    gpu_models: tuple[str, ...] = ALL_MODELS
     namespaces: Mapping[str, NamespacePolicy] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -106,21 +116,29 @@ class Policy:
             gpu=override.gpu,
             nvlink=override.nvlink or self.nvlink,
             mig_fallback=override.mig_fallback or self.mig_fallback,
+            gpu_models=override.gpu_models or self.gpu_models,
         )
 
     @cached_property
     def _cluster_rules(self) -> NamespaceRules:
         """The rules of every namespace without overrides, built once per (immutable) policy."""
-        return NamespaceRules(gpu=None, nvlink=self.nvlink, mig_fallback=self.mig_fallback)
+        return NamespaceRules(
+            gpu=None,
+            nvlink=self.nvlink,
+            mig_fallback=self.mig_fallback,
+            gpu_models=self.gpu_models,
+        )
 
     def describe(self) -> str:
         """One line for logs and ``policy check``."""
         names = ", ".join(sorted(self.namespaces)) or "none"
+        models = "all" if self.gpu_models == ALL_MODELS else ",".join(self.gpu_models)
         return (
             f"target={self.target} nativeExtendedResources={self.native_extended_resources} "
             f"nvlink={self.nvlink} migFallback={self.mig_fallback.mode}"
             f"{'+explicit' if self.mig_fallback.explicit else ''} "
-            f"templateGcAfter={self.template_gc_after_s}s namespaces: {names}"
+            f"templateGcAfter={self.template_gc_after_s}s gpuModels={models} "
+            f"namespaces: {names}"
         )
 
 
@@ -136,6 +154,25 @@ def is_known_profile(name: str) -> bool:
 _PROFILE_SET = frozenset(catalog.all_profile_names())
 
 
+@functools.cache
+def model_profiles(gpu_models: tuple[str, ...]) -> tuple[str, ...]:
+    """Every profile name the models ``gpu_models`` (catalog keys) offer, in catalog order.
+
+    Cached: a policy has a handful of model sets and the translation asks on every pod.
+    """
+    return tuple(
+        dict.fromkeys(
+            p.name for m in catalog.MODELS if m.key in gpu_models for p in m.profiles
+        )
+    )
+
+
+@functools.cache
+def model_profile_set(gpu_models: tuple[str, ...]) -> frozenset[str]:
+    """``model_profiles`` as a set, for membership tests."""
+    return frozenset(model_profiles(gpu_models))
+
+
 # --- loading --------------------------------------------------------------------------------
 
 _TOP_KEYS = (
@@ -146,9 +183,10 @@ _TOP_KEYS = (
     "templateGcAfter",
     "nvlink",
     "migFallback",
+    "gpuModels",
     "namespaces",
 )
-_NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback")
+_NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback", "gpuModels")
 
 
 def load_policy(text: str, *, source: str = "<policy>") -> Policy:
@@ -196,6 +234,10 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
     mig_fallback = MigFallback()
     if "migFallback" in data:
         mig_fallback = _mig_fallback(data["migFallback"], "migFallback", problems)
+    gpu_models = ALL_MODELS
+    if "gpuModels" in data:
+        gpu_models = _gpu_models(data["gpuModels"], "gpuModels", problems) or ALL_MODELS
+    _check_offered(mig_fallback, None, gpu_models, "", "gpuModels", problems)
     namespaces: dict[str, NamespacePolicy] = {}
     raw_ns = data.get("namespaces")
     if raw_ns is not None:
@@ -209,7 +251,7 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
                 if not isinstance(name, str) or not _DNS_LABEL.match(name):
                     problems.append(f"{path}: {name!r} is not a valid namespace name (DNS label)")
                     continue
-                namespaces[name] = _namespace(body, path, problems)
+                namespaces[name] = _namespace(body, path, gpu_models, mig_fallback, problems)
     if target == "nvidia":
         strict = [("nvlink", nvlink)] + [
             (f"namespaces.{n}.nvlink", ns.nvlink) for n, ns in namespaces.items()
@@ -226,11 +268,18 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
         template_gc_after_s=gc_after,
         nvlink=nvlink,  # type: ignore[arg-type]
         mig_fallback=mig_fallback,
+        gpu_models=gpu_models,
         namespaces=MappingProxyType(namespaces),
     )
 
 
-def _namespace(body: Any, path: str, problems: list[str]) -> NamespacePolicy:
+def _namespace(
+    body: Any,
+    path: str,
+    cluster_models: tuple[str, ...],
+    cluster_fallback: MigFallback,
+    problems: list[str],
+) -> NamespacePolicy:
     if body is None:
         return NamespacePolicy()
     if not isinstance(body, dict):
@@ -246,7 +295,85 @@ def _namespace(body: Any, path: str, problems: list[str]) -> NamespacePolicy:
     fallback = None
     if "migFallback" in body:
         fallback = _mig_fallback(body["migFallback"], f"{path}.migFallback", problems)
-    return NamespacePolicy(gpu=gpu, nvlink=nvlink, mig_fallback=fallback)  # type: ignore[arg-type]
+    models = None
+    if "gpuModels" in body:
+        models = _gpu_models(body["gpuModels"], f"{path}.gpuModels", problems)
+    in_force = models or cluster_models
+    models_path = f"{path}.gpuModels" if models else "gpuModels"
+    # The cluster's own migFallback was checked against the cluster's models already.
+    checked = fallback or (cluster_fallback if models else MigFallback())
+    _check_offered(
+        checked, gpu, in_force, path + ".", models_path, problems, inherited=fallback is None
+    )
+    return NamespacePolicy(
+        gpu=gpu,
+        nvlink=nvlink,  # type: ignore[arg-type]
+        mig_fallback=fallback,
+        gpu_models=models,
+    )
+
+
+def _gpu_models(value: Any, path: str, problems: list[str]) -> tuple[str, ...] | None:
+    """Catalog keys (catalog order) of a ``gpuModels`` list of keys or aliases; None if bad."""
+    known = f"known models: {', '.join(catalog.model_keys())}"
+    if not isinstance(value, list) or not value:
+        problems.append(f"{path}: must be a non-empty list of GPU models; {known}")
+        return None
+    keys: set[str] = set()
+    ok = True
+    for index, item in enumerate(value):
+        item_path = f"{path}[{index}]"
+        if not isinstance(item, str):
+            problems.append(f"{item_path}: must be a GPU model name, not {_kind(item)}; {known}")
+            ok = False
+            continue
+        try:
+            model = catalog.get_model(item)
+        except CatalogError:
+            problems.append(f"{item_path}: unknown GPU model {item!r}; {known}")
+            ok = False
+            continue
+        if model.key in keys:
+            problems.append(f"{item_path}: {item!r} names {model.key} a second time")
+            ok = False
+            continue
+        keys.add(model.key)
+    if not ok:
+        return None
+    return tuple(k for k in catalog.model_keys() if k in keys)
+
+
+def _check_offered(
+    fallback: MigFallback,
+    gpu: tuple[str, ...] | None,
+    gpu_models: tuple[str, ...],
+    prefix: str,
+    models_path: str,
+    problems: list[str],
+    *,
+    inherited: bool = False,
+) -> None:
+    """Profiles the policy itself lists must be ones the models in force offer: a chain entry
+    no GPU of the cluster has would never be allocated."""
+    if gpu_models == ALL_MODELS:
+        return
+    offered = model_profile_set(gpu_models)
+    listed: list[tuple[str, str]] = []
+    if gpu is not None:
+        listed += [(f"{prefix}gpu[{i}]", name) for i, name in enumerate(gpu)]
+    # An inherited migFallback is named by its own key, with the namespace it is checked for.
+    where = "migFallback" if inherited else f"{prefix}migFallback"
+    suffix = f" (in force in {prefix.rstrip('.')})" if inherited and prefix else ""
+    for profile, chain in fallback.explicit.items():
+        listed.append((f"{where}.explicit.{profile}{suffix}", profile))
+        listed += [(f"{where}.explicit.{profile}[{i}]{suffix}", n) for i, n in enumerate(chain)]
+    for key_path, name in listed:
+        if name != WHOLE_GPU and name not in offered:
+            problems.append(
+                f"{key_path}: profile {name!r} is not offered by {models_path} "
+                f"({', '.join(gpu_models)}); valid profiles: "
+                f"{', '.join(model_profiles(gpu_models))}"
+            )
 
 
 def _mig_fallback(value: Any, path: str, problems: list[str]) -> MigFallback:

@@ -11,6 +11,8 @@ says what would be valid. The rules (docs/translation.md has the full text):
 * annotations ``gpu-slicer.io/profiles`` (explicit chain) or ``gpu-slicer.io/gpu-memory`` (every
   profile with at least that much memory, smallest first) give the chain of the containers named
   by ``gpu-slicer.io/containers`` (default: those with legacy requests, else the first container);
+* chains built from the catalog use only the profiles of the policy's ``gpuModels`` (the
+  namespace's when it sets its own), and a profile none of those models offers is denied;
 * one claim per pod, one request per converted container; the legacy resource is removed from
   requests and limits; the pod's own ``resourceClaims`` are kept; idempotent.
 """
@@ -28,7 +30,16 @@ from slicer import catalog
 from webhook import claims, patch
 from webhook.claims import Alternative, ContainerRequest
 from webhook.errors import Denied
-from webhook.policy import MAX_ALTERNATIVES, WHOLE_GPU, NamespaceRules, Policy, is_known_profile
+from webhook.policy import (
+    ALL_MODELS,
+    MAX_ALTERNATIVES,
+    WHOLE_GPU,
+    NamespaceRules,
+    Policy,
+    is_known_profile,
+    model_profile_set,
+    model_profiles,
+)
 from webhook.targets import TargetDriver, target_driver
 
 LEGACY_GPU = "nvidia.com/gpu"
@@ -111,7 +122,7 @@ def translate_pod(
     for container in containers:
         _read_legacy(container, policy, native_extended, warnings)
 
-    chain = _annotation_chain(annotations)
+    chain = _annotation_chain(annotations, rules.gpu_models)
     targeted = _targeted(annotations, containers, chain is not None)
 
     requests: list[ContainerRequest] = []
@@ -344,7 +355,7 @@ class _Chain:
     """(profile or "gpu", minimum memory in bytes or None)."""
 
 
-def _annotation_chain(annotations: dict[str, Any]) -> _Chain | None:
+def _annotation_chain(annotations: dict[str, Any], models: tuple[str, ...]) -> _Chain | None:
     profiles = annotations.get(ANNOTATION_PROFILES)
     memory = annotations.get(ANNOTATION_GPU_MEMORY)
     if profiles is not None and memory is not None:
@@ -353,9 +364,10 @@ def _annotation_chain(annotations: dict[str, Any]) -> _Chain | None:
             "use one: an explicit chain or a memory size"
         )
     if profiles is not None:
-        return _Chain(ANNOTATION_PROFILES, tuple((p, None) for p in _parse_profiles(profiles)))
+        chain = tuple((p, None) for p in _parse_profiles(profiles, models))
+        return _Chain(ANNOTATION_PROFILES, chain)
     if memory is not None:
-        return _Chain(ANNOTATION_GPU_MEMORY, _memory_chain(memory))
+        return _Chain(ANNOTATION_GPU_MEMORY, _memory_chain(memory, models))
     return None
 
 
@@ -368,58 +380,82 @@ def _template_name(requests: tuple[ContainerRequest, ...], target: TargetDriver)
     return claims.template_name(claims.template_spec(requests, target))
 
 
-def _valid_chain_entries() -> str:
-    return f"valid: {WHOLE_GPU} (a whole GPU), " + ", ".join(catalog.all_profile_names())
+def _valid_chain_entries(models: tuple[str, ...]) -> str:
+    return f"valid: {WHOLE_GPU} (a whole GPU), " + ", ".join(model_profiles(models))
 
 
-def _parse_profiles(raw: Any) -> list[str]:
+def _models_note(models: tuple[str, ...]) -> str:
+    """Where the valid names come from, when the policy narrows the catalog."""
+    return "" if models == ALL_MODELS else f" (policy gpuModels: {', '.join(models)})"
+
+
+def _not_offered(names: Sequence[str], models: tuple[str, ...]) -> str:
+    """``unknown profile 'x'`` or, for a catalog profile the models lack, says so."""
+    quoted = ", ".join(repr(n) for n in names)
+    if models == ALL_MODELS or not all(is_known_profile(n) for n in names):
+        return f"unknown profile {quoted}"
+    return f"profile {quoted} is not offered by the cluster's GPU models{_models_note(models)}"
+
+
+@functools.cache
+def _gpu_models(models: tuple[str, ...]) -> tuple[catalog.GpuModel, ...]:
+    return tuple(m for m in catalog.MODELS if m.key in models)
+
+
+def _parse_profiles(raw: Any, models: tuple[str, ...]) -> list[str]:
     names = [n.strip() for n in str(raw).split(",")]
     if not all(names):
         raise Denied(
             f"annotation {ANNOTATION_PROFILES}: {str(raw)!r} has an empty entry; "
-            f"{_valid_chain_entries()}"
+            f"{_valid_chain_entries(models)}"
         )
     if len(names) > MAX_ALTERNATIVES:
         raise Denied(
             f"annotation {ANNOTATION_PROFILES}: {len(names)} profiles; at most "
             f"{MAX_ALTERNATIVES} alternatives are allowed"
         )
-    unknown = [n for n in names if n != WHOLE_GPU and not is_known_profile(n)]
+    offered = model_profile_set(models)
+    unknown = [n for n in names if n != WHOLE_GPU and n not in offered]
     if unknown:
         raise Denied(
-            f"annotation {ANNOTATION_PROFILES}: unknown profile "
-            f"{', '.join(repr(n) for n in unknown)}; {_valid_chain_entries()}"
+            f"annotation {ANNOTATION_PROFILES}: {_not_offered(unknown, models)}; "
+            f"{_valid_chain_entries(models)}"
         )
     if len(set(names)) != len(names):
         raise Denied(f"annotation {ANNOTATION_PROFILES}: {str(raw)!r} lists a profile twice")
     return names
 
 
-def _memory_chain(raw: Any) -> tuple[tuple[str, int | None], ...]:
+def _memory_chain(raw: Any, models: tuple[str, ...]) -> tuple[tuple[str, int | None], ...]:
     try:
         wanted = parse_bytes(raw)
     except QuantityError as exc:
         raise Denied(
             f"annotation {ANNOTATION_GPU_MEMORY}: {exc}; give a size such as 12Gi or 40G"
         ) from exc
-    entries = _memory_entries(wanted)
+    entries = _memory_entries(wanted, models)
     if entries is None:
         model, largest = max(
-            ((m, p) for m in catalog.MODELS for p in m.profiles),
+            ((m, p) for m in _gpu_models(models) for p in m.profiles),
             key=lambda mp: mp[1].memory_bytes,
         )
         raise Denied(
             f"annotation {ANNOTATION_GPU_MEMORY}: no MIG profile has {raw} of memory; the largest "
             f"is {largest.name} ({format_bytes(largest.memory_bytes)}) on {model.key}"
+            f"{_models_note(models)}"
         )
     return entries
 
 
 @functools.lru_cache(maxsize=256)
-def _memory_entries(wanted: int) -> tuple[tuple[str, int | None], ...] | None:
-    """The memory chain for ``wanted`` bytes (None: no profile has that much); depends only on
-    the static catalog, so it is computed once per size."""
-    found = catalog.profiles_with_memory(wanted)
+def _memory_entries(
+    wanted: int, models: tuple[str, ...]
+) -> tuple[tuple[str, int | None], ...] | None:
+    """The memory chain for ``wanted`` bytes on ``models`` (None: none of their profiles has
+    that much); depends only on the static catalog, so it is computed once per size and model
+    set. Only the policy's models count: profiles of other GPUs would use up the 8 entries."""
+    in_force = _gpu_models(models)
+    found = catalog.profiles_with_memory(wanted, in_force)
     if not found:
         return None
     entries: dict[str, int | None] = {}
@@ -428,7 +464,7 @@ def _memory_entries(wanted: int) -> tuple[tuple[str, int | None], ...] | None:
             continue
         smaller_twin = any(
             p.name == profile.name and p.memory_bytes < wanted
-            for m in catalog.MODELS
+            for m in in_force
             for p in m.profiles
         )
         entries[profile.name] = wanted if smaller_twin else None
@@ -438,11 +474,11 @@ def _memory_entries(wanted: int) -> tuple[tuple[str, int | None], ...] | None:
 
 
 @functools.cache
-def _larger_profiles(name: str) -> tuple[str, ...]:
-    """Profiles bigger than ``name`` on the models that offer it, smallest first (cached: it
-    depends only on the static catalog, and callers pass catalog profile names)."""
+def _larger_profiles(name: str, models: tuple[str, ...]) -> tuple[str, ...]:
+    """Profiles bigger than ``name`` on those of ``models`` that offer it, smallest first
+    (cached: it depends only on the static catalog, and callers pass catalog profile names)."""
     found: list[tuple[int, int, str]] = []
-    for model in catalog.MODELS:
+    for model in _gpu_models(models):
         if not model.has_profile(name):
             continue
         base = model.profile(name)
@@ -480,14 +516,17 @@ def _alternatives(
         alts = _gpu_alternatives(legacy_count, rules, target, container, warnings)
         return alts, legacy_name, None
     profile = legacy_name[len(LEGACY_MIG_PREFIX) :]
-    if not is_known_profile(profile):
+    models = rules.gpu_models
+    if profile not in model_profile_set(models):
         raise Denied(
             f"container {container.name!r}: {legacy_name}: no GPU model offers MIG profile "
-            f"{profile!r}; valid profiles: {', '.join(catalog.all_profile_names())}"
+            f"{profile!r}{_models_note(models)}; valid profiles: "
+            f"{', '.join(model_profiles(models))}"
         )
     fallbacks = rules.mig_fallback.fallbacks_for(profile)
     if fallbacks is None:
-        fallbacks = _larger_profiles(profile) if rules.mig_fallback.mode == "larger" else ()
+        larger = rules.mig_fallback.mode == "larger"
+        fallbacks = _larger_profiles(profile, models) if larger else ()
     names = [profile, *(f for f in fallbacks if f != profile)][:MAX_ALTERNATIVES]
     via = "policy migFallback" if len(names) > 1 else None
     return tuple(_entry(n, legacy_count, None) for n in names), legacy_name, via
