@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from slicer import catalog
 from webhook.errors import PolicyError
 from webhook.policy import Policy, load_policy, load_policy_file
 
@@ -145,3 +146,64 @@ def test_policy_check_reads_stdin(
     monkeypatch.setattr("sys.stdin", io.StringIO("nvlink: sometimes\n"))
     assert main(["policy", "check", "-"]) == 2
     assert "nvlink: 'sometimes'" in capsys.readouterr().err
+
+
+# --- gpuModels ------------------------------------------------------------------------------
+
+
+def test_gpu_models_default_to_every_catalog_model() -> None:
+    assert load_policy("").for_namespace("any").gpu_models == tuple(catalog.model_keys())
+
+
+def test_gpu_models_accept_keys_and_aliases_in_any_case_and_keep_catalog_order() -> None:
+    policy = load_policy("gpuModels: [h100-80gb, A100-80GB, H200]")
+    assert policy.for_namespace("any").gpu_models == ("A100-80GB", "H100-80GB", "H200-141GB")
+
+
+def test_a_namespace_gpu_models_list_overrides_the_cluster_one() -> None:
+    policy = load_policy(
+        "gpuModels: [H100-80GB, A100-80GB]\n"
+        "namespaces:\n  big: {gpuModels: [H200]}\n  small: {nvlink: none}\n"
+    )
+    assert policy.for_namespace("big").gpu_models == ("H200-141GB",)
+    assert policy.for_namespace("small").gpu_models == ("A100-80GB", "H100-80GB")
+    assert policy.for_namespace("other").gpu_models == ("A100-80GB", "H100-80GB")
+
+
+@pytest.mark.parametrize(
+    ("text", "start"),
+    [
+        ("gpuModels: [H100-80GB, H999]", "gpuModels[1]: unknown GPU model 'H999'"),
+        ("namespaces: {ml: {gpuModels: [X1]}}", "namespaces.ml.gpuModels[0]: unknown GPU model"),
+        ("gpuModels: H100-80GB", "gpuModels: must be a non-empty list"),
+        ("gpuModels: []", "gpuModels: must be a non-empty list"),
+        ("gpuModels: [H200, H200-141GB]", "gpuModels[1]: 'H200-141GB' names H200-141GB a second"),
+    ],
+    ids=["unknown", "unknown in a namespace", "not a list", "empty", "alias twice"],
+)
+def test_bad_gpu_models_are_refused_naming_the_key_and_the_known_models(
+    text: str, start: str
+) -> None:
+    (problem,) = problems_of(text)
+    assert problem.startswith(start)
+    if "unknown" in start or "non-empty" in start:
+        assert "known models: " in problem and "A100-80GB" in problem and "B200-180GB" in problem
+
+
+def test_policy_profiles_no_listed_model_offers_are_refused_with_the_valid_ones() -> None:
+    found = problems_of(
+        "gpuModels: [A100-80GB]\n"
+        "migFallback: {explicit: {1g.10gb: [1g.18gb]}}\n"
+        "namespaces: {ml: {gpuModels: [H200], gpu: [1g.18gb, 1g.10gb]}}\n"
+    )
+    assert found[0].startswith(
+        "migFallback.explicit.1g.10gb[0]: profile '1g.18gb' is not offered by gpuModels"
+    )
+    assert "valid profiles: 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb" in found[0]
+    assert any(
+        p.startswith("namespaces.ml.gpu[1]: profile '1g.10gb' is not offered by "
+                     "namespaces.ml.gpuModels (H200-141GB)")
+        for p in found
+    )
+    # The cluster's explicit fallbacks now apply in ml too, and ml's models lack 1g.10gb.
+    assert any("(in force in namespaces.ml)" in p for p in found)

@@ -287,6 +287,60 @@ def test_a_memory_chain_guards_profile_names_that_are_smaller_on_some_models(
     assert 'quantity("19712Mi")' in expressions["2g-20gb"]
 
 
+H100_A100 = load_policy("gpuModels: [H100-80GB, A100-80GB]")
+"""A cluster of H100 80GB and A100 80GB nodes: the profiles of other models cannot be served."""
+
+
+def test_a_memory_chain_uses_only_the_policy_gpu_models_and_reaches_larger_slices() -> None:
+    pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": "15Gi"})
+    everywhere = profiles(requests_of(translate_pod(pod, namespace="ml", policy=Policy()))[0])
+    assert "1g.18gb" in everywhere and "3g.40gb" not in everywhere  # the cut this key avoids
+    (request,) = requests_of(translate_pod(pod, namespace="ml", policy=H100_A100))
+    assert profiles(request) == ["1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+
+
+def test_a_namespace_gpu_models_list_decides_its_memory_chains() -> None:
+    policy = load_policy(
+        "gpuModels: [H100-80GB, A100-80GB]\nnamespaces: {big: {gpuModels: [H200-141GB]}}"
+    )
+    pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": "15Gi"})
+    (big,) = requests_of(translate_pod(pod, namespace="big", policy=policy))
+    (ml,) = requests_of(translate_pod(pod, namespace="ml", policy=policy))
+    assert profiles(big) == ["1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"]
+    assert profiles(ml)[0] == "1g.20gb"
+
+
+def test_mig_fallback_larger_uses_only_the_policy_gpu_models() -> None:
+    policy = load_policy("gpuModels: [H100-80GB, A100-80GB]\nmigFallback: larger")
+    pod = build_pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))
+    (request,) = requests_of(translate_pod(pod, namespace="ml", policy=policy))
+    assert profiles(request) == ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        build_pod(container(), annotations={"gpu-slicer.io/profiles": "1g.10gb,1g.18gb"}),
+        build_pod(container(limits={"nvidia.com/mig-1g.18gb": 1})),
+    ],
+    ids=["profiles annotation", "legacy MIG resource"],
+)
+def test_a_profile_no_policy_gpu_model_offers_is_denied_with_the_valid_ones(pod: Pod) -> None:
+    with pytest.raises(Denied) as info:
+        translate_pod(pod, namespace="ml", policy=H100_A100)
+    message = info.value.message
+    assert "'1g.18gb'" in message and "A100-80GB, H100-80GB" in message
+    assert "1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb" in message
+    assert "1g.12gb" not in message
+
+
+def test_a_memory_beyond_the_policy_gpu_models_names_their_largest_profile() -> None:
+    pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": "100Gi"})
+    with pytest.raises(Denied) as info:
+        translate_pod(pod, namespace="ml", policy=H100_A100)
+    assert "the largest is 7g.80gb" in info.value.message
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
