@@ -40,6 +40,8 @@ def test_the_example_policy_loads_with_every_key() -> None:
     assert embeddings.gpu == ("1g.10gb", "2g.20gb", "3g.40gb")
     training = policy.for_namespace("training")
     assert (training.nvlink, training.mig_fallback.mode) == ("strict", "larger")
+    assert training.gpu_models == ("H100-80GB",)
+    assert embeddings.gpu_models == ("A100-80GB", "H100-80GB")
 
 
 def test_namespaces_without_overrides_get_the_cluster_rules() -> None:
