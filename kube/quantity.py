@@ -9,6 +9,7 @@ ResourceSlices in the apiserver's canonical form. Fractions are kept exact so th
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -93,3 +94,14 @@ def format_bytes(value: int) -> str:
         if value % unit == 0:
             return f"{value // unit}{suffix}"
     return str(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def exact_value(value: str | int) -> int | Fraction:
+    """A quantity's exact value, as an ``int`` when whole (the usual case).
+
+    For hot paths that sum and compare the same few quantities many times (the simulator's
+    allocator reads every counter of every device): cached, and ints are cheaper than Fractions.
+    """
+    amount = parse_quantity(value)
+    return int(amount) if amount.denominator == 1 else amount

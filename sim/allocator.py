@@ -33,9 +33,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kube.quantity import exact_value
 from sim.cel import DeviceView, matches
 from sim.errors import AllocationError
-from sim.quantity import parse_quantity
 
 Obj = dict[str, Any]
 DeviceKey = tuple[str, str, str]
@@ -250,7 +250,7 @@ def _compile_device(driver: str, pool: str, slice_name: str, raw: Obj) -> Device
     for entry in raw.get("consumesCounters") or []:
         counter_set = entry["counterSet"]
         for counter, value in (entry.get("counters") or {}).items():
-            amount = parse_quantity(value.get("value") if isinstance(value, Mapping) else value)
+            amount = exact_value(value.get("value") if isinstance(value, Mapping) else value)
             consumes.append(((counter_set, counter), int(amount)))
     return Device(driver, pool, raw["name"], slice_name, tuple(consumes),
                   tuple(raw.get("taints") or ()), raw)
@@ -288,7 +288,7 @@ def compile_pool(driver: str, name: str, items: Sequence[Obj]) -> Pool | None:
             node_name = spec["nodeName"]
         for counter_set in spec.get("sharedCounters") or []:
             for counter, value in (counter_set.get("counters") or {}).items():
-                amount = parse_quantity(
+                amount = exact_value(
                     value.get("value") if isinstance(value, Mapping) else value
                 )
                 counters[(counter_set["name"], counter)] = int(amount)

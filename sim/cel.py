@@ -28,8 +28,8 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
+from kube.quantity import exact_value
 from sim.errors import AllocationError
-from sim.quantity import parse_quantity
 
 _REF = re.compile(
     r"""device\s*\.\s*(?P<map>attributes|capacity)\s*\[\s*"(?P<dom>[^"\\]*)"\s*\]"""
@@ -60,7 +60,7 @@ class SemverValue(celtypes.StringType):
 
 
 def _quantity(text: celtypes.StringType) -> QuantityValue:
-    value = parse_quantity(str(text))
+    value = exact_value(str(text))
     return QuantityValue(int(value) if isinstance(value, int) else int(Fraction(value)))
 
 
@@ -191,7 +191,7 @@ class DeviceView:
             return _MISSING
         if kind == "attributes":
             return attribute_value(entry)
-        return int(parse_quantity(entry.get("value") if isinstance(entry, Mapping) else entry))
+        return int(exact_value(entry.get("value") if isinstance(entry, Mapping) else entry))
 
 
 def split_name(name: str, driver: str) -> tuple[str, str]:
@@ -224,7 +224,7 @@ def device_maps(
     capacity: dict[str, dict[str, int]] = {}
     for name, value in (raw.get("capacity") or {}).items():
         domain, ident = split_name(name, driver)
-        amount = parse_quantity(value.get("value") if isinstance(value, Mapping) else value)
+        amount = exact_value(value.get("value") if isinstance(value, Mapping) else value)
         capacity.setdefault(domain, {})[ident] = int(amount)
     return attributes, capacity
 

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kube.quantity import QuantityError, format_bytes, parse_bytes, parse_count, parse_quantity
+from kube.quantity import (
+    QuantityError,
+    exact_value,
+    format_bytes,
+    parse_bytes,
+    parse_count,
+    parse_quantity,
+)
 
 
 def count_by_the_general_parser(value: object) -> int:
@@ -59,3 +66,15 @@ def test_memory_sizes_are_exact_and_round_up() -> None:
     assert parse_quantity("0.5Gi") == Fraction(2**29)
     assert parse_bytes("1500m") == 2
     assert format_bytes(parse_bytes("12Gi")) == "12Gi"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("80Gi", 80 * 2**30), ("132", 132), (7, 7), ("500m", Fraction(1, 2)), ("1e3", 1000)],
+)
+def test_exact_values_are_ints_when_whole_and_fractions_otherwise(
+    text: str | int, expected: int | Fraction
+) -> None:
+    value = exact_value(text)
+    assert value == expected
+    assert isinstance(value, int) == (Fraction(expected).denominator == 1)
