@@ -1,4 +1,4 @@
-"""translate_pod: the rules of DESIGN.md and each translation bug of reference/admission.md."""
+"""translate_pod: the translation rules (docs/translation.md) and the admission bug classes."""
 
 from __future__ import annotations
 
