@@ -1,7 +1,8 @@
 """The DRA drivers the webhook can target, and the names each one publishes.
 
-``gpu-slicer`` is this project's driver (names in docs/architecture.md). ``nvidia`` is NVIDIA's DRA driver for
-GPUs: its classes ``gpu.nvidia.com`` / ``mig.nvidia.com`` and attribute domain ``gpu.nvidia.com``.
+``gpu-slicer`` is this project's driver (names in docs/architecture.md). ``nvidia`` is NVIDIA's
+DRA driver for GPUs: its classes ``gpu.nvidia.com`` / ``mig.nvidia.com`` and attribute domain
+``gpu.nvidia.com``.
 NVIDIA's driver publishes no attribute that tells which GPUs share an NVLink domain on a node, so
 with that target the NVLink-first alternative cannot be expressed and is left out.
 """
