@@ -21,12 +21,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.demand import Alt, Demand, DemandBook
+from sim.demand import Demand, DemandBook
 from sim.engine import GpuLedger, Held, Slot, Strategy
 from sim.geometry import free_placements, pack, resolve_profile
 from sim.scenario import NodeSpec, PodSpec, Scenario
 from slicer.catalog import GpuModel, Placement
 from slicer.inventory import effective_mode
+from webhook.claims import Alternative
 
 
 class NodeOrder:
@@ -154,7 +155,7 @@ class _ClusterStrategy(Strategy):
         self.changes.append(node)
         return Held(node, tuple(slots))
 
-    def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+    def gpu_can_use(self, ledger: GpuLedger, alt: Alternative) -> bool:
         if not _mode_allows(self.gpus[ledger.node][ledger.index], alt):
             return False
         return super().gpu_can_use(ledger, alt)
@@ -196,7 +197,7 @@ class DevicePluginStrategy(_ClusterStrategy):
         self._failed(demand, mark)
         return None
 
-    def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+    def gpu_can_use(self, ledger: GpuLedger, alt: Alternative) -> bool:
         return not ledger.held
 
 
@@ -276,7 +277,7 @@ class StaticStrategy(_ClusterStrategy):
                 return None
         return slots
 
-    def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+    def gpu_can_use(self, ledger: GpuLedger, alt: Alternative) -> bool:
         key = (ledger.node, ledger.index)
         if alt.kind == "gpu":
             return self.instances[key] is None and not ledger.held
@@ -286,7 +287,7 @@ class StaticStrategy(_ClusterStrategy):
         return self.instances[(ledger.node, ledger.index)]
 
 
-def _mode_allows(gpu: _Gpu, alt: Alt) -> bool:
+def _mode_allows(gpu: _Gpu, alt: Alternative) -> bool:
     if alt.kind == "gpu":
         return gpu.mode in ("dynamic", "full")
     return gpu.mode in ("dynamic", "mig") and alt.profile is not None and \
@@ -329,7 +330,7 @@ class InstaSliceStrategy(_ClusterStrategy):
                 slots.append(slot)
         return slots
 
-    def _first(self, node: str, alt: Alt, extra: dict[int, list[Placement]],
+    def _first(self, node: str, alt: Alternative, extra: dict[int, list[Placement]],
                whole: set[int]) -> Slot | None:
         for gpu in self.gpus[node]:
             if not _mode_allows(gpu, alt) or gpu.index in whole or gpu.whole_by is not None:
@@ -370,7 +371,7 @@ class OracleStrategy(_ClusterStrategy):
     def demand(self, pod: PodSpec) -> Demand:
         return self.book.chains(pod)
 
-    def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+    def gpu_can_use(self, ledger: GpuLedger, alt: Alternative) -> bool:
         if not _mode_allows(self.gpus[ledger.node][ledger.index], alt):
             return False
         if alt.kind == "gpu":
@@ -434,7 +435,7 @@ class OracleStrategy(_ClusterStrategy):
                 return None
         return score, adds, wholes
 
-    def _fit_alt(self, node: str, alt: Alt, adds: dict[int, list[str]],
+    def _fit_alt(self, node: str, alt: Alternative, adds: dict[int, list[str]],
                  wholes: list[int]) -> bool:
         for _ in range(alt.count):
             choice: tuple[int, int] | None = None

@@ -1,7 +1,7 @@
 """What each pod of a trace asks for, as every strategy sees it.
 
 gpu-slicer strategies get the webhook's real translation (``webhook.translate.translate_pod``):
-the ResourceClaimTemplate and the ``gpu-slicer.io/converted`` record of each container's chain.
+the ResourceClaimTemplate and each container's chain of alternatives (``Conversion.requests``).
 The baselines get the same pod the way their world sees it:
 
 * device plugin (whole GPUs): every GPU or MIG slice asked for is a whole GPU; an annotation-only
@@ -21,30 +21,19 @@ is computed once per distinct pod shape and shared.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from sim.scenario import PodSpec, Scenario
+from webhook.claims import Alternative
 from webhook.errors import WebhookError
 from webhook.policy import Policy, load_policy
-from webhook.translate import ANNOTATION_CONVERTED, Conversion, translate_pod
+from webhook.translate import Conversion, translate_pod
 
 Obj = dict[str, Any]
-_LABEL = re.compile(r"^(?P<n>\d+) x (?P<what>\S+)(?P<nv> \(nvlink\))?$")
 
 
-@dataclass(frozen=True)
-class Alt:
-    """One way to serve a request: ``count`` whole GPUs (profile None) or MIG slices."""
-
-    kind: Literal["gpu", "mig"]
-    count: int
-    profile: str | None = None
-    nvlink: bool = False
-
-
-Request = tuple[Alt, ...]
+Request = tuple[Alternative, ...]
 """Alternatives of one request, in preference order."""
 Demand = tuple[Request, ...]
 
@@ -84,31 +73,8 @@ def _shape(pod: PodSpec) -> tuple[Any, ...]:
 
 
 def parse_chains(conversion: Conversion) -> Demand:
-    """The chains the webhook recorded in ``gpu-slicer.io/converted``, as alternatives."""
-    record: Obj | None = None
-    for op in conversion.patch:
-        value = op.get("value")
-        if op["path"].endswith("gpu-slicer.io~1converted"):
-            record = json.loads(str(value))
-        elif isinstance(value, dict) and ANNOTATION_CONVERTED in value:
-            record = json.loads(str(value[ANNOTATION_CONVERTED]))
-    if record is None:
-        return ()
-    requests: list[Request] = []
-    for container in record.get("containers", []):
-        alts: list[Alt] = []
-        for label in container.get("to", []):
-            match = _LABEL.match(str(label))
-            if not match:
-                continue
-            what = match["what"]
-            if what == "gpu":
-                alts.append(Alt("gpu", int(match["n"]), None, bool(match["nv"])))
-            else:
-                alts.append(Alt("mig", int(match["n"]), what))
-        if alts:
-            requests.append(tuple(alts))
-    return tuple(requests)
+    """The converted requests' alternatives, in the webhook's preference order."""
+    return tuple(request.alternatives for request in conversion.requests)
 
 
 class DemandBook:
@@ -120,7 +86,7 @@ class DemandBook:
         self._translated: dict[tuple[Any, ...], Translated] = {}
         self._profiles = {p.name for n in scenario.nodes for m in n.models for p in m.profiles}
 
-    def _available(self, chain: Request) -> Alt:
+    def _available(self, chain: Request) -> Alternative:
         """The first alternative the cluster has at all (a chain built from memory spans every
         model; a person asking by hand would name one of their own GPUs' profiles)."""
         for alt in chain:
@@ -150,16 +116,16 @@ class DemandBook:
     def whole_gpus(self, pod: PodSpec) -> Demand:
         """Device-plugin view: one request of N whole GPUs."""
         count = sum(pod.resources.values()) or 1
-        return ((Alt("gpu", count),),)
+        return ((Alternative("gpu", count),),)
 
     def static(self, pod: PodSpec) -> Demand:
         """MIG-device-plugin view: exact resources."""
         requests: list[Request] = []
         for name, count in sorted(pod.resources.items()):
             if name == "nvidia.com/gpu":
-                requests.append((Alt("gpu", count),))
+                requests.append((Alternative("gpu", count),))
             elif name.startswith("nvidia.com/mig-"):
-                requests.append((Alt("mig", count, name[len("nvidia.com/mig-"):]),))
+                requests.append((Alternative("mig", count, name[len("nvidia.com/mig-"):]),))
         if not requests:
             chains = self.translated(pod).chains
             requests = [(self._available(chain),) for chain in chains[:1]]

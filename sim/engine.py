@@ -25,11 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.demand import Alt, Demand
+from sim.demand import Demand
 from sim.errors import SimError
 from sim.scenario import PodSpec, Scenario
 from slicer import catalog
 from slicer.catalog import GpuModel, Placement
+from webhook.claims import Alternative
 
 Progress = Callable[[float], None]
 
@@ -100,7 +101,7 @@ class Strategy:
     def release(self, pod: PodSpec, held: Held, now: float) -> None:
         raise NotImplementedError
 
-    def gpu_can_use(self, ledger: GpuLedger, alt: Alt) -> bool:
+    def gpu_can_use(self, ledger: GpuLedger, alt: Alternative) -> bool:
         """Whether one unit of ``alt`` could go on this GPU now (for fragmentation)."""
         if alt.kind == "gpu":
             return not ledger.held
@@ -272,11 +273,11 @@ class Engine:
     def _sample(self, t: float) -> None:
         fragmented = 0
         if self.pending:
-            alts: set[Alt] = set()
+            alts: set[Alternative] = set()
             for name in self.pending:
                 for request in self.strategy.demand(self.records[name].pod):
                     for alt in request:
-                        alts.add(Alt(alt.kind, 1, alt.profile))
+                        alts.add(Alternative(alt.kind, 1, alt.profile))
             cache: dict[Any, bool] = {}
             for ledger in self.ledgers.values():
                 free = ledger.model.memory_slices - ledger.used_slices()

@@ -66,6 +66,9 @@ class Conversion:
     warnings: list[str] = field(default_factory=list)
     changes: list[tuple[str, str]] = field(default_factory=list)
     summary: str = "nothing to convert"
+    requests: tuple[ContainerRequest, ...] = ()
+    """The claim's requests with their alternatives in preference order, for tools that reason
+    about the chains (the simulator's baselines) without re-reading the template."""
 
     @property
     def template_name(self) -> str | None:
@@ -209,6 +212,7 @@ def translate_pod(
         warnings=warnings,
         changes=changes,
         summary=summary,
+        requests=tuple(requests),
     )
 
 

@@ -84,6 +84,22 @@ def test_several_gpus_try_an_nvlink_domain_first_then_any(translate: Translate) 
     ]
 
 
+def test_the_structured_requests_mirror_the_template(translate: Translate) -> None:
+    pod = build_pod(
+        container(limits={"nvidia.com/gpu": "2"}),
+        container("sidecar", limits={"nvidia.com/mig-1g.10gb": 1}),
+    )
+    conversion = translate(pod)
+    assert [r.name for r in conversion.requests] == [r["name"] for r in requests_of(conversion)]
+    assert [
+        [(a.kind, a.count, a.profile or "", a.nvlink) for a in r.alternatives]
+        for r in conversion.requests
+    ] == [
+        [("gpu", 2, "", True), ("gpu", 2, "", False)],
+        [("mig", 1, "1g.10gb", False)],
+    ]
+
+
 def test_strict_nvlink_asks_only_for_connected_gpus() -> None:
     policy = load_policy("nvlink: strict")
     conversion = translate_pod(
