@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
+import os
 import sys
 
 from sim.compare import compare, default_strategies, strategy_names
@@ -65,6 +67,11 @@ def run_simulate(args: argparse.Namespace) -> int:
     except (UnknownNameError, ScenarioError) as exc:
         print(f"gpu-slicer simulate: {exc}", file=sys.stderr)
         return 2
+    if args.plot:
+        problem = _plot_problem(args.plot)
+        if problem:
+            print(f"gpu-slicer simulate: --plot {args.plot}: {problem}", file=sys.stderr)
+            return 2
 
     if args.log_level != "DEBUG":
         # The agent's per-claim logs would drown the comparison; problems still show.
@@ -80,7 +87,11 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(f"gpu-slicer simulate: {exc}", file=sys.stderr)
         return 1
     if args.plot:
-        plot(comparison, args.plot)
+        try:
+            plot(comparison, args.plot)
+        except OSError as exc:
+            print(f"gpu-slicer simulate: cannot write the plot: {exc}", file=sys.stderr)
+            return 1
     if args.json:
         json.dump(as_json(comparison), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -90,3 +101,15 @@ def run_simulate(args: argparse.Namespace) -> int:
             sys.stdout.write(f"\nplot written to {args.plot}\n")
     problems = [p for ps in comparison.problems.values() for p in ps]
     return 1 if problems else 0
+
+
+def _plot_problem(path: str) -> str | None:
+    """Why ``--plot`` could not be honoured, checked before a run that may take a minute."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return "plotting needs matplotlib: pip install matplotlib (or the package's 'plot' extra)"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"folder {folder} does not exist"
+    if not os.access(folder, os.W_OK):
+        return f"folder {folder} is not writable"
+    return None

@@ -62,3 +62,13 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     target = tmp_path / "u.png"
     assert main(["simulate", "--strategies", "static-1g,oracle", "--plot", str(target)]) == 0
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_plot_into_a_missing_folder_exits_2_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "no-such-folder" / "u.png"
+    assert main(["simulate", "--plot", str(target)]) == 2
+    captured = capsys.readouterr()
+    assert "does not exist" in captured.err
+    assert captured.out == ""  # nothing was simulated
