@@ -2,7 +2,8 @@
 
 The environment follows the DRA one: a variable ``device`` with ``driver``, ``attributes``
 (domain -> id -> value), ``capacity`` (domain -> id -> quantity) and ``allowMultipleAllocations``;
-``quantity("10Gi")`` with ``compareTo``/``isGreaterThan``/``isLessThan``; ``semver("1.2.3")``
+``quantity("10Gi")`` with ``compareTo``/``isGreaterThan``/``isLessThan`` (exact, like
+Kubernetes: ``1500m`` is more than ``1``); ``semver("1.2.3")``
 for version attributes with the same methods. An unknown attribute domain is an empty map; an
 unknown attribute is an evaluation error (the scheduler reports the claim as unallocatable).
 
@@ -19,6 +20,7 @@ few selectors against hundreds of thousands of devices. So:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,11 +42,42 @@ _IN_REF = re.compile(
     r"""\s*\[\s*"(?P<dom>[^"\\]*)"\s*\](?!\s*\.)"""
 )
 _MAP_USE = re.compile(r"\b(attributes|capacity)\b")
+Capacities = dict[str, dict[str, int | Fraction]]
+"""Capacity by domain and id, exact (``int`` when whole)."""
 _DOMAIN = re.compile(r"""(?:attributes|capacity)\s*\[\s*"(?P<dom>[^"\\]*)"\s*\]""")
 
 
 class QuantityValue(celtypes.IntType):
-    """A Kubernetes quantity inside CEL (whole numbers: bytes, counts)."""
+    """A Kubernetes quantity inside CEL. Whole numbers (bytes, counts: the usual case) are the int
+    itself; a fractional one (``1500m``) also keeps its exact value, because Kubernetes compares
+    quantities exactly: ``quantity("1500m")`` is greater than a capacity of ``1``, not equal."""
+
+    exact: Fraction | None = None
+
+    def amount(self) -> int | Fraction:
+        """The exact value."""
+        return int(self) if self.exact is None else self.exact
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, QuantityValue):
+            return self.amount() == other.amount()
+        return NotImplemented if self.exact is not None else super().__eq__(other)
+
+    def __ne__(self, other: Any) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(self.amount())
+
+
+def quantity_value(amount: int | Fraction) -> QuantityValue:
+    """An exact quantity (``kube.quantity.exact_value``) as a CEL value."""
+    if isinstance(amount, int):
+        return QuantityValue(amount)
+    value = QuantityValue(math.floor(amount))
+    value.exact = amount
+    return value
 
 
 class SemverValue(celtypes.StringType):
@@ -60,8 +93,7 @@ class SemverValue(celtypes.StringType):
 
 
 def _quantity(text: celtypes.StringType) -> QuantityValue:
-    value = exact_value(str(text))
-    return QuantityValue(int(value) if isinstance(value, int) else int(Fraction(value)))
+    return quantity_value(exact_value(str(text)))
 
 
 def _semver(text: celtypes.StringType) -> SemverValue:
@@ -73,8 +105,12 @@ def _compare(left: Any, right: Any) -> celtypes.IntType:
         a: Any = left.key
         b: Any = right.key
     else:
-        a, b = int(left), int(right)
+        a, b = _amount(left), _amount(right)
     return celtypes.IntType((a > b) - (a < b))
+
+
+def _amount(value: Any) -> int | Fraction:
+    return value.amount() if isinstance(value, QuantityValue) else int(value)
 
 
 def _greater(left: Any, right: Any) -> celtypes.BoolType:
@@ -139,7 +175,7 @@ class DeviceView:
         self.driver = driver
         self.raw = raw
         self.results: dict[str, bool] = {}
-        self._maps: tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]]] | None = None
+        self._maps: tuple[dict[str, dict[str, Any]], Capacities] | None = None
         self._activation: dict[str, Any] | None = None
 
     @property
@@ -147,10 +183,10 @@ class DeviceView:
         return self._parsed()[0]
 
     @property
-    def capacity(self) -> dict[str, dict[str, int]]:
+    def capacity(self) -> Capacities:
         return self._parsed()[1]
 
-    def _parsed(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]]]:
+    def _parsed(self) -> tuple[dict[str, dict[str, Any]], Capacities]:
         if self._maps is None:
             self._maps = device_maps(self.raw, self.driver)
         return self._maps
@@ -166,7 +202,7 @@ class DeviceView:
                         ),
                         celtypes.StringType("attributes"): _domain_map(self.attributes, _cel),
                         celtypes.StringType("capacity"): _domain_map(
-                            self.capacity, lambda v: QuantityValue(int(v))
+                            self.capacity, quantity_value
                         ),
                     }
                 )
@@ -191,7 +227,7 @@ class DeviceView:
             return _MISSING
         if kind == "attributes":
             return attribute_value(entry)
-        return int(exact_value(entry.get("value") if isinstance(entry, Mapping) else entry))
+        return exact_value(entry.get("value") if isinstance(entry, Mapping) else entry)
 
 
 def split_name(name: str, driver: str) -> tuple[str, str]:
@@ -215,17 +251,17 @@ def attribute_value(raw: Mapping[str, Any]) -> Any:
 
 def device_maps(
     raw: Mapping[str, Any], driver: str
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]]]:
+) -> tuple[dict[str, dict[str, Any]], Capacities]:
     """A device's attributes and capacities by domain, parsed."""
     attributes: dict[str, dict[str, Any]] = {}
     for name, value in (raw.get("attributes") or {}).items():
         domain, ident = split_name(name, driver)
         attributes.setdefault(domain, {})[ident] = attribute_value(value)
-    capacity: dict[str, dict[str, int]] = {}
+    capacity: Capacities = {}
     for name, value in (raw.get("capacity") or {}).items():
         domain, ident = split_name(name, driver)
         amount = exact_value(value.get("value") if isinstance(value, Mapping) else value)
-        capacity.setdefault(domain, {})[ident] = int(amount)
+        capacity.setdefault(domain, {})[ident] = amount
     return attributes, capacity
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import celpy
-import celpy.adapter
 import pytest
 
+from sim.cel import DeviceView, matches
 from slicer.deviceclasses import (
     EXTENDED_RESOURCE_NAME,
     GPU_CLASS,
@@ -20,28 +19,10 @@ from slicer.inventory import DRIVER, GpuState, build_slices
 VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 
 
-def cel_device(device: dict[str, Any], driver: str) -> Any:
-    """The CEL ``device`` variable the scheduler builds from a ResourceSlice device entry."""
-    attributes: dict[str, dict[str, Any]] = {}
-    for key, value in device.get("attributes", {}).items():
-        domain, _, ident = key.rpartition("/")
-        attributes.setdefault(domain or driver, {})[ident] = next(iter(value.values()))
-    capacity: dict[str, dict[str, Any]] = {}
-    for key, value in device.get("capacity", {}).items():
-        domain, _, ident = key.rpartition("/")
-        capacity.setdefault(domain or driver, {})[ident] = value["value"]
-    return celpy.adapter.json_to_cel({
-        "driver": driver,
-        "attributes": attributes,
-        "capacity": capacity,
-        "allowMultipleAllocations": False,
-    })
-
-
 def selects(expression: str, device: dict[str, Any], driver: str = DRIVER) -> bool:
-    env = celpy.Environment()
-    program = env.program(env.compile(expression))
-    return bool(program.evaluate({"device": cel_device(device, driver)}))
+    """``expression`` on a ResourceSlice device entry, in the simulator's model of the
+    scheduler's CEL environment (``sim.cel``)."""
+    return matches(expression, DeviceView(driver, device))
 
 
 @pytest.mark.parametrize("version", VERSIONS)

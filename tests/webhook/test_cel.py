@@ -4,29 +4,26 @@ The devices come from the agent's own inventory code (``slicer.inventory.build_s
 ``gpu-slicer slices`` prints) for a simulated node with one GPU of every catalog model, so the
 attribute names the webhook selects on are checked against the ones the agent publishes.
 
-cel-python is slow, so each expression is compiled once, and evaluated once per device *shape*:
-the device's CEL view without its placement. Slices of one profile on one GPU differ only in
-``placementStart``, so they share a shape and a verdict; every (model, profile) and every whole
-GPU keeps a shape of its own. An expression that reads the placement is evaluated per device.
+Selectors are evaluated through ``sim.cel``, the project's one model of the scheduler's CEL
+environment (the simulator's allocator uses it too). cel-python is slow; ``sim.cel`` compiles each
+expression once and, for the literal ``device.attributes["dom"].id`` form every generated selector
+has, evaluates it once per driver and *referenced* values: the slices of one profile share a
+verdict, and an expression that reads the placement gets one per placement.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-import celpy
 import pytest
 from celpy import celtypes
-from celpy.adapter import json_to_cel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from webhook_cases import build_pod, container
 
-from kube.quantity import parse_bytes, parse_quantity
+from kube.quantity import parse_bytes
+from sim.cel import DeviceView, matches, program
 from slicer import catalog
 from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.simulated import SimulatedBackend
@@ -35,83 +32,13 @@ from webhook.policy import Policy, load_policy
 from webhook.targets import GPU_SLICER, NVIDIA, TargetDriver
 from webhook.translate import translate_pod
 
-Device = dict[str, Any]
+Device = DeviceView
+"""A device as the simulator's model of the scheduler's CEL environment presents it (``sim.cel``:
+one compiled program per expression, one verdict per driver and referenced values)."""
 
 
-def _quantity(text: celtypes.StringType) -> celtypes.StringType:
-    parse_quantity(str(text))  # rejects what Kubernetes' quantity() would reject
-    return text
-
-
-def _compare_to(left: celtypes.StringType, right: celtypes.StringType) -> celtypes.IntType:
-    a: Fraction = parse_quantity(str(left))
-    b: Fraction = parse_quantity(str(right))
-    return celtypes.IntType((a > b) - (a < b))
-
-
-def activation(value: dict[str, Any]) -> Any:
-    """The JSON ``value`` as CEL variables."""
-    return json_to_cel(value)
-
-
-FUNCTIONS: dict[str, Any] = {"quantity": _quantity, "compareTo": _compare_to}
-ENV = celpy.Environment()
-
-
-@functools.lru_cache(maxsize=256)
-def compile_selector(expression: str) -> Callable[[Device], bool]:
-    program = ENV.program(ENV.compile(expression), functions=FUNCTIONS)
-
-    def matches(device: Device) -> bool:
-        result = program.evaluate(device["activation"])
-        if isinstance(result, Exception):
-            raise result
-        return bool(result)
-
-    return matches
-
-
-PLACEMENT_ATTRIBUTE = "placementStart"
-
-
-def shape_of(body: dict[str, Any]) -> str:
-    """The CEL view of a device without its placement, as text (equal views, equal text)."""
-    attributes = {
-        domain: {k: v for k, v in values.items() if k != PLACEMENT_ATTRIBUTE}
-        for domain, values in body["attributes"].items()
-    }
-    return json.dumps({**body, "attributes": attributes}, sort_keys=True)
-
-
-def cel_device(driver: str, device: dict[str, Any]) -> Device:
-    """A ResourceSlice device as the scheduler's CEL environment presents it."""
-    attributes: dict[str, dict[str, Any]] = {}
-    for key, typed in device["attributes"].items():
-        domain, _, ident = key.rpartition("/")
-        (value,) = typed.values()
-        attributes.setdefault(domain or driver, {})[ident] = value
-    capacity = {driver: {k: v["value"] for k, v in device["capacity"].items()}}
-    body = {"driver": driver, "attributes": attributes, "capacity": capacity}
-    return {
-        "name": device["name"],
-        "cel": body,
-        "shape": shape_of(body),
-        "activation": activation({"device": body}),
-    }
-
-
-_VERDICTS: dict[tuple[str, str], bool] = {}
-"""(expression, device shape) -> whether the expression selects devices of that shape."""
-
-
-def selects(expression: str, device: Device) -> bool:
-    """``expression`` evaluated on ``device``; once per shape unless it reads the placement."""
-    if PLACEMENT_ATTRIBUTE in expression:
-        return compile_selector(expression)(device)
-    key = (expression, device["shape"])
-    if key not in _VERDICTS:
-        _VERDICTS[key] = compile_selector(expression)(device)
-    return _VERDICTS[key]
+def name_of(device: Device) -> str:
+    return str(device.raw["name"])
 
 
 @pytest.fixture(scope="module")
@@ -127,26 +54,26 @@ def advertised() -> list[dict[str, Any]]:
 def devices(advertised: list[dict[str, Any]]) -> dict[str, list[Device]]:
     """The advertised devices in CEL form, as gpu-slicer's and as if NVIDIA's driver had them."""
     return {
-        GPU_SLICER.name: [cel_device(GPU_SLICER.domain, d) for d in advertised],
-        NVIDIA.name: [cel_device(NVIDIA.domain, d) for d in advertised],
+        GPU_SLICER.name: [DeviceView(GPU_SLICER.domain, d) for d in advertised],
+        NVIDIA.name: [DeviceView(NVIDIA.domain, d) for d in advertised],
     }
 
 
 def in_class(device: Device, class_name: str, target: TargetDriver) -> bool:
     """The DeviceClasses of DESIGN.md: driver plus ``type``."""
     kind = "gpu" if class_name == target.gpu_class else "mig"
-    attrs = device["cel"]["attributes"].get(target.domain, {})
-    return bool(device["cel"]["driver"] == target.domain and attrs.get("type") == kind)
+    attrs = device.attributes.get(target.domain, {})
+    return bool(device.driver == target.domain and attrs.get("type") == kind)
 
 
 def chosen(subrequest: dict[str, Any], devices: list[Device], target: TargetDriver) -> set[str]:
     """Names of the devices a request (``exactly``) or subrequest may use."""
     expressions = [s["cel"]["expression"] for s in subrequest.get("selectors", [])]
     return {
-        d["name"]
+        name_of(d)
         for d in devices
         if in_class(d, subrequest["deviceClassName"], target)
-        and all(selects(e, d) for e in expressions)
+        and all(matches(e, d) for e in expressions)
     }
 
 
@@ -156,16 +83,16 @@ def alternatives(template: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def profile_of(device: Device, target: TargetDriver) -> str | None:
-    value = device["cel"]["attributes"].get(target.domain, {}).get("profile")
+    value = device.attributes.get(target.domain, {}).get("profile")
     return None if value is None else str(value)
 
 
 def profiles(names: set[str], devices: list[Device], target: TargetDriver) -> set[str | None]:
-    return {profile_of(d, target) for d in devices if d["name"] in names}
+    return {profile_of(d, target) for d in devices if name_of(d) in names}
 
 
-def memory_of(device: Device, target: TargetDriver) -> Fraction:
-    return parse_quantity(str(device["cel"]["capacity"][target.domain]["memory"]))
+def memory_of(device: Device, target: TargetDriver) -> int | Fraction:
+    return device.capacity[target.domain]["memory"]
 
 
 def converted_template(pod: dict[str, Any], policy: Policy, namespace: str = "ml") -> Any:
@@ -191,22 +118,21 @@ NASTY = [
 
 @pytest.mark.parametrize("text", NASTY, ids=repr)
 def test_a_quoted_string_evaluates_to_itself(text: str) -> None:
-    program = ENV.program(ENV.compile(f"{cel.quote(text)} == s"))
-    assert program.evaluate(activation({"s": text})) == celtypes.BoolType(True)
+    runner = program(f"{cel.quote(text)} == s").runner
+    assert runner.evaluate({"s": celtypes.StringType(text)}) == celtypes.BoolType(True)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.text(max_size=40))
 def test_any_string_survives_quoting(text: str) -> None:
-    program = ENV.program(ENV.compile(cel.quote(text)))
-    assert str(program.evaluate(activation({}))) == text
+    assert str(program(cel.quote(text)).runner.evaluate({})) == text
 
 
 def test_a_profile_name_cannot_break_out_of_its_literal(
     devices: dict[str, list[Device]],
 ) -> None:
     expression = cel.profile_selector(GPU_SLICER, 'x" || true || "')
-    assert not any(selects(expression, d) for d in devices["gpu-slicer"])
+    assert not any(matches(expression, d) for d in devices["gpu-slicer"])
 
 
 # --- selectors against advertised devices ----------------------------------------------------
@@ -219,7 +145,7 @@ def test_a_mig_request_selects_exactly_the_devices_of_its_profile(
     pod = build_pod(container(limits={f"nvidia.com/mig-{profile}": 1}))
     (exact,) = alternatives(converted_template(pod, policy))
     ours = devices["gpu-slicer"]
-    expected = {d["name"] for d in ours if profile_of(d, GPU_SLICER) == profile}
+    expected = {name_of(d) for d in ours if profile_of(d, GPU_SLICER) == profile}
     assert expected, f"the simulated node advertises no {profile}"
     assert chosen(exact, ours, GPU_SLICER) == expected
 
@@ -232,7 +158,7 @@ def test_a_whole_gpu_request_selects_only_whole_gpus(
     ours = devices["gpu-slicer"]
     found = chosen(exact, ours, GPU_SLICER)
     assert found
-    assert all(profile_of(d, GPU_SLICER) is None for d in ours if d["name"] in found)
+    assert all(profile_of(d, GPU_SLICER) is None for d in ours if name_of(d) in found)
 
 
 # 9800Mi, 19712Mi and 39000Mi fall between the memory of one profile name on two models
@@ -249,13 +175,13 @@ def test_a_memory_chain_selects_only_devices_with_enough_memory_smallest_first(
     chain = alternatives(converted_template(pod, policy))
     ours = devices["gpu-slicer"]
     wanted = parse_bytes(size)
-    memory = {d["name"]: memory_of(d, GPU_SLICER) for d in ours}
+    memory = {name_of(d): memory_of(d, GPU_SLICER) for d in ours}
     fitting = {
-        d["name"]
+        name_of(d)
         for d in ours
         if profile_of(d, GPU_SLICER) is not None
         and not str(profile_of(d, GPU_SLICER)).endswith("+me")
-        and memory[d["name"]] >= wanted
+        and memory[name_of(d)] >= wanted
     }
     picked = [chosen(subrequest, ours, GPU_SLICER) for subrequest in chain]
     assert all(picked), "every alternative selects some device"
