@@ -60,7 +60,7 @@ def devices(advertised: list[dict[str, Any]]) -> dict[str, list[Device]]:
 
 
 def in_class(device: Device, class_name: str, target: TargetDriver) -> bool:
-    """The DeviceClasses of DESIGN.md: driver plus ``type``."""
+    """The DeviceClasses (docs/architecture.md): driver plus ``type``."""
     kind = "gpu" if class_name == target.gpu_class else "mig"
     attrs = device.attributes.get(target.domain, {})
     return bool(device.driver == target.domain and attrs.get("type") == kind)
