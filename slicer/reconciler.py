@@ -260,7 +260,10 @@ class Reconciler:
             if not device.is_mig:
                 continue
             if device.gpu_index not in by_gpu:
-                by_gpu[device.gpu_index] = self.state.backend.instances(device.gpu_index)
+                try:
+                    by_gpu[device.gpu_index] = self.state.backend.instances(device.gpu_index)
+                except GpuLost:
+                    by_gpu[device.gpu_index] = []  # the reset it needs wipes its instances
             count += instance_at(by_gpu[device.gpu_index], device) is not None
         return count
 

@@ -46,7 +46,7 @@ from slicer.checkpoint import (
 )
 from slicer.claims import AllocatedDevice
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
-from slicer.errors import BackendError, DeviceNameError, NotFound, SlicerError
+from slicer.errors import BackendError, DeviceNameError, GpuLost, NotFound, SlicerError
 from slicer.mig_mode import MigModeManager
 
 log = logging.getLogger(__name__)
@@ -352,7 +352,16 @@ class DeviceState:
     def _destroy_device(self, device: PreparedDevice) -> bool:
         """Destroy the instance backing ``device``: CI then GI; False when already gone."""
         gpu = device.gpu_index
-        inst = instance_at(self.backend.instances(gpu), device)
+        try:
+            listed = self.backend.instances(gpu)
+        except GpuLost as exc:
+            # Only a GPU reset or a reboot brings a lost GPU back, and either wipes every MIG
+            # instance on it: there is nothing left to destroy, and refusing would keep the
+            # kubelet retrying (the pod stuck terminating) until someone resets the GPU.
+            log.warning("GPU lost; its instance goes with the reset it needs", extra={
+                "device": device.device_name, "gpu": gpu, "error": str(exc)})
+            return False
+        inst = instance_at(listed, device)
         if inst is None:
             return False
         pids = self.backend.processes(gpu, inst.gi_id)

@@ -331,3 +331,16 @@ def test_an_agent_on_the_static_fallback_switches_back_by_itself_after_the_gate_
     assert not agent.publisher.static
     assert any(s["spec"].get("sharedCounters")
                for s in api.objects("resource.k8s.io/v1", "ResourceSlice"))
+
+
+def test_a_deleted_claim_on_a_lost_gpu_is_released_instead_of_failing_every_pass(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-1-mig-1g10gb-0"])
+    agent.prepare(claim)
+    backend.lose_gpu(1)
+    delete_claim(api, claim)
+    report = agent.reconcile()
+    assert report.vanished == [ref(claim)[0]]
+    assert agent.state.entry(ref(claim)[0]) is None

@@ -222,3 +222,17 @@ def test_two_claims_racing_for_the_first_slice_switch_mig_on_once(
         t.join(10)
     assert sorted(i.start for i in backend.instances(0)) == [0, 1]
     assert [c for c in backend.calls if c[0] == "set_mig_mode"] == [("set_mig_mode", (0, True))]
+
+
+def test_unprepare_of_a_claim_on_a_lost_gpu_succeeds_because_the_reset_wipes_its_instances(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-1-mig-1g10gb-0"])
+    agent.prepare(claim)
+    backend.lose_gpu(1)
+    assert agent.unprepare(claim) is True  # the kubelet would otherwise retry forever
+    assert agent.state.entry(ref(claim)[0]) is None
+    assert not agent.state.cdi.path_for(ref(claim)[0]).exists()
+    backend.recover_gpu(1)
+    assert backend.instances(1) == []
