@@ -53,6 +53,9 @@ CHANGE_ANNOTATION = "annotation"
 """The ``what`` of a change made because of an annotation rather than a legacy resource."""
 
 MAX_COUNT = 2**31 - 1
+MAX_CLAIM_DEVICES = 32
+"""Kubernetes allocates at most this many devices to one claim (``AllocationResultsMaxSize``):
+a bigger claim is accepted by the API but the scheduler can never allocate it."""
 WARNING_LIMIT = 119
 _KINDS = ("initContainers", "containers")
 
@@ -166,6 +169,15 @@ def translate_pod(
         return Conversion(warnings=warnings)
     if len(requests) > 32:
         raise Denied(f"{len(requests)} containers need GPUs; a claim holds at most 32 requests")
+    devices = sum(min(alt.count for alt in r.alternatives) for r in requests)
+    if devices > MAX_CLAIM_DEVICES:
+        wanted = ", ".join(
+            f"{r.name}: {min(alt.count for alt in r.alternatives)}" for r in requests
+        )
+        raise Denied(
+            f"the pod needs {devices} devices ({wanted}); Kubernetes allocates at most "
+            f"{MAX_CLAIM_DEVICES} devices to one claim, so it could never be scheduled"
+        )
 
     spec_out = claims.template_spec(requests, target)
     name = _template_name(tuple(requests), target)

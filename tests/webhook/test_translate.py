@@ -881,3 +881,28 @@ def test_random_pods_are_converted_or_denied_and_never_crash(pod: Pod, policy_te
     for template in conversion.templates:
         assert template["metadata"]["name"] == claims.template_name(template["spec"])
         validate(template)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        build_pod(container(limits={"nvidia.com/gpu": "100000"})),
+        build_pod(
+            *(container(f"c{i}", limits={"nvidia.com/mig-1g.10gb": 8}) for i in range(5))
+        ),
+    ],
+    ids=["one huge count", "counts that add up past the limit"],
+)
+def test_a_pod_needing_more_devices_than_a_claim_can_hold_is_denied(
+    translate: Translate, pod: Pod
+) -> None:
+    # Kubernetes allocates at most 32 devices to one claim; a bigger claim would leave the pod
+    # pending forever with a scheduler error instead of a message at admission.
+    with pytest.raises(Denied) as info:
+        translate(pod)
+    assert "at most 32 devices" in info.value.message
+
+
+def test_a_pod_needing_exactly_32_devices_is_converted(translate: Translate) -> None:
+    pod = build_pod(*(container(f"c{i}", limits={"nvidia.com/mig-1g.10gb": 8}) for i in range(4)))
+    assert translate(pod).templates
