@@ -239,7 +239,27 @@ class DeviceState:
         return done
 
     def _refuse_occupied(self, entry: ClaimEntry, gpus: dict[int, GpuInfo]) -> None:
-        """A placement that holds an instance before we recorded it is someone else's."""
+        """A placement that holds an instance before we recorded it is someone else's.
+
+        A placement still named by another claim's entry (a claim deleted without unprepare,
+        not yet released by the reconciler) is refused too: that entry's release destroys
+        whatever sits at the placement, which would be this claim's new instance.
+        """
+        held = {
+            device.device_name: other
+            for other in self.entries().values()
+            if other.uid != entry.uid
+            for device in other.devices
+            if device.is_mig
+        }
+        for device in entry.devices:
+            other = held.get(device.device_name)
+            if other is not None:
+                raise PrepareError(
+                    f"{device.device_name} is still held by ResourceClaim {other.namespace}/"
+                    f"{other.name} (uid {other.uid}), which was not unprepared yet; the agent "
+                    "releases it once that claim is gone and the kubelet's retry then succeeds"
+                )
         for device in entry.devices:
             info = gpus.get(device.gpu_index)
             if not device.is_mig or info is None or not info.mig_enabled:

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from agent_fixtures import (
     NODE,
+    AgentCrash,
+    CrashingBackend,
     allocate_claim,
     build_agent,
     deallocate,
@@ -26,6 +28,7 @@ from slicer.devices import SliceSpec
 from slicer.errors import InsufficientResources
 from slicer.reconciler import ReconcileReport
 from slicer.simulated import SimulatedBackend
+from slicer.state import PrepareError
 
 
 def test_a_deleted_claim_is_unprepared_although_the_kubelet_never_called(
@@ -344,3 +347,24 @@ def test_a_deleted_claim_on_a_lost_gpu_is_released_instead_of_failing_every_pass
     report = agent.reconcile()
     assert report.vanished == [ref(claim)[0]]
     assert agent.state.entry(ref(claim)[0]) is None
+
+
+def test_releasing_a_crashed_prepare_never_destroys_the_instance_of_the_claim_now_on_its_placement(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    crashing = CrashingBackend(backend)
+    dying = build_agent(crashing, api, tmp_path)
+    old = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+    crashing.crash_at("create_gpu_instance")
+    with pytest.raises(AgentCrash):
+        dying.prepare(old)  # PrepareStarted names the placement; nothing created yet
+    agent = build_agent(backend, api, tmp_path)
+    delete_claim(api, old)  # the pod was deleted; the scheduler hands the slice to a new claim
+    new = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+    with pytest.raises(PrepareError, match=f"held by ResourceClaim ml/{old['metadata']['name']}"):
+        agent.prepare(new)  # says whose release it waits for
+    agent.reconcile()  # releases the crashed prepare of the deleted claim
+    agent.prepare(new)  # the kubelet's retry
+    [inst] = backend.instances(0)
+    entry = agent.state.entry(ref(new)[0])
+    assert entry is not None and entry.devices[0].gi_id == inst.gi_id
