@@ -91,6 +91,9 @@ class ApiTemplates:
         self._wall = wall_clock
         self._on_action = on_action
         self._known: dict[tuple[str, str], float] = {}
+        """(namespace, name) -> when the template was last confirmed (``clock``). The trust
+        window is applied at lookup, so a policy reload that shortens the GC delay also
+        shortens it for templates confirmed before the reload."""
         self._lock = threading.Lock()
 
     def ttl_s(self) -> float:
@@ -100,8 +103,8 @@ class ApiTemplates:
 
     def is_known(self, namespace: str, name: str) -> bool:
         with self._lock:
-            expiry = self._known.get((namespace, name))
-        return expiry is not None and expiry > self._clock()
+            confirmed = self._known.get((namespace, name))
+        return confirmed is not None and self._clock() - confirmed < self.ttl_s()
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -119,7 +122,7 @@ class ApiTemplates:
             with self._lock:
                 if len(self._known) > 50_000:
                     self._known.clear()
-                self._known[(namespace, name)] = self._clock() + self.ttl_s()
+                self._known[(namespace, name)] = self._clock()
 
     def _ensure_one(self, template: Obj, namespace: str, name: str) -> None:
         stamp = _rfc3339(self._wall())

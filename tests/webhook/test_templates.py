@@ -142,6 +142,25 @@ def test_the_cache_is_never_trusted_longer_than_half_the_gc_delay(
     assert ensurer(api, clocks, gc_after_s=86400, ttl_s=600).ttl_s() == 600
 
 
+def test_a_shorter_gc_delay_from_a_policy_reload_shortens_trust_in_cached_templates(
+    api: InMemoryKubeApi, clocks: Clocks
+) -> None:
+    # Cached under templateGcAfter 24h (trusted 600 s), then the policy says 120 s: the
+    # collector may delete the template 120 s after its stamp, so the cache must not vouch for
+    # it beyond 60 s any more, or pods are admitted naming a deleted template.
+    gc_after = [86400]
+    templates = ApiTemplates(
+        api, ttl_s=600, gc_after_s=lambda: gc_after[0], clock=lambda: clocks.mono,
+        wall_clock=lambda: clocks.wall,
+    )
+    templates.ensure([template()], dry_run=False)
+    gc_after[0] = 120
+    clocks.advance(61)
+    api.clear_calls()
+    templates.ensure([template()], dry_run=False)
+    assert [c.verb for c in api.calls] == ["create", "patch"]
+
+
 def test_dry_run_never_calls_the_api(api: InMemoryKubeApi, clocks: Clocks) -> None:
     ensurer(api, clocks).ensure([template()], dry_run=True)
     assert api.calls == [] and stored(api) == {}
