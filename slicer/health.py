@@ -99,18 +99,28 @@ class HealthTracker:
 
     def poll(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for events and apply them."""
+        events = self._events(timeout_s)
+        return self.apply(events) if events is not None else False
+
+    def _events(self, timeout_s: float) -> list[HealthEvent] | None:
+        """The backend's events; None when it cannot deliver any (logged)."""
         try:
-            events = self._backend.health_events(timeout_s)
+            return self._backend.health_events(timeout_s)
         except BackendError as exc:
             log.warning("health events unavailable", extra={"error": str(exc)})
-            return False
-        return self.apply(events)
+            return None
 
     def run(self, stop: threading.Event, poll_s: float = 1.0) -> None:
         """Poll until ``stop`` is set (the agent's health thread)."""
         while not stop.is_set():
             try:
-                self.poll(poll_s)
+                events = self._events(poll_s)
+                if events is None:
+                    # The backend answers at once when it has no event source (NVML without an
+                    # event set): wait, or this thread spins and floods the log.
+                    stop.wait(poll_s)
+                    continue
+                self.apply(events)
             except Exception:
                 log.exception("health poll failed")
                 stop.wait(poll_s)

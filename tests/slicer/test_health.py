@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
 from slicer.backend import HealthEvent
+from slicer.errors import BackendError
 from slicer.health import HealthTracker, is_critical
 from slicer.inventory import DeviceTaint
 from slicer.simulated import SimulatedBackend
@@ -47,3 +50,32 @@ def test_criticality_of_event_kinds() -> None:
     assert is_critical(HealthEvent(0, "xid", xid=94))
     assert not is_critical(HealthEvent(0, "xid", xid=31))
     assert not is_critical(HealthEvent(0, "recovered"))
+
+
+class _StopOnWait(threading.Event):
+    """A stop event that records each wait and ends the loop on the first one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        self.set()
+        return True
+
+
+def test_the_health_thread_waits_between_polls_when_events_are_unavailable() -> None:
+    stop = _StopOnWait()
+    calls: list[float] = []
+
+    class NoEvents(SimulatedBackend):
+        def health_events(self, timeout_s: float) -> list[HealthEvent]:
+            calls.append(timeout_s)
+            if len(calls) >= 5:
+                stop.set()  # the loop spins without ever waiting: end the test anyway
+            raise BackendError("NVML cannot create an event set on this GPU")
+
+    HealthTracker(NoEvents("H100-80GB:1")).run(stop, poll_s=0.5)
+    assert len(calls) == 1
+    assert stop.waits == [0.5]
