@@ -531,8 +531,8 @@ def _alternatives(
     if legacy_name == LEGACY_GPU:
         alts = _gpu_alternatives(legacy_count, rules, target, container, warnings)
         return alts, legacy_name, None
-    profile = legacy_name[len(LEGACY_MIG_PREFIX) :]
     models = rules.gpu_models
+    profile = _profile_of_resource(legacy_name[len(LEGACY_MIG_PREFIX) :], models)
     if profile not in model_profile_set(models):
         raise Denied(
             f"container {container.name!r}: {legacy_name}: no GPU model offers MIG profile "
@@ -546,6 +546,24 @@ def _alternatives(
     names = [profile, *(f for f in fallbacks if f != profile)][:MAX_ALTERNATIVES]
     via = "policy migFallback" if len(names) > 1 else None
     return tuple(_entry(n, legacy_count, None) for n in names), legacy_name, via
+
+
+def _profile_of_resource(token: str, models: tuple[str, ...]) -> str:
+    """The MIG profile a ``nvidia.com/mig-<token>`` resource stands for.
+
+    A resource name cannot hold ``+``, so the NVIDIA device plugin advertises ``1g.10gb+me`` as
+    ``nvidia.com/mig-1g.10gb.me``: the dots after ``<g>g.<mem>gb`` were ``+``. A token that
+    is a profile name as it is (or matches none either way) is returned unchanged.
+    """
+    offered = model_profile_set(models)
+    if token in offered:
+        return token
+    parts = token.split(".")
+    if len(parts) > 2:
+        spelled = ".".join(parts[:2]) + "".join(f"+{p}" for p in parts[2:])
+        if spelled in offered:
+            return spelled
+    return token
 
 
 @functools.lru_cache(maxsize=1024)

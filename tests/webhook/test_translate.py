@@ -906,3 +906,16 @@ def test_a_pod_needing_more_devices_than_a_claim_can_hold_is_denied(
 def test_a_pod_needing_exactly_32_devices_is_converted(translate: Translate) -> None:
     pod = build_pod(*(container(f"c{i}", limits={"nvidia.com/mig-1g.10gb": 8}) for i in range(4)))
     assert translate(pod).templates
+
+
+def test_a_media_extension_slice_as_the_device_plugin_names_it_is_converted(
+    translate: Translate,
+) -> None:
+    # The NVIDIA device plugin turns a profile's "+" into "." ("+" is not allowed in a resource
+    # name), so pods ask for nvidia.com/mig-1g.10gb.me to get a 1g.10gb+me slice.
+    pod = build_pod(container(limits={"nvidia.com/mig-1g.10gb.me": 1}))
+    conversion = translate(pod)
+    (request,) = conversion.requests
+    assert [alt.profile for alt in request.alternatives] == ["1g.10gb+me"]
+    assert "nvidia.com/mig-1g.10gb.me" not in json.dumps(apply(pod, conversion)["spec"])
+    assert conversion.changes == [("main", "nvidia.com/mig-1g.10gb.me")]
