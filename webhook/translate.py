@@ -118,7 +118,9 @@ def translate_pod(
     if str(_dict(metadata.get("labels")).get(SKIP_LABEL, "")).lower() == "true":
         return Conversion(summary=f"skipped: label {SKIP_LABEL}=true")
     if _already_converted(spec):
-        return Conversion(summary="already converted")
+        return Conversion(
+            summary="already converted", warnings=_left_behind(spec, policy, native_extended)
+        )
 
     target = target_driver(policy.target)
     rules = policy.for_namespace(namespace)
@@ -266,6 +268,32 @@ def _already_converted(spec: dict[str, Any]) -> bool:
     return isinstance(entries, list) and any(
         isinstance(e, dict) and e.get("name") == claims.CLAIM_NAME for e in entries
     )
+
+
+def _left_behind(
+    spec: dict[str, Any], policy: Policy, native_extended: frozenset[str]
+) -> list[str]:
+    """Warnings for legacy GPU requests an already-converted pod still has.
+
+    A pod gpu-slicer converted has none left; one that still has some got its ``gpu-slicer``
+    claim entry from another tool, or the container from a webhook that ran after the
+    conversion. It is admitted as it is, but silently keeping the legacy request would hide why
+    the pod runs (or waits) the legacy way.
+    """
+    warnings: list[str] = []
+    for container in _containers(spec):
+        try:
+            _read_legacy(container, policy, native_extended, [])
+        except Denied:
+            continue
+        for resource in container.legacy:
+            warnings.append(
+                _short(
+                    f"{container.name}: {resource} not converted: the pod already has a "
+                    f"resourceClaims entry named {claims.CLAIM_NAME}"
+                )
+            )
+    return warnings
 
 
 def _containers(spec: dict[str, Any]) -> list[_Container]:

@@ -614,6 +614,26 @@ def test_a_converted_pod_gets_an_empty_patch(translate: Translate) -> None:
     assert "already converted" in again.summary
 
 
+def test_a_converted_pod_gets_no_warning(translate: Translate) -> None:
+    pod = build_pod(container(limits={"nvidia.com/gpu": 1}))
+    assert translate(apply(pod, translate(pod))).warnings == []
+
+
+def test_a_legacy_request_left_behind_by_a_gpu_slicer_claim_it_did_not_make_is_warned_about(
+    translate: Translate,
+) -> None:
+    # Another tool's claim entry named gpu-slicer, or a container with a GPU request added by a
+    # later webhook before reinvocation: nothing is converted, but the admin is told so.
+    pod = build_pod(
+        container("main", limits={"nvidia.com/gpu": 1}),
+        resourceClaims=[{"name": "gpu-slicer", "resourceClaimName": "from-another-tool"}],
+    )
+    conversion = translate(pod)
+    assert conversion.patch == []
+    (warning,) = conversion.warnings
+    assert "main" in warning and "nvidia.com/gpu" in warning and "gpu-slicer" in warning
+
+
 def test_the_skip_label_opts_a_pod_out(translate: Translate) -> None:
     pod = build_pod(container(limits={"nvidia.com/gpu": 1}), labels={"gpu-slicer.io/skip": "true"})
     assert translate(pod).patch == []
