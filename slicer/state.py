@@ -243,17 +243,19 @@ class DeviceState:
 
         A placement still named by another claim's entry (a claim deleted without unprepare,
         not yet released by the reconciler) is refused too: that entry's release destroys
-        whatever sits at the placement, which would be this claim's new instance.
+        whatever sits at the placement, which would be this claim's new instance. Likewise a
+        whole GPU and any device of another entry on that GPU: the error names the claim to
+        wait for instead of an instance or a MIG switch to undo by hand.
         """
-        held = {
-            device.device_name: other
-            for other in self.entries().values()
-            if other.uid != entry.uid
-            for device in other.devices
-            if device.is_mig
-        }
+        others = [e for e in self.entries().values() if e.uid != entry.uid]
         for device in entry.devices:
-            other = held.get(device.device_name)
+            other = next((
+                e for e in others for held in e.devices
+                if held.gpu_index == device.gpu_index
+                # the same slice, or a whole GPU against anything on it
+                and (held.device_name == device.device_name or not held.is_mig
+                     or not device.is_mig)
+            ), None)
             if other is not None:
                 raise PrepareError(
                     f"{device.device_name} is still held by ResourceClaim {other.namespace}/"

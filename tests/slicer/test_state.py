@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_fixtures import NODE, allocate_claim, build_agent, live_instances, ref
+from agent_fixtures import NODE, allocate_claim, build_agent, delete_claim, live_instances, ref
 
 from kube.memory import InMemoryKubeApi
 from slicer.checkpoint import PREPARE_COMPLETED
@@ -236,3 +236,18 @@ def test_unprepare_of_a_claim_on_a_lost_gpu_succeeds_because_the_reset_wipes_its
     assert not agent.state.cdi.path_for(ref(claim)[0]).exists()
     backend.recover_gpu(1)
     assert backend.instances(1) == []
+
+
+def test_a_whole_gpu_on_a_gpu_still_held_by_a_deleted_claims_slice_names_that_claim(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    old = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+    agent.prepare(old)
+    delete_claim(api, old)  # force-deleted pod: the kubelet never unprepared
+    whole = allocate_claim(api, ["gpu-0"])
+    with pytest.raises(PrepareError, match=f"held by ResourceClaim ml/{old['metadata']['name']}"):
+        agent.prepare(whole)
+    agent.reconcile()  # releases the deleted claim
+    [device] = agent.prepare(whole)
+    assert device.uuid == backend.gpus()[0].uuid and not backend.gpus()[0].mig_enabled
