@@ -209,7 +209,8 @@ def pod_request(request: Mapping[str, Any]) -> PodRequest:
 # ----------------------------------------------------------------------------- limits
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""C0, DEL and C1: Go's unicode.IsControl, which the apiserver refuses in warnings."""
 
 
 def _clean(text: str) -> str:

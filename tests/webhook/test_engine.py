@@ -248,6 +248,13 @@ def test_each_warning_stays_under_120_and_all_under_4096_bytes() -> None:
     assert "more warnings not shown" in limited[-1]
 
 
+def test_warnings_carry_no_control_characters_of_any_kind() -> None:
+    # The apiserver drops a warning whose text has a Unicode control character (Go's
+    # unicode.IsControl: C0, DEL and C1), e.g. from an annotation value quoted in a denial.
+    limited = limit_warnings(["bad value 'main\x85x\x9f' and \x7f"])
+    assert limited == ["bad value 'main x ' and"]
+
+
 def test_short_warnings_pass_unchanged() -> None:
     assert limit_warnings(["one", "two"]) == ["one", "two"]
 
