@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -51,7 +53,7 @@ from slicer.errors import BackendError, GpuSpecError, SlicerError
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode, effective_mode
 from slicer.mig_mode import GpuMode, MigModeManager
-from slicer.ordering import RepublishLimiter
+from slicer.ordering import POLICIES, RepublishLimiter
 from slicer.plugin import DraDriver, PluginServer
 from slicer.publisher import PublisherMetrics, SlicePublisher
 from slicer.reconciler import NodeView, Reconciler, Republish
@@ -265,8 +267,8 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
                          help=f"{what} [{env}]")
     run.add_argument("--metrics-bind", default=_env("GPU_SLICER_METRICS_BIND", default=":9464"),
                      help="host:port for /metrics; empty to disable [GPU_SLICER_METRICS_BIND]")
-    run.add_argument("--reconcile-interval", type=float,
-                     default=float(_env("GPU_SLICER_RECONCILE_INTERVAL", default="30") or 30),
+    run.add_argument("--reconcile-interval", type=_float_or_text,
+                     default=_env("GPU_SLICER_RECONCILE_INTERVAL", default="30"),
                      help="seconds between reconcile passes [GPU_SLICER_RECONCILE_INTERVAL]")
     run.add_argument("--policy", default=_env("GPU_SLICER_POLICY", default="best-fit"),
                      help="device order policy: best-fit, anti-fragmentation, name "
@@ -295,7 +297,8 @@ def _seconds(flag: str, value: object, *, zero: bool) -> float | str:
     """A valid number of seconds, or the usage message naming the flag."""
     if isinstance(value, str):
         value = _float_or_text(value)
-    if not isinstance(value, float) or value != value or value < 0 or (not zero and value == 0):
+    if (not isinstance(value, float) or not math.isfinite(value) or value < 0
+            or (not zero and value == 0)):
         bound = ">= 0" if zero else "> 0"
         return f"{flag} must be a number of seconds {bound}, not {value!r}"
     return value
@@ -306,19 +309,44 @@ def _usage(message: str) -> int:
     return 2
 
 
-def run_agent(args: argparse.Namespace) -> int:
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _flag_problem(args: argparse.Namespace) -> str | None:
+    """The first bad flag value, named; environment twins bypass argparse's own checks."""
     if not args.node:
-        return _usage("--node is required (or set GPU_SLICER_NODE / NODE_NAME)")
-    if args.reconcile_interval <= 0:
-        return _usage(f"--reconcile-interval must be > 0, not {args.reconcile_interval}")
+        return "--node is required (or set GPU_SLICER_NODE / NODE_NAME)"
+    if len(args.node) > 253 or not _NODE_NAME.fullmatch(args.node):
+        return (f"--node {args.node!r} is not a valid node name: lower-case letters, digits, "
+                "'-' and '.', at most 253 characters")
+    for flag, value, choices in (
+        ("--backend", args.backend, ("nvml", "simulated")),
+        ("--kube", args.kube, ("cluster", "memory")),
+        ("--policy", args.policy, tuple(POLICIES)),
+    ):
+        if value not in choices:
+            return f"{flag} {value!r} is not one of {', '.join(choices)}"
+    if args.metrics_bind:
+        host, sep, port = args.metrics_bind.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            return (f"--metrics-bind {args.metrics_bind!r} is not host:port with a port "
+                    "0-65535 (e.g. :9464)")
+    return None
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    problem = _flag_problem(args)
+    if problem:
+        return _usage(problem)
+    reconcile_interval = _seconds("--reconcile-interval", args.reconcile_interval, zero=False)
+    if isinstance(reconcile_interval, str):
+        return _usage(reconcile_interval)
     republish_interval = _seconds("--republish-interval", args.republish_interval, zero=False)
     if isinstance(republish_interval, str):
         return _usage(republish_interval)
     reprobe_interval = _seconds("--reprobe-interval", args.reprobe_interval, zero=True)
     if isinstance(reprobe_interval, str):
         return _usage(reprobe_interval)
-    if args.metrics_bind and not args.metrics_bind.rpartition(":")[2].isdigit():
-        return _usage(f"--metrics-bind {args.metrics_bind!r} is not host:port (e.g. :9464)")
     try:
         backend = _backend(args)
     except GpuSpecError as exc:
@@ -334,7 +362,7 @@ def run_agent(args: argparse.Namespace) -> int:
     config = AgentConfig(
         node=args.node, checkpoint_dir=args.checkpoint_dir, cdi_dir=args.cdi_dir,
         plugins_dir=args.plugins_dir, registry_dir=args.registry_dir,
-        metrics_bind=args.metrics_bind, reconcile_interval_s=args.reconcile_interval,
+        metrics_bind=args.metrics_bind, reconcile_interval_s=reconcile_interval,
         policy=args.policy, republish_interval_s=republish_interval,
         reprobe_interval_s=reprobe_interval,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,7 @@ def run_catalog(args: argparse.Namespace) -> int:
 # --- slices ---------------------------------------------------------------------------------
 
 K8S_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -131,6 +133,11 @@ def run_slices(args: argparse.Namespace) -> int:
         print(f"gpu-slicer slices: {message}", file=sys.stderr)
         return 2
 
+    if len(args.node) > 253 or not _NODE_NAME.fullmatch(args.node):
+        return fail(f"--node {args.node!r} is not a valid node name: lower-case letters, "
+                    "digits, '-' and '.', at most 253 characters")
+    if args.generation < 0:
+        return fail(f"--generation {args.generation} must be >= 0")
     try:
         backend = SimulatedBackend(args.gpus, node_name=args.node)
     except SlicerError as exc:

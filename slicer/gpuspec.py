@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from slicer import catalog
 from slicer.errors import CatalogError, GpuSpecError
 
+MAX_GPUS = 64
+"""More GPUs than any server holds (8-16 today); a bigger spec is a typo, not a node."""
+
 
 def parse_gpu_spec(spec: str) -> list[catalog.GpuModel]:
     """The models of a simulated node, one entry per GPU, in GPU-index order."""
@@ -32,6 +35,10 @@ def parse_gpu_spec(spec: str) -> list[catalog.GpuModel]:
                     _problem(f"{part!r}: the count {count_text!r}", "use a whole number >= 1")
                 )
             count = int(count_text)
+            if count > MAX_GPUS:
+                raise GpuSpecError(
+                    _problem(f"{part!r}: the count {count}", f"a node has at most {MAX_GPUS} GPUs")
+                )
         if not key:
             raise GpuSpecError(_problem(f"{part!r}: no model before ':'", "name a model"))
         try:
@@ -39,6 +46,10 @@ def parse_gpu_spec(spec: str) -> list[catalog.GpuModel]:
         except CatalogError:
             raise GpuSpecError(_problem(f"{part!r}: unknown model {key!r}", "")) from None
         models.extend([model] * count)
+        if len(models) > MAX_GPUS:
+            raise GpuSpecError(
+                _problem(f"{len(models)} GPUs in {spec!r}", f"a node has at most {MAX_GPUS} GPUs")
+            )
     return models
 
 

@@ -92,10 +92,24 @@ class StaticLayout:
     @classmethod
     def load(cls, path: Path) -> StaticLayout:
         try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise LayoutError(f"cannot read static layout {path}: {exc}") from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise LayoutError(
+                f"static layout {path} is not valid YAML: {_first_line(exc)}"
+            ) from exc
         return cls.from_mapping(data)
+
+
+def _first_line(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong and where, without the source excerpt."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem}{where}"
 
 
 def _placements(value: Any, where: str) -> tuple[Placement, ...]:
