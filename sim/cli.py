@@ -107,6 +107,8 @@ def _plot_problem(path: str) -> str | None:
     """Why ``--plot`` could not be honoured, checked before a run that may take a minute."""
     if importlib.util.find_spec("matplotlib") is None:
         return "plotting needs matplotlib: pip install matplotlib (or the package's 'plot' extra)"
+    if os.path.isdir(path):
+        return "is a folder; give a file name such as utilization.png"
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"folder {folder} does not exist"

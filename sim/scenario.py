@@ -163,6 +163,26 @@ def _time(value: Any, path: str, clock_s: float) -> float:
     return parse_duration(value, path)
 
 
+MAX_COUNT = 1_000_000
+"""Pods one entry may repeat: ten times the shipped ``large`` scenario, still minutes to run."""
+MAX_SAMPLES = 1_000_000
+"""Utilization samples one run may take (``end / sample``)."""
+
+
+def _whole(value: Any, path: str, *, minimum: int | None) -> int:
+    """A whole number (not a bool, not text) within bounds, or a ScenarioError naming ``path``.
+
+    Counts (``minimum`` given) are also capped at MAX_COUNT; seeds (``minimum=None``) are not.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(f"{path}: {value!r} must be a whole number")
+    if minimum is not None and not minimum <= value <= MAX_COUNT:
+        raise ScenarioError(
+            f"{path}: {value!r} must be a whole number >= {minimum} and <= {MAX_COUNT:,}"
+        )
+    return value
+
+
 def _mapping(value: Any, path: str) -> Obj:
     if value is None:
         return {}
@@ -219,8 +239,8 @@ def load_scenario(name_or_path: str, *, seed: int | None = None) -> Scenario:
         source = name_or_path
     elif path.suffix in (".yaml", ".yml") or path.exists():
         try:
-            text = path.read_text()
-        except OSError as exc:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise ScenarioError(f"cannot read scenario file {name_or_path}: {exc}") from exc
         source = str(path)
     else:
@@ -231,7 +251,10 @@ def load_scenario(name_or_path: str, *, seed: int | None = None) -> Scenario:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{source}: not valid YAML: {problem}{where}") from exc
     return parse_scenario(data, seed=seed, source=source)
 
 
@@ -245,7 +268,7 @@ def parse_scenario(data: Any, *, seed: int | None = None, source: str = "<scenar
         if not match:
             raise ScenarioError(f"clock: {top['clock']!r} must be HH:MM")
         clock_s = int(match["h"]) * 3600 + int(match["m"]) * 60
-    used_seed = int(seed if seed is not None else top.get("seed", 0))
+    used_seed = seed if seed is not None else _whole(top.get("seed", 0), "seed", minimum=None)
     scheduler = _mapping(top.get("scheduler"), "scheduler")
     _unknown(scheduler, ("nodeRule",), "scheduler")
     node_rule = str(scheduler.get("nodeRule", "pack"))
@@ -278,6 +301,11 @@ def parse_scenario(data: Any, *, seed: int | None = None, source: str = "<scenar
     sample = parse_duration(top.get("sample", max(60.0, end / 500)), "sample")
     if sample <= 0:
         raise ScenarioError("sample: must be greater than zero")
+    if end / sample > MAX_SAMPLES:
+        raise ScenarioError(
+            f"sample: {top.get('sample')!r} over {end / 3600:g} h would take {end / sample:.0f} "
+            f"samples (at most {MAX_SAMPLES}); sample less often or end sooner"
+        )
     return Scenario(
         name=name,
         description=str(top.get("description", "")).strip(),
@@ -313,9 +341,7 @@ def _nodes(value: Any) -> list[NodeSpec]:
         mode = str(body.get("mode", "dynamic"))
         if mode not in ("dynamic", "mig", "full"):
             raise ScenarioError(f"{path}.mode: {mode!r} is not one of dynamic, mig, full")
-        count = body.get("count", 1)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ScenarioError(f"{path}.count: {count!r} must be a whole number >= 1")
+        count = _whole(body.get("count", 1), f"{path}.count", minimum=1)
         if "name" in body:
             if count != 1:
                 raise ScenarioError(f"{path}: use namePrefix with count, not name")
@@ -414,7 +440,9 @@ def _pods(value: Any, clock_s: float, namespaces: Mapping[str, str]) -> list[Pod
         resources_, annotations = _pod_body(body, path)
         at = _time(body["at"], f"{path}.at", clock_s)
         duration = parse_duration(body["duration"], f"{path}.duration")
-        count = int(body.get("count", 1))
+        if duration <= 0:
+            raise ScenarioError(f"{path}.duration: {body['duration']!r} must be longer than zero")
+        count = _whole(body.get("count", 1), f"{path}.count", minimum=1)
         every = parse_duration(body.get("every", 0), f"{path}.every")
         namespace = _namespace(body.get("namespace"), f"{path}.namespace", namespaces)
         base = str(body["name"])
@@ -446,6 +474,8 @@ def _sampler(value: Any, path: str) -> Any:
         raise ScenarioError(f"{path}.distribution: {kind!r} is not exponential, lognormal "
                             "or uniform")
     mean = parse_duration(value.get("mean", 3600), f"{path}.mean")
+    if mean <= 0:
+        raise ScenarioError(f"{path}.mean: must be longer than zero")
     if kind == "lognormal":
         sigma = 1.0
         mu = math.log(mean) - sigma * sigma / 2
@@ -463,9 +493,7 @@ def _generated(value: Any, clock_s: float, namespaces: Mapping[str, str],
         body = _mapping(raw, path)
         _unknown(body, keys, path)
         name = str(body.get("name", f"gen{i}"))
-        count = body.get("count")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ScenarioError(f"{path}.count: {count!r} must be a whole number >= 1")
+        count = _whole(body.get("count"), f"{path}.count", minimum=1)
         start = _time(body.get("from", 0), f"{path}.from", clock_s)
         stop = _time(body.get("to", "1d"), f"{path}.to", clock_s)
         if stop <= start:
@@ -485,7 +513,10 @@ def _generated(value: Any, clock_s: float, namespaces: Mapping[str, str],
             entry_body = _mapping(entry, entry_path)
             _unknown(entry_body, ("weight", "resources", "annotations", "workload"), entry_path)
             resources_, annotations = _pod_body(entry_body, entry_path)
-            weight = float(entry_body.get("weight", 1))
+            weight = entry_body.get("weight", 1)
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not (
+                    0 < weight < math.inf):
+                raise ScenarioError(f"{entry_path}.weight: {weight!r} must be a number > 0")
             mix.append((weight, resources_, annotations,
                         str(entry_body.get("workload", name))))
         if not mix:
