@@ -190,7 +190,11 @@ def new_leaf(
     not_after = min(now + dt.timedelta(days=days), ca.cert.not_valid_after_utc)
     if not_after <= now:
         raise CertInputError("the CA has expired; issue a new CA before a serving certificate")
-    ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    try:
+        ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        authority = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski)
+    except x509.ExtensionNotFound:  # a CA made elsewhere without one: derive it from its key
+        authority = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key())
     cert = (
         _builder(_common_name(hosts[0]), ca.cert.subject, key, now=now, not_after=not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -198,9 +202,7 @@ def new_leaf(
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(host_names(hosts)), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
-        )
+        .add_extension(authority, critical=False)
         .sign(ca.key, hashes.SHA256())
     )
     return KeyPair(cert, key)

@@ -184,6 +184,39 @@ def test_garbage_in_the_serving_secret_is_replaced(
     )
 
 
+def test_a_ca_without_a_subject_key_identifier_still_signs_the_serving_certificate(
+    api: InMemoryKubeApi, settings: EnsureSettings
+) -> None:
+    # A CA made by another tool (openssl without -addext subjectKeyIdentifier) is a valid CA:
+    # it is kept, and the leaf it signs verifies against it.
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "site CA")])
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - DAY).not_valid_after(NOW + 3000 * DAY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    api.create({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": f"{SECRET}-ca", "namespace": NAMESPACE},
+        "data": {"tls.crt": base64.b64encode(cert.public_bytes(serialization.Encoding.PEM))
+                 .decode(), "tls.key": base64.b64encode(key_pem).decode()},
+    })
+    result = ensure(api, settings, now=NOW)
+    assert not result.ca_created and result.leaf_issued
+    assert certs_issue.is_signed_by(_leaf(api), cert)
+
+
 def test_a_secret_for_another_service_name_is_reissued(
     api: InMemoryKubeApi, settings: EnsureSettings
 ) -> None:
