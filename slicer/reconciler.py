@@ -126,6 +126,8 @@ class Reconciler:
         """Monotonic clock for re-calls of the republish callable."""
         self._recall_at: float | None = None
         self._needs_adoption = state.load_problem is not None
+        if claims is None:
+            state.recovering = False  # nothing to adopt from: unknown claims are simply unknown
         self._wake = threading.Event()
         self._pass_lock = threading.Lock()
         self._drift_seen: set[str] = set()
@@ -202,6 +204,7 @@ class Reconciler:
                 report.errors.append(f"adopt {uid}: {exc}")
                 return  # try again next pass
         self._needs_adoption = False
+        self.state.recovering = False
         if report.adopted:
             self.state.metrics.drift.labels("adopted").inc(len(report.adopted))
 

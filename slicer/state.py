@@ -61,6 +61,11 @@ class InstanceBusy(SlicerError):
     """Processes still run on an instance the agent was asked to destroy; retry later."""
 
 
+class RecoveryPending(SlicerError):
+    """The checkpoint was unusable and not yet rebuilt: an unknown claim may still own an
+    instance, so its unprepare must wait for the rebuild (the kubelet retries)."""
+
+
 @dataclass(frozen=True)
 class PlannedDevice:
     """A device to prepare for a claim, with every request (or subrequest) it serves."""
@@ -150,6 +155,8 @@ class DeviceState:
             log.error("checkpoint unusable; recovering by reconciling",
                       extra={"problem": self.load_problem})
             self.metrics.checkpoint_problems.inc()
+        self.recovering = self.load_problem is not None
+        """True until the reconciler adopted the claims after an unusable checkpoint."""
         self.rebooted = False
         if self.checkpoint.boot_id != boot_id:
             self.clear_after_reboot(boot_id)
@@ -329,6 +336,14 @@ class DeviceState:
         """
         with self._claim_lock(uid):
             entry = self.entry(uid)
+            if entry is None and self.recovering:
+                self.metrics.unprepares.labels("error").inc()
+                raise RecoveryPending(
+                    "the checkpoint was unusable and the agent has not yet rebuilt it from the "
+                    "apiserver's claims and the GPUs' instances, so it cannot tell whether this "
+                    "claim still has an instance; the kubelet's retry succeeds once the rebuild "
+                    "is done (it needs the apiserver)"
+                )
             if entry is None:
                 self.cdi.remove(uid)
                 self.metrics.unprepares.labels("absent").inc()
@@ -514,6 +529,7 @@ __all__ = [
     "InstanceBusy",
     "PlannedDevice",
     "PrepareError",
+    "RecoveryPending",
     "instance_at",
     "plan_claim",
     "planned_entry",

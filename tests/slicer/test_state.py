@@ -14,7 +14,7 @@ from kube.memory import InMemoryKubeApi
 from slicer.checkpoint import PREPARE_COMPLETED
 from slicer.claims import AllocatedDevice
 from slicer.devices import SliceSpec, WholeGpu
-from slicer.errors import InsufficientResources
+from slicer.errors import InsufficientResources, SlicerError
 from slicer.simulated import SimulatedBackend
 from slicer.state import InstanceBusy, PrepareError, plan_claim
 
@@ -251,3 +251,17 @@ def test_a_whole_gpu_on_a_gpu_still_held_by_a_deleted_claims_slice_names_that_cl
     agent.reconcile()  # releases the deleted claim
     [device] = agent.prepare(whole)
     assert device.uuid == backend.gpus()[0].uuid and not backend.gpus()[0].mig_enabled
+
+
+def test_an_unprepare_before_a_corrupt_checkpoint_is_rebuilt_waits_instead_of_leaking(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-2"])
+    build_agent(backend, api, tmp_path).prepare(claim)
+    (tmp_path / "checkpoint" / "checkpoint.json").write_bytes(b"\x00" * 40)
+    fresh = build_agent(backend, api, tmp_path)
+    with pytest.raises(SlicerError, match="retr"):
+        fresh.unprepare(claim)  # "unknown, so done" would leave the instance to nobody
+    fresh.reconcile()  # adopts the claim from the API and the GPU
+    assert fresh.unprepare(claim) is True
+    assert backend.instances(0) == []
