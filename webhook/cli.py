@@ -7,6 +7,8 @@ message naming the problem when the input is bad.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -67,6 +69,9 @@ def _register_policy(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     check.set_defaults(func=_policy_check)
 
 
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 def _read(path: str) -> str:
     if path == "-":
         return sys.stdin.read()
@@ -106,15 +111,21 @@ def _convert(args: argparse.Namespace) -> int:
         policy = load_policy_file(args.policy) if args.policy else Policy.default()
     except PolicyError as exc:
         return _report(f"invalid policy {exc.source}:", exc.problems)
+    if args.namespace is not None and not _NAMESPACE.fullmatch(args.namespace):
+        print(f"convert: --namespace {args.namespace!r} is not a valid namespace name: at most "
+              "63 lower-case letters, digits and '-', starting and ending with a letter or digit",
+              file=sys.stderr)
+        return 2
     try:
         text = _read(args.file)
     except (OSError, UnicodeDecodeError) as exc:
         print(f"cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
+    source = "<stdin>" if args.file == "-" else args.file
     native = frozenset(n.strip() for n in args.native_extended.split(",") if n.strip())
     try:
         result = convert.convert_objects(
-            convert.load_documents(text),
+            convert.load_documents(text, source),
             policy=policy,
             mode=args.mode,
             namespace=args.namespace,
@@ -169,6 +180,24 @@ def _register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     serve.set_defaults(func=_serve)
 
 
+def _tls_file_problems(cert: str | None, key: str | None) -> list[str]:
+    """Missing or unreadable certificate files, named before anything contacts a cluster."""
+    found: list[str] = []
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        if not path:
+            continue
+        file = Path(path)
+        if not file.exists():
+            found.append(f"{flag} {path}: cannot load: no such file")
+        elif not file.is_file():
+            found.append(f"{flag} {path}: cannot load: not a file")
+        elif file.stat().st_size == 0:
+            found.append(f"{flag} {path}: cannot load: the file is empty (expected PEM)")
+        elif not os.access(file, os.R_OK):
+            found.append(f"{flag} {path}: cannot load: not readable")
+    return found
+
+
 _SERVE_FLAGS = (
     "bind", "tls_cert", "tls_key", "dev", "policy", "workers", "threads", "kubeconfig",
     "namespace_mode",
@@ -182,9 +211,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     flags = {name: getattr(args, name) for name in _SERVE_FLAGS if getattr(args, name) is not None}
     try:
-        base = ServerConfig.from_file(args.config) if args.config else None
+        try:
+            base = ServerConfig.from_file(args.config) if args.config else None
+        except UnicodeDecodeError as exc:
+            raise ConfigError([f"config file {args.config}: not UTF-8 text: {exc}"]) from exc
         config = ServerConfig.from_mapping(flags, base=ServerConfig.from_env(base=base),
                                            source="flags")
+        problems = config.problems() + _tls_file_problems(config.tls_cert, config.tls_key)
+        if problems:
+            raise ConfigError(problems)
         return serve(config)
     except ConfigError as exc:
         for problem in exc.problems:

@@ -51,12 +51,16 @@ class ConvertResult:
         return [*self.objects, *self.templates]
 
 
-def load_documents(text: str) -> list[Any]:
-    """Every non-empty document of a YAML (or JSON) stream."""
+def load_documents(text: str, source: str | None = None) -> list[Any]:
+    """Every non-empty document of a YAML (or JSON) stream; ``source`` names it in errors."""
     try:
         return [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:
-        raise ManifestError([f"not valid YAML: {exc}"]) from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        prefix = f"{source}: " if source else ""
+        raise ManifestError([f"{prefix}not valid YAML{where}: {problem}"]) from exc
 
 
 def convert_objects(
@@ -97,9 +101,13 @@ def _convert_any(
     seen: set[tuple[str, str]],
 ) -> Any:
     if not isinstance(obj, dict):
-        return obj
+        raise Denied(
+            f"a {_yaml_type(obj)}, not a Kubernetes object (a mapping with apiVersion and kind)"
+        )
     kind = obj.get("kind")
-    if kind == "List" and isinstance(obj.get("items"), list):
+    if kind == "List":
+        if not isinstance(obj.get("items"), list):
+            raise Denied(f"items must be a list of objects, not {_yaml_type(obj.get('items'))}")
         out = copy.deepcopy(obj)
         out["items"] = [
             _convert_any(item, policy, mode, namespace, native_extended, result, seen)
@@ -113,8 +121,23 @@ def _convert_any(
     else:
         return obj
     template = _at(obj, path)
-    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
-        return obj
+    where = ".".join(path) or "the Pod"
+    if not isinstance(template, dict):
+        raise Denied(f"{'.'.join(path)}: no pod template (a mapping with a spec)")
+    if not isinstance(template.get("spec"), dict):
+        raise Denied(f"{where + '.' if path else ''}spec: must be a mapping with containers, "
+                     f"not {_yaml_type(template.get('spec'))}")
+    prefix = f"{where}.spec" if path else "spec"
+    for key in ("initContainers", "containers"):
+        listed = template["spec"].get(key)
+        if listed is None:
+            continue
+        if not isinstance(listed, list):
+            raise Denied(f"{prefix}.{key}: must be a list of containers, not {_yaml_type(listed)}")
+        for i, item in enumerate(listed):
+            if not isinstance(item, dict):
+                raise Denied(f"{prefix}.{key}[{i}]: must be a container (a mapping), "
+                             f"not {_yaml_type(item)}")
     raw = obj.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
     ns = str(metadata.get("namespace") or namespace or "")
@@ -155,6 +178,19 @@ def _at(obj: dict[str, Any], path: Sequence[str]) -> Any:
             return None
         node = node.get(key)
     return node
+
+
+def _yaml_type(value: Any) -> str:
+    """How a YAML reader would call ``value``'s type."""
+    if value is None:
+        return "missing value"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "mapping"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    return f"{'boolean' if isinstance(value, bool) else 'number'} {value!r}"
 
 
 def _describe(obj: Any) -> str:

@@ -1,0 +1,93 @@
+"""Bad input to `gpu-slicer convert` and `webhook serve`: exit 2 and a message naming the
+problem, never a traceback, and never a cluster contacted before the files are checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+POD_HEAD = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("- 1\n- 2\n", "document 1 (list): a list, not a Kubernetes object"),
+        ("hello\n", "a string 'hello', not a Kubernetes object"),
+        ("apiVersion: v1\nkind: List\nitems: 5\n", "items must be a list of objects"),
+        ("apiVersion: v1\nkind: List\nitems: [5]\n", "a number 5, not a Kubernetes object"),
+        (POD_HEAD + "spec: 5\n", "spec: must be a mapping with containers, not number 5"),
+        (POD_HEAD + "spec: {containers: x}\n", "spec.containers: must be a list of containers"),
+        (POD_HEAD + "spec: {containers: [5]}\n", "spec.containers[0]: must be a container"),
+        (
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {replicas: 1}\n",
+            "spec.template: no pod template",
+        ),
+    ],
+)
+def test_convert_refuses_documents_that_are_not_objects_it_can_read(
+    text: str, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "in.yaml"
+    source.write_text(text)
+    code, err = run(["convert", str(source)], capsys)
+    assert code == 2
+    assert named in err
+
+
+def test_convert_names_the_file_and_line_of_bad_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "in.yaml"
+    source.write_text("a: [\n")
+    code, err = run(["convert", str(source)], capsys)
+    assert code == 2
+    assert f"{source}: not valid YAML at line 2" in err
+    assert "<unicode string>" not in err
+
+
+def test_convert_refuses_an_invalid_namespace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "in.yaml"
+    source.write_text(POD_HEAD + "spec: {containers: []}\n")
+    code, err = run(["convert", str(source), "-n", "Bad NS"], capsys)
+    assert code == 2
+    assert "--namespace 'Bad NS'" in err
+
+
+def test_serve_names_a_config_file_that_is_not_utf8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"\xff\xfe\x00bad")
+    code, err = run(["webhook", "serve", "--config", str(config)], capsys)
+    assert code == 2
+    assert f"config file {config}: not UTF-8" in err
+
+
+def test_serve_names_missing_empty_and_folder_certificates_before_any_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    empty = tmp_path / "empty.pem"
+    empty.write_text("")
+    code, err = run(["webhook", "serve", "--tls-cert", str(tmp_path / "nope.pem"),
+                     "--tls-key", str(empty)], capsys)
+    assert code == 2
+    assert f"--tls-cert {tmp_path / 'nope.pem'}: cannot load: no such file" in err
+    assert f"--tls-key {empty}: cannot load: the file is empty" in err
+    assert "Kubernetes credentials" not in err
+    code, err = run(["webhook", "serve", "--tls-cert", str(tmp_path), "--tls-key", str(empty)],
+                    capsys)
+    assert code == 2
+    assert f"--tls-cert {tmp_path}: cannot load: not a file" in err
