@@ -276,6 +276,13 @@ class DeviceState:
             with self.gpu_lock(device.gpu_index):
                 existing = self.backend.instances(device.gpu_index)
             if instance_at(existing, device) is not None:
+                if self.recovering:
+                    raise PrepareError(
+                        f"{device.device_name} already holds a MIG instance and the checkpoint "
+                        "is being rebuilt (it was unusable): the instance may be this claim's "
+                        "own. The kubelet's retry succeeds once the rebuild has adopted it (it "
+                        "needs the apiserver); do not destroy the instance"
+                    )
                 raise PrepareError(
                     f"{device.device_name} is occupied by a MIG instance gpu-slicer did not "
                     "create; it will not be touched. Destroy it by hand if it is not needed"

@@ -265,3 +265,18 @@ def test_an_unprepare_before_a_corrupt_checkpoint_is_rebuilt_waits_instead_of_le
     fresh.reconcile()  # adopts the claim from the API and the GPU
     assert fresh.unprepare(claim) is True
     assert backend.instances(0) == []
+
+
+def test_a_prepare_before_a_corrupt_checkpoint_is_rebuilt_does_not_call_its_own_instance_foreign(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-2"])
+    [before] = build_agent(backend, api, tmp_path).prepare(claim)
+    (tmp_path / "checkpoint" / "checkpoint.json").write_bytes(b"\x00" * 40)
+    fresh = build_agent(backend, api, tmp_path)
+    with pytest.raises(PrepareError, match="rebuil") as refused:
+        fresh.prepare(claim)
+    assert "by hand" not in str(refused.value)  # the instance is this claim's own
+    fresh.reconcile()
+    [after] = fresh.prepare(claim)
+    assert after.uuid == before.uuid
