@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -18,6 +19,7 @@ from certs import ensure as certs_ensure
 from certs import issue as certs_issue
 from certs.errors import CertError, CertInputError, EnsureError
 from kube.api import KubeApi
+from kube.errors import KubeError
 
 ENV_PREFIX = "GPU_SLICER_"
 
@@ -41,6 +43,24 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def _folder(text: str) -> Path:
+    """A folder path; an empty one (an unset shell variable) would silently mean the cwd."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name the folder for the files")
+    return Path(text)
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _name_problem(flag: str, name: str, kind: str, *, suffix: str = "") -> str | None:
+    """Why ``name`` cannot name a ``kind`` object (``suffix``: a derived name must fit too)."""
+    if not _DNS_SUBDOMAIN.fullmatch(name) or len(name + suffix) > 253:
+        return (f"{flag} {name!r} is not a valid {kind} name: lower-case letters, digits, '-' "
+                f"and '.', at most {253 - len(suffix)} characters")
+    return None
 
 
 def _positive_float(text: str) -> float:
@@ -78,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="the webhook Service's name (env GPU_SLICER_SERVICE)")
     p.add_argument("--namespace", **_env_or_required("NAMESPACE"),
                    help="the webhook's namespace (env GPU_SLICER_NAMESPACE)")
-    p.add_argument("--out", **_env_or_required("OUT"), type=Path,
+    p.add_argument("--out", **_env_or_required("OUT"), type=_folder,
                    help="folder for the files, created if missing (env GPU_SLICER_OUT)")
     _add_lifetimes(p, days="365")
     p.set_defaults(func=run_issue)
@@ -114,6 +134,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_issue(args: argparse.Namespace) -> int:
+    if args.out.exists() and not args.out.is_dir():
+        print(f"gpu-slicer certs issue: --out {args.out} is a file, not a folder",
+              file=sys.stderr)
+        return 2
     try:
         issued = certs_issue.issue(
             service=args.service, namespace=args.namespace, days=args.days, ca_days=args.ca_days
@@ -182,10 +206,26 @@ def run_ensure(
     except CertInputError as exc:
         print(f"gpu-slicer certs ensure: {exc}", file=sys.stderr)
         return 2
+    for problem in (
+        _name_problem("--secret", args.secret, "Secret", suffix="-ca"),
+        _name_problem("--webhook-config", args.webhook_config, "MutatingWebhookConfiguration"),
+    ):
+        if problem:
+            print(f"gpu-slicer certs ensure: {problem}", file=sys.stderr)
+            return 2
+    if args.kubeconfig and not Path(args.kubeconfig).is_file():
+        what = "is not a file" if Path(args.kubeconfig).exists() else "does not exist"
+        print(f"gpu-slicer certs ensure: --kubeconfig {args.kubeconfig} {what}", file=sys.stderr)
+        return 2
     try:
         api = api_factory(args.kubeconfig)
-    except Exception as exc:  # kube.errors.KubeError, or a broken kubeconfig
+    except KubeError as exc:
         print(f"gpu-slicer certs ensure: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a kubeconfig the client library cannot parse
+        where = args.kubeconfig or "the default kubeconfig"
+        print(f"gpu-slicer certs ensure: cannot load Kubernetes credentials from {where}: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     if args.interval is None:
         try:
