@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from slicer import cdi
@@ -125,6 +125,14 @@ def instance_at(instances: list[MigInstance], device: PreparedDevice) -> MigInst
     return None
 
 
+@dataclass
+class _KeyedLock:
+    """A lock and how many callers hold or wait for it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+
+
 class DeviceState:
     """The agent's prepared claims: checkpoint, instances and CDI specs kept in step."""
 
@@ -147,8 +155,8 @@ class DeviceState:
         self.clock = clock
         self._on_change = on_change
         self._lock = threading.RLock()  # guards the checkpoint (memory and file)
-        self._gpu_locks: dict[int, threading.Lock] = {}
-        self._claim_locks: dict[str, threading.Lock] = {}
+        self._gpu_locks: dict[int, _KeyedLock] = {}
+        self._claim_locks: dict[str, _KeyedLock] = {}
         boot_id = backend.boot_id()
         self.checkpoint, self.load_problem = store.load_or_recover(boot_id)
         if self.load_problem is not None:
@@ -493,12 +501,20 @@ class DeviceState:
         return self._held(self._claim_locks, uid)
 
     @contextmanager
-    def _held(self, locks: dict[_Key, threading.Lock], key: _Key) -> Iterator[None]:
-        """Holds the lock of ``key`` in ``locks``, made on first use."""
+    def _held(self, locks: dict[_Key, _KeyedLock], key: _Key) -> Iterator[None]:
+        """Holds the lock of ``key`` in ``locks``, made on first use and dropped when no caller
+        holds or waits for it (every pod brings a new claim uid: kept locks would only grow)."""
         with self._lock:
-            lock = locks.setdefault(key, threading.Lock())
-        with lock:
-            yield
+            keyed = locks.setdefault(key, _KeyedLock())
+            keyed.users += 1
+        try:
+            with keyed.lock:
+                yield
+        finally:
+            with self._lock:
+                keyed.users -= 1
+                if keyed.users == 0:
+                    del locks[key]
 
     def _put(self, entry: ClaimEntry, *, durable: bool = True) -> None:
         """Record an entry; the in-memory state changes only if the file write succeeded.

@@ -280,3 +280,15 @@ def test_a_prepare_before_a_corrupt_checkpoint_is_rebuilt_does_not_call_its_own_
     fresh.reconcile()
     [after] = fresh.prepare(claim)
     assert after.uuid == before.uuid
+
+
+def test_the_per_claim_locks_of_finished_calls_are_not_kept_forever(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    agent = build_agent(backend, api, tmp_path)
+    for _ in range(3):
+        claim = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+        agent.prepare(claim)
+        agent.unprepare(claim)
+    # A long-running agent sees a new claim uid for every pod: one lock each would only grow.
+    assert agent.state._claim_locks == {}
