@@ -43,7 +43,14 @@ from slicer.backend import GpuInfo
 from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry
 from slicer.claims import ClaimCache, our_results
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
-from slicer.errors import BackendError, CatalogError, DeviceNameError, GpuLost, SlicerError
+from slicer.errors import (
+    BackendError,
+    CatalogError,
+    DeviceNameError,
+    GpuLost,
+    NotFound,
+    SlicerError,
+)
 from slicer.health import HealthTracker
 from slicer.inventory import GpuState
 from slicer.state import DeviceState, InstanceBusy, instance_at
@@ -267,6 +274,10 @@ class Reconciler:
                     by_gpu[device.gpu_index] = self.state.backend.instances(device.gpu_index)
                 except GpuLost:
                     by_gpu[device.gpu_index] = []  # the reset it needs wipes its instances
+                except NotFound:
+                    if self.state.gpu_exists(device.gpu_index):
+                        raise
+                    by_gpu[device.gpu_index] = []  # the GPU left the node, its instances too
             count += instance_at(by_gpu[device.gpu_index], device) is not None
         return count
 

@@ -413,6 +413,14 @@ class DeviceState:
             log.warning("GPU lost; its instance goes with the reset it needs", extra={
                 "device": device.device_name, "gpu": gpu, "error": str(exc)})
             return False
+        except NotFound:
+            if self.gpu_exists(gpu):
+                raise
+            # The GPU is gone from the node (unbound, removed) without a reboot: so is every
+            # instance it held. Keeping the entry would fail the claim's unprepare forever.
+            log.warning("GPU no longer on the node; nothing left to destroy", extra={
+                "device": device.device_name, "gpu": gpu})
+            return False
         inst = instance_at(listed, device)
         if inst is None:
             return False
@@ -435,6 +443,10 @@ class DeviceState:
         except NotFound:
             pass
         return True
+
+    def gpu_exists(self, gpu_index: int) -> bool:
+        """Whether the backend still lists this GPU (lost ones included)."""
+        return any(g.index == gpu_index for g in self.backend.gpus())
 
     # --- recovery -------------------------------------------------------------------------
 

@@ -368,3 +368,15 @@ def test_releasing_a_crashed_prepare_never_destroys_the_instance_of_the_claim_no
     [inst] = backend.instances(0)
     entry = agent.state.entry(ref(new)[0])
     assert entry is not None and entry.devices[0].gi_id == inst.gi_id
+
+
+def test_a_deleted_claim_on_a_gpu_that_left_the_node_is_released(
+    api: InMemoryKubeApi, tmp_path: Path
+) -> None:
+    two = SimulatedBackend("H100-80GB:2", node_name=NODE, boot_id="boot-1")
+    claim = allocate_claim(api, ["gpu-1-mig-1g10gb-0"])
+    build_agent(two, api, tmp_path).prepare(claim)
+    one = SimulatedBackend("H100-80GB:1", node_name=NODE, boot_id="boot-1")  # GPU 1 unbound
+    agent = build_agent(one, api, tmp_path)
+    delete_claim(api, claim)
+    assert agent.reconcile().vanished == [ref(claim)[0]]

@@ -292,3 +292,15 @@ def test_the_per_claim_locks_of_finished_calls_are_not_kept_forever(
         agent.unprepare(claim)
     # A long-running agent sees a new claim uid for every pod: one lock each would only grow.
     assert agent.state._claim_locks == {}
+
+
+def test_a_claim_on_a_gpu_that_disappeared_without_a_reboot_can_be_unprepared(
+    api: InMemoryKubeApi, tmp_path: Path
+) -> None:
+    two = SimulatedBackend("H100-80GB:2", node_name=NODE, boot_id="boot-1")
+    claim = allocate_claim(api, ["gpu-1-mig-1g10gb-0"])
+    build_agent(two, api, tmp_path).prepare(claim)
+    one = SimulatedBackend("H100-80GB:1", node_name=NODE, boot_id="boot-1")  # GPU 1 unbound
+    agent = build_agent(one, api, tmp_path)
+    assert agent.unprepare(claim) is True
+    assert agent.state.entries() == {}
