@@ -43,10 +43,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except KeyboardInterrupt:
         return 130
+    except RecursionError:
+        # Only input can nest this deep (YAML or JSON thousands of levels down).
+        print(f"gpu-slicer {args.command}: the input is nested too deeply to read",
+              file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # `gpu-slicer ... | head`: the reader left; that is not an error of ours.
         sys.stderr.close()
         return 0
+    except Exception as exc:  # a bug, not bad input: one line, the traceback at DEBUG
+        logging.getLogger("gpu_slicer.cli").debug("unhandled error", exc_info=True)
+        print(f"gpu-slicer {args.command}: internal error: {type(exc).__name__}: {exc} "
+              "(please report it; --log-level DEBUG shows where)", file=sys.stderr)
+        return 1
     logging.shutdown()
     return code
 

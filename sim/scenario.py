@@ -250,6 +250,8 @@ def load_scenario(name_or_path: str, *, seed: int | None = None) -> Scenario:
         )
     try:
         data = yaml.safe_load(text)
+    except RecursionError as exc:
+        raise ScenarioError(f"{source}: the YAML is nested too deeply to read") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""

@@ -326,6 +326,10 @@ def _flag_problem(args: argparse.Namespace) -> str | None:
     ):
         if value not in choices:
             return f"{flag} {value!r} is not one of {', '.join(choices)}"
+    for flag in ("--checkpoint-dir", "--cdi-dir", "--plugins-dir", "--registry-dir"):
+        folder = getattr(args, flag[2:].replace("-", "_"))
+        if folder.exists() and not folder.is_dir():
+            return f"{flag} {folder} is a file, not a folder"
     if args.metrics_bind:
         host, sep, port = args.metrics_bind.rpartition(":")
         if not sep or not port.isdigit() or int(port) > 65535:

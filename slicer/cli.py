@@ -67,7 +67,7 @@ def catalog_json(models: list[catalog.GpuModel]) -> list[dict[str, Any]]:
 
 def run_catalog(args: argparse.Namespace) -> int:
     try:
-        models = [catalog.get_model(args.gpu)] if args.gpu else list(catalog.MODELS)
+        models = [catalog.get_model(args.gpu)] if args.gpu is not None else list(catalog.MODELS)
     except CatalogError as exc:
         print(f"gpu-slicer catalog: {exc}", file=sys.stderr)
         return 2

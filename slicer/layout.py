@@ -97,6 +97,8 @@ class StaticLayout:
             raise LayoutError(f"cannot read static layout {path}: {exc}") from exc
         try:
             data = yaml.safe_load(text)
+        except RecursionError as exc:
+            raise LayoutError(f"static layout {path} is nested too deeply to read") from exc
         except yaml.YAMLError as exc:
             raise LayoutError(
                 f"static layout {path} is not valid YAML: {_first_line(exc)}"

@@ -74,7 +74,8 @@ _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 def _read(path: str) -> str:
     if path == "-":
-        return sys.stdin.read()
+        raw = getattr(sys.stdin, "buffer", None)  # strict UTF-8, as for files
+        return raw.read().decode("utf-8") if raw is not None else sys.stdin.read()
     return Path(path).read_text(encoding="utf-8")
 
 
@@ -96,6 +97,9 @@ def _policy_check(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"{source}: cannot read the policy file: {exc}", file=sys.stderr)
         return 2
+    except RecursionError:
+        print(f"{source}: the policy is nested too deeply to read", file=sys.stderr)
+        return 2
     except PolicyError as exc:
         return _report(f"{source}: invalid policy ({len(exc.problems)} problems):", exc.problems)
     print(f"{source}: valid: {policy.describe()}")
@@ -111,17 +115,20 @@ def _convert(args: argparse.Namespace) -> int:
         policy = load_policy_file(args.policy) if args.policy else Policy.default()
     except PolicyError as exc:
         return _report(f"invalid policy {exc.source}:", exc.problems)
+    except RecursionError:
+        print(f"invalid policy {args.policy}: nested too deeply to read", file=sys.stderr)
+        return 2
     if args.namespace is not None and not _NAMESPACE.fullmatch(args.namespace):
         print(f"convert: --namespace {args.namespace!r} is not a valid namespace name: at most "
               "63 lower-case letters, digits and '-', starting and ending with a letter or digit",
               file=sys.stderr)
         return 2
+    source = "<stdin>" if args.file == "-" else args.file
     try:
         text = _read(args.file)
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"cannot read {args.file}: {exc}", file=sys.stderr)
+        print(f"cannot read {source}: {exc}", file=sys.stderr)
         return 2
-    source = "<stdin>" if args.file == "-" else args.file
     native = frozenset(n.strip() for n in args.native_extended.split(",") if n.strip())
     try:
         result = convert.convert_objects(
@@ -215,6 +222,8 @@ def _serve(args: argparse.Namespace) -> int:
             base = ServerConfig.from_file(args.config) if args.config else None
         except UnicodeDecodeError as exc:
             raise ConfigError([f"config file {args.config}: not UTF-8 text: {exc}"]) from exc
+        except RecursionError as exc:
+            raise ConfigError([f"config file {args.config}: nested too deeply to read"]) from exc
         config = ServerConfig.from_mapping(flags, base=ServerConfig.from_env(base=base),
                                            source="flags")
         problems = config.problems() + _tls_file_problems(config.tls_cert, config.tls_key)

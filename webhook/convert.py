@@ -61,6 +61,9 @@ def load_documents(text: str, source: str | None = None) -> list[Any]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         prefix = f"{source}: " if source else ""
         raise ManifestError([f"{prefix}not valid YAML{where}: {problem}"]) from exc
+    except RecursionError as exc:
+        prefix = f"{source}: " if source else ""
+        raise ManifestError([f"{prefix}the YAML is nested too deeply to read"]) from exc
 
 
 def convert_objects(

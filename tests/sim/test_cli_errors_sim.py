@@ -95,3 +95,13 @@ def test_a_plot_path_that_is_a_folder_is_refused_before_the_run(
     code = main(["simulate", "--plot", str(tmp_path)])
     assert code == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_a_scenario_nested_too_deeply_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text("[" * 20000 + "]" * 20000)
+    code, err = simulate(path, capsys)
+    assert code == 2
+    assert f"{path}: the YAML is nested too deeply" in err

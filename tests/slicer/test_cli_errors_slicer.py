@@ -98,3 +98,31 @@ def test_bad_slices_flags_exit_2_naming_the_problem(
     code, err = run(argv, capsys)
     assert code == 2
     assert named in err
+
+
+def test_a_static_layout_nested_too_deeply_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout = tmp_path / "layout.yaml"
+    layout.write_text("[" * 20000 + "]" * 20000)
+    code, err = run([*SLICES, "--static-layout", str(layout)], capsys)
+    assert code == 2
+    assert f"static layout {layout} is nested too deeply" in err
+
+
+def test_catalog_refuses_an_empty_model_name(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(["catalog", "--gpu", ""], capsys)
+    assert code == 2
+    assert "unknown GPU model ''" in err
+
+
+def test_agent_directories_that_are_files_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    argv = ["agent", "run", "--node", "n1", "--backend", "simulated", "--kube", "memory",
+            "--checkpoint-dir", str(afile)]
+    code, err = run(argv, capsys)
+    assert code == 2
+    assert f"--checkpoint-dir {afile} is a file, not a folder" in err

@@ -91,3 +91,49 @@ def test_serve_names_missing_empty_and_folder_certificates_before_any_cluster(
                     capsys)
     assert code == 2
     assert f"--tls-cert {tmp_path}: cannot load: not a file" in err
+
+
+DEEP = "[" * 20000 + "]" * 20000
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["convert", "{deep}"],
+        ["policy", "check", "{deep}"],
+        ["convert", "{pod}", "--policy", "{deep}"],
+        ["webhook", "serve", "--config", "{deep}"],
+    ],
+)
+def test_yaml_nested_too_deeply_is_named_not_a_crash(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(DEEP)
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(POD_HEAD + "spec: {containers: []}\n")
+    code, err = run([a.format(deep=deep, pod=pod) for a in argv], capsys)
+    assert code == 2
+    assert str(deep) in err and "nested too deeply" in err
+
+
+class _BinaryStdin:
+    """stdin whose bytes are not UTF-8."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self.buffer = io.BytesIO(data)
+
+    def read(self) -> str:
+        return self.buffer.read().decode("utf-8", "surrogateescape")
+
+
+@pytest.mark.parametrize("argv", [["convert", "-"], ["policy", "check", "-"]])
+def test_stdin_that_is_not_utf8_is_named(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", _BinaryStdin(b"\xff\xfe"))
+    code, err = run(argv, capsys)
+    assert code == 2
+    assert "<stdin>" in err and "utf-8" in err
