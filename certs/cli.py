@@ -35,6 +35,12 @@ def _env_or_required(name: str) -> dict[str, Any]:
     return {"default": value, "required": value is None}
 
 
+MAX_DAYS = 36_500
+"""Certificate lifetimes (and renewal margins) past this overflow the dates X.509 can hold."""
+MAX_WAIT = 10_000_000.0
+"""Seconds (--interval) or hours (--rotation-grace) beyond this overflow the timers."""
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -42,6 +48,10 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    if value > MAX_DAYS:
+        raise argparse.ArgumentTypeError(
+            f"{value} days is past what a certificate can say (at most {MAX_DAYS}, 100 years)"
+        )
     return value
 
 
@@ -70,6 +80,8 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} must be more than 0 seconds")
+    if value > MAX_WAIT:
+        raise argparse.ArgumentTypeError(f"{text} is more than {MAX_WAIT:,.0f}")
     return value
 
 

@@ -81,3 +81,22 @@ def test_ensure_names_a_kubeconfig_the_client_cannot_parse(
     code, err = run([*ENSURE, "--kubeconfig", str(kubeconfig)], capsys)
     assert code == 1
     assert f"cannot load Kubernetes credentials from {kubeconfig}" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["certs", "issue", "--service", "s", "--namespace", "n", "--out", "{out}",
+          "--days", "99999999", "--ca-days", "99999999"], "argument --days: 99999999 days"),
+        ([*ENSURE, "--rotation-grace", "1e300"], "argument --rotation-grace: 1e300 is more"),
+        ([*ENSURE, "--interval", "inf"], "argument --interval: inf is more"),
+        ([*ENSURE, "--interval", "nan"], "argument --interval: nan must be more than 0"),
+    ],
+)
+def test_lifetimes_and_intervals_too_large_for_dates_and_timers_are_usage_errors(
+    argv: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = run([a.format(out=tmp_path / "out") for a in argv], capsys)
+    assert code == 2
+    assert named in err
+    assert not (tmp_path / "out").exists()
