@@ -293,13 +293,17 @@ def _float_or_text(value: str) -> float | str:
         return value
 
 
+_MAX_SECONDS = 10_000_000.0
+"""About 115 days; beyond it the threads' timers overflow."""
+
+
 def _seconds(flag: str, value: object, *, zero: bool) -> float | str:
     """A valid number of seconds, or the usage message naming the flag."""
     if isinstance(value, str):
         value = _float_or_text(value)
     if (not isinstance(value, float) or not math.isfinite(value) or value < 0
-            or (not zero and value == 0)):
-        bound = ">= 0" if zero else "> 0"
+            or (not zero and value == 0) or value > _MAX_SECONDS):
+        bound = (">= 0" if zero else "> 0") + f" and <= {_MAX_SECONDS:,.0f}"
         return f"{flag} must be a number of seconds {bound}, not {value!r}"
     return value
 

@@ -136,8 +136,8 @@ def run_slices(args: argparse.Namespace) -> int:
     if len(args.node) > 253 or not _NODE_NAME.fullmatch(args.node):
         return fail(f"--node {args.node!r} is not a valid node name: lower-case letters, "
                     "digits, '-' and '.', at most 253 characters")
-    if args.generation < 0:
-        return fail(f"--generation {args.generation} must be >= 0")
+    if not 0 <= args.generation < 2**63:
+        return fail(f"--generation {args.generation} must be >= 0 and fit in 64 bits")
     try:
         backend = SimulatedBackend(args.gpus, node_name=args.node)
     except SlicerError as exc:

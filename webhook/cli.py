@@ -101,7 +101,9 @@ def _policy_check(args: argparse.Namespace) -> int:
         print(f"{source}: the policy is nested too deeply to read", file=sys.stderr)
         return 2
     except PolicyError as exc:
-        return _report(f"{source}: invalid policy ({len(exc.problems)} problems):", exc.problems)
+        count = len(exc.problems)
+        return _report(f"{source}: invalid policy ({count} problem{'s' if count != 1 else ''}):",
+                       exc.problems)
     print(f"{source}: valid: {policy.describe()}")
     return 0
 

@@ -126,3 +126,21 @@ def test_agent_directories_that_are_files_are_named(
     code, err = run(argv, capsys)
     assert code == 2
     assert f"--checkpoint-dir {afile} is a file, not a folder" in err
+
+
+@pytest.mark.parametrize("flag", ["--reconcile-interval", "--republish-interval",
+                                  "--reprobe-interval"])
+def test_agent_intervals_too_long_for_a_timer_are_named(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["agent", "run", "--node", "n1", "--backend", "simulated", "--kube", "memory",
+            flag, "1e300"]
+    code, err = run(argv, capsys)
+    assert code == 2
+    assert f"{flag} must be a number of seconds" in err and "<= 10,000,000" in err
+
+
+def test_slices_generation_must_fit_in_64_bits(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run([*SLICES, "--generation", str(2**64)], capsys)
+    assert code == 2
+    assert "fit in 64 bits" in err

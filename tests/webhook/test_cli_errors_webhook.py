@@ -137,3 +137,13 @@ def test_stdin_that_is_not_utf8_is_named(
     code, err = run(argv, capsys)
     assert code == 2
     assert "<stdin>" in err and "utf-8" in err
+
+
+def test_policy_check_counts_one_problem_in_the_singular(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("- 1\n")
+    code, err = run(["policy", "check", str(policy)], capsys)
+    assert code == 2
+    assert "invalid policy (1 problem):" in err
