@@ -123,6 +123,7 @@ def _convert_any(
         path = POD_TEMPLATE_PATHS[kind]
     else:
         return obj
+    _check_metadata(obj.get("metadata"), "metadata")
     template = _at(obj, path)
     where = ".".join(path) or "the Pod"
     if not isinstance(template, dict):
@@ -130,6 +131,8 @@ def _convert_any(
     if not isinstance(template.get("spec"), dict):
         raise Denied(f"{where + '.' if path else ''}spec: must be a mapping with containers, "
                      f"not {_yaml_type(template.get('spec'))}")
+    if path:
+        _check_metadata(template.get("metadata"), f"{where}.metadata")
     prefix = f"{where}.spec" if path else "spec"
     for key in ("initContainers", "containers"):
         listed = template["spec"].get(key)
@@ -141,6 +144,7 @@ def _convert_any(
             if not isinstance(item, dict):
                 raise Denied(f"{prefix}.{key}[{i}]: must be a container (a mapping), "
                              f"not {_yaml_type(item)}")
+            _check_resources(item.get("resources"), f"{prefix}.{key}[{i}].resources")
     raw = obj.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
     ns = str(metadata.get("namespace") or namespace or "")
@@ -183,6 +187,31 @@ def _at(obj: dict[str, Any], path: Sequence[str]) -> Any:
     return node
 
 
+def _check_metadata(value: Any, where: str) -> None:
+    """Raise Denied unless ``value`` is absent or a mapping whose name and namespace are text."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise Denied(f"{where}: must be a mapping, not {_yaml_type(value)}")
+    for key in ("name", "generateName", "namespace"):
+        if key in value and not isinstance(value[key], str):
+            raise Denied(f"{where}.{key}: must be a string, not {_yaml_type(value[key])}")
+    for key in ("labels", "annotations"):
+        if value.get(key) is not None and not isinstance(value[key], dict):
+            raise Denied(f"{where}.{key}: must be a mapping, not {_yaml_type(value[key])}")
+
+
+def _check_resources(value: Any, where: str) -> None:
+    """Raise Denied unless a container's resources (and its limits and requests) are mappings."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise Denied(f"{where}: must be a mapping, not {_yaml_type(value)}")
+    for key in ("limits", "requests"):
+        if value.get(key) is not None and not isinstance(value[key], dict):
+            raise Denied(f"{where}.{key}: must be a mapping, not {_yaml_type(value[key])}")
+
+
 def _yaml_type(value: Any) -> str:
     """How a YAML reader would call ``value``'s type."""
     if value is None:
@@ -203,7 +232,7 @@ def _describe(obj: Any) -> str:
     meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
     ns = meta.get("namespace")
-    return f"{obj.get('kind', '<no kind>')} {ns + '/' if ns else ''}{name}"
+    return f"{obj.get('kind', '<no kind>')} {f'{ns}/' if ns else ''}{name}"
 
 
 def dump_yaml(items: Sequence[Any]) -> str:

@@ -147,3 +147,29 @@ def test_policy_check_counts_one_problem_in_the_singular(
     code, err = run(["policy", "check", str(policy)], capsys)
     assert code == 2
     assert "invalid policy (1 problem):" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("kind: Pod\nmetadata: x\nspec: {containers: []}\n", "metadata: must be a mapping"),
+        ("kind: Pod\nmetadata: {name: p, namespace: 5}\nspec: {containers: []}\n",
+         "metadata.namespace: must be a string, not number 5"),
+        ("kind: Pod\nmetadata: {name: p, annotations: 5}\nspec: {containers: []}\n",
+         "metadata.annotations: must be a mapping"),
+        ("kind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    metadata: 5\n"
+         "    spec: {containers: []}\n", "spec.template.metadata: must be a mapping"),
+        (POD_HEAD + "spec: {containers: [{name: c, resources: 5}]}\n",
+         "spec.containers[0].resources: must be a mapping"),
+        (POD_HEAD + "spec: {containers: [{name: c, resources: {limits: 5}}]}\n",
+         "spec.containers[0].resources.limits: must be a mapping"),
+    ],
+)
+def test_convert_names_malformed_metadata_and_resources(
+    text: str, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "in.yaml"
+    source.write_text(text)
+    code, err = run(["convert", str(source)], capsys)
+    assert code == 2
+    assert named in err
