@@ -10,6 +10,7 @@ import os
 import sys
 
 from sim.compare import compare, default_strategies, strategy_names
+from sim.demand import scenario_policy
 from sim.errors import ScenarioError, SimError, UnknownNameError
 from sim.report import ProgressBar, as_json, plot, table
 from sim.scenario import builtin_names, load_scenario
@@ -49,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_simulate(args: argparse.Namespace) -> int:
     try:
         scenario = load_scenario(args.scenario, seed=args.seed)
+        scenario_policy(scenario)  # a bad policy is bad input: refuse it before any run
         if args.strategies:
             wanted = [s.strip() for s in args.strategies.split(",") if s.strip()]
             valid = strategy_names(scenario)

@@ -105,3 +105,12 @@ def test_a_scenario_nested_too_deeply_is_named(
     code, err = simulate(path, capsys)
     assert code == 2
     assert f"{path}: the YAML is nested too deeply" in err
+
+
+def test_a_bad_scenario_policy_is_bad_input_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = scenario(tmp_path, lambda d: d.__setitem__("policy", {"migFallback": "sideways"}))
+    code, err = simulate(path, capsys)
+    assert code == 2
+    assert "policy: " in err and "migFallback: 'sideways'" in err
