@@ -80,8 +80,10 @@ class ServerConfig:
         """What is wrong with these settings, each naming the flag; [] when usable."""
         found: list[str] = []
         host, sep, port = self.bind.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        if not sep or not host or not port.isdigit():
             found.append(f"--bind {self.bind!r}: expected HOST:PORT, e.g. 0.0.0.0:8443")
+        elif not 0 <= int(port) <= 65535:
+            found.append(f"--bind {self.bind!r}: port {port} is out of range (0-65535)")
         if bool(self.tls_cert) != bool(self.tls_key):
             found.append("give both --tls-cert and --tls-key, or neither (with --dev)")
         if not self.dev:

@@ -52,10 +52,11 @@ def test_bad_environment_values_name_the_setting(env: dict[str, str], fragment: 
         (ServerConfig(), "--tls-cert and --tls-key"),
         (ServerConfig(tls_cert="/c"), "both --tls-cert and --tls-key"),
         (ServerConfig(dev=True, bind="8443"), "--bind"),
+        (ServerConfig(dev=True, bind="1.2.3.4:99999"), "port 99999 is out of range"),
         (ServerConfig(tls_cert="/c", tls_key="/k", namespace_mode="audit"), "only applies"),
         (ServerConfig(dev=True, workers=0), "--workers"),
     ],
-    ids=["no-tls", "half-tls", "bad-bind", "mode-outside-dev", "no-workers"],
+    ids=["no-tls", "half-tls", "bad-bind", "bad-port", "mode-outside-dev", "no-workers"],
 )
 def test_inconsistent_settings_are_refused_with_the_flag_named(
     config: ServerConfig, fragment: str
