@@ -181,8 +181,13 @@ class NodeAgent:
         self.plugin.start()
         if self.config.metrics_bind:
             host, _, port = self.config.metrics_bind.rpartition(":")
-            self._metrics_server, _ = start_http_server(
-                int(port), addr=host or "0.0.0.0", registry=self.metrics.registry)
+            try:
+                self._metrics_server, _ = start_http_server(
+                    int(port), addr=host or "0.0.0.0", registry=self.metrics.registry)
+            except OSError as exc:
+                raise OSError(
+                    exc.errno, f"--metrics-bind {self.config.metrics_bind}: {exc.strerror}"
+                ) from exc
         log.info("node agent running", extra={"node": self.config.node,
                                               "gpus": len(self.backend.gpus())})
 

@@ -144,3 +144,22 @@ def test_slices_generation_must_fit_in_64_bits(capsys: pytest.CaptureFixture[str
     code, err = run([*SLICES, "--generation", str(2**64)], capsys)
     assert code == 2
     assert "fit in 64 bits" in err
+
+
+def test_a_metrics_address_the_node_does_not_have_names_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="gs-", dir="/tmp"))  # unix socket paths must stay short
+    try:
+        argv = ["agent", "run", "--node", "n1", "--backend", "simulated", "--kube", "memory",
+                "--checkpoint-dir", str(root / "ck"), "--cdi-dir", str(root / "cdi"),
+                "--plugins-dir", str(root / "pl"), "--registry-dir", str(root / "reg"),
+                "--metrics-bind", "192.0.2.1:9464"]  # TEST-NET-1: never a local address
+        code, err = run(argv, capsys)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert code == 1
+    assert "--metrics-bind 192.0.2.1:9464" in err
