@@ -18,8 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
-import yaml
-
+from kube import documents
 from sim.errors import ScenarioError, UnknownNameError
 from slicer.catalog import GpuModel
 from slicer.errors import SlicerError
@@ -238,25 +237,20 @@ def load_scenario(name_or_path: str, *, seed: int | None = None) -> Scenario:
         text = (resources.files("sim") / "scenarios" / f"{name_or_path}.yaml").read_text()
         source = name_or_path
     elif path.suffix in (".yaml", ".yml") or path.exists():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScenarioError(f"cannot read scenario file {name_or_path}: {exc}") from exc
         source = str(path)
+        try:
+            text = documents.read_text(path)
+        except documents.DocumentError as exc:
+            raise ScenarioError(f"{source}: {exc}") from exc
     else:
         raise UnknownNameError(
             f"unknown scenario {name_or_path!r}; shipped scenarios: {', '.join(builtin_names())}"
             " (or give a path to a .yaml file)"
         )
     try:
-        data = yaml.safe_load(text)
-    except RecursionError as exc:
-        raise ScenarioError(f"{source}: the YAML is nested too deeply to read") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ScenarioError(f"{source}: not valid YAML: {problem}{where}") from exc
+        data = documents.parse(text)
+    except documents.DocumentError as exc:
+        raise ScenarioError(f"{source}: {exc}") from exc
     return parse_scenario(data, seed=seed, source=source)
 
 

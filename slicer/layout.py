@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from kube import documents
 from slicer import catalog
 from slicer.catalog import GpuModel, Placement
 from slicer.errors import SlicerError
@@ -92,26 +91,10 @@ class StaticLayout:
     @classmethod
     def load(cls, path: Path) -> StaticLayout:
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise LayoutError(f"cannot read static layout {path}: {exc}") from exc
-        try:
-            data = yaml.safe_load(text)
-        except RecursionError as exc:
-            raise LayoutError(f"static layout {path} is nested too deeply to read") from exc
-        except yaml.YAMLError as exc:
-            raise LayoutError(
-                f"static layout {path} is not valid YAML: {_first_line(exc)}"
-            ) from exc
+            data = documents.parse(documents.read_text(path))
+        except documents.DocumentError as exc:
+            raise LayoutError(f"static layout {path}: {exc}") from exc
         return cls.from_mapping(data)
-
-
-def _first_line(exc: yaml.YAMLError) -> str:
-    """A YAML error in one line: what is wrong and where, without the source excerpt."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-    return f"{problem}{where}"
 
 
 def _placements(value: Any, where: str) -> tuple[Placement, ...]:

@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+from kube import documents
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds this package's subcommands."""
@@ -72,13 +74,6 @@ def _register_policy(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
-def _read(path: str) -> str:
-    if path == "-":
-        raw = getattr(sys.stdin, "buffer", None)  # strict UTF-8, as for files
-        return raw.read().decode("utf-8") if raw is not None else sys.stdin.read()
-    return Path(path).read_text(encoding="utf-8")
-
-
 def _report(heading: str, problems: list[str]) -> int:
     """Prints a bad input's problems under ``heading`` on stderr; the exit code for bad input."""
     print(heading, file=sys.stderr)
@@ -93,12 +88,9 @@ def _policy_check(args: argparse.Namespace) -> int:
 
     source = "<stdin>" if args.file == "-" else args.file
     try:
-        policy = load_policy(_read(args.file), source=source)
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"{source}: cannot read the policy file: {exc}", file=sys.stderr)
-        return 2
-    except RecursionError:
-        print(f"{source}: the policy is nested too deeply to read", file=sys.stderr)
+        policy = load_policy(documents.read_text(args.file), source=source)
+    except documents.DocumentError as exc:
+        print(f"{source}: {exc}", file=sys.stderr)
         return 2
     except PolicyError as exc:
         count = len(exc.problems)
@@ -117,9 +109,6 @@ def _convert(args: argparse.Namespace) -> int:
         policy = load_policy_file(args.policy) if args.policy else Policy.default()
     except PolicyError as exc:
         return _report(f"invalid policy {exc.source}:", exc.problems)
-    except RecursionError:
-        print(f"invalid policy {args.policy}: nested too deeply to read", file=sys.stderr)
-        return 2
     if args.namespace is not None and not _NAMESPACE.fullmatch(args.namespace):
         print(f"convert: --namespace {args.namespace!r} is not a valid namespace name: at most "
               "63 lower-case letters, digits and '-', starting and ending with a letter or digit",
@@ -127,9 +116,9 @@ def _convert(args: argparse.Namespace) -> int:
         return 2
     source = "<stdin>" if args.file == "-" else args.file
     try:
-        text = _read(args.file)
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"cannot read {source}: {exc}", file=sys.stderr)
+        text = documents.read_text(args.file)
+    except documents.DocumentError as exc:
+        print(f"{source}: {exc}", file=sys.stderr)
         return 2
     native = frozenset(n.strip() for n in args.native_extended.split(",") if n.strip())
     try:
@@ -220,12 +209,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     flags = {name: getattr(args, name) for name in _SERVE_FLAGS if getattr(args, name) is not None}
     try:
-        try:
-            base = ServerConfig.from_file(args.config) if args.config else None
-        except UnicodeDecodeError as exc:
-            raise ConfigError([f"config file {args.config}: not UTF-8 text: {exc}"]) from exc
-        except RecursionError as exc:
-            raise ConfigError([f"config file {args.config}: nested too deeply to read"]) from exc
+        base = ServerConfig.from_file(args.config) if args.config else None
         config = ServerConfig.from_mapping(flags, base=ServerConfig.from_env(base=base),
                                            source="flags")
         problems = config.problems() + _tls_file_problems(config.tls_cert, config.tls_key)

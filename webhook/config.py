@@ -14,11 +14,9 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from kube import documents
 from webhook.errors import WebhookError
 
 NamespaceMode = Literal["enabled", "audit"]
@@ -155,8 +153,8 @@ class ServerConfig:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> ServerConfig:
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
+            data = documents.parse(documents.read_text(path))
+        except documents.DocumentError as exc:
             raise ConfigError([f"config file {path}: {exc}"]) from exc
         if data is None:
             return cls()

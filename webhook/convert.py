@@ -18,6 +18,7 @@ from typing import Any, Literal
 import jsonpatch
 import yaml
 
+from kube import documents
 from webhook.errors import Denied, ManifestError
 from webhook.policy import Policy
 from webhook.translate import Conversion, audit_warnings, translate_pod
@@ -54,16 +55,10 @@ class ConvertResult:
 def load_documents(text: str, source: str | None = None) -> list[Any]:
     """Every non-empty document of a YAML (or JSON) stream; ``source`` names it in errors."""
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return documents.parse_all(text)
+    except documents.DocumentError as exc:
         prefix = f"{source}: " if source else ""
-        raise ManifestError([f"{prefix}not valid YAML{where}: {problem}"]) from exc
-    except RecursionError as exc:
-        prefix = f"{source}: " if source else ""
-        raise ManifestError([f"{prefix}the YAML is nested too deeply to read"]) from exc
+        raise ManifestError([f"{prefix}{exc}"]) from exc
 
 
 def convert_objects(

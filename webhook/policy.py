@@ -18,8 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-import yaml
-
+from kube import documents
 from slicer import catalog
 from slicer.errors import CatalogError
 from webhook.errors import PolicyError
@@ -192,9 +191,9 @@ _NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback", "gpuModels")
 def load_policy(text: str, *, source: str = "<policy>") -> Policy:
     """Parse and validate a policy document; raises PolicyError listing every problem."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PolicyError([f"not valid YAML: {exc}"], source=source) from exc
+        data = documents.parse(text)
+    except documents.DocumentError as exc:
+        raise PolicyError([str(exc)], source=source) from exc
     if data is None:
         return Policy.default()
     problems: list[str] = []
@@ -208,9 +207,9 @@ def load_policy_file(path: str | Path) -> Policy:
     """Read and validate a policy file; an unreadable file is a PolicyError too."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError([f"cannot read the policy file: {exc}"], source=source) from exc
+        text = documents.read_text(path)
+    except documents.DocumentError as exc:
+        raise PolicyError([str(exc)], source=source) from exc
     return load_policy(text, source=source)
 
 

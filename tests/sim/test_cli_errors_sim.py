@@ -35,7 +35,7 @@ def test_a_scenario_file_that_is_not_utf8_is_named(
     path.write_bytes(b"\xff\xfe\x00bad")
     code, err = simulate(path, capsys)
     assert code == 2
-    assert f"cannot read scenario file {path}" in err and "utf-8" in err
+    assert f"{path}: not UTF-8 text" in err and "utf-8" in err
 
 
 def test_a_scenario_that_is_not_yaml_says_where_in_one_line(

@@ -79,7 +79,7 @@ def test_a_static_layout_that_is_not_yaml_says_where(
     layout.write_text('{"default": [\n')
     code, err = run([*SLICES, "--static-layout", str(layout)], capsys)
     assert code == 2
-    assert f"static layout {layout} is not valid YAML" in err and "line 2" in err
+    assert f"static layout {layout}: not valid YAML" in err and "line 2" in err
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,7 @@ def test_a_static_layout_nested_too_deeply_is_named(
     layout.write_text("[" * 20000 + "]" * 20000)
     code, err = run([*SLICES, "--static-layout", str(layout)], capsys)
     assert code == 2
-    assert f"static layout {layout} is nested too deeply" in err
+    assert f"static layout {layout}: the YAML is nested too deeply" in err
 
 
 def test_catalog_refuses_an_empty_model_name(capsys: pytest.CaptureFixture[str]) -> None:
