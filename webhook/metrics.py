@@ -13,9 +13,13 @@ build as many apps as they like in one process.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client import generate_latest as _generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -25,12 +29,56 @@ LATENCY_BUCKETS = (
 """Seconds. Admission must stay in milliseconds; the top buckets catch API stalls."""
 
 
-class Metrics:
-    """The webhook's counters and histogram; ``exposition()`` renders them for ``/metrics``."""
+CERTIFICATE_EXPIRY = "gpu_slicer_webhook_certificate_expiry_timestamp_seconds"
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+
+class CertificateExpiry(Collector):
+    """The serving certificate's notAfter, read from its file at every scrape.
+
+    Read at scrape time rather than kept as a gauge: the file is renewed underneath the running
+    server (certs ensure, cert-manager, service-ca), and a gauge would need every gunicorn
+    worker to notice. An unreadable file yields no sample, which the expiry alert treats as
+    absent rather than as expired.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            CERTIFICATE_EXPIRY,
+            "Unix time at which the webhook's serving certificate (--tls-cert) expires.",
+        )
+        not_after = _not_after(self.path)
+        if not_after is not None:
+            family.add_metric([], not_after)
+        yield family
+
+
+def _not_after(path: Path) -> float | None:
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return cert.not_valid_after_utc.timestamp()
+
+
+class Metrics:
+    """The webhook's counters and histogram; ``exposition()`` renders them for ``/metrics``.
+
+    ``certificate``: the serving certificate file whose expiry ``/metrics`` reports.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, certificate: str | Path | None = None
+    ) -> None:
         _use_multiprocess_values_if_configured()
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.certificate = CertificateExpiry(certificate) if certificate else None
+        if self.certificate is not None:
+            self.registry.register(self.certificate)
         self.requests = Counter(
             "gpu_slicer_webhook_requests",
             "Admission requests by outcome (patched, unchanged, audited, would-deny, denied, "
@@ -73,6 +121,8 @@ class Metrics:
 
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            if self.certificate is not None:
+                registry.register(self.certificate)
             return _generate_latest(registry), CONTENT_TYPE_LATEST
         return _generate_latest(self.registry), CONTENT_TYPE_LATEST
 

@@ -108,7 +108,7 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
     """A started runtime. ``api`` overrides the client built from ``config`` (tests)."""
     from webhook.metrics import Metrics  # imported late: after PROMETHEUS_MULTIPROC_DIR is set
 
-    metrics = Metrics()
+    metrics = Metrics(certificate=config.tls_cert)
     store = PolicyStore(
         config.policy,
         check_interval_s=config.policy_check_s,
