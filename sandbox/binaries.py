@@ -1,0 +1,307 @@
+"""The control-plane binaries: built from the Kubernetes Go modules into a cache, or the user's.
+
+Nothing upstream is vendored: ``sandbox/go/kube`` is a small module that requires
+``k8s.io/kubernetes`` at the pinned release (each ``k8s.io/*`` staging module replaced by its
+matching ``v0.<minor>.<patch>``, as the release's own go.mod lists them) and ``go build``
+compiles ``cmd/kube-apiserver``, ``cmd/kube-scheduler`` and ``cmd/kube-controller-manager`` from
+the module cache. Other releases get the same module, re-pinned in the cache folder, with the
+replace list derived from that release's go.mod. Our own helpers (an embedded etcd 3.6 and the
+CDI checker) are built from the committed module.
+
+Layout of the cache (``$GPU_SLICER_CACHE``, else ``$XDG_CACHE_HOME/gpu-slicer``, else
+``~/.cache/gpu-slicer``)::
+
+    kube/v1.36.3/{kube-apiserver,kube-scheduler,kube-controller-manager}
+    tools/<hash of our Go sources>/{etcd,cdi-inject}
+
+A folder is complete when its ``build.json`` exists; builds go to a temporary folder renamed into
+place, under a file lock, so two builds never mix and an interrupted one leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbox.errors import BuildError, UsageError
+
+Progress = Callable[[str], None]
+
+RELEASES = {"1.35": "v1.35.4", "1.36": "v1.36.3", "1.37": "v1.37.2"}
+"""The patch release built for each supported minor version."""
+DEFAULT_MINOR = "1.36"
+PINNED = RELEASES[DEFAULT_MINOR]
+"""The release ``sandbox/go/go.mod`` requires; others are re-pinned in the cache."""
+
+KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+TOOL_COMMANDS = ("etcd", "cdi-inject")
+GO_DIR = Path(__file__).with_name("go")
+KUBE_MODULE = GO_DIR / "kube"
+"""Requires k8s.io/kubernetes only: nothing of ours changes how the control plane builds."""
+HELPERS_MODULE = GO_DIR / "helpers"
+_STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.M)
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("GPU_SLICER_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpu-slicer"
+
+
+def release_for(version: str) -> str:
+    """``1.36`` or ``v1.36.3`` -> the release to build; anything else is a usage error."""
+    text = version.strip().removeprefix("v")
+    if text in RELEASES:
+        return RELEASES[text]
+    if re.fullmatch(r"1\.\d+\.\d+", text):
+        minor = text.rsplit(".", 1)[0]
+        if minor in RELEASES:
+            return "v" + text
+    supported = ", ".join(RELEASES)
+    raise UsageError(f"--k8s-version {version!r} is not supported; use one of {supported}")
+
+
+def minor_of(release: str) -> int:
+    """``v1.36.3`` -> 36."""
+    return int(release.removeprefix("v").split(".")[1])
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Where each command of the sandbox lives."""
+
+    kube_dir: Path
+    tools_dir: Path
+    release: str
+
+    def path(self, command: str) -> Path:
+        folder = self.tools_dir if command in TOOL_COMMANDS else self.kube_dir
+        return folder / command
+
+
+def ensure(
+    version: str = DEFAULT_MINOR,
+    *,
+    kube_bin: Path | None = None,
+    cache: Path | None = None,
+    progress: Progress = print,
+) -> Binaries:
+    """The binaries for ``version``, building what the cache lacks."""
+    release = release_for(version)
+    cache = cache or cache_root()
+    if kube_bin is not None:
+        kube_dir = _check_user_dir(kube_bin)
+    else:
+        kube_dir = _ensure_kube(release, cache, progress)
+    tools_dir = _ensure_tools(cache, progress)
+    return Binaries(kube_dir=kube_dir, tools_dir=tools_dir, release=release)
+
+
+def ensure_tools(*, cache: Path | None = None, progress: Progress = print) -> Path:
+    """Only our own helpers (etcd, cdi-inject): quick, and enough for the CDI checks."""
+    return _ensure_tools(cache or cache_root(), progress)
+
+
+def _check_user_dir(folder: Path) -> Path:
+    missing = [c for c in KUBE_COMMANDS if not os.access(folder / c, os.X_OK)]
+    if not folder.is_dir() or missing:
+        raise UsageError(
+            f"--kube-bin {folder}: needs executable {', '.join(missing or KUBE_COMMANDS)}"
+            " (for example the 'server/bin' folder of the official server release)"
+        )
+    return folder
+
+
+def go_toolchain() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(
+            "Go (1.26 or newer) is not on the PATH: install it to build the control plane,"
+            " or pass --kube-bin DIR with kube-apiserver, kube-scheduler and"
+            " kube-controller-manager"
+        )
+    return go
+
+
+def _ensure_kube(release: str, cache: Path, progress: Progress) -> Path:
+    target = cache / "kube" / release
+    if (target / "build.json").exists():
+        return target
+    with _locked(target):
+        if (target / "build.json").exists():
+            return target
+        go = go_toolchain()
+        work = target.parent / f".{release}.module"
+        module = KUBE_MODULE if release == PINNED else _repinned_module(go, release, work, progress)
+        packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
+        ldflags = _version_ldflags(release)
+        _build(go, module, packages, target, ldflags, f"Kubernetes {release} control plane",
+               progress, extra={"release": release})
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _ensure_tools(cache: Path, progress: Progress) -> Path:
+    target = cache / "tools" / _sources_digest()
+    if (target / "build.json").exists():
+        return target
+    with _locked(target):
+        if (target / "build.json").exists():
+            return target
+        go = go_toolchain()
+        packages = [f"./cmd/{c}" for c in TOOL_COMMANDS]
+        _build(go, HELPERS_MODULE, packages, target, "", "sandbox helpers (etcd, cdi-inject)",
+               progress, extra={})
+    return target
+
+
+def _sources_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(HELPERS_MODULE.rglob("*")):
+        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
+            digest.update(str(path.relative_to(HELPERS_MODULE)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _version_ldflags(release: str) -> str:
+    major, minor, _ = release.removeprefix("v").split(".")
+    prefix = "k8s.io/component-base/version"
+    return " ".join([
+        "-s", "-w",
+        f"-X {prefix}.gitVersion={release}",
+        f"-X {prefix}.gitMajor={major}",
+        f"-X {prefix}.gitMinor={minor}",
+        f"-X {prefix}.gitTreeState=clean",
+    ])
+
+
+def staging_modules(go_mod_text: str) -> list[str]:
+    """The staging modules a release's go.mod replaces with ``./staging/src/...``."""
+    return _STAGING.findall(go_mod_text)
+
+
+def _repinned_module(go: str, release: str, work: Path, progress: Progress) -> Path:
+    """A copy of our module requiring ``release`` with that release's staging replaces."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    progress(f"resolving k8s.io/kubernetes@{release} through the Go module proxy")
+    info = _run_json([go, "mod", "download", "-json", f"k8s.io/kubernetes@{release}"], work)
+    if info.get("Error"):
+        raise BuildError(f"the module proxy refused k8s.io/kubernetes@{release}: {info['Error']}")
+    staging = staging_modules(Path(info["GoMod"]).read_text())
+    staged = "v0." + release.removeprefix("v1.")
+    shutil.copy(KUBE_MODULE / "tools.go", work / "tools.go")
+    (work / "go.mod").write_text(
+        "module gpu-slicer.local/sandbox\n\ngo 1.26.0\n\n"
+        f"require k8s.io/kubernetes {release}\n\n"
+        + "".join(f"replace {m} => {m} {staged}\n" for m in staging)
+    )
+    _run([go, "mod", "tidy"], work, f"go mod tidy for {release}")
+    return work
+
+
+def _build(
+    go: str, module: Path, packages: list[str], target: Path, ldflags: str, what: str,
+    progress: Progress, *, extra: dict[str, str],
+) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        started = time.monotonic()
+        progress(f"building {what} into {target} (cold: tens of minutes on 2 cores; "
+                 "cached afterwards)")
+        command = [go, "build", "-v", "-trimpath", "-mod=readonly", "-o", str(staging) + "/"]
+        if ldflags:
+            command += ["-ldflags", ldflags]
+        env = dict(os.environ, CGO_ENABLED="0")
+        _run_with_progress(command + packages, module, env, what, progress)
+        elapsed = time.monotonic() - started
+        (staging / "build.json").write_text(json.dumps(
+            {**extra, "go": _go_version(go), "seconds": round(elapsed, 1),
+             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+        progress(f"built {what} in {elapsed / 60:.1f} min")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _run_with_progress(
+    command: list[str], cwd: Path, env: dict[str, str], what: str, progress: Progress
+) -> None:
+    """Runs ``go build -v``, reporting how many packages it compiled every 20 seconds."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    compiled = 0
+    tail: list[str] = []
+    done = threading.Event()
+    started = time.monotonic()
+
+    def report() -> None:
+        while not done.wait(20):
+            minutes = (time.monotonic() - started) / 60
+            progress(f"  {what}: {compiled} packages compiled ({minutes:.1f} min)")
+
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
+    assert process.stderr is not None
+    try:
+        for line in process.stderr:
+            compiled += 1
+            tail = (tail + [line.rstrip()])[-20:]
+        code = process.wait()
+    finally:
+        done.set()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if code != 0:
+        raise BuildError(f"building {what} failed (go build exit {code}):\n" + "\n".join(tail))
+
+
+def _run(command: list[str], cwd: Path, what: str) -> str:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"{what} failed: {result.stderr.strip()[-2000:]}")
+    return result.stdout
+
+
+def _run_json(command: list[str], cwd: Path) -> dict[str, str]:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    try:
+        data: dict[str, str] = json.loads(result.stdout)
+    except json.JSONDecodeError as exc:
+        raise BuildError(f"{' '.join(command[1:])} failed: {result.stderr.strip()}") from exc
+    return data
+
+
+def _go_version(go: str) -> str:
+    return subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+
+
+@contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """One build of ``target`` at a time, across processes."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
