@@ -112,6 +112,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="the webhook's namespace (env GPU_SLICER_NAMESPACE)")
     p.add_argument("--out", **_env_or_required("OUT"), type=_folder,
                    help="folder for the files, created if missing (env GPU_SLICER_OUT)")
+    p.add_argument("--host", action="append", default=[], metavar="NAME",
+                   help="a further DNS name or IP the certificate covers, for an apiserver that"
+                   " reaches the webhook by URL (repeatable)")
     _add_lifetimes(p, days="365")
     p.set_defaults(func=run_issue)
 
@@ -152,7 +155,8 @@ def run_issue(args: argparse.Namespace) -> int:
         return 2
     try:
         issued = certs_issue.issue(
-            service=args.service, namespace=args.namespace, days=args.days, ca_days=args.ca_days
+            service=args.service, namespace=args.namespace, days=args.days, ca_days=args.ca_days,
+            extra_hosts=args.host,
         )
         paths = certs_issue.write_files(issued, args.out)
     except CertInputError as exc:
@@ -167,6 +171,7 @@ def run_issue(args: argparse.Namespace) -> int:
             {
                 "files": [str(p) for p in paths],
                 "dnsNames": names,
+                "ipAddresses": certs_issue.ip_addresses(issued.serving.cert),
                 "notAfter": issued.serving.cert.not_valid_after_utc.isoformat(),
                 "caNotAfter": issued.ca.cert.not_valid_after_utc.isoformat(),
                 "caFingerprintSHA256": certs_issue.fingerprint(issued.ca.cert),

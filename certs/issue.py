@@ -209,11 +209,16 @@ def new_leaf(
 
 
 def new_serving_cert(
-    ca: KeyPair, *, service: str, namespace: str, days: int, now: dt.datetime | None = None
+    ca: KeyPair, *, service: str, namespace: str, days: int, now: dt.datetime | None = None,
+    extra_hosts: Sequence[str] = (),
 ) -> KeyPair:
-    """A server-auth leaf for ``service.namespace.svc``, valid ``days`` but never past the CA."""
+    """A server-auth leaf for ``service.namespace.svc``, valid ``days`` but never past the CA.
+
+    ``extra_hosts`` (DNS names or IPs) are for a webhook the apiserver reaches by URL rather
+    than through the Service, e.g. one running outside the cluster.
+    """
     _check_days(days, "--days")
-    return new_leaf(ca, serving_names(service, namespace), days=days, now=now)
+    return new_leaf(ca, [*serving_names(service, namespace), *extra_hosts], days=days, now=now)
 
 
 def self_signed(
@@ -245,6 +250,7 @@ def issue(
     days: int = 365,
     ca_days: int = 3650,
     now: dt.datetime | None = None,
+    extra_hosts: Sequence[str] = (),
 ) -> Issued:
     """A new CA and a serving certificate for ``service.namespace.svc`` signed by it."""
     check_names(service, namespace)
@@ -257,8 +263,28 @@ def issue(
         )
     now = now or utc_now()
     ca = new_ca(days=ca_days, now=now)
-    serving = new_serving_cert(ca, service=service, namespace=namespace, days=days, now=now)
+    for host in extra_hosts:
+        check_host(host)
+    serving = new_serving_cert(ca, service=service, namespace=namespace, days=days, now=now,
+                               extra_hosts=extra_hosts)
     return Issued(ca, serving)
+
+
+_HOSTNAME = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def check_host(host: str) -> None:
+    """An extra name must be an IP address or a lower-case DNS name."""
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if len(host) > 253 or not _HOSTNAME.match(host):
+        raise CertInputError(
+            f"--host {host!r} is neither an IP address nor a DNS name (lower-case letters,"
+            " digits, '-' and '.')"
+        )
 
 
 def write_files(issued: Issued, out_dir: Path) -> list[Path]:
@@ -336,6 +362,14 @@ def dns_names(cert: x509.Certificate) -> list[str]:
     except x509.ExtensionNotFound:
         return []
     return list(san.get_values_for_type(x509.DNSName))
+
+
+def ip_addresses(cert: x509.Certificate) -> list[str]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(ip) for ip in san.get_values_for_type(x509.IPAddress)]
 
 
 def covers(cert: x509.Certificate, names: Sequence[str]) -> bool:

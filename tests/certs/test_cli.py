@@ -31,13 +31,28 @@ def test_issue_writes_the_three_files_and_prints_a_summary(
     assert (leaf.not_valid_after_utc - leaf.not_valid_before_utc).days == 7
 
 
+def test_issue_with_hosts_covers_a_webhook_reached_by_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tls"
+    code = main(["certs", "issue", "--service", SERVICE, "--namespace", NAMESPACE,
+                 "--out", str(out), "--host", "127.0.0.1", "--host", "webhook.example.org"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["ipAddresses"] == ["127.0.0.1"]
+    assert "webhook.example.org" in summary["dnsNames"]
+    leaf = certs_issue.load_certificate((out / "tls.crt").read_bytes())
+    assert certs_issue.ip_addresses(leaf) == ["127.0.0.1"]
+
+
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
         (["--service", "Web_Hook"], "not a valid Service name"),
+        (["--host", "Not A Host"], "neither an IP address nor a DNS name"),
         (["--days", "40", "--ca-days", "30"], "cannot outlive its CA"),
     ],
-    ids=["bad service name", "CA shorter than leaf"],
+    ids=["bad service name", "bad extra host", "CA shorter than leaf"],
 )
 def test_issue_refuses_bad_input_with_exit_code_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
