@@ -25,7 +25,12 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 FileIdentity = tuple[int, int, int, int]  # (device, inode, size, mtime in ns)
-Signature = tuple[FileIdentity | None, FileIdentity | None]
+Signature = tuple[FileIdentity | None, ...]
+
+AEAD_CIPHERS_TLS12 = "ECDHE+AESGCM:ECDHE+CHACHA20"
+"""TLS 1.2 suites offered: forward-secret key exchange with an AEAD cipher only (no CBC, no RSA
+key exchange). TLS 1.3 suites are all AEAD and unaffected. Go's TLS client (the apiserver)
+offers these for both ECDSA and RSA certificates."""
 
 
 def _identity(path: Path) -> FileIdentity | None:
@@ -37,21 +42,31 @@ def _identity(path: Path) -> FileIdentity | None:
 
 
 def server_context(
-    cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str]
+    cert_path: str | os.PathLike[str],
+    key_path: str | os.PathLike[str],
+    *,
+    client_ca: str | os.PathLike[str] | None = None,
 ) -> ssl.SSLContext:
-    """A TLS server context for the webhook: TLS 1.2 or newer, HTTP/1.1 over ALPN."""
+    """A TLS server context for the webhook: TLS 1.2 (AEAD suites only) or newer, HTTP/1.1 over
+    ALPN; with ``client_ca``, a client must present a certificate that CA signed."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(AEAD_CIPHERS_TLS12)
     context.load_cert_chain(certfile=os.fspath(cert_path), keyfile=os.fspath(key_path))
     context.set_alpn_protocols(["http/1.1"])
+    if client_ca is not None:
+        context.load_verify_locations(cafile=os.fspath(client_ca))
+        context.verify_mode = ssl.CERT_REQUIRED
     return context
 
 
 class ReloadingSSLContext:
     """Cached server ``SSLContext`` for ``cert_path``/``key_path``, rebuilt when the files change.
 
-    Thread-safe. ``context()`` raises ``ssl.SSLError``/``OSError`` only when no context has ever
-    been built (the very first load failed); afterwards a failed rebuild keeps the old context.
+    With ``client_ca`` the contexts require client certificates signed by that bundle, which is
+    watched for changes like the pair. Thread-safe. ``context()`` raises
+    ``ssl.SSLError``/``OSError`` only when no context has ever been built (the very first load
+    failed); afterwards a failed rebuild keeps the old context.
     """
 
     def __init__(
@@ -60,13 +75,15 @@ class ReloadingSSLContext:
         key_path: str | os.PathLike[str],
         *,
         check_interval_s: float = 5.0,
-        factory: Callable[[Path, Path], ssl.SSLContext] = server_context,
+        factory: Callable[[Path, Path], ssl.SSLContext] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        client_ca: str | os.PathLike[str] | None = None,
     ) -> None:
         self.cert_path = Path(cert_path)
         self.key_path = Path(key_path)
+        self.client_ca = Path(client_ca) if client_ca is not None else None
         self.check_interval_s = check_interval_s
-        self._factory = factory
+        self._factory = factory or self._server_context
         self._clock = clock
         self._lock = threading.Lock()
         self._context: ssl.SSLContext | None = None
@@ -75,8 +92,12 @@ class ReloadingSSLContext:
         self.reloads = 0  # contexts built after the first one
         self.failures = 0  # rebuild attempts that kept the previous context
 
+    def _server_context(self, cert_path: Path, key_path: Path) -> ssl.SSLContext:
+        return server_context(cert_path, key_path, client_ca=self.client_ca)
+
     def _signature_now(self) -> Signature:
-        return (_identity(self.cert_path), _identity(self.key_path))
+        paths = [self.cert_path, self.key_path] + ([self.client_ca] if self.client_ca else [])
+        return tuple(_identity(path) for path in paths)
 
     def context(self) -> ssl.SSLContext:
         """The current context; checks the files if ``check_interval_s`` has passed."""

@@ -169,7 +169,15 @@ def _register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     )
     serve.add_argument("--policy", metavar="FILE", help="policy YAML (default: built-in policy)")
     serve.add_argument("--workers", type=int, metavar="N", help="gunicorn worker processes")
-    serve.add_argument("--threads", type=int, metavar="N", help="threads per worker")
+    serve.add_argument(
+        "--connections", type=int, metavar="N",
+        help="connections each worker serves at once (default 1000)",
+    )
+    serve.add_argument(
+        "--client-ca", metavar="FILE",
+        help="CA bundle (PEM): require client certificates it signed (mutual TLS with the "
+             "apiserver)",
+    )
     serve.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster credentials")
     serve.add_argument(
         "--namespace-mode", choices=["enabled", "audit"],
@@ -178,10 +186,10 @@ def _register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     serve.set_defaults(func=_serve)
 
 
-def _tls_file_problems(cert: str | None, key: str | None) -> list[str]:
+def _tls_file_problems(cert: str | None, key: str | None, client_ca: str | None) -> list[str]:
     """Missing or unreadable certificate files, named before anything contacts a cluster."""
     found: list[str] = []
-    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key), ("--client-ca", client_ca)):
         if not path:
             continue
         file = Path(path)
@@ -197,8 +205,8 @@ def _tls_file_problems(cert: str | None, key: str | None) -> list[str]:
 
 
 _SERVE_FLAGS = (
-    "bind", "tls_cert", "tls_key", "dev", "policy", "workers", "threads", "kubeconfig",
-    "namespace_mode",
+    "bind", "tls_cert", "tls_key", "dev", "policy", "workers", "connections", "client_ca",
+    "kubeconfig", "namespace_mode",
 )
 
 
@@ -212,7 +220,9 @@ def _serve(args: argparse.Namespace) -> int:
         base = ServerConfig.from_file(args.config) if args.config else None
         config = ServerConfig.from_mapping(flags, base=ServerConfig.from_env(base=base),
                                            source="flags")
-        problems = config.problems() + _tls_file_problems(config.tls_cert, config.tls_key)
+        problems = config.problems() + _tls_file_problems(
+            config.tls_cert, config.tls_key, config.client_ca
+        )
         if problems:
             raise ConfigError(problems)
         return serve(config)

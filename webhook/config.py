@@ -43,7 +43,16 @@ class ServerConfig:
     dev: bool = False
     policy: str | None = None
     workers: int = 2
-    threads: int = 4
+    connections: int = 1000
+    """Connections one worker serves at a time (each a greenlet); more wait in the backlog."""
+    read_timeout_s: float = 3.0
+    """How long a connection may take to deliver its TLS handshake and a whole request (a
+    kept-alive one: from the request's first byte) before it is closed. Keep it under the
+    webhook configuration's ``timeoutSeconds`` (5 in deploy/), so that a stalled client is gone
+    before the apiserver would give up on a real review."""
+    client_ca: str | None = None
+    """A CA bundle: when set, clients must present a certificate it signed (mutual TLS; the
+    apiserver presents one when its admission configuration gives it one for this webhook)."""
     kubeconfig: str | None = None
     namespace_mode: NamespaceMode | None = None
     """Only with ``dev``: the mode of every namespace (there is no cluster to read labels from)."""
@@ -99,8 +108,13 @@ class ServerConfig:
             found.append(f"--namespace-mode {self.namespace_mode!r}: use enabled or audit")
         if self.workers < 1:
             found.append(f"--workers {self.workers}: at least 1")
-        if self.threads < 1:
-            found.append(f"--threads {self.threads}: at least 1")
+        if self.connections < 1:
+            found.append(f"--connections {self.connections}: at least 1")
+        if not 0 < self.read_timeout_s <= 30:
+            found.append(
+                f"--read-timeout-s {self.read_timeout_s}: between 0 and 30 seconds (the longest "
+                "webhook timeoutSeconds), and under the webhook's own timeoutSeconds"
+            )
         for name in ("policy_check_s", "tls_check_s", "template_cache_ttl_s", "gc_interval_s"):
             if getattr(self, name) < 0:
                 found.append(f"--{name.replace('_', '-')} must not be negative")

@@ -37,13 +37,14 @@ backlog = 1024
 control_socket_disable = True  # gunicorn >= 25: no management socket in $HOME
 
 # --- Workers ------------------------------------------------------------------------------
-# gthread keeps the apiserver's connections alive (the sync worker closes after each request)
-# and handles a slow client without blocking the process.
-worker_class = "gthread"
+# gevent greenlets with a read deadline (webhook/worker.py): a connection costs a greenlet, not
+# a thread, so clients that stall take no capacity from others, and a connection that has not
+# delivered its handshake and a whole request within GPU_SLICER_READ_TIMEOUT_S is closed.
+# gthread (a thread per connection being read) let eight stalled clients block every review.
+worker_class = "webhook.worker.DeadlineGeventWorker"
 workers = _config.workers
-threads = _config.threads
-worker_connections = 1000
-keepalive = 75  # seconds; the apiserver reuses connections to webhooks
+worker_connections = _config.connections
+keepalive = 75  # seconds an idle kept-alive connection waits; the apiserver reuses connections
 timeout = 30  # a worker silent this long is restarted; admission itself times out at <= 30 s
 graceful_timeout = 20
 
@@ -56,7 +57,8 @@ limit_request_field_size = 8190
 # certfile/keyfile turn TLS on; the ssl_context hook replaces gunicorn's default factory (which
 # loads the files for every connection) with a cached context that is rebuilt only when the
 # files change, checked at most every GPU_SLICER_TLS_CHECK_S seconds. A rotated certificate is
-# served on new connections without a restart; a half-written pair keeps the old one.
+# served on new connections without a restart; a half-written pair keeps the old one. With
+# GPU_SLICER_CLIENT_CA, clients must present a certificate that CA signed (mutual TLS).
 certfile = _config.tls_cert
 keyfile = _config.tls_key
 _contexts: dict[tuple[str, str], Any] = {}
@@ -69,7 +71,8 @@ def ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
     reloading = _contexts.get(key)
     if reloading is None:
         reloading = ReloadingSSLContext(
-            conf.certfile, conf.keyfile, check_interval_s=_config.tls_check_s
+            conf.certfile, conf.keyfile, check_interval_s=_config.tls_check_s,
+            client_ca=_config.client_ca,
         )
         _contexts[key] = reloading
     return reloading.context()

@@ -243,6 +243,13 @@ def prepare(config: ServerConfig) -> ServerConfig:
             raise ConfigError(
                 [f"--tls-cert {config.tls_cert} / --tls-key {config.tls_key}: cannot load: {exc}"]
             ) from exc
+        if config.client_ca:
+            try:
+                server_context(config.tls_cert, config.tls_key, client_ca=config.client_ca)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(
+                    [f"--client-ca {config.client_ca}: cannot load a CA bundle from it: {exc}"]
+                ) from exc
     os.environ.update(config.to_env())
     os.environ.setdefault(MULTIPROC_ENV, str(Path(runtime_dir) / "metrics"))
     Path(os.environ[MULTIPROC_ENV]).mkdir(parents=True, exist_ok=True)

@@ -191,7 +191,8 @@ def gunicorn_server(
     env: dict[str, str] | None = None,
     app: str | None = None,
     workers: int = 1,
-    threads: int = 4,
+    connections: int = 1000,
+    read_timeout_s: float = 3.0,
     startup_s: float = 30.0,
 ) -> Iterator[Server]:
     """gunicorn with webhook/gunicorn.conf.py on 127.0.0.1:<random>, in dev mode (no cluster).
@@ -209,7 +210,8 @@ def gunicorn_server(
         }
         settings = ServerConfig(
             dev=True, bind=f"127.0.0.1:{port}", tls_cert=str(cert), tls_key=str(key),
-            workers=workers, threads=threads, runtime_dir=str(runtime_dir), log_level="WARNING",
+            workers=workers, connections=connections,
+            read_timeout_s=read_timeout_s, runtime_dir=str(runtime_dir), log_level="WARNING",
         )
         child_env.update(settings.to_env())
         child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), child_env.get("PYTHONPATH", "")])

@@ -13,7 +13,7 @@ from webhook.config import ConfigError, ServerConfig
 
 def test_every_setting_has_an_environment_twin_that_round_trips() -> None:
     config = ServerConfig(bind="127.0.0.1:9443", tls_cert="/c", tls_key="/k", workers=3,
-                          threads=8, dev=True, namespace_mode="audit", policy="/p.yaml",
+                          connections=8, dev=True, namespace_mode="audit", policy="/p.yaml",
                           kubeconfig="/kc", policy_check_s=1.5, gc_interval_s=0)
     env = config.to_env()
     assert all(key.startswith("GPU_SLICER_") for key in env)

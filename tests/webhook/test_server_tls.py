@@ -72,7 +72,7 @@ def test_a_client_trusting_only_the_certificate_gets_a_patch_over_tls(tmp_path: 
 def test_metrics_are_summed_over_several_workers(tmp_path: Path) -> None:
     cert, key = make_dev_certificate(tmp_path, ["127.0.0.1"])
     context = _client_context(cafile=cert)
-    with gunicorn_server(tmp_path, cert=cert, key=key, workers=2, threads=2) as server:
+    with gunicorn_server(tmp_path, cert=cert, key=key, workers=2) as server:
         for index in range(12):  # a new connection each time: the kernel spreads them
             conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context,
                                                timeout=10)
@@ -141,7 +141,7 @@ def test_a_certificate_swap_on_disk_fails_no_request_and_new_connections_get_the
             finally:
                 conn.close()
 
-    with gunicorn_server(tmp_path, cert=cert, key=key, threads=4,
+    with gunicorn_server(tmp_path, cert=cert, key=key,
                          env={"GPU_SLICER_TLS_CHECK_S": "0.2"}) as server:
         assert _served_certificate(server.port, context) == first.der
         senders = [threading.Thread(target=keep_alive_sender, args=(server.port,)),
@@ -186,7 +186,7 @@ def _worker_pids(master: int) -> set[int]:
 def test_metrics_survive_a_worker_killed_and_replaced(tmp_path: Path) -> None:
     cert, key = make_dev_certificate(tmp_path, ["127.0.0.1"])
     context = _client_context(cafile=cert)
-    with gunicorn_server(tmp_path, cert=cert, key=key, workers=2, threads=2) as server:
+    with gunicorn_server(tmp_path, cert=cert, key=key, workers=2) as server:
         for index in range(6):
             conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context,
                                                timeout=10)
