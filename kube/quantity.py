@@ -10,6 +10,7 @@ ResourceSlices in the apiserver's canonical form. Fractions are kept exact so th
 from __future__ import annotations
 
 import functools
+import math
 import re
 from fractions import Fraction
 
@@ -32,6 +33,11 @@ def parse_quantity(value: object) -> Fraction:
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
+        if not math.isfinite(value):  # JSON NaN, Infinity, or a number like 1e400
+            raise QuantityError(
+                f"{value!r} is not a quantity: a number too large to represent, or NaN; "
+                "examples: 1, 12Gi, 16G, 10240Mi"
+            )
         return Fraction(str(value))
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")

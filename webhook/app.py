@@ -4,9 +4,10 @@
 ``wsgi_app = "webhook.app:create_app()"`` makes one per worker after the fork. The view only
 checks what is HTTP's business, then hands the decoded body to the engine:
 
-- a body over 3 MiB (the apiserver's own cap): 413;
+- a body over 3 MiB (the apiserver's own cap), with a length or chunked: 413;
 - a content type other than ``application/json``: 415;
-- a body that is not JSON, or a review the engine calls malformed (:class:`BadReview`): 400;
+- a body that is not JSON (or nests too deeply to decode), or a review the engine calls
+  malformed (:class:`BadReview`): 400;
 - an internal failure (:class:`TemplateError`, an API the caches could not reach, no policy
   loaded): 500, so that the webhook's failurePolicy decides.
 
@@ -79,11 +80,18 @@ def mutate_pods() -> Response:
             f"expected Content-Type application/json, got {request.content_type or 'none'!r}",
             started,
         )
-    raw = request.get_data(cache=False)  # MAX_CONTENT_LENGTH bounds bodies without a length
+    # A body without a length (chunked) is read up to one byte past the limit
+    # (MAX_CONTENT_LENGTH), so that a longer one is told apart from one exactly at it.
+    raw = request.get_data(cache=False)
+    if len(raw) > MAX_BODY_BYTES:
+        return _error(413, "too_large", f"request body over {MAX_BODY_BYTES} bytes", started)
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return _error(400, "bad_request", f"the body is not JSON: {exc}", started)
+    except RecursionError:
+        return _error(400, "bad_request", "the body is not JSON this server accepts: nested "
+                      "too deeply (an AdmissionReview nests a few dozen levels)", started)
     rt = runtime()
     try:
         result = rt.reviewer.review(body)
@@ -131,7 +139,7 @@ def create_app(config: ServerConfig | None = None, *, runtime: Runtime | None = 
 
         runtime = build_runtime(config or ServerConfig.from_env())
     app = Flask("gpu_slicer_webhook")
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES + 1  # see mutate_pods: one byte more
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[RUNTIME_KEY] = runtime
     app.register_blueprint(admission)

@@ -44,6 +44,8 @@ WARNING_MAX_BYTES = 119
 """Each warning stays under 120 characters (counted in UTF-8 bytes, which is never fewer)."""
 WARNINGS_TOTAL_MAX_BYTES = 4095
 AUDIT_VALUE_MAX = 1024
+DENIAL_MAX_BYTES = 1024
+"""A denial's ``status.message`` (it may quote pod fields of any size) stays under 1 KiB."""
 
 Outcome = Literal["patched", "unchanged", "audited", "would-deny", "denied", "skipped"]
 
@@ -274,12 +276,13 @@ def allowed(uid: str) -> AdmissionReviewOut:
 
 
 def denied(uid: str, message: str) -> AdmissionReviewOut:
+    """Refusal with ``message`` cleaned and cut to DENIAL_MAX_BYTES: it may quote the pod."""
     return _envelope(
         {
             "uid": uid,
             "allowed": False,
             "status": {"status": "Failure", "code": 403, "reason": "Forbidden",
-                       "message": message},
+                       "message": _cut(_clean(message), DENIAL_MAX_BYTES)},
         }
     )
 

@@ -78,3 +78,12 @@ def test_exact_values_are_ints_when_whole_and_fractions_otherwise(
     value = exact_value(text)
     assert value == expected
     assert isinstance(value, int) == (Fraction(expected).denominator == 1)
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")],
+                         ids=["nan", "inf", "-inf"])
+def test_json_numbers_that_are_not_finite_are_quantity_errors(number: float) -> None:
+    """JSON NaN, Infinity and 1e400 decode to these floats; they are bad input, not a crash."""
+    for parse in (parse_count, parse_bytes, parse_quantity):
+        with pytest.raises(QuantityError, match="not a quantity"):
+            parse(number)

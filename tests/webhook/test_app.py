@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -96,6 +97,61 @@ def test_a_body_over_3_mib_gets_413(client: FlaskClient) -> None:
     body["request"]["object"]["metadata"]["annotations"] = {"big": "x" * (3 * 1024 * 1024)}
     reply = post(client, body)
     assert reply.status_code == 413
+
+
+def _post_chunked(client: FlaskClient, body: bytes) -> Any:
+    """A body without Content-Length, as gunicorn hands over a chunked one."""
+    return client.post("/mutate-pods", input_stream=io.BytesIO(body), headers=JSON,
+                       environ_overrides={"wsgi.input_terminated": True})
+
+
+def test_a_body_over_3_mib_without_a_length_gets_413(client: FlaskClient) -> None:
+    """Chunked bodies have no Content-Length; the size limit still answers 413, not 400."""
+    body = admission_review(mig_pod())
+    body["request"]["object"]["metadata"]["annotations"] = {"big": "x" * (3 * 1024 * 1024)}
+    reply = _post_chunked(client, json.dumps(body).encode())
+    assert reply.status_code == 413
+    assert reply.get_json()["error"] == "request body over 3145728 bytes"
+
+
+def test_a_body_of_exactly_3_mib_is_read_whole(client: FlaskClient) -> None:
+    body = json.dumps(admission_review(mig_pod())).encode()
+    body += b" " * (3 * 1024 * 1024 - len(body))  # JSON allows trailing white space
+    reply = _post_chunked(client, body)
+    assert reply.status_code == 200
+
+
+def test_json_nested_100000_levels_deep_gets_the_documented_json_400(
+    client: FlaskClient,
+) -> None:
+    reply = post(client, b"[" * 100_000 + b"]" * 100_000)
+    assert reply.status_code == 400
+    assert "nested too deeply" in reply.get_json()["error"]
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_a_quantity_that_is_no_finite_number_is_denied_with_a_message(
+    client: FlaskClient, number: str
+) -> None:
+    raw = json.dumps(admission_review(mig_pod())).replace(
+        '"nvidia.com/mig-1g.10gb": "1"', f'"nvidia.com/mig-1g.10gb": {number}'
+    )
+    assert number in raw
+    reply = post(client, raw)
+    assert reply.status_code == 200
+    response = reply.get_json()["response"]
+    assert response["allowed"] is False
+    assert "nvidia.com/mig-1g.10gb" in response["status"]["message"]
+    assert "not a quantity" in response["status"]["message"]
+
+
+def test_a_denial_quoting_a_1_mb_annotation_stays_under_1_kib(client: FlaskClient) -> None:
+    pod = mig_pod(annotations={"gpu-slicer.io/profiles": "\n" + "y" * 1_000_000})
+    reply = post(client, admission_review(pod))
+    message = reply.get_json()["response"]["status"]["message"]
+    assert reply.get_json()["response"]["allowed"] is False
+    assert len(message.encode()) <= 1024 and message.endswith("...")
+    assert "\n" not in message and message.startswith("annotation gpu-slicer.io/profiles")
 
 
 def test_a_denied_pod_is_a_200_with_allowed_false(client: FlaskClient) -> None:
