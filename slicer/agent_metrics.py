@@ -28,6 +28,12 @@ class AgentMetrics:
             "gpu_slicer_agent_instances", "MIG instances on this node's GPUs by profile and "
             "owner (agent: backs a prepared claim, foreign: made by someone else)",
             ["profile", "owner"], registry=r)
+        self.mig_created = Counter(
+            "gpu_slicer_agent_mig_created", "MIG instances created to prepare a claim, by "
+            "profile", ["profile"], registry=r)
+        self.mig_destroyed = Counter(
+            "gpu_slicer_agent_mig_destroyed", "MIG instances destroyed when their claim was "
+            "unprepared or rolled back, by profile", ["profile"], registry=r)
         self.orphans_destroyed = Counter(
             "gpu_slicer_agent_orphans_destroyed", "Idle instances of the agent's that no "
             "prepared claim owned, destroyed by the reconciler", registry=r)

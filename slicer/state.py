@@ -314,6 +314,7 @@ class DeviceState:
         inst = instance_at(self.backend.instances(gpu), device)
         if inst is None:
             gi_id = self.backend.create_gpu_instance(gpu, device.profile, device.start)
+            self.metrics.mig_created.labels(device.profile).inc()
             inst = self.backend.create_compute_instance(gpu, gi_id)
         elif inst.ci_id is None:  # adopted after a crash between the two creates
             inst = self.backend.create_compute_instance(gpu, inst.gi_id)
@@ -442,6 +443,8 @@ class DeviceState:
             self.backend.destroy_gpu_instance(gpu, inst.gi_id)
         except NotFound:
             pass
+        else:
+            self.metrics.mig_destroyed.labels(device.profile or "").inc()
         return True
 
     def gpu_exists(self, gpu_index: int) -> bool:
