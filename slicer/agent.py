@@ -254,6 +254,11 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
                      default=_env("GPU_SLICER_SIMULATE_GPUS", default="H100-80GB:2"),
                      help="simulated GPUs, e.g. H100-80GB:2,A100-80GB:1 "
                           "[GPU_SLICER_SIMULATE_GPUS]")
+    run.add_argument("--simulate-state", metavar="FILE", type=Path,
+                     default=_env("GPU_SLICER_SIMULATE_STATE"),
+                     help="with --backend simulated: keep the simulated GPUs' MIG state in "
+                          "FILE, so that it outlives a restart of the agent as on real GPUs "
+                          "[GPU_SLICER_SIMULATE_STATE]")
     run.add_argument("--kubeconfig", default=_env("GPU_SLICER_KUBECONFIG", "KUBECONFIG"),
                      help="kubeconfig file; default: in-cluster [GPU_SLICER_KUBECONFIG]")
     run.add_argument("--kube", choices=["cluster", "memory"],
@@ -415,7 +420,12 @@ def _backend(args: argparse.Namespace) -> GpuBackend:
     if args.backend == "simulated":
         from slicer.simulated import SimulatedBackend
 
-        return SimulatedBackend(args.simulate_gpus, node_name=args.node)
+        simulated = SimulatedBackend(args.simulate_gpus, node_name=args.node)
+        if args.simulate_state:
+            from slicer.simulated_store import PersistedBackend
+
+            return PersistedBackend(simulated, Path(args.simulate_state))
+        return simulated
     from slicer.nvml import NvmlBackend
 
     return NvmlBackend()

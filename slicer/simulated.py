@@ -48,6 +48,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from slicer import catalog
 from slicer.backend import GpuInfo, HealthEvent
@@ -394,6 +395,54 @@ class SimulatedBackend:
                 self._events_ready.wait(timeout_s)
             events, self._events = self._events, []
             return events
+
+    # --- state that outlives the process ---------------------------------------------------
+
+    def snapshot(self) -> dict[str, object]:
+        """What a real GPU keeps while the agent restarts: MIG modes and instances.
+
+        Processes, faults and health events are not part of it.
+        """
+        with self._lock:
+            return {
+                "bootId": self._boot_id,
+                "serial": self._serial,
+                "gpus": [
+                    {
+                        "index": gpu.index,
+                        "model": gpu.model.key,
+                        "migCurrent": gpu.mig_current,
+                        "migPending": gpu.mig_pending,
+                        "instances": [
+                            {"giId": gi.gi_id, "profile": gi.profile.name, "start": gi.start,
+                             "ciId": gi.ci_id, "uuid": gi.uuid}
+                            for gi in sorted(gpu.instances.values(), key=lambda g: g.gi_id)
+                        ],
+                    }
+                    for gpu in self._gpus
+                ],
+            }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Takes over a :meth:`snapshot` of the same GPUs (a ValueError names a mismatch)."""
+        with self._lock:
+            gpus = state.get("gpus") or []
+            models = [g.get("model") for g in gpus]
+            if models != [gpu.model.key for gpu in self._gpus]:
+                raise ValueError(
+                    f"the saved GPUs {models} are not these GPUs "
+                    f"{[gpu.model.key for gpu in self._gpus]}")
+            self._boot_id = str(state["bootId"])
+            self._serial = int(state["serial"])
+            for gpu, saved in zip(self._gpus, gpus, strict=True):
+                gpu.mig_current = bool(saved["migCurrent"])
+                gpu.mig_pending = bool(saved["migPending"])
+                gpu.instances = {}
+                for item in saved["instances"]:
+                    profile = catalog.check_placement(gpu.model, item["profile"], item["start"])
+                    gpu.instances[item["giId"]] = _GpuInstance(
+                        gi_id=item["giId"], profile=profile, start=item["start"],
+                        ci_id=item["ciId"], uuid=item["uuid"])
 
     # --- test hooks ------------------------------------------------------------------------
 

@@ -1,0 +1,108 @@
+"""Simulated GPUs whose MIG state outlives the agent process, as real GPUs' does.
+
+On a real node the MIG instances stay on the GPU when the agent restarts; a fresh in-memory
+:class:`~slicer.simulated.SimulatedBackend` would forget them. :class:`PersistedBackend` keeps the
+simulated GPUs' modes and instances in a JSON file (``agent run --simulate-state FILE``), loads it
+at start and rewrites it atomically after every call that changes them. The sandbox uses it to
+restart agents under running pods, and tests read the file to see what exists on the "GPU".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from slicer.backend import GpuInfo, HealthEvent
+from slicer.devices import MigInstance
+from slicer.errors import SlicerError
+from slicer.simulated import SimulatedBackend
+
+
+class StateFileError(SlicerError):
+    """The state file cannot be read or describes other GPUs."""
+
+
+class PersistedBackend:
+    """A :class:`SimulatedBackend` saved to ``path`` after every change."""
+
+    def __init__(self, inner: SimulatedBackend, path: Path) -> None:
+        self.inner = inner
+        self.path = path
+        if path.exists():
+            try:
+                inner.restore(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise StateFileError(
+                    f"--simulate-state {path}: cannot take over the saved GPUs: {exc}; "
+                    "remove the file to start with idle GPUs") from exc
+        self._save()
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        with os.fdopen(handle, "w") as out:
+            json.dump(self.inner.snapshot(), out, indent=1)
+        os.replace(temp, self.path)
+
+    # --- GpuBackend: reads pass through, changes are saved -------------------------------
+
+    def boot_id(self) -> str:
+        return self.inner.boot_id()
+
+    def gpus(self) -> list[GpuInfo]:
+        return self.inner.gpus()
+
+    def instances(self, gpu_index: int) -> list[MigInstance]:
+        return self.inner.instances(gpu_index)
+
+    def processes(self, gpu_index: int, gi_id: int | None = None) -> list[int]:
+        return self.inner.processes(gpu_index, gi_id)
+
+    def capability_minors(self, gpu_index: int, gi_id: int, ci_id: int) -> tuple[int, int]:
+        return self.inner.capability_minors(gpu_index, gi_id, ci_id)
+
+    def health_events(self, timeout_s: float) -> list[HealthEvent]:
+        return self.inner.health_events(timeout_s)
+
+    def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
+        try:
+            return self.inner.create_gpu_instance(gpu_index, profile, start)
+        finally:
+            self._save()
+
+    def create_compute_instance(self, gpu_index: int, gi_id: int) -> MigInstance:
+        try:
+            return self.inner.create_compute_instance(gpu_index, gi_id)
+        finally:
+            self._save()
+
+    def destroy_compute_instance(self, gpu_index: int, gi_id: int, ci_id: int) -> None:
+        try:
+            self.inner.destroy_compute_instance(gpu_index, gi_id, ci_id)
+        finally:
+            self._save()
+
+    def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
+        try:
+            self.inner.destroy_gpu_instance(gpu_index, gi_id)
+        finally:
+            self._save()
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> None:
+        try:
+            self.inner.set_mig_mode(gpu_index, enabled)
+        finally:
+            self._save()
+
+    def __getattr__(self, name: str) -> Any:
+        # Test hooks and anything else of the simulated backend (attach_process, reboot, ...).
+        return getattr(self.inner, name)
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """The saved GPUs, for tests and the sandbox's status."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
