@@ -391,6 +391,14 @@ def pod_key(pod: dict[str, Any]) -> bytes | str:
         return repr(pod)
 
 
+MEMO_ENTRY_MAX_BYTES = 64 * 1024
+"""Pods whose key is larger are translated every time, never remembered: replicas of real
+workloads are a few KiB, and a 3 MiB pod would pin 3 MiB per entry."""
+MEMO_MAX_BYTES = 8 * 1024 * 1024
+"""All remembered keys together stay under this (with MEMO_ENTRY_MAX_BYTES added for each
+entry's translation, which is derived from and smaller than its pod)."""
+
+
 class TranslationMemo:
     """Remembers recent translations: the replicas of a Deployment arrive as identical pods.
 
@@ -399,15 +407,22 @@ class TranslationMemo:
     that differs in any value or type (or only in key order) is a miss. Denials are not
     remembered (they are cheap and carry user-facing messages). The memo empties itself when the
     policy object changes.
+
+    Bounded by bytes as well as entries: a key over ``entry_max_bytes`` is not stored, and the
+    least recently used entries go once the keys add up to more than ``max_bytes``.
     """
 
-    def __init__(self, maxsize: int = 256) -> None:
+    def __init__(self, maxsize: int = 256, *, max_bytes: int = MEMO_MAX_BYTES,
+                 entry_max_bytes: int = MEMO_ENTRY_MAX_BYTES) -> None:
         self.maxsize = maxsize
+        self.max_bytes = max_bytes
+        self.entry_max_bytes = entry_max_bytes
         self._entries: OrderedDict[tuple[str, frozenset[str], bytes | str], Conversion] = (
             OrderedDict()
         )
         self._policy: Policy | None = None
         self._lock = threading.Lock()
+        self.bytes = 0  # sum of the stored keys' sizes
         self.hits = 0
         self.misses = 0
 
@@ -423,6 +438,7 @@ class TranslationMemo:
         with self._lock:
             if policy is not self._policy:
                 self._entries.clear()
+                self.bytes = 0
                 self._policy = policy
             found = self._entries.get(key)
             if found is not None:
@@ -433,11 +449,18 @@ class TranslationMemo:
         conversion = translate_pod(
             pod, namespace=namespace, policy=policy, native_extended=native_extended
         )
+        size = len(key[2])
+        if size > self.entry_max_bytes:
+            return conversion
         with self._lock:
-            if policy is self._policy:
+            if policy is self._policy and key not in self._entries:
                 self._entries[key] = conversion
-                if len(self._entries) > self.maxsize:
-                    self._entries.popitem(last=False)
+                self.bytes += size
+                while self._entries and (
+                    len(self._entries) > self.maxsize or self.bytes > self.max_bytes
+                ):
+                    evicted, _ = self._entries.popitem(last=False)
+                    self.bytes -= len(evicted[2])
         return conversion
 
 

@@ -377,3 +377,18 @@ def test_namespace_native_names_and_a_new_policy_are_part_of_what_is_remembered(
     memo.translate(pod, namespace="ml", policy=Policy.default())
     memo.translate(pod, namespace="ml", policy=policy)
     assert (memo.misses, memo.hits) == (5, 0)
+
+
+def test_the_memo_is_bounded_by_bytes_not_entries() -> None:
+    """300 distinct 100 KiB pods were 300 entries (30 MB) before; large pods are not kept and
+    the stored keys never add up past the byte budget."""
+    memo, policy = TranslationMemo(max_bytes=256 * 1024), Policy.default()
+    for index in range(300):
+        big = mig_pod("1g.10gb", annotations={"blob": f"{index}-" + "x" * 100_000})
+        assert memo.translate(big, namespace="ml", policy=policy).patch
+        small = mig_pod("1g.10gb", annotations={"build": "y" * 2000 + str(index)})
+        memo.translate(small, namespace="ml", policy=policy)
+        assert memo.bytes <= memo.max_bytes
+    assert 0 < len(memo._entries) < 300
+    assert all(len(key[2]) <= memo.entry_max_bytes for key in memo._entries)
+    assert memo.bytes == sum(len(key[2]) for key in memo._entries)
