@@ -43,7 +43,7 @@ from prometheus_client import start_http_server
 
 from kube.api import KubeApi
 from kube.errors import KubeError
-from slicer import catalog
+from slicer import agent_lock, catalog
 from slicer.agent_metrics import AgentMetrics
 from slicer.backend import GpuBackend
 from slicer.cdi import CdiDirectory
@@ -292,6 +292,10 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
                      help="seconds between checks of the apiserver version and, after a "
                           "fallback to the static layout, probes for partitionable devices; "
                           "0 disables [GPU_SLICER_REPROBE_INTERVAL]")
+    run.add_argument("--lock-wait", type=_float_or_text,
+                     default=_env("GPU_SLICER_LOCK_WAIT", default="0"),
+                     help="seconds to wait for another agent on the same --checkpoint-dir to "
+                          "exit (a rolling update); 0 exits 2 at once [GPU_SLICER_LOCK_WAIT]")
     run.set_defaults(func=run_agent)
 
 
@@ -365,6 +369,17 @@ def run_agent(args: argparse.Namespace) -> int:
     reprobe_interval = _seconds("--reprobe-interval", args.reprobe_interval, zero=True)
     if isinstance(reprobe_interval, str):
         return _usage(reprobe_interval)
+    lock_wait = _seconds("--lock-wait", args.lock_wait, zero=True)
+    if isinstance(lock_wait, str):
+        return _usage(lock_wait)
+    try:  # before anything touches the GPUs, sockets, checkpoint or CDI specs
+        lock = agent_lock.acquire(args.checkpoint_dir, wait_s=lock_wait, on_wait=lambda holder: (
+            log.info("waiting for the agent lock", extra={"holder": holder, "wait_s": lock_wait})))
+    except agent_lock.AgentLockHeld as exc:
+        return _usage(str(exc))
+    except OSError as exc:
+        print(f"gpu-slicer agent run: cannot lock --checkpoint-dir: {exc}", file=sys.stderr)
+        return 1
     try:
         backend = _backend(args)
     except GpuSpecError as exc:
@@ -413,6 +428,7 @@ def run_agent(args: argparse.Namespace) -> int:
     close = getattr(backend, "close", None)
     if callable(close):
         close()
+    lock.release()
     return 0
 
 
