@@ -9,9 +9,12 @@ and the policy up front (exit 2 with the problems), makes a self-signed certific
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
+import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -256,11 +259,51 @@ def prepare(config: ServerConfig) -> ServerConfig:
     return config
 
 
-def serve(config: ServerConfig) -> int:
-    """Runs gunicorn until it stops; returns its exit code."""
-    from gunicorn.app.base import Application
+def check_bind(config: ServerConfig) -> None:
+    """ConfigError naming ``--bind`` when its address cannot be listened on (a port in use, an
+    address not on this host): gunicorn would retry and then log five lines per attempt."""
+    host, port = config.host_port()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = ("the port is already in use" if exc.errno == errno.EADDRINUSE
+                      else exc.strerror or str(exc))
+            raise ConfigError(
+                [f"--bind {config.bind}: cannot listen there: {reason}; choose another with "
+                 "--bind HOST:PORT"]
+            ) from exc
 
+
+def _remove_dev_files(config: ServerConfig, created_runtime_dir: bool) -> None:
+    """After ``--dev``: the runtime folder this run made (with the dev key), or else the dev
+    certificate and key it wrote into the folder it was given."""
+    if not (config.dev and config.runtime_dir):
+        return
+    folder = Path(config.runtime_dir)
+    if created_runtime_dir:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for name in ("dev-tls.crt", "dev-tls.key"):
+        if config.tls_cert == str(folder / name) or config.tls_key == str(folder / name):
+            (folder / name).unlink(missing_ok=True)
+
+
+def serve(config: ServerConfig) -> int:
+    """Runs gunicorn until it stops; returns its exit code. ``--dev`` leaves nothing behind."""
+    check_bind(config.check())
+    created_runtime_dir = config.runtime_dir is None
     config = prepare(config)
+    try:
+        return _run_gunicorn()
+    finally:
+        _remove_dev_files(config, created_runtime_dir)
+
+
+def _run_gunicorn() -> int:
+    from gunicorn.app.base import Application
 
     class WebhookServer(Application):  # type: ignore[misc]
         def init(self, parser: Any, opts: Any, args: Any) -> None:
