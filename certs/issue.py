@@ -178,11 +178,13 @@ def new_ca(
 
 
 def new_leaf(
-    ca: KeyPair, hosts: Sequence[str], *, days: int, now: dt.datetime | None = None
+    ca: KeyPair, hosts: Sequence[str], *, days: int, now: dt.datetime | None = None,
+    client_auth: bool = False,
 ) -> KeyPair:
     """A server-auth leaf for ``hosts`` (DNS names or IPs), valid ``days`` but never past the CA.
 
-    The first host is the common name.
+    The first host is the common name. ``client_auth`` makes a client certificate instead (for
+    the apiserver, when the webhook requires one: ``--client-ca``).
     """
     _check_days(days, "--days")
     now = now or utc_now()
@@ -199,7 +201,9 @@ def new_leaf(
         _builder(_common_name(hosts[0]), ca.cert.subject, key, now=now, not_after=not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(signs_certificates=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(
+            [ExtendedKeyUsageOID.CLIENT_AUTH if client_auth else ExtendedKeyUsageOID.SERVER_AUTH]
+        ), critical=False)
         .add_extension(x509.SubjectAlternativeName(host_names(hosts)), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(authority, critical=False)

@@ -123,3 +123,76 @@ def test_a_swapped_symlink_like_a_secret_volume_is_noticed(tmp_path: Path) -> No
     os.replace(tmp_path / "..data_tmp", tmp_path / "..data")
     clock.now += 2.0
     assert reloading.context() is not first
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> str:
+    """A TLS handshake over in-memory buffers; the cipher agreed, or the SSLError's reason."""
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    s = server.wrap_bio(to_server, to_client, server_side=True)
+    c = client.wrap_bio(to_client, to_server, server_hostname="first")
+    done = {"s": False, "c": False}
+    for _ in range(20):
+        for name, side in (("c", c), ("s", s)):
+            if not done[name]:
+                try:
+                    side.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+                except ssl.SSLError as exc:
+                    return f"refused: {exc.reason}"
+        if all(done.values()):
+            cipher = c.cipher()
+            return cipher[0] if cipher else ""
+    return "no progress"
+
+
+def _client(files: tuple[Path, Path], ciphers: str | None = None) -> ssl.SSLContext:
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.load_verify_locations(cafile=str(files[0]))
+    client.maximum_version = ssl.TLSVersion.TLSv1_2
+    if ciphers:
+        client.set_ciphers(ciphers)
+    return client
+
+
+def test_tls_1_2_offers_only_aead_suites(files: tuple[Path, Path]) -> None:
+    from certs.reload import server_context
+
+    server = server_context(*files)
+    assert "-GCM-" in _handshake(server, _client(files, "ECDHE+AESGCM"))
+    assert _handshake(server, _client(files, "ECDHE+AES+SHA1:ECDHE+AES+SHA256:-AESGCM"
+                                             ":-CHACHA20")).startswith("refused")
+    offered = {c["name"] for c in server.get_ciphers() if c["protocol"] == "TLSv1.2"}
+    assert offered and all(c["aead"] for c in server.get_ciphers() if c["name"] in offered)
+
+
+def test_with_a_client_ca_only_clients_with_its_certificates_get_in(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from certs.issue import new_ca, new_leaf
+    from certs.reload import server_context
+
+    ca = new_ca(days=1, common_name="apiserver client CA")
+    (tmp_path / "client-ca.crt").write_bytes(ca.cert_pem)
+    server_only = new_leaf(ca, ["kube-apiserver"], days=1)
+    leaf = new_leaf(ca, ["kube-apiserver"], days=1, client_auth=True)
+    (tmp_path / "client.crt").write_bytes(leaf.cert_pem)
+    (tmp_path / "client.key").write_bytes(leaf.key_pem)
+    server = server_context(*files, client_ca=tmp_path / "client-ca.crt")
+    anonymous = _client(files)
+    assert _handshake(server, anonymous).startswith("refused")
+    trusted = _client(files)
+    trusted.load_cert_chain(tmp_path / "client.crt", tmp_path / "client.key")
+    assert not _handshake(server, trusted).startswith("refused")
+    wrong_use = _client(files)  # signed by the CA, but a serving certificate
+    (tmp_path / "w.crt").write_bytes(server_only.cert_pem)
+    (tmp_path / "w.key").write_bytes(server_only.key_pem)
+    wrong_use.load_cert_chain(tmp_path / "w.crt", tmp_path / "w.key")
+    assert _handshake(server, wrong_use).startswith("refused")
+    stranger = _client(files)
+    pair = self_signed(["kube-apiserver"], common_name="stranger", days=1)
+    (tmp_path / "s.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "s.key").write_bytes(pair.key_pem)
+    stranger.load_cert_chain(tmp_path / "s.crt", tmp_path / "s.key")
+    assert _handshake(server, stranger).startswith("refused")

@@ -248,3 +248,30 @@ def test_webhook_serve_dev_makes_a_certificate_and_answers(tmp_path: Path) -> No
     assert status == 200
     assert "patch" not in body["response"] and body["response"]["warnings"]  # audit mode
     assert '"dev mode: self-signed certificate' in log_path.read_text()
+
+
+def test_with_a_client_ca_the_server_answers_only_clients_with_its_certificates(
+    tmp_path: Path,
+) -> None:
+    from certs.issue import new_ca, new_leaf
+
+    cert, key = make_dev_certificate(tmp_path, ["127.0.0.1"])
+    client_ca = new_ca(days=1, common_name="apiserver client CA")
+    (tmp_path / "client-ca.crt").write_bytes(client_ca.cert_pem)
+    leaf = new_leaf(client_ca, ["kube-apiserver"], days=1, client_auth=True)
+    (tmp_path / "apiserver.crt").write_bytes(leaf.cert_pem)
+    (tmp_path / "apiserver.key").write_bytes(leaf.key_pem)
+    with gunicorn_server(tmp_path, cert=cert, key=key,
+                         env={"GPU_SLICER_CLIENT_CA": str(tmp_path / "client-ca.crt")}) as server:
+        anonymous = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10,
+                                                context=_client_context(cert))
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            _post(anonymous, admission_review(mig_pod()))
+        anonymous.close()
+        context = _client_context(cert)
+        context.load_cert_chain(tmp_path / "apiserver.crt", tmp_path / "apiserver.key")
+        apiserver = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10,
+                                                context=context)
+        status, _body = _post(apiserver, admission_review(mig_pod()))
+        apiserver.close()
+    assert status == 200
