@@ -1,0 +1,178 @@
+"""etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1.
+
+The flags follow what the Kubernetes integration tests and ``hack/local-up-cluster.sh`` use:
+
+* the apiserver serves TLS with the sandbox CA, authenticates client certificates and
+  ServiceAccount tokens, authorizes with RBAC (and the Node authorizer, which costs nothing);
+  ``ServiceAccount`` admission is off because no pod of the sandbox mounts a token, and
+  ``TaintNodesByCondition`` is off because no kubelet would ever clear the taint;
+* the controller manager runs every default controller except node lifecycle (without a kubelet
+  it would mark every node NotReady and evict its pods), each with its own ServiceAccount
+  credentials, as kubeadm sets it up;
+* the scheduler runs its default profile, whose DynamicResources plugin allocates claims.
+
+DRA feature gates are the release's defaults, except what :func:`feature_gates` says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from sandbox import binaries
+from sandbox.pki import Pki, client_kubeconfig
+from sandbox.process import Component, free_port, https_ok
+
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def feature_gates(*, partitionable: bool | None) -> dict[str, bool]:
+    """Gates to set on every component; ``None`` keeps the release's default.
+
+    DRAPartitionableDevices is alpha (off) up to 1.35 and beta (on) from 1.36; turning it off
+    makes the apiserver drop counters, which the agent must notice and answer with its static
+    layout.
+    """
+    return {} if partitionable is None else {"DRAPartitionableDevices": partitionable}
+
+
+def _gates_flag(gates: dict[str, bool]) -> list[str]:
+    if not gates:
+        return []
+    pairs = (f"{name}={str(value).lower()}" for name, value in sorted(gates.items()))
+    return ["--feature-gates=" + ",".join(pairs)]
+
+
+@dataclass
+class ControlPlane:
+    """The four processes, and where a client finds them."""
+
+    bins: binaries.Binaries
+    pki: Pki
+    state_dir: Path
+    apiserver_port: int
+    gates: dict[str, bool] = field(default_factory=dict)
+    components: list[Component] = field(default_factory=list)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    def admin_kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    def start(self) -> None:
+        """Starts etcd, the apiserver, then the controller manager and the scheduler."""
+        etcd_port = free_port()
+        etcd = Component("etcd", [
+            str(self.bins.path("etcd")), "--data-dir", str(self.state_dir / "etcd"),
+            "--listen-client-url", f"http://127.0.0.1:{etcd_port}",
+            "--listen-peer-url", f"http://127.0.0.1:{free_port()}",
+        ], log_dir=self.log_dir)
+        self._launch(etcd, lambda: "etcd ready" in etcd.log_tail(50), "a ready etcd", 60)
+
+        client_kubeconfig(self.pki, self.admin_kubeconfig(), server=self.server,
+                          user="sandbox-admin", groups=["system:masters"])
+        apiserver = Component("kube-apiserver", self._apiserver_args(etcd_port),
+                              log_dir=self.log_dir)
+        admin = self.state_dir / "pki" / "admin"
+        _write_admin_pair(self.admin_kubeconfig(), admin)
+        self._launch(apiserver, lambda: https_ok(
+            f"{self.server}/readyz", ca=self.pki.ca_cert,
+            client_cert=(admin.with_suffix(".crt"), admin.with_suffix(".key"))),
+            "a ready /readyz", 120)
+
+        kcm_config = client_kubeconfig(
+            self.pki, self.state_dir / "kubeconfigs" / "kube-controller-manager",
+            server=self.server, user="system:kube-controller-manager", groups=[])
+        kcm = Component("kube-controller-manager", [
+            str(self.bins.path("kube-controller-manager")),
+            f"--kubeconfig={kcm_config}", f"--authentication-kubeconfig={kcm_config}",
+            f"--authorization-kubeconfig={kcm_config}",
+            "--leader-elect=false", "--controllers=*,-node-lifecycle-controller",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={self.pki.sa_key}",
+            f"--root-ca-file={self.pki.ca_cert}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            "--concurrent-resourceclaim-syncs=10",
+            *_gates_flag(self.gates),
+        ], log_dir=self.log_dir)
+        scheduler_config = client_kubeconfig(
+            self.pki, self.state_dir / "kubeconfigs" / "kube-scheduler",
+            server=self.server, user="system:kube-scheduler", groups=[])
+        settings = self.state_dir / "kube-scheduler.yaml"
+        settings.write_text(yaml.safe_dump({
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(scheduler_config)},
+            "leaderElection": {"leaderElect": False},
+        }))
+        scheduler = Component("kube-scheduler", [
+            str(self.bins.path("kube-scheduler")), f"--config={settings}",
+            f"--authentication-kubeconfig={scheduler_config}",
+            f"--authorization-kubeconfig={scheduler_config}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            *_gates_flag(self.gates),
+        ], log_dir=self.log_dir)
+        for component in (kcm, scheduler):
+            component.start()
+            self.components.append(component)
+
+    def _apiserver_args(self, etcd_port: int) -> list[str]:
+        minor = binaries.minor_of(self.bins.release)
+        runtime = []
+        if minor >= 36:
+            runtime = ["--runtime-config=resource.k8s.io/v1beta2/devicetaintrules=true"]
+        return [
+            str(self.bins.path("kube-apiserver")),
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--cert-dir={self.state_dir / 'apiserver'}",
+            f"--tls-cert-file={self.pki.serving_cert}",
+            f"--tls-private-key-file={self.pki.serving_key}",
+            f"--client-ca-file={self.pki.ca_cert}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={self.pki.sa_pub}",
+            f"--service-account-signing-key-file={self.pki.sa_key}",
+            f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            "--authorization-mode=Node,RBAC",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            "--endpoint-reconciler-type=none",
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--allow-privileged=true",
+            "--profiling=false",
+            *runtime,
+            *_gates_flag(self.gates),
+        ]
+
+    def _launch(self, component: Component, ready: object, what: str, timeout: float) -> None:
+        component.start()
+        self.components.append(component)
+        component.wait_ready(ready, timeout_s=timeout, what=what)  # type: ignore[arg-type]
+
+    def alive(self) -> list[str]:
+        """Names of components that have exited (empty while all run)."""
+        return [c.name for c in self.components if not c.alive()]
+
+    def stop(self) -> None:
+        for component in reversed(self.components):
+            component.stop()
+
+
+def _write_admin_pair(kubeconfig: Path, stem: Path) -> None:
+    """The admin's certificate and key as files, for readiness checks with urllib."""
+    import base64
+
+    user = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".crt").write_bytes(base64.b64decode(user["client-certificate-data"]))
+    key = stem.with_suffix(".key")
+    key.touch(mode=0o600)
+    key.write_bytes(base64.b64decode(user["client-key-data"]))

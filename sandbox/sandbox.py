@@ -1,0 +1,337 @@
+"""``gpu-slicer sandbox up``: the whole system on one machine, with simulated GPUs.
+
+Real: etcd, kube-apiserver, kube-controller-manager, kube-scheduler (built from the Kubernetes
+Go modules), the gpu-slicer webhook (``gpu-slicer webhook serve`` under gunicorn with TLS) and
+one agent per node (``gpu-slicer agent run``), with the RBAC, admission policies and
+DeviceClasses of ``deploy/``, and the reference CDI library. Stood in: the kubelet
+(:mod:`sandbox.kubelet`, one per node) and the GPUs (the agent's simulated backend, whose state is
+kept in ``<state>/nodes/<node>/gpus.json``).
+
+Layout of the state folder::
+
+    kubeconfig                 admin credentials (export KUBECONFIG=...)
+    ready                      written once everything is up (JSON: endpoints, pids, paths)
+    logs/<component>.log       one log per process; kubelet stand-ins log to logs/kubelet.log
+    paused/<component>         present: that component is stopped and not restarted
+    nodes/<node>/{gpus.json,checkpoint,cdi,plugins,plugins_registry,runtime}
+
+Agents and the webhook are restarted when they exit (as a DaemonSet or Deployment would), unless
+``paused/<name>`` exists; a control-plane process that exits ends the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from sandbox import binaries, pki
+from sandbox.cluster import (
+    AGENT_SA,
+    APPLIED_KINDS,
+    WEBHOOK_SA,
+    ClusterSetup,
+    api_client,
+    deploy_objects,
+    webhook_configuration,
+)
+from sandbox.controlplane import ControlPlane, feature_gates
+from sandbox.errors import StartupError, UsageError
+from sandbox.kubelet import KubeletStandIn
+from sandbox.nodes import DEPLOY_DIR, NodeSpec
+from sandbox.process import Component, check_port_free, free_port, https_ok
+
+log = logging.getLogger(__name__)
+
+MARKER = ".gpu-slicer-sandbox"
+SOCKET_LIMIT = 107
+"""Bytes in a unix socket path (sun_path is 108 with the terminating NUL)."""
+
+
+@dataclass
+class Settings:
+    state_dir: Path
+    nodes: list[NodeSpec]
+    k8s_version: str = binaries.DEFAULT_MINOR
+    kube_bin: Path | None = None
+    apiserver_port: int = 0
+    webhook_port: int = 0
+    webhook_policy: Path | None = None
+    deploy_dir: Path = DEPLOY_DIR
+    partitionable: bool | None = None
+    extended_resources: bool = False
+    agent_args: list[str] = field(default_factory=list)
+
+
+def check_state_dir(folder: Path, nodes: list[NodeSpec]) -> None:
+    """A folder the sandbox may use: new, empty, or an old sandbox's (which it clears)."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--state-dir {folder} is a file, not a folder")
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / MARKER).exists():
+        raise UsageError(f"--state-dir {folder} is not empty and not a sandbox's folder; "
+                         "choose a new or empty folder")
+    longest = max(len(n.name) for n in nodes)
+    sock = folder.resolve() / "nodes" / ("x" * longest) / "plugins" / "gpu-slicer.io" / "dra.sock"
+    if len(str(sock).encode()) > SOCKET_LIMIT:
+        raise UsageError(f"--state-dir {folder}: the agents' socket paths would be "
+                         f"{len(str(sock).encode())} bytes, over the kernel's limit of "
+                         f"{SOCKET_LIMIT}; choose a shorter folder")
+    lock = folder / "sandbox.pid"
+    if lock.exists():
+        pid = lock.read_text().strip()
+        if pid.isdigit() and _running(int(pid)):
+            raise UsageError(f"--state-dir {folder} is in use by a running sandbox (pid {pid})")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Sandbox:
+    """Brings everything up, supervises it, and takes it all down again."""
+
+    def __init__(self, settings: Settings, *, progress: Callable[[str], None] = print) -> None:
+        self.settings = settings
+        self.dir = settings.state_dir
+        self.progress = progress
+        self.control_plane: ControlPlane | None = None
+        self.webhook: Component | None = None
+        self.agents: dict[str, Component] = {}
+        self.kubelets: dict[str, KubeletStandIn] = {}
+        self._clients: list[k8s.ApiClient] = []
+        self._stop = threading.Event()
+        self.bins: binaries.Binaries | None = None
+
+    # --- up ------------------------------------------------------------------------------
+
+    def up(self) -> dict[str, Any]:
+        """Starts everything; returns what it wrote to ``ready``."""
+        settings = self.settings
+        check_state_dir(self.dir, settings.nodes)
+        apiserver_port = check_port_free(settings.apiserver_port, "--apiserver-port")
+        webhook_port = check_port_free(settings.webhook_port, "--webhook-port")
+        if settings.webhook_policy is not None and not settings.webhook_policy.is_file():
+            raise UsageError(f"--webhook-policy {settings.webhook_policy}: no such file")
+        objects = deploy_objects(settings.deploy_dir,
+                                 extended_resources=settings.extended_resources)
+        self.bins = binaries.ensure(settings.k8s_version, kube_bin=settings.kube_bin,
+                                    progress=self.progress)
+        self._fresh_state_dir()
+        started = time.monotonic()
+        credentials = pki.create(self.dir / "pki")
+        self.control_plane = ControlPlane(
+            self.bins, credentials, self.dir, apiserver_port,
+            gates=feature_gates(partitionable=settings.partitionable))
+        self.progress(f"starting etcd and Kubernetes {self.bins.release} control plane")
+        self.control_plane.start()
+        admin = ClusterSetup(self.control_plane.admin_kubeconfig())
+        try:
+            admin.wait_for_api()
+            admin.apply(o for o in objects if o.get("kind") in APPLIED_KINDS)
+            self._start_webhook(admin, credentials, webhook_port)
+            admin.apply([webhook_configuration(
+                objects, url=f"https://127.0.0.1:{webhook_port}/mutate-pods",
+                ca_bundle=(self.dir / "webhook-tls" / "ca.crt").read_bytes())])
+            for node in settings.nodes:
+                self._start_node(admin, credentials, node)
+        finally:
+            admin.close()
+        self._wait_nodes_ready()
+        ready = self._ready_record(webhook_port, time.monotonic() - started)
+        (self.dir / "ready").write_text(json.dumps(ready, indent=2) + "\n")
+        return ready
+
+    def _fresh_state_dir(self) -> None:
+        if self.dir.exists():
+            for child in self.dir.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / MARKER).write_text("")
+        (self.dir / "sandbox.pid").write_text(f"{os.getpid()}\n")
+        (self.dir / "paused").mkdir()
+
+    def _gpu_slicer(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "cli.main", *args]
+
+    def _start_webhook(self, admin: ClusterSetup, credentials: pki.Pki, port: int) -> None:
+        assert self.control_plane is not None
+        tls = self.dir / "webhook-tls"
+        issued = subprocess.run(self._gpu_slicer(
+            "certs", "issue", "--service", "gpu-slicer-webhook", "--namespace", "gpu-slicer",
+            "--out", str(tls), "--host", "127.0.0.1"), capture_output=True, text=True)
+        if issued.returncode != 0:
+            raise StartupError(f"gpu-slicer certs issue failed: {issued.stderr.strip()}")
+        kubeconfig = pki.token_kubeconfig(
+            credentials, self.dir / "kubeconfigs" / "webhook", server=self.control_plane.server,
+            user=WEBHOOK_SA, token=admin.token(WEBHOOK_SA))
+        argv = self._gpu_slicer(
+            "webhook", "serve", "--bind", f"127.0.0.1:{port}", "--tls-cert",
+            str(tls / "tls.crt"), "--tls-key", str(tls / "tls.key"),
+            "--kubeconfig", str(kubeconfig), "--workers", "2")
+        if self.settings.webhook_policy is not None:
+            argv += ["--policy", str(self.settings.webhook_policy)]
+        self.webhook = Component("webhook", argv, log_dir=self.dir / "logs")
+        self.webhook.start()
+        self.progress(f"starting the gpu-slicer webhook on https://127.0.0.1:{port}")
+        self.webhook.wait_ready(
+            lambda: https_ok(f"https://127.0.0.1:{port}/readyz", ca=tls / "ca.crt"),
+            timeout_s=60, what="a ready /readyz")
+
+    def _start_node(self, admin: ClusterSetup, credentials: pki.Pki, node: NodeSpec) -> None:
+        assert self.control_plane is not None and self.bins is not None
+        self.progress(f"adding node {node.name} with GPUs {node.gpus}")
+        admin.create_node(node.name, {"gpu-slicer.io/sandbox-gpus": _label(node.gpus)})
+        folder = self.dir / "nodes" / node.name
+        for sub in ("checkpoint", "cdi", "plugins", "plugins_registry", "runtime"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        pod = admin.agent_pod(node.name)
+        agent_config = pki.token_kubeconfig(
+            credentials, self.dir / "kubeconfigs" / f"agent-{node.name}",
+            server=self.control_plane.server, user=AGENT_SA,
+            token=admin.token(AGENT_SA, bound_pod=pod))
+        argv = self._gpu_slicer(
+            "agent", "run", "--node", node.name, "--backend", "simulated",
+            "--simulate-gpus", node.gpus, "--simulate-state", str(folder / "gpus.json"),
+            "--kubeconfig", str(agent_config),
+            "--checkpoint-dir", str(folder / "checkpoint"), "--cdi-dir", str(folder / "cdi"),
+            "--plugins-dir", str(folder / "plugins"),
+            "--registry-dir", str(folder / "plugins_registry"),
+            "--metrics-bind", f"127.0.0.1:{free_port()}", "--reconcile-interval", "5",
+            *self.settings.agent_args)
+        agent = Component(f"agent-{node.name}", argv, log_dir=self.dir / "logs")
+        agent.start()
+        self.agents[node.name] = agent
+        kubelet_config = pki.client_kubeconfig(
+            credentials, self.dir / "kubeconfigs" / f"kubelet-{node.name}",
+            server=self.control_plane.server, user=f"system:node:{node.name}",
+            groups=["system:nodes"])
+        client = api_client(kubelet_config)
+        self._clients.append(client)
+        kubelet = KubeletStandIn(
+            node.name, api=client, registry_dir=folder / "plugins_registry",
+            cdi_dirs=[folder / "cdi"], cdi_inject=self.bins.path("cdi-inject"),
+            runtime_dir=folder / "runtime")
+        kubelet.start()
+        self.kubelets[node.name] = kubelet
+
+    def _wait_nodes_ready(self, timeout_s: float = 90) -> None:
+        """Until each node's agent is registered with its kubelet and has published slices."""
+        assert self.control_plane is not None
+        admin = api_client(self.control_plane.admin_kubeconfig())
+        resource = k8s.ResourceV1Api(admin)
+        deadline = time.monotonic() + timeout_s
+        try:
+            for name, kubelet in self.kubelets.items():
+                agent = self.agents[name]
+                agent.wait_ready(lambda k=kubelet: k.registrar.get("gpu-slicer.io") is not None,
+                                 timeout_s=max(1, deadline - time.monotonic()),
+                                 what="registration with the kubelet stand-in")
+                agent.wait_ready(
+                    lambda n=name: bool(resource.list_resource_slice(
+                        field_selector=f"spec.nodeName={n}").items),
+                    timeout_s=max(1, deadline - time.monotonic()), what="ResourceSlices")
+        finally:
+            admin.close()
+
+    def _ready_record(self, webhook_port: int, seconds: float) -> dict[str, Any]:
+        assert self.control_plane is not None and self.bins is not None
+        return {
+            "kubeconfig": str(self.control_plane.admin_kubeconfig().resolve()),
+            "server": self.control_plane.server,
+            "kubernetes": self.bins.release,
+            "webhook": f"https://127.0.0.1:{webhook_port}",
+            "startSeconds": round(seconds, 1),
+            "pids": {c.name: c.pid for c in self._components()},
+            "nodes": {
+                name: {
+                    "gpus": next(n.gpus for n in self.settings.nodes if n.name == name),
+                    "gpuState": str((self.dir / "nodes" / name / "gpus.json").resolve()),
+                    "runtime": str((self.dir / "nodes" / name / "runtime").resolve()),
+                    "cdi": str((self.dir / "nodes" / name / "cdi").resolve()),
+                }
+                for name in self.agents
+            },
+        }
+
+    def _components(self) -> list[Component]:
+        listed = list(self.control_plane.components) if self.control_plane else []
+        if self.webhook is not None:
+            listed.append(self.webhook)
+        return listed + list(self.agents.values())
+
+    # --- running -------------------------------------------------------------------------
+
+    def supervise(self, stop: threading.Event) -> None:
+        """Until ``stop``: restart exited agents and webhook, honour ``paused/``."""
+        assert self.control_plane is not None
+        while not stop.wait(0.5):
+            dead = self.control_plane.alive()
+            if dead:
+                raise StartupError(f"{', '.join(dead)} exited; see {self.dir / 'logs'}")
+            for component in [self.webhook, *self.agents.values()]:
+                if component is None:
+                    continue
+                paused = (self.dir / "paused" / component.name).exists()
+                if paused and component.alive():
+                    self.progress(f"{component.name} paused")
+                    component.stop()
+                elif not paused and not component.alive():
+                    component.restarts += 1
+                    self.progress(f"{component.name} exited (code {component.exit_code()}); "
+                                  f"restarting (restart {component.restarts})")
+                    component.start()
+                    self._record_pids()
+
+    def _record_pids(self) -> None:
+        path = self.dir / "ready"
+        if path.exists():
+            ready = json.loads(path.read_text())
+            ready["pids"] = {c.name: c.pid for c in self._components()}
+            temp = path.with_suffix(".tmp")
+            temp.write_text(json.dumps(ready, indent=2) + "\n")
+            temp.replace(path)
+
+    # --- down ----------------------------------------------------------------------------
+
+    def down(self) -> None:
+        """Stops everything this sandbox started; leaves no process or socket behind."""
+        for kubelet in self.kubelets.values():
+            kubelet.stop()
+        for agent in self.agents.values():
+            agent.stop()
+        if self.webhook is not None:
+            self.webhook.stop()
+        if self.control_plane is not None:
+            self.control_plane.stop()
+        for client in self._clients:
+            client.close()
+        for sock in self.dir.glob("nodes/*/**/*.sock"):
+            sock.unlink(missing_ok=True)
+        for name in ("ready", "sandbox.pid"):
+            (self.dir / name).unlink(missing_ok=True)
+
+
+def _label(spec: str) -> str:
+    """A GPU spec as a label value (``H100-80GB:2`` -> ``H100-80GB.2``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", ".", spec)[:63].strip(".-_")
