@@ -49,6 +49,12 @@ RESOURCES: dict[tuple[str, str], Resource] = {
         Resource("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", True),
         Resource("resource.k8s.io/v1", "DeviceClass", "deviceclasses", False),
         Resource("coordination.k8s.io/v1", "Lease", "leases", True),
+        # Workloads: read by `gpu-slicer plan` (the pod templates the webhook would see).
+        Resource("apps/v1", "Deployment", "deployments", True),
+        Resource("apps/v1", "StatefulSet", "statefulsets", True),
+        Resource("apps/v1", "DaemonSet", "daemonsets", True),
+        Resource("batch/v1", "Job", "jobs", True),
+        Resource("batch/v1", "CronJob", "cronjobs", True),
         Resource(
             "admissionregistration.k8s.io/v1",
             "MutatingWebhookConfiguration",

@@ -1,0 +1,196 @@
+"""``gpu-slicer plan`` against an in-memory cluster: verdicts, the simulation, and reads only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli import plan as plan_cli
+from cli.main import build_parser
+from kube.memory import InMemoryKubeApi
+
+Obj = dict[str, Any]
+
+
+def _pod_spec(limits: dict[str, Any] | None, annotations: dict[str, str] | None = None) -> Obj:
+    container: Obj = {"name": "main", "image": "registry.example/app:1"}
+    if limits:
+        container["resources"] = {"limits": limits}
+    meta: Obj = {"labels": {"app": "x"}}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"metadata": meta, "spec": {"containers": [container]}}
+
+
+def _deployment(ns: str, name: str, replicas: int, limits: dict[str, Any] | None,
+                annotations: dict[str, str] | None = None) -> Obj:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "x"}},
+                     "template": _pod_spec(limits, annotations)}}
+
+
+def _node(name: str, product: str, count: int, mig: dict[str, int] | None = None) -> Obj:
+    capacity: Obj = {"cpu": "64"}
+    if mig:
+        capacity.update({f"nvidia.com/mig-{p}": str(n) for p, n in mig.items()})
+    else:
+        capacity["nvidia.com/gpu"] = str(count)
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product,
+                                                  "nvidia.com/gpu.count": str(count)}},
+            "status": {"capacity": capacity}}
+
+
+@pytest.fixture
+def cluster() -> InMemoryKubeApi:
+    api = InMemoryKubeApi(server_version=(1, 36))
+    for ns, label in (("inference", None), ("training", "audit"), ("web", None)):
+        meta: Obj = {"name": ns}
+        if label:
+            meta["labels"] = {"gpu-slicer.io/migration": label}
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-slicer"}})
+    api.create({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "gpu-slicer-policy", "namespace": "gpu-slicer"},
+                "data": {"policy.yaml": "namespaces:\n  inference:\n"
+                                        "    gpu: [1g.10gb, 2g.20gb]\n"}})
+    # One A100 80GB whole (device plugin), one cut into seven 1g.10gb by mig-parted.
+    api.create(_node("gpu-a", "NVIDIA-A100-SXM4-80GB", 1))
+    api.create(_node("gpu-b", "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", 1, {"1g.10gb": 7}))
+    api.create(_node("cpu-1", "", 0) | {"metadata": {"name": "cpu-1"}})
+    api.create(_deployment("inference", "embed", 6, {"nvidia.com/gpu": 1}))
+    api.create(_deployment("inference", "frontend", 2, None))
+    api.create(_deployment("training", "bad", 1, None,
+                           {"gpu-slicer.io/profiles": "9g.999gb"}))
+    api.create({"apiVersion": "batch/v1", "kind": "CronJob",
+                "metadata": {"name": "nightly", "namespace": "training"},
+                "spec": {"schedule": "0 1 * * *", "jobTemplate": {"spec": {
+                    "template": _pod_spec({"nvidia.com/mig-3g.40gb": 1})}}}})
+    owned = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "embed-abc", "namespace": "inference",
+                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                               "name": "embed-1", "uid": "u"}]},
+             **{k: v for k, v in _pod_spec({"nvidia.com/gpu": 1}).items() if k == "spec"}}
+    api.create(owned)
+    api.calls.clear()
+    return api
+
+
+def _run(api: InMemoryKubeApi, argv: list[str]) -> int:
+    args = build_parser().parse_args(["plan", *argv])
+    code: int = plan_cli.run_plan(args, api_factory=lambda _: api)
+    return code
+
+
+def test_plan_reports_each_workloads_verdict_with_the_installed_policy(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(cluster, ["-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["policy"] == "ConfigMap gpu-slicer/gpu-slicer-policy"
+    verdicts = {(w["namespace"], w["kind"], w["name"]): w for w in report["workloads"]}
+    assert set(verdicts) == {("inference", "Deployment", "embed"),
+                             ("training", "Deployment", "bad"),
+                             ("training", "CronJob", "nightly")}
+    embed = verdicts[("inference", "Deployment", "embed")]
+    assert (embed["outcome"], embed["replicas"]) == ("convert", 6)
+    assert embed["requests"] == {"nvidia.com/gpu": 1}
+    assert embed["becomes"] == ["1 x 1g.10gb | 1 x 2g.20gb"]  # the namespace's right-sizing
+    bad = verdicts[("training", "Deployment", "bad")]
+    assert bad["outcome"] == "deny" and "9g.999gb" in bad["detail"]
+    assert verdicts[("training", "CronJob", "nightly")]["becomes"] == ["1 x 3g.40gb"]
+    assert {n["name"]: n["migrationLabel"] for n in report["namespaces"]} == {
+        "inference": "-", "training": "audit"}
+    assert {n["name"] for n in report["gpuNodes"]} == {"gpu-a", "gpu-b"}
+
+
+def test_plan_simulates_the_converted_workloads_as_today_and_with_gpu_slicer(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(cluster, ["-o", "json", "-n", "inference", "-n", "training"]) == 0
+    sim = json.loads(capsys.readouterr().out)["simulation"]
+    assert sim["gpus"] == 2
+    embed = sim["workloads"]["inference/Deployment/embed"]
+    # Today: whole GPUs for whole-GPU pods, and the static layout serves only its 1g.10gb
+    # devices. With gpu-slicer both GPUs are cut into slices: every embed pod and the nightly
+    # 3g.40gb job fit.
+    assert embed["pods"] == 6 and embed["runningToday"] < 6
+    assert embed["runningWithGpuSlicer"] == 6
+    nightly = sim["workloads"]["training/CronJob/nightly"]
+    assert nightly["runningToday"] == 0 and nightly["runningWithGpuSlicer"] == 1
+    assert sim["withGpuSlicer"]["running"] > sim["today"]["running"]
+
+
+def test_plan_only_reads_the_cluster(cluster: InMemoryKubeApi) -> None:
+    assert _run(cluster, []) == 0
+    verbs = {call.verb for call in cluster.calls}
+    assert verbs <= {"get", "list", "server_version"}, verbs
+
+
+def test_the_table_names_verdicts_reasons_and_the_comparison(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(cluster, []) == 0
+    out = capsys.readouterr().out
+    assert "namespace inference (gpu-slicer.io/migration: -)" in out
+    assert "Deployment/embed" in out and "1 x 1g.10gb | 1 x 2g.20gb" in out
+    assert "deny" in out and "9g.999gb" in out
+    assert "RUNNING TODAY" in out and "WITH GPU-SLICER" in out
+    assert "nothing was changed" in out
+
+
+def test_a_policy_file_overrides_the_installed_one(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("migFallback: larger\n")
+    assert _run(cluster, ["-o", "json", "-n", "inference", "--policy", str(policy)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["policy"] == str(policy)
+    [embed] = [w for w in report["workloads"] if w["name"] == "embed"]
+    assert embed["becomes"] == ["1 x gpu"]  # no right-sizing rule in this policy
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-n", "Not_A_Namespace"], "is not a namespace name"),
+        (["-n", "missing"], "namespace missing does not exist"),
+        (["--policy", "/nonexistent/policy.yaml"], "--policy /nonexistent/policy.yaml does not"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig"),
+    ],
+    ids=["bad-name", "missing-namespace", "missing-policy", "missing-kubeconfig"],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert _run(cluster, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-slicer plan: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_an_invalid_installed_policy_is_bad_input_naming_the_configmap(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = cluster.get("v1", "ConfigMap", "gpu-slicer-policy", "gpu-slicer")
+    config["data"]["policy.yaml"] = "nvlink: sometimes\n"
+    cluster.update(config)
+    assert _run(cluster, []) == 2
+    assert "nvlink" in capsys.readouterr().err
+
+
+def test_plan_has_help() -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["plan", "--help"])
+    assert exc.value.code == 0
+
+
+def test_args_namespace_type() -> None:
+    args = build_parser().parse_args(["plan", "-n", "a", "-n", "b"])
+    assert isinstance(args, argparse.Namespace) and args.namespace == ["a", "b"]
