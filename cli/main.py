@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-COMMAND_MODULES = ("slicer.cli", "webhook.cli", "certs.cli", "sim.cli", "sandbox.cli")
+COMMAND_MODULES = ("slicer.cli", "webhook.cli", "certs.cli", "sim.cli", "sandbox.cli", "cli.plan")
 
 
 def build_parser() -> argparse.ArgumentParser:
