@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from sandbox.errors import StartupError, UsageError
@@ -50,6 +50,12 @@ def api_client(kubeconfig: Path) -> k8s.ApiClient:
     k8s_config.load_kube_config(config_file=str(kubeconfig),  # type: ignore[no-untyped-call]
                                 client_configuration=configuration)
     return k8s.ApiClient(configuration)
+
+
+def serialize(client: k8s.ApiClient, value: Any) -> Obj:
+    """A client model (or dict) as the plain JSON the apiserver speaks."""
+    data: Obj = client.sanitize_for_serialization(value)  # type: ignore[no-untyped-call]
+    return data
 
 
 def deploy_objects(deploy_dir: Path, *, extended_resources: bool = False) -> list[Obj]:
@@ -93,7 +99,7 @@ class ClusterSetup:
     @property
     def dynamic(self) -> DynamicClient:
         if self._dynamic is None:
-            self._dynamic = DynamicClient(self.client)
+            self._dynamic = DynamicClient(self.client)  # type: ignore[no-untyped-call]
         return self._dynamic
 
     def wait_for_api(self, timeout_s: float = 60) -> None:
@@ -121,7 +127,7 @@ class ClusterSetup:
                 resource = self.dynamic.resources.get(
                     api_version=obj["apiVersion"], kind=obj["kind"])
                 resource_ns = obj["metadata"].get("namespace") if resource.namespaced else None
-                self.dynamic.server_side_apply(
+                self.dynamic.server_side_apply(  # type: ignore[no-untyped-call]
                     resource, body=obj, namespace=resource_ns,
                     field_manager=FIELD_MANAGER, force_conflicts=True)
                 return
@@ -167,9 +173,8 @@ class ClusterSetup:
                      "tolerations": [{"operator": "Exists"}],
                      "containers": [{"name": "agent", "image": "gpu-slicer:sandbox"}]},
         }
-        created: Obj = self.client.sanitize_for_serialization(
-            self.core.create_namespaced_pod(NAMESPACE, pod))
-        return created
+        return serialize(self.client, self.core.create_namespaced_pod(
+            NAMESPACE, pod))  # type: ignore[arg-type]
 
     def token(self, service_account: str, *, bound_pod: Obj | None = None,
               seconds: int = 7 * 24 * 3600) -> str:
@@ -181,11 +186,13 @@ class ClusterSetup:
                                       "uid": bound_pod["metadata"]["uid"]}
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         response = self.core.create_namespaced_service_account_token(
-            service_account, NAMESPACE, body)
+            service_account, NAMESPACE, body)  # type: ignore[arg-type]
+        if response.status is None:
+            raise StartupError(f"the apiserver issued no token for {service_account}")
         return str(response.status.token)
 
     def close(self) -> None:
-        self.client.close()
+        self.client.close()  # type: ignore[no-untyped-call]
 
 
 def write_yaml(path: Path, obj: Obj) -> None:

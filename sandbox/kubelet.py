@@ -39,13 +39,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import grpc
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
+from sandbox.cluster import serialize
 from slicer.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -76,9 +78,12 @@ class Plugin:
 
     def prepare_stub(self) -> tuple[Any, Any, grpc.Channel]:
         channel = grpc.insecure_channel(f"unix://{self.endpoint}")
-        if self.version == "v1.DRAPlugin":
-            return dra_v1_pb2, dra_v1_pb2_grpc.DRAPluginStub(channel), channel
-        return dra_v1beta1_pb2, dra_v1beta1_pb2_grpc.DRAPluginStub(channel), channel
+        pb: ModuleType = dra_v1_pb2
+        services: ModuleType = dra_v1_pb2_grpc
+        if self.version != "v1.DRAPlugin":
+            pb, services = dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+        stub = services.DRAPluginStub(channel)
+        return pb, stub, channel
 
 
 @dataclass
@@ -123,7 +128,7 @@ class Registrar:
     def _register(self, path: Path, socket_id: tuple[int, float]) -> None:
         channel = grpc.insecure_channel(f"unix://{path}")
         try:
-            stub = pluginregistration_pb2_grpc.RegistrationStub(channel)
+            stub = pluginregistration_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             info = stub.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=5)
             problem = None
             version = next((v for v in SUPPORTED if v in info.supported_versions), None)
@@ -261,15 +266,18 @@ class KubeletStandIn:
             self._threads.append(thread)
 
     def stop(self) -> None:
+        """Ends the sync loop; the watch thread, blocked in a stream read, is a daemon and ends
+        with the process (or at its next event)."""
         self._stop.set()
         self._wake.set()
         for thread in self._threads:
-            thread.join(timeout=10)
+            if not thread.name.endswith("-watch"):
+                thread.join(timeout=10)
 
     def _watch_pods(self) -> None:
         while not self._stop.is_set():
             try:
-                stream = k8s_watch.Watch().stream(
+                stream = k8s_watch.Watch().stream(  # type: ignore[no-untyped-call]
                     self.core.list_pod_for_all_namespaces,
                     field_selector=f"spec.nodeName={self.node}", timeout_seconds=30,
                     _request_timeout=40)
@@ -295,7 +303,7 @@ class KubeletStandIn:
     def sync(self) -> None:
         """Level-triggered: bring every pod of the node to where it should be."""
         listed = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}")
-        pods = [self.api.sanitize_for_serialization(p) for p in listed.items]
+        pods = [serialize(self.api, p) for p in listed.items]
         live = {p["metadata"]["uid"] for p in pods}
         for pod in pods:
             uid = pod["metadata"]["uid"]
@@ -332,7 +340,7 @@ class KubeletStandIn:
                 raise PodNotReady(f"the ResourceClaim of pod claim {pod_claim!r} is not "
                                   "created yet")
             try:
-                claim = self.api.sanitize_for_serialization(
+                claim = serialize(self.api,
                     self.resource.read_namespaced_resource_claim(claim_name, namespace))
             except ApiException as exc:
                 raise PodNotReady(f"cannot read ResourceClaim {namespace}/{claim_name}: "
@@ -509,7 +517,7 @@ class KubeletStandIn:
             "firstTimestamp": _now(), "lastTimestamp": _now(), "count": 1,
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], event)
+            self.core.create_namespaced_event(meta["namespace"], event)  # type: ignore[arg-type]
         except ApiException:
             pass
 

@@ -231,9 +231,12 @@ class Sandbox:
         kubelet = KubeletStandIn(
             node.name, api=client, registry_dir=folder / "plugins_registry",
             cdi_dirs=[folder / "cdi"], cdi_inject=self.bins.path("cdi-inject"),
-            runtime_dir=folder / "runtime")
+            runtime_dir=folder / "runtime", on_error=self._kubelet_error(node.name))
         kubelet.start()
         self.kubelets[node.name] = kubelet
+
+    def _kubelet_error(self, node: str) -> Callable[[str], None]:
+        return lambda message: self.progress(f"kubelet {node}: {message}")
 
     def _wait_nodes_ready(self, timeout_s: float = 90) -> None:
         """Until each node's agent is registered with its kubelet and has published slices."""
@@ -244,15 +247,20 @@ class Sandbox:
         try:
             for name, kubelet in self.kubelets.items():
                 agent = self.agents[name]
-                agent.wait_ready(lambda k=kubelet: k.registrar.get("gpu-slicer.io") is not None,
-                                 timeout_s=max(1, deadline - time.monotonic()),
+
+                def registered(k: KubeletStandIn = kubelet) -> bool:
+                    return k.registrar.get("gpu-slicer.io") is not None
+
+                def published(n: str = name) -> bool:
+                    return bool(resource.list_resource_slice(
+                        field_selector=f"spec.nodeName={n}").items)
+
+                agent.wait_ready(registered, timeout_s=max(1, deadline - time.monotonic()),
                                  what="registration with the kubelet stand-in")
-                agent.wait_ready(
-                    lambda n=name: bool(resource.list_resource_slice(
-                        field_selector=f"spec.nodeName={n}").items),
-                    timeout_s=max(1, deadline - time.monotonic()), what="ResourceSlices")
+                agent.wait_ready(published, timeout_s=max(1, deadline - time.monotonic()),
+                                 what="ResourceSlices")
         finally:
-            admin.close()
+            admin.close()  # type: ignore[no-untyped-call]
 
     def _ready_record(self, webhook_port: int, seconds: float) -> dict[str, Any]:
         assert self.control_plane is not None and self.bins is not None
@@ -325,7 +333,7 @@ class Sandbox:
         if self.control_plane is not None:
             self.control_plane.stop()
         for client in self._clients:
-            client.close()
+            client.close()  # type: ignore[no-untyped-call]
         for sock in self.dir.glob("nodes/*/**/*.sock"):
             sock.unlink(missing_ok=True)
         for name in ("ready", "sandbox.pid"):
