@@ -90,7 +90,8 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"sandbox: {message}", file=sys.stderr, flush=True)
 
     try:
-        settings = settings_from(args)
+        sandbox = Sandbox(settings_from(args), progress=say)
+        sandbox.check()
     except UsageError as exc:
         print(f"gpu-slicer sandbox up: {exc}", file=sys.stderr)
         return 2
@@ -101,7 +102,6 @@ def run_up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    sandbox = Sandbox(settings, progress=say)
     code = 0
     try:
         ready = sandbox.up()

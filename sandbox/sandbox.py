@@ -117,21 +117,29 @@ class Sandbox:
         self.agents: dict[str, Component] = {}
         self.kubelets: dict[str, KubeletStandIn] = {}
         self._clients: list[k8s.ApiClient] = []
-        self._stop = threading.Event()
         self.bins: binaries.Binaries | None = None
+        self._ports = (0, 0)
+        self._objects: list[dict[str, Any]] = []
+        self._owns_dir = False
 
     # --- up ------------------------------------------------------------------------------
 
-    def up(self) -> dict[str, Any]:
-        """Starts everything; returns what it wrote to ``ready``."""
+    def check(self) -> None:
+        """Every usage problem, found before anything is built, started or written."""
         settings = self.settings
         check_state_dir(self.dir, settings.nodes)
-        apiserver_port = check_port_free(settings.apiserver_port, "--apiserver-port")
-        webhook_port = check_port_free(settings.webhook_port, "--webhook-port")
+        self._ports = (check_port_free(settings.apiserver_port, "--apiserver-port"),
+                       check_port_free(settings.webhook_port, "--webhook-port"))
         if settings.webhook_policy is not None and not settings.webhook_policy.is_file():
             raise UsageError(f"--webhook-policy {settings.webhook_policy}: no such file")
-        objects = deploy_objects(settings.deploy_dir,
-                                 extended_resources=settings.extended_resources)
+        self._objects = deploy_objects(settings.deploy_dir,
+                                       extended_resources=settings.extended_resources)
+
+    def up(self) -> dict[str, Any]:
+        """Starts everything (after :meth:`check`); returns what it wrote to ``ready``."""
+        settings = self.settings
+        apiserver_port, webhook_port = self._ports
+        objects = self._objects
         self.bins = binaries.ensure(settings.k8s_version, kube_bin=settings.kube_bin,
                                     progress=self.progress)
         self._fresh_state_dir()
@@ -167,6 +175,7 @@ class Sandbox:
                 else:
                     child.unlink()
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._owns_dir = True
         (self.dir / MARKER).write_text("")
         (self.dir / "sandbox.pid").write_text(f"{os.getpid()}\n")
         (self.dir / "paused").mkdir()
@@ -334,6 +343,8 @@ class Sandbox:
             self.control_plane.stop()
         for client in self._clients:
             client.close()  # type: ignore[no-untyped-call]
+        if not self._owns_dir:
+            return
         for sock in self.dir.glob("nodes/*/**/*.sock"):
             sock.unlink(missing_ok=True)
         for name in ("ready", "sandbox.pid"):

@@ -1,0 +1,67 @@
+"""`gpu-slicer sandbox up` refuses bad input in one line with exit 2, before starting anything."""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+
+
+def _up(tmp_path: Path, *extra: str) -> list[str]:
+    return ["sandbox", "up", "--state-dir", str(tmp_path / "sb"), *extra]
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    (["--node", "gpu-node"], "is not NAME=GPUSPEC"),
+    (["--node", "Big_Node=H100-80GB:1"], "is not a valid node name"),
+    (["--node", "n=H999:1"], "--node 'n=H999:1'"),
+    (["--node", "a=H100-80GB:1", "--node", "a=A100-80GB:1"], "names a more than once"),
+    (["--k8s-version", "1.20"], "is not supported"),
+], ids=["no spec", "bad node name", "unknown model", "duplicate node", "old version"])
+def test_bad_flags_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        extra: list[str], fragment: str) -> None:
+    assert main(_up(tmp_path, *extra)) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "sb").exists()
+
+
+def test_a_port_in_use_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path = Path(tempfile.mkdtemp(prefix="gs-"))  # short: socket paths must fit
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(_up(tmp_path, "--apiserver-port", str(port))) == 2
+    assert f"--apiserver-port {port}: 127.0.0.1:{port} is not free" in capsys.readouterr().err
+
+
+def test_a_folder_that_is_not_a_sandbox_is_never_cleared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "sb"
+    folder.mkdir()
+    (folder / "precious.txt").write_text("keep me")
+    assert main(_up(tmp_path)) == 2
+    assert "is not empty and not a sandbox's folder" in capsys.readouterr().err
+    assert (folder / "precious.txt").read_text() == "keep me"
+
+
+def test_a_state_dir_that_is_a_file_is_named(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "sb").write_text("")
+    assert main(_up(tmp_path)) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_state_dir_too_deep_for_unix_sockets_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep = tmp_path / ("d" * 90)
+    assert main(["sandbox", "up", "--state-dir", str(deep)]) == 2
+    assert "over the kernel's limit" in capsys.readouterr().err
