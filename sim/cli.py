@@ -12,7 +12,7 @@ import sys
 from sim.compare import compare, default_strategies, strategy_names
 from sim.demand import scenario_policy
 from sim.errors import ScenarioError, SimError, UnknownNameError
-from sim.report import ProgressBar, as_json, plot, table
+from sim.report import PLOT_FORMATS, ProgressBar, as_json, plot, table
 from sim.scenario import builtin_names, load_scenario
 
 DEFAULT_SCENARIO = "noon-burst"
@@ -35,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="comma-separated strategies (default: every standard one; "
                         "gpu-slicer-best-fit alone above 5,000 pods)")
     p.add_argument("--json", action="store_true", help="print JSON for tools instead of a table")
-    p.add_argument("--plot", metavar="FILE.png", help="write utilization over time as a PNG")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw pods waiting, GPU memory needed and start times per strategy "
+                        "(.png, .svg or .pdf)")
     p.add_argument("--seed", type=int, help="seed for the scenario's random generators")
     p.add_argument("--through-api", dest="through_api", action="store_true", default=None,
                    help="run gpu-slicer through the in-memory API and the agent's gRPC services "
@@ -100,7 +102,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(table(comparison))
         if args.plot:
-            sys.stdout.write(f"\nplot written to {args.plot}\n")
+            sys.stdout.write(f"\nplot written to {os.path.abspath(args.plot)}\n")
     problems = [p for ps in comparison.problems.values() for p in ps]
     return 1 if problems else 0
 
@@ -111,6 +113,10 @@ def _plot_problem(path: str) -> str | None:
         return "plotting needs matplotlib: pip install matplotlib (or the package's 'plot' extra)"
     if os.path.isdir(path):
         return "is a folder; give a file name such as utilization.png"
+    extension = os.path.splitext(path)[1].lstrip(".").lower()
+    if extension not in PLOT_FORMATS:
+        return (f"the file name must end in {', '.join('.' + f for f in PLOT_FORMATS)} "
+                "(the extension picks the format)")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"folder {folder} does not exist"

@@ -168,6 +168,8 @@ class Result:
     """workload -> (mean, max) wait of its served pods, seconds."""
     immediate_by_workload: dict[str, int] = field(default_factory=dict)
     """workload -> pods that started the moment they arrived."""
+    starts: dict[str, float] = field(default_factory=dict)
+    """pod name -> when it started (pods never started are absent), for the plot's timelines."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -415,4 +417,5 @@ class Engine:
             waits_by_workload={k: (sum(v) / len(v), max(v)) for k, v in workload_waits.items()},
             immediate_by_workload={k: sum(1 for w in v if w == 0)
                                    for k, v in workload_waits.items()},
+            starts={r.pod.name: r.start for r in started if r.start is not None},
         )
