@@ -174,7 +174,9 @@ def event_for(
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+        # The apiserver checks a generateName with only a trailing '-' masked: "node." is
+        # refused, "node-" is not (the in-memory API did not know; the sandbox showed it).
+        "metadata": {"generateName": f"{meta.get('name', 'object')}-", "namespace": namespace},
         "eventTime": event_time,
         "reportingController": reporting_controller,
         "reportingInstance": reporting_instance,

@@ -509,7 +509,9 @@ class KubeletStandIn:
         self._reported[uid] = message
         meta = pod["metadata"]
         event = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            # Named as the kubelet's event recorder names them: <object>.<unix nanoseconds>.
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}",
+                         "namespace": meta["namespace"]},
             "involvedObject": {"kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
                                "uid": uid, "apiVersion": "v1"},
             "reason": reason, "message": message, "type": "Warning",

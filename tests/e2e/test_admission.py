@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import AUDIT, ENABLED, PLAIN, Sandbox, pod_manifest
+from e2e_sandbox import AUDIT, ENABLED, PLAIN, Sandbox, pod_manifest
 
 LIMITS = {"nvidia.com/mig-1g.10gb": "1"}
 

@@ -3,7 +3,7 @@ counters, the kubelet stand-in prepares, and the simulated GPU holds exactly wha
 
 from __future__ import annotations
 
-from conftest import ENABLED, Sandbox, pod_manifest
+from e2e_sandbox import ENABLED, Sandbox, pod_manifest
 
 NODE = "a100"
 

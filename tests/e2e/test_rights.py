@@ -4,7 +4,7 @@ an agent to its own node's ResourceSlices."""
 from __future__ import annotations
 
 import pytest
-from conftest import Sandbox
+from e2e_sandbox import Sandbox
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 

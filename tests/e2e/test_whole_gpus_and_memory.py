@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import ENABLED, Sandbox, pod_manifest
+from e2e_sandbox import ENABLED, Sandbox, pod_manifest
 
 from kube.quantity import parse_quantity
 

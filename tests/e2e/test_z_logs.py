@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import NODES, Sandbox
+from e2e_sandbox import NODES, Sandbox
 
 REFUSALS = re.compile(r"is invalid|Unprocessable|\b422\b|Invalid value|strict decoding error")
 

@@ -1,0 +1,214 @@
+"""What the end-to-end tests do with a running sandbox (fixtures are in conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from sandbox.cluster import api_client
+
+Obj = dict[str, Any]
+
+NODES = {
+    # name: GPUs; each test pins its pods to the node it is about.
+    "a100": "A100-80GB:1",        # seven 1g.10gb slices, a 3g.40gb that waits
+    "a100-fallback": "A100-80GB:1",  # a fallback chain that takes its second subrequest
+    "a100-whole": "A100-80GB:1",  # nvidia.com/gpu: 1 on a MIG-mode GPU
+    "h100x4": "H100-80GB:4",      # nvidia.com/gpu: 4
+    "h100": "H100-80GB:1",        # gpu-memory annotation, init containers
+    "h100-life": "H100-80GB:1",   # deletion, reuse and agent restart
+}
+ENABLED = "e2e-enabled"
+AUDIT = "e2e-audit"
+PLAIN = "e2e-plain"
+
+
+@dataclass
+class Sandbox:
+    """A running sandbox and what tests do with it."""
+
+    dir: Path
+    ready: Obj
+    process: subprocess.Popen[bytes]
+    client: k8s.ApiClient
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.ready["kubeconfig"])
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.client)
+
+    @property
+    def resource(self) -> k8s.ResourceV1Api:
+        return k8s.ResourceV1Api(self.client)
+
+    def obj(self, value: Any) -> Obj:
+        data: Obj = self.client.sanitize_for_serialization(value)
+        return data
+
+    # --- objects -----------------------------------------------------------------------
+
+    def create_pod(self, namespace: str, pod: Obj) -> tuple[Obj, list[str]]:
+        """Creates ``pod``; returns the stored pod and the admission warnings of the reply."""
+        response = self.core.create_namespaced_pod(namespace, pod, _preload_content=False)
+        warnings = response.headers.getlist("Warning") if hasattr(
+            response.headers, "getlist") else []
+        return json.loads(response.data), warnings
+
+    def pod(self, namespace: str, name: str) -> Obj:
+        return self.obj(self.core.read_namespaced_pod(name, namespace))
+
+    def claims_of(self, pod: Obj) -> list[Obj]:
+        names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get(
+            "resourceClaimStatuses") or []]
+        return [self.obj(self.resource.read_namespaced_resource_claim(
+            n, pod["metadata"]["namespace"])) for n in names if n]
+
+    def wait(self, check: Callable[[], Any], *, what: str, timeout_s: float = 60) -> Any:
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = check()
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                last = None
+            if last:
+                return last
+            time.sleep(0.25)
+        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}"
+                             f"\n{self.diagnose()}")
+
+    def wait_running(self, namespace: str, name: str, timeout_s: float = 60) -> Obj:
+        pod: Obj = self.wait(
+            lambda: (p := self.pod(namespace, name))["status"].get("phase") == "Running" and p,
+            what=f"pod {namespace}/{name} to run", timeout_s=timeout_s)
+        return pod
+
+    def wait_gone(self, namespace: str, name: str, timeout_s: float = 60) -> None:
+        def gone() -> bool:
+            try:
+                self.core.read_namespaced_pod(name, namespace)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        self.wait(gone, what=f"pod {namespace}/{name} to be gone", timeout_s=timeout_s)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self.core.delete_namespaced_pod(name, namespace)
+        self.wait_gone(namespace, name)
+
+    def events(self, namespace: str, name: str) -> list[str]:
+        listed = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}")
+        return [f"{e.reason}: {e.message}" for e in listed.items]
+
+    # --- what the stand-ins recorded ---------------------------------------------------
+
+    def instances(self, node: str) -> list[tuple[int, str, int]]:
+        """(GPU index, profile, placement start) of every MIG instance on the node's GPUs."""
+        state = json.loads(Path(self.ready["nodes"][node]["gpuState"]).read_text())
+        return sorted((gpu["index"], i["profile"], i["start"])
+                      for gpu in state["gpus"] for i in gpu["instances"])
+
+    def mig_modes(self, node: str) -> list[bool]:
+        state = json.loads(Path(self.ready["nodes"][node]["gpuState"]).read_text())
+        return [bool(gpu["migCurrent"]) for gpu in state["gpus"]]
+
+    def container_runtime(self, node: str, namespace: str, pod: str, container: str) -> Obj:
+        path = Path(self.ready["nodes"][node]["runtime"]) / f"{namespace}_{pod}_{container}.json"
+        data: Obj = json.loads(path.read_text())
+        return data
+
+    def pid(self, component: str) -> int:
+        ready = json.loads((self.dir / "ready").read_text())
+        return int(ready["pids"][component])
+
+    def pause(self, component: str) -> None:
+        (self.dir / "paused" / component).write_text("")
+
+    def resume(self, component: str) -> None:
+        (self.dir / "paused" / component).unlink(missing_ok=True)
+
+    def log(self, component: str) -> str:
+        return (self.dir / "logs" / f"{component}.log").read_text(errors="replace")
+
+    def diagnose(self) -> str:
+        """The tail of the sandbox's own output, for a failing wait."""
+        out = self.dir.parent / f"{self.dir.name}.out"
+        text = out.read_text(errors="replace") if out.exists() else ""
+        return "sandbox output (tail):\n" + "\n".join(text.splitlines()[-15:])
+
+
+def pod_manifest(name: str, *, node: str | None = None, limits: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+                 init: list[Obj] | None = None) -> Obj:
+    """A pod with one container (``main``) asking for ``limits``, pinned to ``node``."""
+    spec: Obj = {"containers": [{"name": "main", "image": "busybox",
+                                 "resources": {"limits": limits or {}}}],
+                 "terminationGracePeriodSeconds": 0}
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    if init:
+        spec["initContainers"] = init
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
+            "spec": spec}
+
+
+def start_sandbox(folder: Path, nodes: dict[str, str], *extra: str) -> Sandbox:
+    """``gpu-slicer sandbox up`` in a subprocess, until its ``ready`` file appears."""
+    args = [sys.executable, "-m", "cli.main", "sandbox", "up", "--state-dir", str(folder)]
+    for name, gpus in nodes.items():
+        args += ["--node", f"{name}={gpus}"]
+    folder.mkdir(parents=True, exist_ok=True)
+    out = open(folder.parent / f"{folder.name}.out", "wb")  # noqa: SIM115 - lives with the process
+    process = subprocess.Popen(args + list(extra), stdout=out, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not (folder / "ready").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_sandbox(process)
+            text = (folder.parent / f"{folder.name}.out").read_text(errors="replace")
+            raise AssertionError(f"sandbox up did not become ready:\n{text[-3000:]}")
+        time.sleep(0.3)
+    ready = json.loads((folder / "ready").read_text())
+    return Sandbox(folder, ready, process, api_client(Path(ready["kubeconfig"])))
+
+
+def stop_sandbox(process: subprocess.Popen[bytes]) -> int:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode
+
+
+def wait_webhook_knows(box: Sandbox) -> None:
+    probe = pod_manifest("probe", limits={"nvidia.com/mig-1g.10gb": "1"})
+
+    def converted() -> bool:
+        created = box.core.create_namespaced_pod(ENABLED, probe, dry_run="All")
+        return bool(created.spec.resource_claims)
+
+    box.wait(converted, what="the webhook to see the opted-in namespace", timeout_s=60)
+
+
