@@ -52,6 +52,11 @@ class Component:
     def exit_code(self) -> int | None:
         return None if self.process is None else self.process.poll()
 
+    def terminate(self) -> None:
+        """SIGTERM to the process group; :meth:`stop` then waits (so many stop at once)."""
+        if self.process is not None and self.process.poll() is None:
+            _signal_group(self.process.pid, signal.SIGTERM)
+
     def stop(self, timeout_s: float = 15.0) -> None:
         """SIGTERM to the process group, then SIGKILL after ``timeout_s``."""
         if self.process is None:
@@ -89,6 +94,15 @@ class Component:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+def stop_all(components: list[Component], timeout_s: float = 15.0) -> None:
+    """Stops ``components`` together: all are signalled before any is waited for."""
+    for component in components:
+        component.terminate()
+    deadline = time.monotonic() + timeout_s
+    for component in components:
+        component.stop(max(0.1, deadline - time.monotonic()))
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

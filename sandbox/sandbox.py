@@ -51,7 +51,7 @@ from sandbox.controlplane import ControlPlane, feature_gates
 from sandbox.errors import StartupError, UsageError
 from sandbox.kubelet import KubeletStandIn
 from sandbox.nodes import DEPLOY_DIR, NodeSpec
-from sandbox.process import Component, check_port_free, free_port, https_ok
+from sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -335,10 +335,7 @@ class Sandbox:
         """Stops everything this sandbox started; leaves no process or socket behind."""
         for kubelet in self.kubelets.values():
             kubelet.stop()
-        for agent in self.agents.values():
-            agent.stop()
-        if self.webhook is not None:
-            self.webhook.stop()
+        stop_all([*self.agents.values(), *([self.webhook] if self.webhook else [])])
         if self.control_plane is not None:
             self.control_plane.stop()
         for client in self._clients:
