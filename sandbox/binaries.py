@@ -225,7 +225,8 @@ def _build(
         started = time.monotonic()
         progress(f"building {what} into {target} (cold: tens of minutes on 2 cores; "
                  "cached afterwards)")
-        command = [go, "build", "-v", "-trimpath", "-mod=readonly", "-o", str(staging) + "/"]
+        command = [go, "build", "-v", "-trimpath", "-buildvcs=false", "-mod=readonly",
+                   "-o", str(staging) + "/"]
         if ldflags:
             command += ["-ldflags", ldflags]
         env = dict(os.environ, CGO_ENABLED="0")
