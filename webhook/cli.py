@@ -211,13 +211,6 @@ _SERVE_FLAGS = (
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # The workers are gevent's: ssl must be patched before anything imports it (urllib3 through
-    # the Kubernetes client, certs.reload), or the workers' TLS calls to the apiserver recurse
-    # forever (gevent issue 1016). Patching here, in the gunicorn master, covers the workers it
-    # forks; no gpu-slicer command imports ssl while the parser is built.
-    from gevent import monkey
-
-    monkey.patch_all()
     from webhook.config import ConfigError, ServerConfig
     from webhook.errors import PolicyError
     from webhook.server import serve

@@ -294,12 +294,28 @@ def _remove_dev_files(config: ServerConfig, created_runtime_dir: bool) -> None:
 def serve(config: ServerConfig) -> int:
     """Runs gunicorn until it stops; returns its exit code. ``--dev`` leaves nothing behind."""
     check_bind(config.check())
+    if config.policy:
+        load_policy_file(config.policy)  # bad input is refused before the process is patched
+    _patch_for_gevent()
     created_runtime_dir = config.runtime_dir is None
     config = prepare(config)
     try:
         return _run_gunicorn()
     finally:
         _remove_dev_files(config, created_runtime_dir)
+
+
+def _patch_for_gevent() -> None:
+    """The workers are gevent's: ssl must be patched before anything imports it.
+
+    Otherwise urllib3 (through the Kubernetes client, imported by :func:`prepare` to check the
+    credentials) keeps the unpatched ``SSLContext`` and every TLS call a worker makes to the
+    apiserver recurses until it fails (gevent issue 1016). Patching here, in the gunicorn master,
+    covers the workers it forks; no gpu-slicer command imports ssl while its parser is built.
+    """
+    from gevent import monkey
+
+    monkey.patch_all()
 
 
 def _run_gunicorn() -> int:

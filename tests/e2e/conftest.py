@@ -46,6 +46,11 @@ def _progress(message: str) -> None:
 @pytest.fixture(scope="session")
 def kube_binaries() -> binaries.Binaries:
     """The control plane for the default version, built once into the cache."""
+    from gevent import monkey
+
+    assert not monkey.is_module_patched("socket"), (
+        "an earlier test ran `webhook serve` in this process and gevent patched it; the "
+        "sandbox's clients cannot run in a patched process")
     try:
         return binaries.ensure(binaries.DEFAULT_MINOR, progress=_progress)
     except BuildError as exc:

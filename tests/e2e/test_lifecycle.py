@@ -66,3 +66,34 @@ def test_an_agent_restart_under_running_pods_loses_and_leaks_nothing(sandbox: Sa
         sandbox.delete_pod(ENABLED, name)
     sandbox.wait(lambda: sandbox.instances(NODE) == [], what="every instance destroyed",
                  timeout_s=90)
+
+
+def test_a_claim_shared_by_two_pods_is_unprepared_only_after_the_last_one(
+    sandbox: Sandbox,
+) -> None:
+    node = "h100"
+    sandbox.resource.create_namespaced_resource_claim(ENABLED, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "shared"},
+        "spec": {"devices": {"requests": [{"name": "slice", "exactly": {
+            "deviceClassName": "mig.gpu-slicer.io",
+            "selectors": [{"cel": {"expression":
+                                   'device.attributes["gpu-slicer.io"].profile == "1g.10gb"'}}],
+        }}]}},
+    })
+    for name in ("user-a", "user-b"):
+        manifest = pod_manifest(name, node=node)
+        manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+        manifest["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+        sandbox.create_pod(ENABLED, manifest)
+    for name in ("user-a", "user-b"):
+        sandbox.wait_running(ENABLED, name)
+    assert [p for _, p, _ in sandbox.instances(node)] == ["1g.10gb"]
+    first = sandbox.container_runtime(node, ENABLED, "user-a", "main")["cdiDevices"]
+    assert first == sandbox.container_runtime(node, ENABLED, "user-b", "main")["cdiDevices"]
+
+    sandbox.delete_pod(ENABLED, "user-a")
+    assert [p for _, p, _ in sandbox.instances(node)] == ["1g.10gb"]  # user-b still runs on it
+    sandbox.delete_pod(ENABLED, "user-b")
+    sandbox.wait(lambda: sandbox.instances(node) == [], what="the shared instance destroyed")
+    sandbox.resource.delete_namespaced_resource_claim("shared", ENABLED)
