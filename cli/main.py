@@ -12,30 +12,72 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 COMMAND_MODULES = ("slicer.cli", "webhook.cli", "certs.cli", "sim.cli", "sandbox.cli", "cli.plan")
 
 
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the project's one error style: the usage of the (sub)command that was
+    given, then ``gpu-slicer <command>: <problem>``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpu-slicer")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="gpu-slicer",
         description="Move GPU workloads from the device plugin to DRA with just-in-time MIG.",
     )
+    parser.add_argument("--version", action="version", version=f"gpu-slicer {_version()}")
     parser.add_argument(
         "--log-level",
         default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        choices=LOG_LEVELS,
         help="log verbosity (logs are JSON lines on stderr)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    from cli import completion
+
+    completion.register(subparsers)
+    for leaf in completion.leaves(parser):
+        # Accepted after the subcommand too; SUPPRESS keeps the top-level value when absent.
+        if "--log-level" not in leaf.parser._option_string_actions:
+            leaf.parser.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
+                                     help="log verbosity (also accepted before the command)")
+        leaf.parser.set_defaults(_parser=leaf.parser)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Like ``parse_args``, but an unknown flag is reported with the usage of the subcommand
+    it was given to, not the top-level one."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        owner: argparse.ArgumentParser = getattr(args, "_parser", parser)
+        owner.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     from cli.logs import configure_logging
 
     configure_logging(args.log_level)

@@ -390,7 +390,9 @@ def run_agent(args: argparse.Namespace) -> int:
     try:
         api = _api(args)
     except KubeError as exc:
-        print(f"gpu-slicer agent run: {exc}", file=sys.stderr)
+        hint = ("; to run without a cluster, add --kube memory (an in-memory API, with "
+                "--backend simulated)" if args.kube == "cluster" else "")
+        print(f"gpu-slicer agent run: {exc}{hint}", file=sys.stderr)
         return 1
     config = AgentConfig(
         node=args.node, checkpoint_dir=args.checkpoint_dir, cdi_dir=args.cdi_dir,

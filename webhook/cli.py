@@ -11,6 +11,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from kube import documents
 
@@ -36,7 +37,19 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
             "GPU requests pass through unchanged."
         ),
     )
-    parser.add_argument("file", metavar="FILE", help="YAML or JSON manifests; '-' reads stdin")
+    parser.add_argument(
+        "file", metavar="FILE|DIR",
+        help="YAML or JSON manifests; '-' reads stdin; a folder is read recursively (every "
+             ".yaml, .yml and .json file, hidden folders such as .git left out)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--out-dir", metavar="DIR",
+        help="with a folder: write each converted file to DIR at the same relative path "
+             "(files with nothing to convert are not written)")
+    where.add_argument(
+        "--beside", action="store_true",
+        help="with a folder: write each converted file next to its source as "
+             "<name>.gpu-slicer.yaml (or .json)")
     parser.add_argument("--policy", metavar="FILE", help="policy file (default: built-in policy)")
     parser.add_argument(
         "--mode",
@@ -44,7 +57,8 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         default="enabled",
         help="enabled: convert; audit: print the objects unchanged, report on stderr",
     )
-    parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml",
+                        help="format of what is printed or written (default yaml)")
     parser.add_argument(
         "-n",
         "--namespace",
@@ -100,45 +114,93 @@ def _policy_check(args: argparse.Namespace) -> int:
     return 0
 
 
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _manifest_files(folder: Path) -> list[Path]:
+    """Every manifest under ``folder``, recursively, in a stable order; hidden folders (``.git``)
+    are left out."""
+    return sorted(
+        f for f in folder.rglob("*")
+        if f.is_file() and f.suffix.lower() in MANIFEST_SUFFIXES
+        and not any(part.startswith(".") for part in f.relative_to(folder).parts)
+    )
+
+
 def _convert(args: argparse.Namespace) -> int:
     from webhook import convert
     from webhook.errors import ManifestError, PolicyError
     from webhook.policy import Policy, load_policy_file
 
+    prefix = "gpu-slicer convert"
     try:
         policy = load_policy_file(args.policy) if args.policy else Policy.default()
     except PolicyError as exc:
-        return _report(f"invalid policy {exc.source}:", exc.problems)
+        return _report(f"{prefix}: invalid policy {exc.source}:", exc.problems)
     if args.namespace is not None and not _NAMESPACE.fullmatch(args.namespace):
-        print(f"convert: --namespace {args.namespace!r} is not a valid namespace name: at most "
+        print(f"{prefix}: --namespace {args.namespace!r} is not a valid namespace name: at most "
               "63 lower-case letters, digits and '-', starting and ending with a letter or digit",
               file=sys.stderr)
         return 2
-    source = "<stdin>" if args.file == "-" else args.file
-    try:
-        text = documents.read_text(args.file)
-    except documents.DocumentError as exc:
-        print(f"{source}: {exc}", file=sys.stderr)
+    folder = Path(args.file) if args.file != "-" and Path(args.file).is_dir() else None
+    if (args.out_dir or args.beside) and folder is None:
+        print(f"{prefix}: --out-dir and --beside write one file per input file: give a folder "
+              "(FILE writes to standard output)", file=sys.stderr)
+        return 2
+    if args.out_dir and Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
+        print(f"{prefix}: --out-dir {args.out_dir} is a file, not a folder", file=sys.stderr)
+        return 2
+    files = _manifest_files(folder) if folder is not None else [Path(args.file)]
+    if folder is not None and not files:
+        print(f"{prefix}: {folder} holds no .yaml, .yml or .json files", file=sys.stderr)
         return 2
     native = frozenset(n.strip() for n in args.native_extended.split(",") if n.strip())
-    try:
-        result = convert.convert_objects(
-            convert.load_documents(text, source),
-            policy=policy,
-            mode=args.mode,
-            namespace=args.namespace,
-            native_extended=native,
-        )
-    except ManifestError as exc:
-        for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 2
-    for line in [*result.summaries, *result.warnings]:
-        print(line, file=sys.stderr)
-    if args.output == "json":
-        sys.stdout.write(convert.dump_json_list(result.items))
-    else:
-        sys.stdout.write(convert.dump_yaml(result.items))
+    results: list[tuple[Path, Any]] = []
+    failed = False
+    for path in files:
+        source = "<stdin>" if args.file == "-" else str(path)
+        try:
+            text = documents.read_text(args.file if args.file == "-" else path)
+            result = convert.convert_objects(
+                convert.load_documents(text, source), policy=policy, mode=args.mode,
+                namespace=args.namespace, native_extended=native,
+            )
+        except documents.DocumentError as exc:
+            print(f"{prefix}: {source}: {exc}", file=sys.stderr)
+            failed = True
+            continue
+        except ManifestError as exc:
+            for problem in exc.problems:
+                where = "" if problem.startswith(source) else f"{source}: "
+                print(f"{prefix}: {where}{problem}", file=sys.stderr)
+            failed = True
+            continue
+        label = f"{path}: " if folder is not None else ""
+        for line in [*result.summaries, *result.warnings]:
+            print(f"{label}{line}", file=sys.stderr)
+        results.append((path, result))
+    if failed:
+        return 2  # nothing written: a GitOps tree is converted whole or not at all
+
+    def render(items: list[Any]) -> str:
+        return convert.dump_json_list(items) if args.output == "json" else convert.dump_yaml(items)
+
+    if folder is None or not (args.out_dir or args.beside):
+        sys.stdout.write(render([item for _, r in results for item in r.items]))
+        return 0
+    suffix = ".json" if args.output == "json" else ".yaml"
+    for path, result in results:
+        relative = path.relative_to(folder)
+        if not result.summaries:
+            print(f"unchanged: {relative}", file=sys.stderr)
+            continue
+        if args.out_dir:
+            target = Path(args.out_dir) / relative.with_suffix(suffix)
+        else:
+            target = path.with_name(f"{path.stem}.gpu-slicer{suffix}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(render(result.items), encoding="utf-8")
+        print(f"wrote {target}", file=sys.stderr)
     return 0
 
 
