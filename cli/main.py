@@ -12,7 +12,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NoReturn, cast
 
 COMMAND_MODULES = ("slicer.cli", "webhook.cli", "certs.cli", "sim.cli", "sandbox.cli", "cli.plan")
 
@@ -50,7 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LOG_LEVELS,
         help="log verbosity (logs are JSON lines on stderr)",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Typed as the base class every package's register() takes; the parsers are Parser.
+    subparsers = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND", required=True),
+    )
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     from cli import completion
