@@ -16,6 +16,9 @@ COPY slicer/ slicer/
 COPY webhook/ webhook/
 COPY certs/ certs/
 COPY sim/ sim/
+COPY status/ status/
+# The sandbox is a development tool; it is copied so that every package of the project installs.
+COPY sandbox/ sandbox/
 RUN python -m venv /opt/gpu-slicer \
     && /opt/gpu-slicer/bin/pip install --no-cache-dir . \
     && /opt/gpu-slicer/bin/python -m compileall -q /opt/gpu-slicer
