@@ -504,6 +504,15 @@ def run_plan(args: argparse.Namespace, *,
             return 2
     try:
         api = api_factory(args.kubeconfig)
+    except KubeError as exc:
+        print(f"{prefix}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a kubeconfig the client library cannot parse
+        print(f"{prefix}: cannot load Kubernetes credentials from "
+              f"{args.kubeconfig or 'the default kubeconfig'}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 1
+    try:
         plan = build_plan(api, args.namespace, policy_path=args.policy,
                           release_namespace=args.release_namespace)
     except PlanInputError as exc:

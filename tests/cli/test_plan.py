@@ -194,3 +194,14 @@ def test_plan_has_help() -> None:
 def test_args_namespace_type() -> None:
     args = build_parser().parse_args(["plan", "-n", "a", "-n", "b"])
     assert isinstance(args, argparse.Namespace) and args.namespace == ["a", "b"]
+
+
+def test_a_kubeconfig_the_client_cannot_parse_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("clusters: [unclosed\n")
+    args = build_parser().parse_args(["plan", "--kubeconfig", str(kubeconfig)])
+    assert plan_cli.run_plan(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-slicer plan: ") and str(kubeconfig) in err
