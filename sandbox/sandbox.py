@@ -52,6 +52,7 @@ from sandbox.errors import StartupError, UsageError
 from sandbox.kubelet import KubeletStandIn
 from sandbox.nodes import DEPLOY_DIR, NodeSpec
 from sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
+from slicer.gpuspec import parse_gpu_spec
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class Sandbox:
     def _start_node(self, admin: ClusterSetup, credentials: pki.Pki, node: NodeSpec) -> None:
         assert self.control_plane is not None and self.bins is not None
         self.progress(f"adding node {node.name} with GPUs {node.gpus}")
-        admin.create_node(node.name, {"gpu-slicer.io/sandbox-gpus": _label(node.gpus)})
+        admin.create_node(node.name, gpu_feature_labels(node.gpus))
         folder = self.dir / "nodes" / node.name
         for sub in ("checkpoint", "cdi", "plugins", "plugins_registry", "runtime"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -348,6 +349,19 @@ class Sandbox:
             (self.dir / name).unlink(missing_ok=True)
 
 
-def _label(spec: str) -> str:
-    """A GPU spec as a label value (``H100-80GB:2`` -> ``H100-80GB.2``)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", ".", spec)[:63].strip(".-_")
+def gpu_feature_labels(spec: str) -> dict[str, str]:
+    """The labels NVIDIA's GPU Feature Discovery puts on a node with these GPUs.
+
+    Tools that find GPU nodes by them (``gpu-slicer plan``, node selectors in manifests) see
+    the sandbox's nodes as they would see a cluster's. A node of mixed models is labelled with
+    its first GPU's product, as GFD labels one product per node.
+    """
+    models = parse_gpu_spec(spec)
+    first = models[0]
+    return {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": re.sub(r"\s+", "-", first.product_names[0]),
+        "nvidia.com/gpu.count": str(len(models)),
+        "nvidia.com/gpu.memory": str(first.memory_bytes // 2**20),
+        "nvidia.com/mig.capable": "true",
+    }

@@ -28,6 +28,7 @@ NODES = {
     "h100x4": "H100-80GB:4",      # nvidia.com/gpu: 4
     "h100": "H100-80GB:1",        # gpu-memory annotation, init containers
     "h100-life": "H100-80GB:1",   # deletion, reuse and agent restart
+    "one-gpu": "H100-80GB:1",     # an init container and an app container share one GPU
 }
 ENABLED = "e2e-enabled"
 AUDIT = "e2e-audit"
