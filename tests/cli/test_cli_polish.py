@@ -109,3 +109,11 @@ def test_an_unknown_shell_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
         main(["completion", "fish"])
     assert exc.value.code == 2
     assert "invalid choice: 'fish'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["plan"], ["completion"]], ids=lambda c: " ".join(c))
+def test_the_new_commands_have_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--help"])
+    assert exc.value.code == 0
+    assert f"usage: gpu-slicer {command[0]}" in capsys.readouterr().out

@@ -99,5 +99,5 @@ if __name__ == "__main__":
     try:
         print(helm_binary())
     except HelmUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"helm_tool: {exc}", file=sys.stderr)
         sys.exit(1)
