@@ -60,6 +60,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--extended-resources", action="store_true",
                     help="also apply the DeviceClasses that serve nvidia.com/* extended "
                          "resources (KEP-5004)")
+    up.add_argument("--install", choices=["kustomize", "helm"], default="kustomize",
+                    help="apply gpu-slicer's RBAC, policies, DeviceClasses and webhook "
+                         "configuration from deploy/base (default) or by `helm install` of "
+                         "deploy/helm/gpu-slicer (helm from the PATH, or built with Go)")
     up.add_argument("--deploy-dir", type=Path, default=DEPLOY_DIR, metavar="DIR",
                     help="the deploy/ folder whose RBAC, policies and DeviceClasses to apply")
     up.set_defaults(func=run_up)
@@ -80,7 +84,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         kube_bin=args.kube_bin, apiserver_port=args.apiserver_port,
         webhook_port=args.webhook_port, webhook_policy=args.webhook_policy,
         deploy_dir=args.deploy_dir, partitionable=gate,
-        extended_resources=args.extended_resources)
+        extended_resources=args.extended_resources, install=args.install)
 
 
 def run_up(args: argparse.Namespace) -> int:

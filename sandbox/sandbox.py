@@ -21,6 +21,7 @@ Agents and the webhook are restarted when they exit (as a DaemonSet or Deploymen
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -73,6 +74,8 @@ class Settings:
     deploy_dir: Path = DEPLOY_DIR
     partitionable: bool | None = None
     extended_resources: bool = False
+    install: str = "kustomize"
+    """How gpu-slicer's cluster objects get in: deploy/base's files, or the Helm chart."""
     agent_args: list[str] = field(default_factory=list)
 
 
@@ -119,6 +122,7 @@ class Sandbox:
         self.kubelets: dict[str, KubeletStandIn] = {}
         self._clients: list[k8s.ApiClient] = []
         self.bins: binaries.Binaries | None = None
+        self.helm: Path | None = None
         self._ports = (0, 0)
         self._objects: list[dict[str, Any]] = []
         self._owns_dir = False
@@ -143,6 +147,10 @@ class Sandbox:
         objects = self._objects
         self.bins = binaries.ensure(settings.k8s_version, kube_bin=settings.kube_bin,
                                     progress=self.progress)
+        if settings.install == "helm":
+            from sandbox.helm import helm_binary
+
+            self.helm = helm_binary()
         self._fresh_state_dir()
         started = time.monotonic()
         credentials = pki.create(self.dir / "pki")
@@ -154,11 +162,16 @@ class Sandbox:
         admin = ClusterSetup(self.control_plane.admin_kubeconfig())
         try:
             admin.wait_for_api()
-            admin.apply(o for o in objects if o.get("kind") in APPLIED_KINDS)
+            url = f"https://127.0.0.1:{webhook_port}/mutate-pods"
+            ca_bundle = self._issue_webhook_tls()
+            if settings.install == "helm":
+                admin.apply(o for o in objects if o.get("kind") == "Namespace")
+                self._helm_install(url, ca_bundle)
+            else:
+                admin.apply(o for o in objects if o.get("kind") in APPLIED_KINDS)
             self._start_webhook(admin, credentials, webhook_port)
-            admin.apply([webhook_configuration(
-                objects, url=f"https://127.0.0.1:{webhook_port}/mutate-pods",
-                ca_bundle=(self.dir / "webhook-tls" / "ca.crt").read_bytes())])
+            if settings.install != "helm":
+                admin.apply([webhook_configuration(objects, url=url, ca_bundle=ca_bundle)])
             for node in settings.nodes:
                 self._start_node(admin, credentials, node)
         finally:
@@ -184,14 +197,38 @@ class Sandbox:
     def _gpu_slicer(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "cli.main", *args]
 
-    def _start_webhook(self, admin: ClusterSetup, credentials: pki.Pki, port: int) -> None:
-        assert self.control_plane is not None
+    def _issue_webhook_tls(self) -> bytes:
+        """The webhook's serving certificate, by ``gpu-slicer certs issue``; returns the CA."""
         tls = self.dir / "webhook-tls"
         issued = subprocess.run(self._gpu_slicer(
             "certs", "issue", "--service", "gpu-slicer-webhook", "--namespace", "gpu-slicer",
             "--out", str(tls), "--host", "127.0.0.1"), capture_output=True, text=True)
         if issued.returncode != 0:
             raise StartupError(f"gpu-slicer certs issue failed: {issued.stderr.strip()}")
+        return (tls / "ca.crt").read_bytes()
+
+    def _helm_install(self, url: str, ca_bundle: bytes) -> None:
+        """The chart instead of deploy/base: RBAC, policies, DeviceClasses, the webhook
+        configuration pointing at the local webhook; its workloads stay off (they run here)."""
+        assert self.control_plane is not None and self.helm is not None
+        chart = self.settings.deploy_dir / "helm" / "gpu-slicer"
+        self.progress(f"helm install gpu-slicer {chart}")
+        values = {
+            "certificates.mode": "external", "webhook.enabled": "false", "webhook.url": url,
+            "webhook.caBundle": base64.b64encode(ca_bundle).decode(),
+            "agent.enabled": "false", "networkPolicies.enabled": "false",
+        }
+        command = [str(self.helm), "install", "gpu-slicer", str(chart), "--namespace",
+                   "gpu-slicer", "--kubeconfig", str(self.control_plane.admin_kubeconfig())]
+        for key, value in values.items():
+            command += ["--set", f"{key}={value}"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            raise StartupError(f"helm install failed: {result.stderr.strip()[-2000:]}")
+
+    def _start_webhook(self, admin: ClusterSetup, credentials: pki.Pki, port: int) -> None:
+        assert self.control_plane is not None
+        tls = self.dir / "webhook-tls"
         kubeconfig = pki.token_kubeconfig(
             credentials, self.dir / "kubeconfigs" / "webhook", server=self.control_plane.server,
             user=WEBHOOK_SA, token=admin.token(WEBHOOK_SA))

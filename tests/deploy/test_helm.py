@@ -1,7 +1,7 @@
 """The Helm chart (deploy/helm/gpu-slicer): lint, render per certificate mode, validate against
 the 1.34-1.37 schemas, and render what the Kustomize overlays render.
 
-helm comes from the PATH or is built from tools/helm (tests/deploy/helm_tool.py). Under CI a
+helm comes from the PATH or is built from tools/helm (sandbox/helm.py). Under CI a
 helm that cannot be had fails these tests; elsewhere they are skipped with the reason.
 """
 
@@ -18,8 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from deploy_cases import DEPLOY, NAMESPACE, SCHEMALESS, VERSIONS, Obj, find, of_kind, render
-from helm_tool import HelmUnavailable, helm_binary
 
+from sandbox.helm import HelmUnavailable, helm_binary
 from webhook import policy as webhook_policy
 from webhook.errors import PolicyError
 

@@ -1,12 +1,11 @@
-"""Find or build the ``helm`` the chart tests run.
+"""Find or build ``helm``, for the chart tests and ``sandbox up --install helm``.
 
 A ``helm`` on the PATH wins. Otherwise helm is built from the module pinned in ``tools/helm``
 (``helm.sh/helm/v3`` through the Go module proxy) into
 ``~/.cache/gpu-slicer/helm/<version>/helm``, next to the control-plane binaries the sandbox
 builds, and reused from there. Nothing built is committed.
 
-Run as a script to build (or find) it and print its path:
-``python3 tests/deploy/helm_tool.py``.
+Run as a script to build (or find) it and print its path: ``python3 -m sandbox.helm``.
 """
 
 from __future__ import annotations
@@ -19,12 +18,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from sandbox.binaries import cache_root
+from sandbox.errors import BuildError
+
+ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "tools" / "helm"
 MODULE_PATH = "helm.sh/helm/v3"
 
 
-class HelmUnavailable(RuntimeError):
+class HelmUnavailable(BuildError):
     """helm is not on the PATH and cannot be built here (no Go, or the build failed)."""
 
 
@@ -38,8 +40,7 @@ def pinned_version() -> str:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpu-slicer" / "helm" / pinned_version()
+    return cache_root() / "helm" / pinned_version()
 
 
 def _client_go_version() -> tuple[str, str]:
@@ -99,5 +100,5 @@ if __name__ == "__main__":
     try:
         print(helm_binary())
     except HelmUnavailable as exc:
-        print(f"helm_tool: {exc}", file=sys.stderr)
+        print(f"sandbox.helm: {exc}", file=sys.stderr)
         sys.exit(1)
