@@ -66,3 +66,15 @@ def profile_selector(
             f' && "memory" in {capacity} && {capacity}.memory.compareTo(quantity({size})) >= 0'
         )
     return expression
+
+
+@functools.lru_cache(maxsize=256)
+def profiles_selector(target: TargetDriver, profiles: tuple[str, ...]) -> str:
+    """Select MIG devices whose profile is one of ``profiles`` (one alternative that stands for
+    "the instance that spans the GPU" on whichever GPU model a node has); a single profile gives
+    exactly :func:`profile_selector`'s expression."""
+    if len(profiles) == 1:
+        return profile_selector(target, profiles[0])
+    attrs = attributes(target)
+    names = ", ".join(quote(p) for p in profiles)
+    return f'"profile" in {attrs} && {attrs}.profile in [{names}]'

@@ -1,10 +1,12 @@
 """ResourceClaimTemplate specs built from what each container needs, and their content address.
 
-One claim per pod, one request per converted container. A request with one alternative uses
-``exactly``; with several it uses ``firstAvailable`` (tried in order, at most 8). Whole GPUs that
-must share an NVLink domain get a ``matchAttribute`` constraint on the request, or, inside a
-``firstAvailable`` chain, on that subrequest alone (``<request>/<subrequest>``, which the v1 API
-accepts in ``constraints[].requests``), so the plain fallback after it stays unconstrained.
+One claim per pod. The translation decides its requests (one per container, or shared between
+init and app containers: webhook.translate). A request with one alternative uses ``exactly``;
+with several it uses ``firstAvailable`` (tried in order, at most 8). Devices that must share an
+NVLink domain get a ``matchAttribute`` constraint naming the request, or, inside a
+``firstAvailable`` chain, its NVLink subrequests alone (``<request>/<subrequest>``, which the v1
+API accepts in ``constraints[].requests``), so the plain fallbacks stay unconstrained. A
+container whose devices are split over several requests gets one constraint over all of them.
 
 Templates are content-addressed: the name is ``gpu-slicer-`` plus a short hash of the canonical
 JSON of the template's spec, so the same spec always maps to the same template in a namespace and
@@ -37,7 +39,9 @@ _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 @dataclass(frozen=True)
 class Alternative:
-    """One way to satisfy a container: ``count`` whole GPUs or ``count`` slices of a profile."""
+    """One way to satisfy a request: ``count`` whole GPUs, ``count`` slices of a profile, or
+    ``count`` MIG instances that each span a whole GPU (``profile`` None, ``full_gpu`` set to
+    the spanning profile of every GPU model in force)."""
 
     kind: Literal["gpu", "mig"]
     count: int
@@ -45,28 +49,42 @@ class Alternative:
     min_memory_bytes: int | None = None
     """For memory-sized chains: also require this much device memory (see cel.profile_selector)."""
     nvlink: bool = False
-    """Whole GPUs only: all ``count`` GPUs must share the NVLink domain attribute."""
+    """All ``count`` devices must share the NVLink domain attribute."""
+    full_gpu: tuple[str, ...] = ()
+    """Kind ``mig`` without a profile: any of these profiles, each the whole of its GPU."""
 
     @functools.cached_property
     def label(self) -> str:
-        """Human form: ``2 x gpu (nvlink)``, ``1 x 1g.10gb``."""
-        what = self.profile if self.kind == "mig" else "gpu"
+        """Human form: ``2 x gpu (nvlink)``, ``1 x 1g.10gb``, ``1 x gpu as MIG 7g.80gb``."""
+        if self.kind == "gpu":
+            what = "gpu"
+        elif self.profile is None:
+            what = f"gpu as MIG {'|'.join(self.full_gpu)}"
+        else:
+            what = self.profile
         return f"{self.count} x {what}{' (nvlink)' if self.nvlink else ''}"
 
     @functools.cached_property
     def base_name(self) -> str:
         """The subrequest name before de-duplication."""
-        if self.kind == "gpu":
-            return "gpu-nvlink" if self.nvlink else "gpu"
+        if self.kind == "gpu" or self.profile is None:
+            base = "gpu" if self.kind == "gpu" else "gpu-mig"
+            return f"{base}-nvlink" if self.nvlink else base
         return dns_label(str(self.profile).replace("+", "-"), fallback="mig")
 
 
 @dataclass(frozen=True)
 class ContainerRequest:
-    """The request of one container in the pod's claim."""
+    """One request of the pod's claim: the devices of one container, or of several containers
+    that use them one after the other (an init container, then an app container)."""
 
     name: str
     alternatives: tuple[Alternative, ...]
+
+
+NvlinkSet = tuple[str, ...]
+"""Names of requests whose NVLink alternatives must all share one NVLink domain (the requests
+that together hold one container's devices)."""
 
 
 _CACHED_TEXT_MAX = 253
@@ -111,9 +129,12 @@ def _device_fields(target: TargetDriver, alt: Alternative) -> dict[str, Any]:
             "allocationMode": "ExactCount",
             "count": alt.count,
         }
-    expression = cel.profile_selector(
-        target, str(alt.profile), min_memory_bytes=alt.min_memory_bytes
-    )
+    if alt.profile is None:
+        expression = cel.profiles_selector(target, alt.full_gpu)
+    else:
+        expression = cel.profile_selector(
+            target, alt.profile, min_memory_bytes=alt.min_memory_bytes
+        )
     return {
         "deviceClassName": target.mig_class,
         "allocationMode": "ExactCount",
@@ -122,42 +143,57 @@ def _device_fields(target: TargetDriver, alt: Alternative) -> dict[str, Any]:
     }
 
 
-def claim_spec(requests: Sequence[ContainerRequest], target: TargetDriver) -> dict[str, Any]:
-    """The ResourceClaimSpec for the pod's claim."""
+def claim_spec(
+    requests: Sequence[ContainerRequest],
+    target: TargetDriver,
+    nvlink_sets: Sequence[NvlinkSet] | None = None,
+) -> dict[str, Any]:
+    """The ResourceClaimSpec for the pod's claim.
+
+    ``nvlink_sets`` groups the requests whose NVLink alternatives share one domain; None: each
+    request with an NVLink alternative on its own.
+    """
     device_requests: list[dict[str, Any]] = []
-    constraints: list[dict[str, Any]] = []
+    nvlink_refs: dict[str, list[str]] = {}
+    """Per request, what a constraint names for its NVLink alternatives."""
     for request in requests:
         alternatives = request.alternatives
         if len(alternatives) == 1:
             alt = alternatives[0]
             device_requests.append({"name": request.name, "exactly": _device_fields(target, alt)})
-            if alt.nvlink and target.nvlink_attribute:
-                constraints.append(
-                    {"requests": [request.name], "matchAttribute": target.nvlink_attribute}
-                )
+            if alt.nvlink:
+                nvlink_refs[request.name] = [request.name]
             continue
         taken: set[str] = set()
         subrequests = []
         for alt in alternatives:
             sub_name = unique_label(alt.base_name, taken)
             subrequests.append({"name": sub_name, **_device_fields(target, alt)})
-            if alt.nvlink and target.nvlink_attribute:
-                constraints.append(
-                    {
-                        "requests": [f"{request.name}/{sub_name}"],
-                        "matchAttribute": target.nvlink_attribute,
-                    }
-                )
+            if alt.nvlink:
+                nvlink_refs.setdefault(request.name, []).append(f"{request.name}/{sub_name}")
         device_requests.append({"name": request.name, "firstAvailable": subrequests})
     devices: dict[str, Any] = {"requests": device_requests}
+    if nvlink_sets is None:
+        nvlink_sets = [(r.name,) for r in requests]
+    constraints: list[dict[str, Any]] = []
+    seen: set[tuple[str, ...]] = set()
+    for names in nvlink_sets:
+        refs = tuple(ref for name in names for ref in nvlink_refs.get(name, ()))
+        if refs and target.nvlink_attribute and refs not in seen:
+            seen.add(refs)
+            constraints.append({"requests": list(refs), "matchAttribute": target.nvlink_attribute})
     if constraints:
         devices["constraints"] = constraints
     return {"devices": devices}
 
 
-def template_spec(requests: Sequence[ContainerRequest], target: TargetDriver) -> dict[str, Any]:
+def template_spec(
+    requests: Sequence[ContainerRequest],
+    target: TargetDriver,
+    nvlink_sets: Sequence[NvlinkSet] | None = None,
+) -> dict[str, Any]:
     """The ResourceClaimTemplate's ``spec``: ``{spec: <claim spec>}``."""
-    return {"spec": claim_spec(requests, target)}
+    return {"spec": claim_spec(requests, target, nvlink_sets)}
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -203,6 +239,6 @@ def profiles_of(requests: Iterable[ContainerRequest]) -> list[str]:
     seen: dict[str, None] = {}
     for request in requests:
         for alt in request.alternatives:
-            if alt.profile:
-                seen.setdefault(alt.profile, None)
+            for profile in (alt.profile,) if alt.profile else alt.full_gpu:
+                seen.setdefault(profile, None)
     return list(seen)

@@ -77,12 +77,26 @@ def append(doc: Any, parent: Sequence[Token], value: Any) -> Op:
     existing = lookup(doc, parent)
     if isinstance(existing, list):
         return {"op": "add", "path": pointer([*parent, "-"]), "value": value}
+    return _new_list(doc, parent, existing, [value])
+
+
+def extend(doc: Any, parent: Sequence[Token], values: Sequence[Any]) -> list[Op]:
+    """Append every one of ``values`` to the list at ``parent``: one ``add`` per value to an
+    existing list, else a single operation creating the list with all of them (a second
+    ``add`` of a list that was missing would replace the first)."""
+    existing = lookup(doc, parent)
+    if isinstance(existing, list):
+        return [{"op": "add", "path": pointer([*parent, "-"]), "value": v} for v in values]
+    return [_new_list(doc, parent, existing, list(values))] if values else []
+
+
+def _new_list(doc: Any, parent: Sequence[Token], existing: Any, items: list[Any]) -> Op:
     if existing is not None:
         # Present but not a list (null is handled as missing above): replace it with a list.
-        return {"op": "replace", "path": pointer(parent), "value": [value]}
+        return {"op": "replace", "path": pointer(parent), "value": items}
     if isinstance(lookup(doc, parent[:-1]), dict):
-        return {"op": "add", "path": pointer(parent), "value": [value]}
-    return _creating(doc, parent[:-1], {str(parent[-1]): [value]})
+        return {"op": "add", "path": pointer(parent), "value": items}
+    return _creating(doc, parent[:-1], {str(parent[-1]): items})
 
 
 def remove(tokens: Sequence[Token]) -> Op:

@@ -22,6 +22,7 @@ from kube import documents
 from slicer import catalog
 from slicer.errors import CatalogError
 from webhook.errors import PolicyError
+from webhook.suggest import did_you_mean
 
 Target = Literal["gpu-slicer", "nvidia"]
 NativeMode = Literal["defer", "convert"]
@@ -77,6 +78,9 @@ class NamespaceRules:
     gpu_models: tuple[str, ...] = ALL_MODELS
     """Catalog keys of the GPU models the cluster has (catalog order): chains use only their
     profiles, and a profile none of them offers is denied."""
+    full_gpu_mig: bool = True
+    """Whole-GPU chains end with the MIG instance that spans a GPU, for nodes whose GPUs run
+    in MIG mode and so publish no whole-GPU device (Ampere)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class NamespacePolicy:
     nvlink: NvlinkMode | None = None
     mig_fallback: MigFallback | None = None
     gpu_models: tuple[str, ...] | None = None
+    full_gpu_mig: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class Policy:
     nvlink: NvlinkMode = "prefer"
     mig_fallback: MigFallback = field(default_factory=MigFallback)
     gpu_models: tuple[str, ...] = ALL_MODELS
+    full_gpu_mig: bool = True
     namespaces: Mapping[str, NamespacePolicy] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -116,6 +122,9 @@ class Policy:
             nvlink=override.nvlink or self.nvlink,
             mig_fallback=override.mig_fallback or self.mig_fallback,
             gpu_models=override.gpu_models or self.gpu_models,
+            full_gpu_mig=(
+                self.full_gpu_mig if override.full_gpu_mig is None else override.full_gpu_mig
+            ),
         )
 
     @cached_property
@@ -126,6 +135,7 @@ class Policy:
             nvlink=self.nvlink,
             mig_fallback=self.mig_fallback,
             gpu_models=self.gpu_models,
+            full_gpu_mig=self.full_gpu_mig,
         )
 
     def describe(self) -> str:
@@ -137,6 +147,7 @@ class Policy:
             f"nvlink={self.nvlink} migFallback={self.mig_fallback.mode}"
             f"{'+explicit' if self.mig_fallback.explicit else ''} "
             f"templateGcAfter={self.template_gc_after_s}s gpuModels={models} "
+            f"fullGpuMig={str(self.full_gpu_mig).lower()} "
             f"namespaces: {names}"
         )
 
@@ -167,6 +178,33 @@ def model_profiles(gpu_models: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @functools.cache
+def full_gpu_profiles(gpu_models: tuple[str, ...]) -> tuple[str, ...]:
+    """The MIG profile that spans the whole GPU (all memory and compute slices) on each of
+    ``gpu_models``, in catalog order without repeats: ``7g.80gb`` on an A100 80GB or H100,
+    ``4g.24gb`` on an A30. No catalog profile spans one model and not another, so the name
+    alone selects it (tests/webhook/test_policy.py checks that against the catalog)."""
+    return tuple(
+        dict.fromkeys(
+            p.name
+            for m in catalog.MODELS
+            if m.key in gpu_models
+            for p in m.profiles
+            if is_full_gpu_profile(m, p)
+        )
+    )
+
+
+def is_full_gpu_profile(model: catalog.GpuModel, profile: catalog.Profile) -> bool:
+    """``profile`` occupies every memory and compute slice of ``model`` (no ``+me`` twin: it
+    adds nothing a spanning instance lacks)."""
+    return (
+        profile.memory_slices == model.memory_slices
+        and profile.compute_slices == model.compute_slices
+        and not profile.media_exclusive
+    )
+
+
+@functools.cache
 def model_profile_set(gpu_models: tuple[str, ...]) -> frozenset[str]:
     """``model_profiles`` as a set, for membership tests."""
     return frozenset(model_profiles(gpu_models))
@@ -183,9 +221,10 @@ _TOP_KEYS = (
     "nvlink",
     "migFallback",
     "gpuModels",
+    "fullGpuMig",
     "namespaces",
 )
-_NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback", "gpuModels")
+_NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback", "gpuModels", "fullGpuMig")
 
 
 def load_policy(text: str, *, source: str = "<policy>") -> Policy:
@@ -237,6 +276,7 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
     if "gpuModels" in data:
         gpu_models = _gpu_models(data["gpuModels"], "gpuModels", problems) or ALL_MODELS
     _check_offered(mig_fallback, None, gpu_models, "", "gpuModels", problems)
+    full_gpu_mig = _flag(data, "fullGpuMig", "fullGpuMig", problems)
     namespaces: dict[str, NamespacePolicy] = {}
     raw_ns = data.get("namespaces")
     if raw_ns is not None:
@@ -268,6 +308,7 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
         nvlink=nvlink,  # type: ignore[arg-type]
         mig_fallback=mig_fallback,
         gpu_models=gpu_models,
+        full_gpu_mig=True if full_gpu_mig is None else full_gpu_mig,
         namespaces=MappingProxyType(namespaces),
     )
 
@@ -309,16 +350,18 @@ def _namespace(
         nvlink=nvlink,  # type: ignore[arg-type]
         mig_fallback=fallback,
         gpu_models=models,
+        full_gpu_mig=_flag(body, "fullGpuMig", f"{path}.fullGpuMig", problems),
     )
 
 
 def _gpu_models(value: Any, path: str, problems: list[str]) -> tuple[str, ...] | None:
     """Catalog keys (catalog order) of a ``gpuModels`` list of keys or aliases; None if bad."""
-    known = f"known models: {', '.join(catalog.model_keys())}"
+    keys = catalog.model_keys()
+    known = f"known models: {', '.join(keys)}"
     if not isinstance(value, list) or not value:
         problems.append(f"{path}: must be a non-empty list of GPU models; {known}")
         return None
-    keys: set[str] = set()
+    seen: set[str] = set()
     ok = True
     for index, item in enumerate(value):
         item_path = f"{path}[{index}]"
@@ -329,17 +372,18 @@ def _gpu_models(value: Any, path: str, problems: list[str]) -> tuple[str, ...] |
         try:
             model = catalog.get_model(item)
         except CatalogError:
-            problems.append(f"{item_path}: unknown GPU model {item!r}; {known}")
+            hint = did_you_mean([item], keys, where="gpu-slicer catalog")
+            problems.append(f"{item_path}: unknown GPU model {item!r}; {hint}")
             ok = False
             continue
-        if model.key in keys:
+        if model.key in seen:
             problems.append(f"{item_path}: {item!r} names {model.key} a second time")
             ok = False
             continue
-        keys.add(model.key)
+        seen.add(model.key)
     if not ok:
         return None
-    return tuple(k for k in catalog.model_keys() if k in keys)
+    return tuple(k for k in keys if k in seen)
 
 
 def _check_offered(
@@ -368,10 +412,12 @@ def _check_offered(
         listed += [(f"{where}.explicit.{profile}[{i}]{suffix}", n) for i, n in enumerate(chain)]
     for key_path, name in listed:
         if name != WHOLE_GPU and name not in offered:
+            hint = did_you_mean(
+                [name], model_profiles(gpu_models), where="gpu-slicer catalog --gpu MODEL"
+            )
             problems.append(
                 f"{key_path}: profile {name!r} is not offered by {models_path} "
-                f"({', '.join(gpu_models)}); valid profiles: "
-                f"{', '.join(model_profiles(gpu_models))}"
+                f"({', '.join(gpu_models)}); {hint}"
             )
 
 
@@ -395,7 +441,7 @@ def _mig_fallback(value: Any, path: str, problems: list[str]) -> MigFallback:
         for profile, fallbacks in raw.items():
             key_path = f"{path}.explicit.{profile}"
             if not isinstance(profile, str) or not is_known_profile(profile):
-                problems.append(f"{key_path}: unknown profile {profile!r}; {_valid_profiles()}")
+                problems.append(f"{key_path}: unknown profile {profile!r}; {_hint(profile)}")
                 continue
             chain = _chain(
                 fallbacks, key_path, problems, allow_whole=True, limit=MAX_ALTERNATIVES - 1
@@ -432,7 +478,7 @@ def _chain(
         if item == WHOLE_GPU and allow_whole:
             pass
         elif not is_known_profile(item):
-            problems.append(f"{item_path}: unknown profile {item!r}; {_valid_profiles()}")
+            problems.append(f"{item_path}: unknown profile {item!r}; {_hint(item)}")
             continue
         if item in names:
             problems.append(f"{item_path}: {item!r} is listed twice")
@@ -484,8 +530,20 @@ def _unknown_keys(
             problems.append(f"{prefix}{key}: unknown key; valid keys: {', '.join(allowed)}")
 
 
-def _valid_profiles() -> str:
-    return "valid profiles: " + ", ".join(known_profiles())
+def _hint(name: Any) -> str:
+    """The nearest catalog profiles to a mistyped one (every name when none is close)."""
+    return did_you_mean([str(name)], known_profiles(), where="gpu-slicer catalog")
+
+
+def _flag(data: dict[str, Any], key: str, path: str, problems: list[str]) -> bool | None:
+    """A true/false key; None when absent (or wrong, with the problem recorded)."""
+    if key not in data:
+        return None
+    value = data[key]
+    if not isinstance(value, bool):
+        problems.append(f"{path}: must be true or false, not {value!r}")
+        return None
+    return value
 
 
 def _kind(value: Any) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,10 +36,12 @@ from webhook.policy import (
     WHOLE_GPU,
     NamespaceRules,
     Policy,
+    full_gpu_profiles,
     is_known_profile,
     model_profile_set,
     model_profiles,
 )
+from webhook.suggest import did_you_mean
 from webhook.targets import TargetDriver, target_driver
 
 LEGACY_GPU = "nvidia.com/gpu"
@@ -56,6 +58,8 @@ MAX_COUNT = 2**31 - 1
 MAX_CLAIM_DEVICES = 32
 """Kubernetes allocates at most this many devices to one claim (``AllocationResultsMaxSize``):
 a bigger claim is accepted by the API but the scheduler can never allocate it."""
+MAX_CLAIM_REQUESTS = 32
+"""The API's limit on ``devices.requests`` of one claim."""
 WARNING_LIMIT = 119
 _KINDS = ("initContainers", "containers")
 
@@ -94,6 +98,35 @@ class _Container:
     def path(self) -> list[patch.Token]:
         return ["spec", self.kind, self.index]
 
+    @property
+    def sidecar(self) -> bool:
+        """A restartable init container: it keeps running beside the app containers."""
+        return self.kind == "initContainers" and self.body.get("restartPolicy") == "Always"
+
+    @property
+    def long_running(self) -> bool:
+        """Runs until the pod ends (app containers and sidecars), so holds its devices."""
+        return self.kind == "containers" or self.sidecar
+
+
+Builder = Callable[[int, bool], tuple[Alternative, ...]]
+"""The chain of a kind of device for ``count`` devices; the flag says whether a container that
+uses them wants several, which is when NVLink alternatives come first."""
+
+
+@dataclass(eq=False)
+class _Need:
+    """What one converted container asks for: ``count`` devices of one kind (``key``)."""
+
+    container: _Container
+    count: int
+    what: str
+    """The legacy resource converted, or "annotation"."""
+    via: str | None
+    key: tuple[Any, ...]
+    """Containers with equal keys want the same devices, so they can pass them on."""
+    build: Builder
+
 
 def is_legacy_resource(name: str) -> bool:
     return name == LEGACY_GPU or (
@@ -127,16 +160,24 @@ def translate_pod(
     annotations = _dict(metadata.get("annotations"))
     containers = _containers(spec)
     warnings: list[str] = []
+    running = 0
     for container in containers:
         _read_legacy(container, policy, native_extended, warnings)
+        if container.legacy and container.long_running:
+            # App containers and sidecars run side by side, so each needs devices (and so a
+            # request) of its own: past 32 the pod is refused without reading the rest.
+            running += 1
+            if running > MAX_CLAIM_REQUESTS:
+                raise Denied(
+                    f"more than {MAX_CLAIM_REQUESTS} app containers and sidecars ask for GPUs "
+                    f"(the {running}th is {container.name!r}); each needs a request of its own "
+                    f"and a claim holds at most {MAX_CLAIM_REQUESTS} requests"
+                )
 
     chain = _annotation_chain(annotations, rules.gpu_models)
     targeted = _targeted(annotations, containers, chain is not None)
 
-    requests: list[ContainerRequest] = []
-    converted: list[tuple[_Container, str, ContainerRequest]] = []
-    record: list[dict[str, Any]] = []
-    taken: set[str] = set()
+    needs: list[_Need] = []
     for container in containers:
         is_targeted = container in targeted
         if container.deferred and is_targeted:
@@ -151,42 +192,34 @@ def translate_pod(
             )
         if not is_targeted and not container.legacy:
             continue
-        alternatives, what, via = _alternatives(
-            container, is_targeted, chain, rules, target, warnings
-        )
-        request = ContainerRequest(
-            name=claims.unique_label(claims.dns_label(container.name, fallback="container"), taken),
-            alternatives=alternatives,
-        )
-        requests.append(request)
-        converted.append((container, what, request))
-        entry: dict[str, Any] = {"container": container.name, "request": request.name}
-        if what in container.legacy:
-            entry["from"] = {what: container.legacy[what]}
-        if via:
-            entry["via"] = via
-        entry["to"] = [alt.label for alt in alternatives]
-        record.append(entry)
-    if not requests:
+        needs.append(_need(container, is_targeted, chain, rules, target, warnings))
+    if not needs:
         return Conversion(warnings=warnings)
-    if len(requests) > 32:
-        raise Denied(f"{len(requests)} containers need GPUs; a claim holds at most 32 requests")
-    devices = sum(min(alt.count for alt in r.alternatives) for r in requests)
-    if devices > MAX_CLAIM_DEVICES:
-        wanted = ", ".join(
-            f"{r.name}: {min(alt.count for alt in r.alternatives)}" for r in requests
+
+    plan = _plan(needs)
+    requests = plan.requests
+    if len(requests) > MAX_CLAIM_REQUESTS:
+        raise Denied(
+            f"the pod needs {len(requests)} requests in its claim ("
+            f"{', '.join(r.name for r in requests[:MAX_CLAIM_REQUESTS + 1])}...); a claim holds "
+            f"at most {MAX_CLAIM_REQUESTS}"
         )
+    devices = sum(r.alternatives[0].count for r in requests)
+    if devices > MAX_CLAIM_DEVICES:
+        wanted = ", ".join(f"{r.name}: {r.alternatives[0].count}" for r in requests)
         raise Denied(
             f"the pod needs {devices} devices ({wanted}); Kubernetes allocates at most "
             f"{MAX_CLAIM_DEVICES} devices to one claim, so it could never be scheduled"
         )
 
-    spec_out = claims.template_spec(requests, target)
-    name = _template_name(tuple(requests), target)
+    name = _template_name(requests, target, plan.nvlink_sets)
+    spec_out = claims.template_spec(requests, target, plan.nvlink_sets)
     template = claims.template_object(spec_out, namespace, name=name)
     ops: list[dict[str, Any]] = []
     changes: list[tuple[str, str]] = []
-    for container, what, request in converted:
+    record: list[dict[str, Any]] = []
+    for need in needs:
+        container = need.container
         resources = _dict(container.body.get("resources"))
         for section in ("requests", "limits"):
             values = _dict(resources.get(section))
@@ -198,14 +231,16 @@ def translate_pod(
                 ops.append(patch.remove([*container.path, "resources", section]))
                 continue
             ops.extend(patch.remove([*container.path, "resources", section, r]) for r in present)
-        ops.append(
-            patch.append(
+        names = plan.uses[id(need)]
+        ops.extend(
+            patch.extend(
                 pod,
                 [*container.path, "resources", "claims"],
-                {"name": claims.CLAIM_NAME, "request": request.name},
+                [{"name": claims.CLAIM_NAME, "request": n} for n in names],
             )
         )
-        changes.append((container.name, what))
+        changes.append((container.name, need.what))
+        record.append(_record_entry(need, names))
     ops.append(
         patch.append(
             pod,
@@ -226,8 +261,24 @@ def translate_pod(
         warnings=warnings,
         changes=changes,
         summary=summary,
-        requests=tuple(requests),
+        requests=requests,
     )
+
+
+def _record_entry(need: _Need, names: Sequence[str]) -> dict[str, Any]:
+    """The container's line in ``gpu-slicer.io/converted``."""
+    container = need.container
+    entry: dict[str, Any] = {"container": container.name}
+    if len(names) == 1:
+        entry["request"] = names[0]
+    else:
+        entry["requests"] = list(names)
+    if need.what in container.legacy:
+        entry["from"] = {need.what: container.legacy[need.what]}
+    if need.via:
+        entry["via"] = need.via
+    entry["to"] = [alt.label for alt in need.build(need.count, need.count > 1)]
+    return entry
 
 
 def audit_warnings(conversion: Conversion) -> list[str]:
@@ -416,12 +467,16 @@ def _annotation_chain(annotations: dict[str, Any], models: tuple[str, ...]) -> _
 
 
 @functools.lru_cache(maxsize=1024)
-def _template_name(requests: tuple[ContainerRequest, ...], target: TargetDriver) -> str:
+def _template_name(
+    requests: tuple[ContainerRequest, ...],
+    target: TargetDriver,
+    nvlink_sets: tuple[claims.NvlinkSet, ...],
+) -> str:
     """``claims.template_name`` of the spec these requests make, a pure function of them.
 
     Replicas of a workload make equal requests: their spec is hashed once, not once per pod.
     """
-    return claims.template_name(claims.template_spec(requests, target))
+    return claims.template_name(claims.template_spec(requests, target, nvlink_sets))
 
 
 def _valid_chain_entries(models: tuple[str, ...]) -> str:
@@ -431,6 +486,15 @@ def _valid_chain_entries(models: tuple[str, ...]) -> str:
 def _models_note(models: tuple[str, ...]) -> str:
     """Where the valid names come from, when the policy narrows the catalog."""
     return "" if models == ALL_MODELS else f" (policy gpuModels: {', '.join(models)})"
+
+
+def _suggest(names: Sequence[str], models: tuple[str, ...], *, whole_gpu: bool = False) -> str:
+    """The valid names nearest to mistyped ones, rather than the list of every profile."""
+    valid = ((WHOLE_GPU,) if whole_gpu else ()) + model_profiles(models)
+    where = "`gpu-slicer catalog`" + (
+        "" if models == ALL_MODELS else f" (models: {', '.join(models)})"
+    )
+    return did_you_mean(names, valid, where=where)
 
 
 def _not_offered(names: Sequence[str], models: tuple[str, ...]) -> str:
@@ -463,7 +527,7 @@ def _parse_profiles(raw: Any, models: tuple[str, ...]) -> list[str]:
     if unknown:
         raise Denied(
             f"annotation {ANNOTATION_PROFILES}: {_not_offered(unknown, models)}; "
-            f"{_valid_chain_entries(models)}"
+            f"{_suggest(unknown, models, whole_gpu=True)}"
         )
     if len(set(names)) != len(names):
         raise Denied(f"annotation {ANNOTATION_PROFILES}: {str(raw)!r} lists a profile twice")
@@ -538,34 +602,47 @@ def _larger_profiles(name: str, models: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for _m, _c, n in sorted(found)))
 
 
-def _alternatives(
+def _need(
     container: _Container,
     targeted: bool,
     chain: _Chain | None,
     rules: NamespaceRules,
     target: TargetDriver,
     warnings: list[str],
-) -> tuple[tuple[Alternative, ...], str, str | None]:
-    """The alternatives of one container, what is converted (a legacy resource name or
-    "annotation") and the annotation that chose the chain, if one did."""
+) -> _Need:
+    """What one container asks for: its count, the kind of device (and its chain), what is
+    converted (a legacy resource name or "annotation") and the annotation or policy that chose
+    the chain, if one did."""
     legacy_name, legacy_count = next(iter(container.legacy.items()), (None, 1))
     if targeted and chain is not None:
-        alts = tuple(_entry(p, legacy_count, memory) for p, memory in chain.entries)
-        return alts, legacy_name or CHANGE_ANNOTATION, chain.source
-    if legacy_name is None:
+        return _chain_need(
+            container, legacy_count, legacy_name or CHANGE_ANNOTATION, chain.source, chain.entries
+        )
+    if legacy_name is None or legacy_name == LEGACY_GPU:
         # Named by gpu-slicer.io/containers without any chain: what nvidia.com/gpu: 1 means here.
-        alts = _gpu_alternatives(1, rules, target, container, warnings)
-        return alts, CHANGE_ANNOTATION, ANNOTATION_CONTAINERS
-    if legacy_name == LEGACY_GPU:
-        alts = _gpu_alternatives(legacy_count, rules, target, container, warnings)
-        return alts, legacy_name, None
+        what, via = (
+            (legacy_name, None) if legacy_name else (CHANGE_ANNOTATION, ANNOTATION_CONTAINERS)
+        )
+        if rules.gpu is not None:
+            entries = tuple((n, None) for n in rules.gpu)
+            return _chain_need(container, legacy_count, what, via, entries)
+        if legacy_count > 1 and rules.nvlink != "none" and target.nvlink_attribute is None:
+            warnings.append(
+                _short(
+                    f"{container.name}: {legacy_count} GPUs without an NVLink constraint: target "
+                    f"{target.name} publishes no NVLink attribute"
+                )
+            )
+        full = full_gpu_profiles(rules.gpu_models) if rules.full_gpu_mig else ()
+        build = functools.partial(_gpu_chain, rules.nvlink, target.nvlink_attribute is not None,
+                                  full)
+        return _Need(container, legacy_count, what, via, ("gpu",), build)
     models = rules.gpu_models
     profile = _profile_of_resource(legacy_name[len(LEGACY_MIG_PREFIX) :], models)
     if profile not in model_profile_set(models):
         raise Denied(
             f"container {container.name!r}: {legacy_name}: no GPU model offers MIG profile "
-            f"{profile!r}{_models_note(models)}; valid profiles: "
-            f"{', '.join(model_profiles(models))}"
+            f"{profile!r}{_models_note(models)}; {_suggest([profile], models)}"
         )
     fallbacks = rules.mig_fallback.fallbacks_for(profile)
     if fallbacks is None:
@@ -573,7 +650,139 @@ def _alternatives(
         fallbacks = _larger_profiles(profile, models) if larger else ()
     names = [profile, *(f for f in fallbacks if f != profile)][:MAX_ALTERNATIVES]
     via = "policy migFallback" if len(names) > 1 else None
-    return tuple(_entry(n, legacy_count, None) for n in names), legacy_name, via
+    entries = tuple((n, None) for n in names)
+    return _chain_need(container, legacy_count, legacy_name, via, entries)
+
+
+def _chain_need(
+    container: _Container,
+    count: int,
+    what: str,
+    via: str | None,
+    entries: tuple[tuple[str, int | None], ...],
+) -> _Need:
+    """A need whose chain is a fixed list of profiles (or ``gpu``)."""
+    return _Need(
+        container, count, what, via, ("chain", entries), functools.partial(_chain, entries)
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _chain(
+    entries: tuple[tuple[str, int | None], ...], count: int, _several: bool
+) -> tuple[Alternative, ...]:
+    """A fixed chain for ``count`` devices (NVLink does not apply to it)."""
+    return tuple(_entry(p, count, memory) for p, memory in entries)
+
+
+@functools.lru_cache(maxsize=1024)
+def _gpu_chain(
+    nvlink: str, has_nvlink: bool, full: tuple[str, ...], count: int, several: bool
+) -> tuple[Alternative, ...]:
+    """Whole GPUs, then (``full``) MIG instances that span a GPU, for nodes in MIG mode.
+
+    When a container wants several devices and the target publishes NVLink domains, policy
+    ``nvlink`` prefer puts an NVLink-constrained twin before each (``gpu-nvlink, gpu,
+    gpu-mig-nvlink, gpu-mig``), strict keeps only the twins.
+    """
+    plain = [_whole_gpus(count, False)] + ([_full_gpu_migs(count, full, False)] if full else [])
+    if not several or nvlink == "none" or not has_nvlink:
+        return tuple(plain)
+    linked = [_whole_gpus(count, True)] + ([_full_gpu_migs(count, full, True)] if full else [])
+    if nvlink == "strict":
+        return tuple(linked)
+    return tuple(alt for pair in zip(linked, plain, strict=True) for alt in pair)
+
+
+@functools.lru_cache(maxsize=256)
+def _full_gpu_migs(count: int, full: tuple[str, ...], nvlink: bool) -> Alternative:
+    return Alternative(kind="mig", count=count, nvlink=nvlink, full_gpu=full)
+
+
+# --- init containers and sidecars ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    requests: tuple[ContainerRequest, ...]
+    uses: dict[int, tuple[str, ...]]
+    """id of each need -> the names of the requests its container references, in order."""
+    nvlink_sets: tuple[claims.NvlinkSet, ...]
+
+
+def layout(members: Sequence[tuple[bool, int]]) -> tuple[int, list[tuple[int, int]]]:
+    """Where each container's devices lie on a line of ``total`` devices of one kind.
+
+    ``members`` are (runs until the pod ends, count) in start order: init containers (plain or
+    sidecar) in declaration order, then app containers. The kubelet reserves, per resource,
+    ``max(max over plain init i of (count_i + sidecars declared before i), sidecars + apps)``;
+    this is that total, and the ranges realise it:
+
+    * sidecars and app containers all run at once: they get consecutive, disjoint ranges;
+    * a plain init container runs beside the sidecars declared before it and nothing else, so it
+      starts right after them (or at a later boundary of another container's range when its
+      end falls on one too, so that fewer requests are needed) and reuses what follows.
+    """
+    ranges: list[tuple[int, int] | None] = []
+    position = 0
+    pending: list[tuple[int, int, int]] = []
+    """Plain init containers: (index, sidecars before it, count)."""
+    for index, (runs, count) in enumerate(members):
+        if runs:
+            ranges.append((position, position + count))
+            position += count
+        else:
+            ranges.append(None)
+            pending.append((index, position, count))
+    total = max([position, *(before + count for _i, before, count in pending)])
+    edges = sorted({0, total, *(e for r in ranges if r for e in r)})
+    for index, before, count in pending:
+        start = next(
+            (e for e in edges if e >= before and e + count <= total and e + count in edges),
+            before,
+        )
+        ranges[index] = (start, start + count)
+    return total, [r for r in ranges if r is not None]
+
+
+def _plan(needs: Sequence[_Need]) -> _Plan:
+    """The claim's requests: containers that want the same kind of device share them as the
+    kubelet's device manager would (see :func:`layout`); every other container gets its own."""
+    groups: dict[tuple[Any, ...], list[_Need]] = {}
+    for need in needs:
+        groups.setdefault(need.key, []).append(need)
+    order = {id(n): i for i, n in enumerate(needs)}
+    segments: list[tuple[int, int, list[_Need], _Need, int]] = []
+    """(owner's position in the pod, start, members covering it, owner, size)."""
+    for members in groups.values():
+        _total, ranges = layout([(m.container.long_running, m.count) for m in members])
+        edges = sorted({e for r in ranges for e in r})
+        for start, end in zip(edges, edges[1:], strict=False):
+            covering = [m for m, (a, b) in zip(members, ranges, strict=True) if a <= start < b]
+            if not covering:
+                continue
+            owner = next((m for m in covering if m.container.long_running), covering[0])
+            segments.append((order[id(owner)], start, covering, owner, end - start))
+    segments.sort(key=lambda s: (s[0], s[1]))
+    taken: set[str] = set()
+    requests: list[ContainerRequest] = []
+    uses: dict[int, list[str]] = {id(n): [] for n in needs}
+    for _pos, _start, covering, owner, size in segments:
+        name = claims.unique_label(
+            claims.dns_label(owner.container.name, fallback="container"), taken
+        )
+        several = any(m.count > 1 for m in covering)
+        requests.append(ContainerRequest(name=name, alternatives=owner.build(size, several)))
+        for member in covering:
+            uses[id(member)].append(name)
+    nvlink_sets = tuple(
+        dict.fromkeys(tuple(uses[id(n)]) for n in needs if n.count > 1)
+    )
+    return _Plan(
+        requests=tuple(requests),
+        uses={k: tuple(v) for k, v in uses.items()},
+        nvlink_sets=nvlink_sets,
+    )
 
 
 def _profile_of_resource(token: str, models: tuple[str, ...]) -> str:
@@ -605,28 +814,3 @@ def _entry(name: str, count: int, min_memory: int | None) -> Alternative:
 @functools.lru_cache(maxsize=256)
 def _whole_gpus(count: int, nvlink: bool) -> Alternative:
     return Alternative(kind="gpu", count=count, nvlink=nvlink)
-
-
-def _gpu_alternatives(
-    count: int,
-    rules: NamespaceRules,
-    target: TargetDriver,
-    container: _Container,
-    warnings: list[str],
-) -> tuple[Alternative, ...]:
-    if rules.gpu is not None:
-        return tuple(_entry(n, count, None) for n in rules.gpu)
-    if count == 1 or rules.nvlink == "none":
-        return (_whole_gpus(count, False),)
-    if target.nvlink_attribute is None:
-        warnings.append(
-            _short(
-                f"{container.name}: {count} GPUs without an NVLink constraint: target "
-                f"{target.name} publishes no NVLink attribute"
-            )
-        )
-        return (_whole_gpus(count, False),)
-    nvlink = _whole_gpus(count, True)
-    if rules.nvlink == "strict":
-        return (nvlink,)
-    return (nvlink, _whole_gpus(count, False))

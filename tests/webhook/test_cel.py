@@ -154,11 +154,27 @@ def test_a_whole_gpu_request_selects_only_whole_gpus(
     devices: dict[str, list[Device]], policy: Policy
 ) -> None:
     pod = build_pod(container(limits={"nvidia.com/gpu": 1}))
-    (exact,) = alternatives(converted_template(pod, policy))
+    whole, full = alternatives(converted_template(pod, policy))
     ours = devices["gpu-slicer"]
-    found = chosen(exact, ours, GPU_SLICER)
+    found = chosen(whole, ours, GPU_SLICER)
     assert found
     assert all(profile_of(d, GPU_SLICER) is None for d in ours if name_of(d) in found)
+    # then, on GPUs in MIG mode (no whole-GPU device), the instance that spans the GPU
+    migs = [d.attributes[GPU_SLICER.domain] for d in ours if profile_of(d, GPU_SLICER)]
+    widest: dict[str, int] = {}
+    for attrs in migs:
+        parent = str(attrs["parentUUID"])
+        widest[parent] = max(widest.get(parent, 0), int(attrs["placementSize"]))
+    spanning = {
+        name_of(d)
+        for d in ours
+        if profile_of(d, GPU_SLICER) is not None
+        and not str(profile_of(d, GPU_SLICER)).endswith("+me")
+        and d.attributes[GPU_SLICER.domain]["placementSize"]
+        == widest[str(d.attributes[GPU_SLICER.domain]["parentUUID"])]
+    }
+    assert chosen(full, ours, GPU_SLICER) == spanning
+    assert profiles(spanning, ours, GPU_SLICER) >= {"7g.80gb", "7g.40gb", "4g.24gb"}
 
 
 # 9800Mi, 19712Mi and 39000Mi fall between the memory of one profile name on two models

@@ -10,7 +10,14 @@ import pytest
 from cli.main import main
 from slicer import catalog
 from webhook.errors import PolicyError
-from webhook.policy import Policy, load_policy, load_policy_file
+from webhook.policy import (
+    ALL_MODELS,
+    Policy,
+    full_gpu_profiles,
+    is_full_gpu_profile,
+    load_policy,
+    load_policy_file,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "webhook" / "policy.example.yaml"
 
@@ -55,7 +62,13 @@ def test_an_unknown_profile_is_reported_with_its_key_path() -> None:
     found = problems_of("namespaces:\n  embeddings:\n    gpu: [1g.10gb, 9g.1tb]\n")
     assert len(found) == 1
     assert found[0].startswith("namespaces.embeddings.gpu[1]: unknown profile '9g.1tb'")
-    assert "1g.10gb" in found[0]
+    # nothing is close to 9g.1tb: the catalog command, not a list of every profile
+    assert "gpu-slicer catalog lists them" in found[0] and "1g.10gb" not in found[0]
+
+
+def test_a_mistyped_profile_gets_the_nearest_names() -> None:
+    (problem,) = problems_of("namespaces: {embeddings: {gpu: [2g.20g]}}")
+    assert problem.endswith("unknown profile '2g.20g'; did you mean '2g.20gb'?")
 
 
 @pytest.mark.parametrize(
@@ -188,8 +201,42 @@ def test_bad_gpu_models_are_refused_naming_the_key_and_the_known_models(
 ) -> None:
     (problem,) = problems_of(text)
     assert problem.startswith(start)
-    if "unknown" in start or "non-empty" in start:
+    if "non-empty" in start:
         assert "known models: " in problem and "A100-80GB" in problem and "B200-180GB" in problem
+    elif "unknown" in start:  # nothing close: the models are few enough to list
+        assert "valid: " in problem and "A100-80GB" in problem and "B200-180GB" in problem
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("A100-80", "'A100-80GB'"), ("h200-141", "'H200-141GB'"), ("H100-80G", "'H100-80GB'")],
+)
+def test_a_mistyped_gpu_model_gets_the_nearest_names(typo: str, meant: str) -> None:
+    (problem,) = problems_of(f"gpuModels: [{typo}]")
+    assert f"did you mean {meant}" in problem
+    assert "A30-24GB" not in problem
+
+
+def test_full_gpu_mig_is_on_by_default_and_a_flag_per_cluster_and_namespace() -> None:
+    policy = load_policy("fullGpuMig: false\nnamespaces: {a100: {fullGpuMig: true}, ml: {}}")
+    assert Policy.default().full_gpu_mig
+    assert not policy.for_namespace("other").full_gpu_mig
+    assert not policy.for_namespace("ml").full_gpu_mig
+    assert policy.for_namespace("a100").full_gpu_mig
+    assert problems_of("fullGpuMig: 0") == ["fullGpuMig: must be true or false, not 0"]
+
+
+def test_every_full_gpu_profile_spans_every_model_that_has_it() -> None:
+    """The full-GPU alternative selects by profile name alone: that is only right while no
+    model offers one of these names as a smaller instance."""
+    full = set(full_gpu_profiles(ALL_MODELS))
+    assert {"7g.80gb", "7g.40gb", "4g.24gb"} <= full
+    for model in catalog.MODELS:
+        spanning = [p.name for p in model.profiles if is_full_gpu_profile(model, p)]
+        assert len(spanning) == 1, model.key
+        for profile in model.profiles:
+            if profile.name in full:
+                assert is_full_gpu_profile(model, profile), (model.key, profile.name)
 
 
 def test_policy_profiles_no_listed_model_offers_are_refused_with_the_valid_ones() -> None:
@@ -201,7 +248,7 @@ def test_policy_profiles_no_listed_model_offers_are_refused_with_the_valid_ones(
     assert found[0].startswith(
         "migFallback.explicit.1g.10gb[0]: profile '1g.18gb' is not offered by gpuModels"
     )
-    assert "valid profiles: 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb" in found[0]
+    assert found[0].endswith("did you mean '1g.10gb'?")
     assert any(
         p.startswith("namespaces.ml.gpu[1]: profile '1g.10gb' is not offered by "
                      "namespaces.ml.gpuModels (H200-141GB)")

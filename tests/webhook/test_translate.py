@@ -16,7 +16,7 @@ from webhook_cases import Pod, apply, build_pod, container, validate
 
 from webhook import claims
 from webhook.errors import Denied
-from webhook.policy import Policy, load_policy
+from webhook.policy import ALL_MODELS, Policy, full_gpu_profiles, load_policy
 from webhook.translate import (
     ANNOTATION_CONVERTED,
     Conversion,
@@ -26,6 +26,9 @@ from webhook.translate import (
 )
 
 Translate = Callable[..., Conversion]
+
+FULL = "|".join(full_gpu_profiles(ALL_MODELS))
+"""What ``chain`` shows for the alternative of MIG instances that span a GPU, every model."""
 
 
 def requests_of(conversion: Conversion) -> list[dict[str, Any]]:
@@ -44,9 +47,13 @@ def chain(request: dict[str, Any]) -> list[tuple[str, int, str]]:
     out = []
     for alt in alts:
         expression = alt.get("selectors", [{"cel": {"expression": ""}}])[0]["cel"]["expression"]
-        profile = (
-            expression.split(".profile == ")[1].split('"')[1] if ".profile ==" in expression else ""
-        )
+        if ".profile in [" in expression:
+            listed = expression.split(".profile in [")[1].split("]")[0]
+            profile = "|".join(p.strip().strip('"') for p in listed.split(","))
+        elif ".profile ==" in expression:
+            profile = expression.split(".profile == ")[1].split('"')[1]
+        else:
+            profile = ""
         out.append((alt["deviceClassName"], alt["count"], profile))
     return out
 
@@ -68,7 +75,9 @@ def test_one_gpu_becomes_one_whole_gpu_request(translate: Translate) -> None:
     conversion = translate(build_pod(container(limits={"nvidia.com/gpu": 1})))
     (request,) = requests_of(conversion)
     assert request["name"] == "main"
-    assert chain(request) == [("gpu.gpu-slicer.io", 1, "")]
+    # then the MIG instance that spans a GPU, for nodes whose GPUs run in MIG mode
+    assert chain(request) == [("gpu.gpu-slicer.io", 1, ""), ("mig.gpu-slicer.io", 1, FULL)]
+    assert [s["name"] for s in request["firstAvailable"]] == ["gpu", "gpu-mig"]
     assert constraints_of(conversion) == []
     assert conversion.changes == [("main", "nvidia.com/gpu")]
 
@@ -76,11 +85,21 @@ def test_one_gpu_becomes_one_whole_gpu_request(translate: Translate) -> None:
 def test_several_gpus_try_an_nvlink_domain_first_then_any(translate: Translate) -> None:
     conversion = translate(build_pod(container(limits={"nvidia.com/gpu": "4"})))
     (request,) = requests_of(conversion)
-    assert [s["name"] for s in request["firstAvailable"]] == ["gpu-nvlink", "gpu"]
-    assert chain(request) == [("gpu.gpu-slicer.io", 4, ""), ("gpu.gpu-slicer.io", 4, "")]
-    # the constraint names the subrequest, so the plain fallback stays unconstrained
+    assert [s["name"] for s in request["firstAvailable"]] == [
+        "gpu-nvlink", "gpu", "gpu-mig-nvlink", "gpu-mig"
+    ]
+    assert chain(request) == [
+        ("gpu.gpu-slicer.io", 4, ""),
+        ("gpu.gpu-slicer.io", 4, ""),
+        ("mig.gpu-slicer.io", 4, FULL),
+        ("mig.gpu-slicer.io", 4, FULL),
+    ]
+    # the constraint names the NVLink subrequests, so the plain fallbacks stay unconstrained
     assert constraints_of(conversion) == [
-        {"requests": ["main/gpu-nvlink"], "matchAttribute": "gpu-slicer.io/nvlinkDomain"}
+        {
+            "requests": ["main/gpu-nvlink", "main/gpu-mig-nvlink"],
+            "matchAttribute": "gpu-slicer.io/nvlinkDomain",
+        }
     ]
 
 
@@ -95,13 +114,13 @@ def test_the_structured_requests_mirror_the_template(translate: Translate) -> No
         [(a.kind, a.count, a.profile or "", a.nvlink) for a in r.alternatives]
         for r in conversion.requests
     ] == [
-        [("gpu", 2, "", True), ("gpu", 2, "", False)],
+        [("gpu", 2, "", True), ("gpu", 2, "", False), ("mig", 2, "", True), ("mig", 2, "", False)],
         [("mig", 1, "1g.10gb", False)],
     ]
 
 
 def test_strict_nvlink_asks_only_for_connected_gpus() -> None:
-    policy = load_policy("nvlink: strict")
+    policy = load_policy("nvlink: strict\nfullGpuMig: false")
     conversion = translate_pod(
         build_pod(container(limits={"nvidia.com/gpu": 2})), namespace="ml", policy=policy
     )
@@ -118,7 +137,7 @@ def test_nvlink_none_asks_for_any_gpus() -> None:
         build_pod(container(limits={"nvidia.com/gpu": 2})), namespace="ml", policy=policy
     )
     (request,) = requests_of(conversion)
-    assert chain(request) == [("gpu.gpu-slicer.io", 2, "")]
+    assert chain(request) == [("gpu.gpu-slicer.io", 2, ""), ("mig.gpu-slicer.io", 2, FULL)]
     assert constraints_of(conversion) == []
 
 
@@ -128,7 +147,7 @@ def test_the_nvidia_target_uses_nvidia_classes_and_warns_that_nvlink_is_not_expr
         build_pod(container(limits={"nvidia.com/gpu": 2})), namespace="ml", policy=policy
     )
     (request,) = requests_of(conversion)
-    assert chain(request) == [("gpu.nvidia.com", 2, "")]
+    assert chain(request) == [("gpu.nvidia.com", 2, ""), ("mig.nvidia.com", 2, FULL)]
     assert constraints_of(conversion) == []
     assert any("NVLink" in w for w in conversion.warnings)
 
@@ -179,7 +198,10 @@ def test_explicit_mig_fallbacks_win_over_the_mode() -> None:
 def test_an_unknown_mig_profile_is_denied_with_the_valid_ones(translate: Translate) -> None:
     message = denied(translate, build_pod(container(limits={"nvidia.com/mig-9g.1tb": 1})))
     assert "9g.1tb" in message
-    assert "1g.10gb" in message and "7g.80gb" in message
+    assert "`gpu-slicer catalog`" in message and "1g.10gb" not in message
+    typo = denied(translate, build_pod(container(limits={"nvidia.com/mig-1g.10g": 1})))
+    assert "did you mean '1g.10gb'" in typo
+    assert "7g.80gb" not in typo
 
 
 # --- requests, limits and counts ----------------------------------------------------------
@@ -346,8 +368,9 @@ def test_a_profile_no_policy_gpu_model_offers_is_denied_with_the_valid_ones(pod:
         translate_pod(pod, namespace="ml", policy=H100_A100)
     message = info.value.message
     assert "'1g.18gb'" in message and "A100-80GB, H100-80GB" in message
-    assert "1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb" in message
-    assert "1g.12gb" not in message
+    # the nearest of the models' own profiles, not every profile of the catalog
+    assert "did you mean '1g.10gb'" in message or "did you mean '1g.20gb'" in message
+    assert "1g.12gb" not in message and "3g.40gb" not in message
 
 
 def test_a_memory_beyond_the_policy_gpu_models_names_their_largest_profile() -> None:
@@ -434,7 +457,9 @@ def test_a_namespace_can_right_size_whole_gpus(embeddings_policy: Policy) -> Non
         ("mig.gpu-slicer.io", 1, "3g.40gb"),
     ]
     other = translate_pod(pod, namespace="ml", policy=embeddings_policy)
-    assert chain(requests_of(other)[0]) == [("gpu.gpu-slicer.io", 1, "")]
+    assert chain(requests_of(other)[0]) == [
+        ("gpu.gpu-slicer.io", 1, ""), ("mig.gpu-slicer.io", 1, FULL)
+    ]
 
 
 def test_defer_leaves_names_a_device_class_serves_to_the_scheduler(translate: Translate) -> None:
@@ -546,8 +571,12 @@ def test_init_containers_and_native_sidecars_are_converted_and_keep_their_fields
     setup = container("setup", requests={"nvidia.com/gpu": 1})
     pod = build_pod(container("app", limits={"nvidia.com/gpu": 1}), init=[setup, sidecar])
     conversion = translate(pod)
-    assert [r["name"] for r in requests_of(conversion)] == ["setup", "proxy", "app"]
+    # setup's GPU is the one app uses after it (docs/translation.md: init containers)
+    assert [r["name"] for r in requests_of(conversion)] == ["proxy", "app"]
     patched = apply(pod, conversion)
+    assert patched["spec"]["initContainers"][0]["resources"] == {
+        "claims": [{"name": "gpu-slicer", "request": "app"}]
+    }
     proxy = patched["spec"]["initContainers"][1]
     assert proxy["restartPolicy"] == "Always"
     assert proxy["startupProbe"] == {"exec": {"command": ["true"]}}
