@@ -766,15 +766,17 @@ def _plan(needs: Sequence[_Need]) -> _Plan:
     segments.sort(key=lambda s: (s[0], s[1]))
     taken: set[str] = set()
     requests: list[ContainerRequest] = []
-    uses: dict[int, list[str]] = {id(n): [] for n in needs}
-    for _pos, _start, covering, owner, size in segments:
+    placed: dict[int, list[tuple[int, str]]] = {id(n): [] for n in needs}
+    for _pos, start, covering, owner, size in segments:
         name = claims.unique_label(
             claims.dns_label(owner.container.name, fallback="container"), taken
         )
         several = any(m.count > 1 for m in covering)
         requests.append(ContainerRequest(name=name, alternatives=owner.build(size, several)))
         for member in covering:
-            uses[id(member)].append(name)
+            placed[id(member)].append((start, name))
+    # A container lists its requests in the order its devices lie on the line.
+    uses = {k: [name for _start, name in sorted(v)] for k, v in placed.items()}
     nvlink_sets = tuple(
         dict.fromkeys(tuple(uses[id(n)]) for n in needs if n.count > 1)
     )
