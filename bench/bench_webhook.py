@@ -17,8 +17,10 @@ the figure of the goal "the converted-pod path costs at most 1.25x a bare no-op 
 
 Then two paced, open-loop runs of (a) at ``--rate`` requests/s (latency counted from when each
 request was due): one alone, one while ``--stalled`` connections are held open by an attacker
-that reconnects whenever the server closes one (a third idle right after TCP connect, a third
-idle after the TLS handshake, a third with headers and part of a body). Each paced run has
+in another process that reconnects whenever the server closes one (a third idle right after TCP
+connect, a third idle after the TLS handshake, a third with headers and part of a body; first
+opened spread over 3 s, so their reopenings after each read deadline spread out too). Each
+paced run has
 ``--paced-requests`` samples, so its p99 rests on that many / 100 samples above it.
 
 Clients use keep-alive connections (http.client) from ``--clients`` threads; request counts are
@@ -283,18 +285,14 @@ def paced(label: str, port: int, context: ssl.SSLContext, path: str, pod: dict[s
 # ----------------------------------------------------------------------------- server CPU
 
 
-def server_cpu_seconds(master: int) -> float:
-    """User + system CPU of gunicorn's master and workers, from /proc (Linux; 0 elsewhere).
-
-    Unlike throughput, CPU time per request hardly moves when other processes load the machine,
-    so its ratios are the steadier figure on a shared host.
-    """
-    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    total = 0
+def process_stats(master: int) -> dict[int, list[str]]:
+    """/proc/<pid>/stat fields (after the name) of ``master`` and its children: gunicorn's master
+    and workers (Linux; empty elsewhere)."""
+    found: dict[int, list[str]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return 0.0
+        return found
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -303,10 +301,20 @@ def server_cpu_seconds(master: int) -> float:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        pid, ppid = int(entry), int(fields[1])
-        if pid == master or ppid == master:
-            total += int(fields[11]) + int(fields[12])
-    return total / ticks
+        if int(entry) == master or int(fields[1]) == master:
+            found[int(entry)] = fields
+    return found
+
+
+def server_cpu_seconds(master: int) -> float:
+    """User + system CPU of gunicorn's master and workers, from /proc (Linux; 0 elsewhere).
+
+    Unlike throughput, CPU time per request hardly moves when other processes load the machine,
+    so its ratios are the steadier figure on a shared host.
+    """
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    stats = process_stats(master).values()
+    return sum(int(fields[11]) + int(fields[12]) for fields in stats) / ticks
 
 
 # ----------------------------------------------------------------------------- main
@@ -368,64 +376,74 @@ def _row(f: Figures) -> str:
             f"{f.pct(99) * 1000:>8.2f} {cpu} {f.errors:>6}")
 
 
+def _stall(port: int, cafile: str, kind: int, delay: float, opened: Any, refused: Any) -> None:
+    """One stalled connection, reopened as soon as the server closes it (in the attacker's
+    process: its threads block on recv, so they cost the measuring client nothing). The first
+    open waits ``delay``: staggered, the reopenings spread out instead of arriving together."""
+    context = ssl.create_default_context(cafile=cafile)
+    time.sleep(delay)
+    while True:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+            if kind >= 1:
+                sock = context.wrap_socket(sock, server_hostname="127.0.0.1")
+            if kind == 2:
+                sock.sendall(b"POST /mutate-pods HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: 100000\r\n"
+                             b'\r\n{"apiVersion": "admission.k8s.io/v1", ')
+        except OSError:
+            with refused.get_lock():
+                refused.value += 1
+            time.sleep(0.1)
+            continue
+        with opened.get_lock():
+            opened.value += 1
+        try:
+            while sock.recv(4096):
+                pass  # closed by the server's read deadline: reopen
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+
+def _attacker(port: int, cafile: str, count: int, opened: Any, refused: Any) -> None:
+    spread_s = 3.0  # the server's default read deadline
+    threads = [threading.Thread(target=_stall, daemon=True,
+                                args=(port, cafile, i % 3, i * spread_s / count, opened, refused))
+               for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 class Stalling:
-    """``count`` stalled connections held open: each is reopened as soon as the server closes it
-    (an attacker that keeps trying). Kinds rotate: idle after TCP connect, idle after the TLS
-    handshake, headers announcing a body and only part of it."""
+    """``count`` stalled connections held open by another process, each reopened as soon as the
+    server closes it (an attacker that keeps trying). Kinds rotate: idle after TCP connect, idle
+    after the TLS handshake, headers announcing a body and only part of it."""
 
-    def __init__(self, port: int, context: ssl.SSLContext, count: int) -> None:
-        self.port, self.context, self.count = port, context, count
-        self.stop = threading.Event()
-        self.opened = 0
-        self.refused = 0
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._hold, args=(i % 3,), daemon=True)
-                         for i in range(count)]
+    def __init__(self, port: int, cafile: Path, count: int) -> None:
+        import multiprocessing
 
-    def _open(self, kind: int) -> socket.socket:
-        sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
-        if kind >= 1:
-            sock = self.context.wrap_socket(sock, server_hostname="127.0.0.1")
-        if kind == 2:
-            sock.sendall(b"POST /mutate-pods HTTP/1.1\r\nHost: x\r\n"
-                         b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
-                         b'{"apiVersion": "admission.k8s.io/v1", ')
-        return sock
-
-    def _hold(self, kind: int) -> None:
-        while not self.stop.is_set():
-            try:
-                sock = self._open(kind)
-            except OSError:
-                with self._lock:
-                    self.refused += 1
-                time.sleep(0.1)
-                continue
-            with self._lock:
-                self.opened += 1
-            sock.settimeout(0.5)
-            try:
-                while not self.stop.is_set():
-                    try:
-                        if not sock.recv(4096):
-                            break  # closed by the server's read deadline: reopen
-                    except TimeoutError:
-                        continue
-            except OSError:
-                pass
-            finally:
-                sock.close()
+        context = multiprocessing.get_context("spawn")
+        self._opened = context.Value("i", 0)
+        self._refused = context.Value("i", 0)
+        self._process = context.Process(
+            target=_attacker, args=(port, str(cafile), count, self._opened, self._refused),
+            daemon=True,
+        )
+        self.opened = self.refused = 0
 
     def __enter__(self) -> Stalling:
-        for thread in self._threads:
-            thread.start()
-        time.sleep(1.0)  # let them connect before the measurement
+        self._process.start()
+        time.sleep(4.0)  # let them all connect before the measurement
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self.stop.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        self.opened, self.refused = self._opened.value, self._refused.value
+        self._process.terminate()
+        self._process.join(timeout=10)
 
 
 def _spread(values: list[float]) -> str:
@@ -479,7 +497,7 @@ def main() -> int:
             }
             p = paced(f"(a) paced {args.rate:.0f}/s", port, context, "/mutate-pods", CONVERTED,
                       args.paced_requests, args.rate)
-            with Stalling(port, context, args.stalled) as stalling:
+            with Stalling(port, cert, args.stalled) as stalling:
                 ps = paced(f"(a) paced, {args.stalled} stalled", port, context, "/mutate-pods",
                            CONVERTED, args.paced_requests, args.rate)
                 time.sleep(0.5)
@@ -487,7 +505,9 @@ def main() -> int:
             process.terminate()
             process.wait(timeout=30)
 
-    print(f"gunicorn + webhook.worker (gevent, read deadline), {args.workers} workers, TLS on "
+    overrides = os.environ.get("GUNICORN_CMD_ARGS")  # e.g. "--worker-class gthread --threads 4"
+    server = f"gunicorn {overrides}" if overrides else "gunicorn + webhook.worker (gevent)"
+    print(f"{server}, {args.workers} workers, TLS on "
           f"loopback; {args.clients} keep-alive client threads; {os.cpu_count()} CPUs shared by "
           f"both; {args.rounds} rounds of {args.requests // args.rounds} requests per kind")
     print(f"{'kind':<30} {'requests':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "

@@ -25,23 +25,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_webhook import CONVERTED, Client, _start_server, review  # noqa: E402
+from bench.bench_webhook import (  # noqa: E402
+    CONVERTED,
+    Client,
+    _start_server,
+    process_stats,
+    review,
+)
 
 
 def worker_rss_mib(master: int) -> float:
-    """The largest VmRSS among the master's children (the workers), in MiB."""
-    largest = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{entry}/status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if int(fields.get("PPid", "0").strip()) == master and "VmRSS" in fields:
-            largest = max(largest, int(fields["VmRSS"].split()[0]))
-    return largest / 1024
+    """The largest resident set among the master's children (the workers), in MiB."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    pages = [int(fields[21]) for pid, fields in process_stats(master).items() if pid != master]
+    return max(pages, default=0) * page / 2**20
 
 
 def main() -> int:

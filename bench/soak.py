@@ -44,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_webhook import CONVERTED, _start_server, review  # noqa: E402
+from bench.bench_webhook import CONVERTED, _start_server, process_stats, review  # noqa: E402
 
 NODE = "soak-node"
 
@@ -72,16 +72,7 @@ class Figures:
 
 
 def _workers(master: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == master:
-                found.append(int(entry))
-    return found
+    return [pid for pid in process_stats(master) if pid != master]
 
 
 class Admissions:
