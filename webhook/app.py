@@ -107,6 +107,8 @@ def mutate_pods() -> Response:
     metrics.requests.labels(outcome=result.outcome, mode=result.mode).inc()
     for _container, resource in result.changes:
         metrics.conversions.labels(resource=resource, mode=result.mode).inc()
+    for _container, resource in result.deferred:
+        metrics.deferred.labels(resource=resource, mode=result.mode).inc()
     reply = _json(200, result.body)
     metrics.latency.observe(time.perf_counter() - started)
     return reply

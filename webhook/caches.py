@@ -25,6 +25,7 @@ from typing import Generic, Literal, Protocol, TypeVar
 from kube.api import KubeApi, Obj
 from kube.errors import ApiError, KubeError, NotFound
 from webhook.errors import WebhookError
+from webhook.extended import ExtendedClass, extended_class
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class NamespaceModeSource(Protocol):
 
 class ExtendedNameSource(Protocol):
     def names(self) -> frozenset[str]: ...
+
+    def classes(self) -> tuple[ExtendedClass, ...]: ...
 
     @property
     def synced(self) -> bool: ...
@@ -276,20 +279,35 @@ class ExtendedResourceNames:
     DeviceClass serves anything, so the cache counts as synced and empty and looks again later.
     """
 
-    def __init__(self, api: KubeApi, *, watch_timeout_s: float = 240.0) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        watch_timeout_s: float = 240.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self._names: frozenset[str] = frozenset()
-        self.cache: WatchCache[str | None] = WatchCache(
+        self._classes: tuple[ExtendedClass, ...] = ()
+        self._on_change = on_change
+        self.cache: WatchCache[ExtendedClass | None] = WatchCache(
             api,
             "resource.k8s.io/v1",
             "DeviceClass",
-            _extended_name,
+            extended_class,
             watch_timeout_s=watch_timeout_s,
             on_change=self._recompute,
             absent_ok=True,
         )
 
     def _recompute(self) -> None:
-        self._names = frozenset(v for v in self.cache.values() if v)
+        self._classes = tuple(v for v in self.cache.values() if v)
+        self._names = frozenset(c.resource for c in self._classes)
+        if self._on_change is not None:
+            self._on_change()
+
+    def classes(self) -> tuple[ExtendedClass, ...]:
+        """Every DeviceClass that claims an extended resource (for the report)."""
+        return self._classes
 
     @property
     def synced(self) -> bool:
@@ -305,12 +323,6 @@ class ExtendedResourceNames:
         self.cache.stop()
 
 
-def _extended_name(device_class: Obj) -> str | None:
-    spec = device_class.get("spec")
-    value = spec.get("extendedResourceName") if isinstance(spec, dict) else None
-    return value if isinstance(value, str) and value else None
-
-
 class StaticNamespaceModes:
     """Every namespace in one mode: ``--dev`` has no cluster to read labels from."""
 
@@ -323,9 +335,13 @@ class StaticNamespaceModes:
 
 
 class StaticExtendedNames:
-    def __init__(self, names: frozenset[str] = frozenset()) -> None:
-        self._names = names
+    def __init__(self, classes: tuple[ExtendedClass, ...] = ()) -> None:
+        self._classes = classes
+        self._names = frozenset(c.resource for c in classes)
         self.synced = True
 
     def names(self) -> frozenset[str]:
         return self._names
+
+    def classes(self) -> tuple[ExtendedClass, ...]:
+        return self._classes

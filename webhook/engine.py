@@ -28,7 +28,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, NotRequired, TypedDict
 
 from webhook.caches import Mode
@@ -81,6 +81,9 @@ class ReviewResult:
     outcome: Outcome
     mode: Mode | Literal["n/a"]
     changes: tuple[tuple[str, str], ...] = ()
+    deferred: tuple[tuple[str, str], ...] = ()
+    """(container, resource) a DeviceClass serves, left to the scheduler (nativeExtendedResources
+    defer); counted in metrics, since such pods are otherwise admitted without a trace."""
 
     @property
     def response(self) -> AdmissionResponse:
@@ -328,8 +331,12 @@ def review(
             return _audit_denial(uid, exc.message)
         return ReviewResult(denied(uid, exc.message), "denied", mode)
     if mode == "audit":
-        return _audit_result(uid, conversion)
-    return _enabled_result(uid, pod_req, conversion, ensure_templates)
+        result = _audit_result(uid, conversion)
+    else:
+        result = _enabled_result(uid, pod_req, conversion, ensure_templates)
+    if conversion.deferred:
+        result = replace(result, deferred=conversion.deferred)
+    return result
 
 
 def _audit_result(uid: str, conversion: Conversion) -> ReviewResult:

@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import generate_latest as _generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -105,6 +105,22 @@ class Metrics:
             "ResourceClaimTemplate operations by action (created, existed, refreshed, reported, "
             "deleted, failed).",
             ["action"],
+            registry=self.registry,
+        )
+        self.extended_classes = Gauge(
+            "gpu_slicer_webhook_extended_resource_classes",
+            "1 per extended resource a DeviceClass claims (KEP-5004): the class the scheduler "
+            "serves it from and how the webhook handles such pods (defer, convert, "
+            "not-a-gpu-resource); 0 once that no longer holds.",
+            ["resource", "device_class", "handling"],
+            multiprocess_mode="livemax",
+            registry=self.registry,
+        )
+        self.deferred = Counter(
+            "gpu_slicer_webhook_deferred",
+            "Legacy requests left unconverted because a DeviceClass serves them "
+            "(nativeExtendedResources: defer), by resource and namespace mode.",
+            ["resource", "mode"],
             registry=self.registry,
         )
         self.policy_reloads = Counter(

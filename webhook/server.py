@@ -30,6 +30,7 @@ from webhook.caches import (
 )
 from webhook.config import ConfigError, ServerConfig
 from webhook.engine import AdmissionEngine, ReviewResult
+from webhook.extended import Reporter
 from webhook.policy import Policy, load_policy_file
 from webhook.policy_reload import PolicyStore
 from webhook.templates import (
@@ -112,11 +113,21 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
     from webhook.metrics import Metrics  # imported late: after PROMETHEUS_MULTIPROC_DIR is set
 
     metrics = Metrics(certificate=config.tls_cert)
-    store = PolicyStore(
-        config.policy,
-        check_interval_s=config.policy_check_s,
-        on_reload=lambda result: metrics.policy_reloads.labels(result=result).inc(),
-    )
+    reporter = Reporter(metrics)
+    sources: list[ExtendedResourceNames | StaticExtendedNames] = []
+
+    def report_extended(reason: str, *, force: bool = False) -> None:
+        """Which DeviceClasses claim which extended resources, and what that makes the webhook
+        do (webhook.extended): at start-up, on every policy reload, when the classes change."""
+        if sources and store.loaded and sources[0].synced:
+            reporter.update(store.current(), sources[0].classes(), reason=reason, force=force)
+
+    def reloaded(result: str) -> None:
+        metrics.policy_reloads.labels(result=result).inc()
+        if result == "loaded":
+            report_extended("policy reloaded", force=True)
+
+    store = PolicyStore(config.policy, check_interval_s=config.policy_check_s, on_reload=reloaded)
     store.start()
 
     def gc_after() -> int:
@@ -132,6 +143,8 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
     if config.dev and api is None:
         modes = StaticNamespaceModes(config.effective_namespace_mode)
         native = StaticExtendedNames()
+        sources.append(native)
+        report_extended("start-up", force=True)
         templates = ReportingTemplates(on_action=count)
     else:
         if api is None:
@@ -139,7 +152,10 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
 
             api = RealKubeApi.from_config(config.kubeconfig)
         modes = NamespaceModes(api)
-        native = ExtendedResourceNames(api)
+        native = ExtendedResourceNames(
+            api, on_change=lambda: report_extended("DeviceClasses listed or changed")
+        )
+        sources.append(native)
         modes.start()
         native.start()
         stoppers += [modes.stop, native.stop]

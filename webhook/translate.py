@@ -73,6 +73,9 @@ class Conversion:
     warnings: list[str] = field(default_factory=list)
     changes: list[tuple[str, str]] = field(default_factory=list)
     summary: str = "nothing to convert"
+    deferred: tuple[tuple[str, str], ...] = ()
+    """(container, legacy resource) left unconverted because a DeviceClass serves the resource
+    and the policy defers to it (counted in metrics)."""
     requests: tuple[ContainerRequest, ...] = ()
     """The claim's requests with their alternatives in preference order, for tools that reason
     about the chains (the simulator's baselines) without re-reading the template."""
@@ -193,8 +196,9 @@ def translate_pod(
         if not is_targeted and not container.legacy:
             continue
         needs.append(_need(container, is_targeted, chain, rules, target, warnings))
+    deferred = tuple((c.name, r) for c in containers for r in c.deferred)
     if not needs:
-        return Conversion(warnings=warnings)
+        return Conversion(warnings=warnings, deferred=deferred)
 
     plan = _plan(needs)
     requests = plan.requests
@@ -261,6 +265,7 @@ def translate_pod(
         warnings=warnings,
         changes=changes,
         summary=summary,
+        deferred=deferred,
         requests=requests,
     )
 
@@ -397,8 +402,8 @@ def _read_legacy(
             container.deferred.append(resource)
             warnings.append(
                 _short(
-                    f"{resource} in {container.name} left to the scheduler: a DeviceClass "
-                    "serves it (nativeExtendedResources: defer)"
+                    f"{resource} in {container.name} not converted: a DeviceClass serves it "
+                    "(KEP-5004; policy nativeExtendedResources: defer)"
                 )
             )
             continue

@@ -466,7 +466,7 @@ def test_defer_leaves_names_a_device_class_serves_to_the_scheduler(translate: Tr
     pod = build_pod(container(limits={"nvidia.com/gpu": 1}))
     conversion = translate(pod, native_extended=frozenset({"nvidia.com/gpu"}))
     assert conversion.patch == []
-    assert any("left to the scheduler" in w for w in conversion.warnings)
+    assert any("not converted: a DeviceClass serves it" in w for w in conversion.warnings)
     mig = build_pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))
     assert translate(mig, native_extended=frozenset({"nvidia.com/gpu"})).patch != []
 
