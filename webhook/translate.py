@@ -13,7 +13,11 @@ says what would be valid. The rules (docs/translation.md has the full text):
   by ``gpu-slicer.io/containers`` (default: those with legacy requests, else the first container);
 * chains built from the catalog use only the profiles of the policy's ``gpuModels`` (the
   namespace's when it sets its own), and a profile none of those models offers is denied;
-* one claim per pod, one request per converted container; the legacy resource is removed from
+* whole-GPU chains end with the MIG instance that spans a GPU (policy ``fullGpuMig``), for nodes
+  whose GPUs run in MIG mode;
+* one claim per pod; containers that want the same devices share requests as the kubelet's
+  device manager shares them (an init container passes its devices on; sidecars and app
+  containers add up), every other container gets its own; the legacy resource is removed from
   requests and limits; the pod's own ``resourceClaims`` are kept; idempotent.
 """
 
