@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 from server_fixtures import admission_review
 from webhook_cases import build_pod, container
@@ -126,11 +125,17 @@ def cluster() -> Iterator[InMemoryKubeApi]:
 
 
 @contextmanager
-def cluster_app(api: InMemoryKubeApi, **settings: Any) -> Iterator[tuple[Flask, Runtime]]:
+def served(
+    api: InMemoryKubeApi, caplog: pytest.LogCaptureFixture, **settings: Any
+) -> Iterator[tuple[FlaskClient, Runtime]]:
+    """A ready app on ``api`` (caches synced), capturing the report's log lines."""
     runtime = build_runtime(ServerConfig(tls_cert="c", tls_key="k", gc_interval_s=0, **settings),
                             api=api)
     try:
-        yield create_app(runtime=runtime), runtime
+        with caplog.at_level(logging.INFO, logger="webhook.extended"):
+            client = create_app(runtime=runtime).test_client()
+            wait_for(lambda: client.get("/readyz").status_code == 200)
+            yield client, runtime
     finally:
         runtime.stop()
 
@@ -140,10 +145,6 @@ def wait_for(check: Callable[[], bool]) -> None:
     while not check():
         assert time.monotonic() < deadline
         time.sleep(0.01)
-
-
-def ready(client: FlaskClient) -> None:
-    wait_for(lambda: client.get("/readyz").status_code == 200)
 
 
 def metrics_text(client: FlaskClient) -> str:
@@ -157,11 +158,7 @@ def gpu_review() -> dict[str, Any]:
 def test_beside_nvidias_driver_gpu_pods_are_left_alone_visibly(
     cluster: InMemoryKubeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="webhook.extended"), cluster_app(cluster) as (
-        app, _runtime
-    ):
-        client = app.test_client()
-        ready(client)
+    with served(cluster, caplog) as (client, _runtime):
         wait_for(lambda: "extended_resource_classes{" in metrics_text(client))
         reply = client.post("/mutate-pods", data=json.dumps(gpu_review()), headers=JSON)
         response = reply.get_json()["response"]
@@ -181,11 +178,7 @@ def test_every_policy_reload_reports_again(
 ) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text("nativeExtendedResources: defer\n")
-    with caplog.at_level(logging.INFO, logger="webhook.extended"), cluster_app(
-        cluster, policy=str(policy), policy_check_s=0
-    ) as (app, runtime):
-        client = app.test_client()
-        ready(client)
+    with served(cluster, caplog, policy=str(policy), policy_check_s=0) as (client, runtime):
         wait_for(lambda: "extended_resource_classes{" in metrics_text(client))
         caplog.clear()
         policy.write_text("nativeExtendedResources: convert\n")
@@ -202,11 +195,7 @@ def test_every_policy_reload_reports_again(
 def test_a_class_installed_later_is_reported_when_it_appears(
     cluster: InMemoryKubeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="webhook.extended"), cluster_app(cluster) as (
-        app, _runtime
-    ):
-        client = app.test_client()
-        ready(client)
+    with served(cluster, caplog) as (client, _runtime):
         cluster.create(device_class("gpu.gpu-slicer.io", "nvidia.com/gpu"))
         wait_for(lambda: "gpu.gpu-slicer.io" in metrics_text(client))
     messages = [r.getMessage() for r in caplog.records]
