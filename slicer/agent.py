@@ -43,9 +43,9 @@ from prometheus_client import start_http_server
 
 from kube.api import KubeApi
 from kube.errors import KubeError
-from slicer import agent_lock, catalog
+from slicer import agent_lock
 from slicer.agent_metrics import AgentMetrics
-from slicer.backend import GpuBackend
+from slicer.backend import GpuBackend, model_of
 from slicer.cdi import CdiDirectory
 from slicer.checkpoint import CheckpointStore
 from slicer.claims import DRIVER, ClaimCache
@@ -217,9 +217,8 @@ def discover_modes(backend: GpuBackend) -> dict[int, GpuMode]:
     """Each GPU's mode: dynamic on Hopper and newer, MIG slices on Ampere, full when unknown."""
     modes: dict[int, GpuMode] = {}
     for info in backend.gpus():
-        try:
-            model = catalog.get_model(info.model)
-        except SlicerError:
+        model = model_of(info)
+        if model is None:
             modes[info.index] = "full"
             continue
         modes[info.index] = effective_mode(default_mode(model), model)

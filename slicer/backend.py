@@ -14,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from slicer import catalog
+from slicer.catalog import GpuModel
 from slicer.devices import MigInstance
+from slicer.errors import CatalogError
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,27 @@ class GpuInfo:
     mig_pending: bool
     nvlink_domain: str | None
     """GPUs that share this value reach each other over NVLink (peers or a fabric clique)."""
+    brand: str = ""
+    """NVML's brand, spelled as NVIDIA's DRA driver publishes it (``Nvidia``, ``Tesla``...)."""
+    cuda_driver_version: str = ""
+    """The CUDA version the driver supports, ``12.8``."""
+    mig_model: GpuModel | None = None
+    """The MIG geometry as the GPU itself reports it (NVML); None: use the catalog's model."""
+    catalog_differences: tuple[str, ...] = ()
+    """Where the GPU's own profile facts disagree with the catalog, in words."""
+
+
+def model_of(info: GpuInfo) -> GpuModel | None:
+    """The model whose profiles the agent advertises: the GPU's own facts, else the catalog's.
+
+    None for a GPU neither knows (no MIG): it is advertised whole.
+    """
+    if info.mig_model is not None:
+        return info.mig_model
+    try:
+        return catalog.get_model(info.model)
+    except CatalogError:
+        return None
 
 
 HealthKind = Literal["gpu-lost", "xid", "recovered"]

@@ -9,9 +9,12 @@ docs/mig-geometry.md) is the one NVML enforces:
 * the compute slices of all instances stay within the GPU's compute slices;
 * ``+me`` profiles take the media engines (OFA among them), so at most one exists per GPU.
 
-Values that were not read off real ``nvidia-smi mig -lgip/-lgipp`` output carry
-``confirmed=False``. Profile ids differ between devices: the NVML backend looks them up by the
-``nvml_constant``; ``typical_id`` is informative only.
+Each profile names the values that were not read off real ``nvidia-smi mig -lgip/-lgipp`` output
+in ``unconfirmed`` (``confirmed`` is true when none is); a model is confirmed when all its profiles
+are. Memory per profile also differs between drivers by a fraction of a GiB, so on a real node the
+NVML backend publishes what the GPU reports (:mod:`slicer.hardware`) and uses the catalog only to
+name the model and to say where the two disagree. Profile ids differ between devices: the NVML
+backend looks them up by the ``nvml_constant``; ``typical_id`` is informative only.
 """
 
 from __future__ import annotations
@@ -53,12 +56,17 @@ class Profile:
     engines: Engines
     max_count: int
     starts: tuple[int, ...]
-    confirmed: bool
+    unconfirmed: frozenset[str] = frozenset()
+    """Values not read off hardware: any of ``VALUE_KINDS``."""
+
+    @property
+    def confirmed(self) -> bool:
+        return not self.unconfirmed
 
     @property
     def media_exclusive(self) -> bool:
-        """``+me`` profiles own the media engines: at most one of them per GPU."""
-        return self.name.endswith("+me")
+        """``+me`` (and ``+me.all``) profiles own the media engines: at most one per GPU."""
+        return "+me" in self.name
 
     @property
     def size(self) -> int:
@@ -86,6 +94,8 @@ class GpuModel:
     engines: Engines
     profiles: tuple[Profile, ...]
     confirmed: bool
+    source: str = "catalog"
+    """``catalog`` (this module's tables) or ``nvml`` (read off the GPU, slicer.hardware)."""
 
     def profile(self, name: str) -> Profile:
         found = self._by_name.get(name)
@@ -122,6 +132,9 @@ class GpuModel:
 _GI = "NVML_GPU_INSTANCE_PROFILE_"
 _CI = "NVML_COMPUTE_INSTANCE_PROFILE_"
 
+VALUE_KINDS: frozenset[str] = frozenset({"memory", "multiprocessors", "engines", "placements"})
+"""The kinds of profile value that ``Profile.unconfirmed`` can name."""
+
 
 def _profile(
     name: str,
@@ -135,7 +148,7 @@ def _profile(
     engines: Engines,
     max_count: int,
     starts: Sequence[int],
-    confirmed: bool,
+    unconfirmed: Iterable[str] = (),
 ) -> Profile:
     return Profile(
         name=name,
@@ -149,7 +162,7 @@ def _profile(
         engines=engines,
         max_count=max_count,
         starts=tuple(starts),
-        confirmed=confirmed,
+        unconfirmed=frozenset(unconfirmed),
     )
 
 
@@ -162,19 +175,22 @@ def _eight_slice_model(
     architecture: str,
     cc: str,
     total_mib: int,
-    slice_mib: int,
     names: dict[str, str],
     sms: dict[str, int],
     media: str,
-    confirmed: bool,
+    slice_mib: int = 0,
+    mib: dict[str, int] | None = None,
+    confirmed: Sequence[str] = (),
     confirmed_sms: Sequence[str] = (),
 ) -> GpuModel:
-    """Build an 8-memory-slice, 7-compute-slice model (A100, H100, H200, GH200, B200).
+    """Build an 8-memory-slice, 7-compute-slice model (A100, H100, H200, GH200, B200, ...).
 
     ``names`` maps a kind (``1g``, ``1g2``, ``2g``, ``3g``, ``4g``, ``7g``) to its profile name,
     ``sms`` the same kinds to SM counts, and ``media`` selects the engine layout ("ampere": no
     decoder on a plain 1g, one JPEG and one OFA per GPU; "hopper": one decoder and JPEG per compute
-    slice). Profiles are confirmed when the model is and, for SM counts, the kind is listed.
+    slice). Memory is ``mib`` per kind as ``nvidia-smi mig -lgip`` shows it where known, else
+    ``slice_mib`` per memory slice (the 7g: ``total_mib``). ``confirmed`` lists the value kinds
+    read off hardware for every profile; SM counts only for the kinds in ``confirmed_sms``.
     """
     if media == "ampere":
         eng = {
@@ -212,7 +228,13 @@ def _eight_slice_model(
         if base_kind not in names:
             continue
         name = names["1g"] + "+me" if kind == "1g+me" else names[kind]
-        mib = total_mib if kind == "7g" else slice_mib * size
+        if mib is not None:
+            size_mib = mib[base_kind]
+        else:
+            size_mib = total_mib if kind == "7g" else slice_mib * size
+        unconfirmed = set(VALUE_KINDS) - set(confirmed)
+        if base_kind not in confirmed_sms:
+            unconfirmed.add("multiprocessors")
         profiles.append(
             _profile(
                 name,
@@ -220,12 +242,12 @@ def _eight_slice_model(
                 typical_id,
                 size=size,
                 compute=compute,
-                mib=mib,
+                mib=size_mib,
                 sms=sms[base_kind],
                 engines=eng[kind],
                 max_count=max_count,
                 starts=starts,
-                confirmed=confirmed and base_kind in confirmed_sms,
+                unconfirmed=unconfirmed,
             )
         )
     return GpuModel(
@@ -241,7 +263,7 @@ def _eight_slice_model(
         multiprocessors=sms["7g"],
         engines=eng["7g"],
         profiles=tuple(profiles),
-        confirmed=confirmed,
+        confirmed=all(p.confirmed for p in profiles),
     )
 
 
@@ -261,20 +283,68 @@ _A30 = GpuModel(
     engines=Engines(4, 4, 0, 1, 1),
     profiles=(
         _profile("1g.6gb", "1_SLICE", 14, size=1, compute=1, mib=5952, sms=14,
-                 engines=Engines(1, 1, 0, 0, 0), max_count=4, starts=range(4), confirmed=True),
+                 engines=Engines(1, 0, 0, 0, 0), max_count=4, starts=range(4), ),
         _profile("1g.6gb+me", "1_SLICE_REV1", 21, size=1, compute=1, mib=5952, sms=14,
-                 engines=Engines(1, 1, 0, 1, 1), max_count=1, starts=range(4), confirmed=True),
+                 engines=Engines(1, 1, 0, 1, 1), max_count=1, starts=range(4), ),
         _profile("2g.12gb", "2_SLICE", 5, size=2, compute=2, mib=11968, sms=28,
-                 engines=Engines(2, 2, 0, 0, 0), max_count=2, starts=(0, 2), confirmed=True),
+                 engines=Engines(2, 2, 0, 0, 0), max_count=2, starts=(0, 2), ),
         _profile("2g.12gb+me", "2_SLICE_REV1", 6, size=2, compute=2, mib=11968, sms=28,
-                 engines=Engines(2, 2, 0, 1, 1), max_count=1, starts=(0, 2), confirmed=True),
+                 engines=Engines(2, 2, 0, 1, 1), max_count=1, starts=(0, 2), ),
         _profile("4g.24gb", "4_SLICE", 0, size=4, compute=4, mib=24000, sms=56,
-                 engines=Engines(4, 4, 0, 1, 1), max_count=1, starts=(0,), confirmed=True),
+                 engines=Engines(4, 4, 0, 1, 1), max_count=1, starts=(0,), ),
     ),
     confirmed=True,
 )
 
+_UNCONFIRMED = ("memory", "multiprocessors", "engines", "placements")
+
+_RTX_PRO_6000 = GpuModel(
+    key="RTX-PRO-6000-96GB",
+    aliases=("RTX-PRO-6000",),
+    product_names=(
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+    ),
+    pci_device_ids=(),
+    architecture="Blackwell",
+    cuda_compute_capability="12.0",
+    memory_bytes=97887 * MIB,
+    memory_slices=4,
+    compute_slices=4,
+    multiprocessors=188,
+    engines=Engines(4, 4, 4, 4, 1),
+    # The MIG user guide lists 1g.24gb (x4), 2g.48gb (x2) and 4g.96gb, with +me, +gfx, +me.all
+    # and -me variants; the catalog keeps the plain ones and 1g.24gb+me, all unconfirmed. On a
+    # node the NVML backend advertises every profile the GPU reports.
+    profiles=(
+        _profile("1g.24gb", "1_SLICE", 14, size=1, compute=1, mib=24064, sms=46,
+                 engines=Engines(1, 1, 1, 1, 0), max_count=4, starts=range(4),
+                 unconfirmed=_UNCONFIRMED),
+        _profile("1g.24gb+me", "1_SLICE_REV1", 21, size=1, compute=1, mib=24064, sms=46,
+                 engines=Engines(1, 1, 1, 1, 1), max_count=1, starts=range(4),
+                 unconfirmed=_UNCONFIRMED),
+        _profile("2g.48gb", "2_SLICE", 5, size=2, compute=2, mib=48128, sms=94,
+                 engines=Engines(2, 2, 2, 2, 0), max_count=2, starts=(0, 2),
+                 unconfirmed=_UNCONFIRMED),
+        _profile("4g.96gb", "4_SLICE", 0, size=4, compute=4, mib=96256, sms=188,
+                 engines=Engines(4, 4, 4, 4, 1), max_count=1, starts=(0,),
+                 unconfirmed=_UNCONFIRMED),
+    ),
+    confirmed=False,
+)
+
 _HOPPER_SMS = {"1g": 16, "1g2": 26, "2g": 32, "3g": 60, "4g": 64, "7g": 132}
+_AMPERE_SMS = {"1g": 14, "1g2": 14, "2g": 28, "3g": 42, "4g": 56, "7g": 98}
+_HARDWARE = ("memory", "multiprocessors", "engines", "placements")
+"""Every value kind of a profile read off ``nvidia-smi mig -lgip/-lgipp`` output."""
+_GEOMETRY = ("placements",)
+"""Only the placements (the shared 8-slice layout) are known; everything else is unconfirmed."""
+
+
+def _names(n1: str, n1d: str, n2: str, n3: str, n4: str, n7: str) -> dict[str, str]:
+    return {"1g": n1, "1g2": n1d, "2g": n2, "3g": n3, "4g": n4, "7g": n7}
+
 
 MODELS: tuple[GpuModel, ...] = (
     _eight_slice_model(
@@ -285,12 +355,13 @@ MODELS: tuple[GpuModel, ...] = (
         architecture="Ampere",
         cc="8.0",
         total_mib=40960,
-        slice_mib=4864,
-        names={"1g": "1g.5gb", "1g2": "1g.10gb", "2g": "2g.10gb", "3g": "3g.20gb",
-               "4g": "4g.20gb", "7g": "7g.40gb"},
-        sms={"1g": 14, "1g2": 14, "2g": 28, "3g": 42, "4g": 56, "7g": 98},
+        # The MIG user guide's `nvidia-smi mig -lgip`: 4.75, 9.62, 19.62 and 39.50 GiB (other
+        # drivers show 19.50 and 39.25; NVML's figure is what the agent publishes).
+        mib={"1g": 4864, "1g2": 9856, "2g": 9856, "3g": 20096, "4g": 20096, "7g": 40448},
+        names=_names("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+        sms=_AMPERE_SMS,
         media="ampere",
-        confirmed=True,
+        confirmed=_HARDWARE,
         confirmed_sms=_ALL_KINDS,
     ),
     _eight_slice_model(
@@ -300,12 +371,13 @@ MODELS: tuple[GpuModel, ...] = (
         architecture="Ampere",
         cc="8.0",
         total_mib=81920,
-        slice_mib=9728,
-        names={"1g": "1g.10gb", "1g2": "1g.20gb", "2g": "2g.20gb", "3g": "3g.40gb",
-               "4g": "4g.40gb", "7g": "7g.80gb"},
-        sms={"1g": 14, "1g2": 14, "2g": 28, "3g": 42, "4g": 56, "7g": 98},
+        # 9.50, 19.50, 39.25 GiB; the 7g.80gb shows 78.50-79.25 GiB depending on the driver:
+        # the smallest figure, so that no memory-based chain promises more than a GPU has.
+        mib={"1g": 9728, "1g2": 19968, "2g": 19968, "3g": 40192, "4g": 40192, "7g": 80384},
+        names=_names("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+        sms=_AMPERE_SMS,
         media="ampere",
-        confirmed=True,
+        confirmed=_HARDWARE,
         confirmed_sms=_ALL_KINDS,
     ),
     _A30,
@@ -316,13 +388,27 @@ MODELS: tuple[GpuModel, ...] = (
         architecture="Hopper",
         cc="9.0",
         total_mib=81559,
-        slice_mib=9984,
-        names={"1g": "1g.10gb", "1g2": "1g.20gb", "2g": "2g.20gb", "3g": "3g.40gb",
-               "4g": "4g.40gb", "7g": "7g.80gb"},
+        # 9.75, 19.62, 39.50 and 79.25 GiB.
+        mib={"1g": 9984, "1g2": 20096, "2g": 20096, "3g": 40448, "4g": 40448, "7g": 81152},
+        names=_names("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
         sms=_HOPPER_SMS,
         media="hopper",
-        confirmed=True,
+        confirmed=_HARDWARE,
         confirmed_sms=_ALL_KINDS,
+    ),
+    _eight_slice_model(
+        "H800-80GB",
+        aliases=("H800",),
+        product_names=("NVIDIA H800", "NVIDIA H800 PCIe", "NVIDIA H800 80GB HBM3"),
+        pci_ids=(),
+        architecture="Hopper",
+        cc="9.0",
+        total_mib=81559,
+        mib={"1g": 9984, "1g2": 20096, "2g": 20096, "3g": 40448, "4g": 40448, "7g": 81152},
+        names=_names("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+        sms=_HOPPER_SMS,
+        media="hopper",
+        confirmed=_GEOMETRY,
     ),
     _eight_slice_model(
         "H100-NVL-94GB",
@@ -333,11 +419,10 @@ MODELS: tuple[GpuModel, ...] = (
         cc="9.0",
         total_mib=95830,
         slice_mib=11776,
-        names={"1g": "1g.12gb", "1g2": "1g.24gb", "2g": "2g.24gb", "3g": "3g.47gb",
-               "4g": "4g.47gb", "7g": "7g.94gb"},
+        names=_names("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"),
         sms=_HOPPER_SMS,
         media="hopper",
-        confirmed=True,
+        confirmed=("multiprocessors", "engines", "placements"),
         confirmed_sms=_ALL_KINDS,
     ),
     _eight_slice_model(
@@ -349,11 +434,25 @@ MODELS: tuple[GpuModel, ...] = (
         cc="9.0",
         total_mib=97871,
         slice_mib=12032,
-        names={"1g": "1g.12gb", "1g2": "1g.24gb", "2g": "2g.24gb", "3g": "3g.48gb",
-               "4g": "4g.48gb", "7g": "7g.96gb"},
+        names=_names("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
         sms=_HOPPER_SMS,
         media="hopper",
-        confirmed=False,
+        confirmed=_GEOMETRY,
+    ),
+    _eight_slice_model(
+        "H20-96GB",
+        aliases=("H20",),
+        product_names=("NVIDIA H20",),
+        pci_ids=(),
+        architecture="Hopper",
+        cc="9.0",
+        total_mib=97871,
+        slice_mib=12032,
+        names=_names("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+        # The H20 has 78 SMs in all; per profile a guess scaled from the H100 (unconfirmed).
+        sms={"1g": 10, "1g2": 10, "2g": 20, "3g": 30, "4g": 40, "7g": 78},
+        media="hopper",
+        confirmed=_GEOMETRY,
     ),
     _eight_slice_model(
         "H200-141GB",
@@ -364,11 +463,10 @@ MODELS: tuple[GpuModel, ...] = (
         cc="9.0",
         total_mib=143771,
         slice_mib=16640,
-        names={"1g": "1g.18gb", "1g2": "1g.35gb", "2g": "2g.35gb", "3g": "3g.71gb",
-               "4g": "4g.71gb", "7g": "7g.141gb"},
+        names=_names("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
         sms=_HOPPER_SMS,
         media="hopper",
-        confirmed=False,
+        confirmed=_GEOMETRY,
     ),
     _eight_slice_model(
         "GH200-144GB",
@@ -378,11 +476,10 @@ MODELS: tuple[GpuModel, ...] = (
         cc="9.0",
         total_mib=146944,
         slice_mib=16896,
-        names={"1g": "1g.18gb", "1g2": "1g.36gb", "2g": "2g.36gb", "3g": "3g.72gb",
-               "4g": "4g.72gb", "7g": "7g.144gb"},
+        names=_names("1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"),
         sms=_HOPPER_SMS,
         media="hopper",
-        confirmed=False,
+        confirmed=_GEOMETRY,
     ),
     _eight_slice_model(
         "B200-180GB",
@@ -393,12 +490,54 @@ MODELS: tuple[GpuModel, ...] = (
         cc="10.0",
         total_mib=183359,
         slice_mib=22784,
-        names={"1g": "1g.23gb", "1g2": "1g.45gb", "2g": "2g.45gb", "3g": "3g.90gb",
-               "4g": "4g.90gb", "7g": "7g.180gb"},
+        names=_names("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
         sms={"1g": 18, "1g2": 18, "2g": 36, "3g": 54, "4g": 72, "7g": 144},
         media="hopper",
-        confirmed=False,
+        confirmed=_GEOMETRY,
     ),
+    _eight_slice_model(
+        "GB200-186GB",
+        aliases=("GB200",),
+        product_names=("NVIDIA GB200",),
+        pci_ids=(),
+        architecture="Blackwell",
+        cc="10.0",
+        total_mib=189471,
+        slice_mib=23552,
+        names=_names("1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
+        sms={"1g": 18, "1g2": 18, "2g": 36, "3g": 54, "4g": 72, "7g": 144},
+        media="hopper",
+        confirmed=_GEOMETRY,
+    ),
+    _eight_slice_model(
+        "B300-288GB",
+        aliases=("B300",),
+        product_names=("NVIDIA B300", "NVIDIA B300 SXM6 AC"),
+        pci_ids=(0x3182,),
+        architecture="Blackwell",
+        cc="10.3",
+        total_mib=275040,
+        slice_mib=34304,
+        names=_names("1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
+        sms={"1g": 18, "1g2": 18, "2g": 36, "3g": 54, "4g": 72, "7g": 148},
+        media="hopper",
+        confirmed=_GEOMETRY,
+    ),
+    _eight_slice_model(
+        "GB300-288GB",
+        aliases=("GB300",),
+        product_names=("NVIDIA GB300",),
+        pci_ids=(),
+        architecture="Blackwell",
+        cc="10.3",
+        total_mib=275040,
+        slice_mib=34304,
+        names=_names("1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
+        sms={"1g": 18, "1g2": 18, "2g": 36, "3g": 54, "4g": 72, "7g": 148},
+        media="hopper",
+        confirmed=_GEOMETRY,
+    ),
+    _RTX_PRO_6000,
 )
 
 _BY_KEY = {m.key.lower(): m for m in MODELS} | {

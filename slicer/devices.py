@@ -5,7 +5,9 @@ a claim's allocation names; a ``MigInstance`` is what exists on the GPU once it 
 CI ids, MIG UUID). Device names are canonical and round-trip through :func:`parse_device_name`:
 
 * ``gpu-<index>`` for a whole GPU;
-* ``gpu-<index>-mig-<profile without dots, "+me" as "me">-<start>``, e.g. ``gpu-0-mig-1g10gb-6``.
+* ``gpu-<index>-mig-<profile token>-<start>``, e.g. ``gpu-0-mig-1g10gb-6``: the profile without
+  dots, its variant suffix spelled as a DNS-label token (``+me`` -> ``me``, ``+me.all`` ->
+  ``meall``, ``-me`` -> ``nome``, ``+gfx`` -> ``gfx``; Blackwell added the last three).
 """
 
 from __future__ import annotations
@@ -15,21 +17,27 @@ from dataclasses import dataclass
 
 from slicer.errors import DeviceNameError
 
-_PROFILE_RE = re.compile(r"^(?P<c>\d+)g\.(?P<m>\d+)gb(?P<me>\+me)?$")
+SUFFIX_TOKENS: dict[str, str] = {"": "", "+me": "me", "+me.all": "meall", "-me": "nome",
+                                 "+gfx": "gfx"}
+"""Profile variant suffix -> its token in device names (a bijection, so names round-trip)."""
+_SUFFIXES = {token: suffix for suffix, token in SUFFIX_TOKENS.items()}
+_PROFILE_RE = re.compile(r"^(?P<c>\d+)g\.(?P<m>\d+)gb(?P<suffix>[-+.a-z]*)$")
 _WHOLE_RE = re.compile(r"^gpu-(?P<gpu>0|[1-9]\d*)$")
 _MIG_RE = re.compile(
-    r"^gpu-(?P<gpu>0|[1-9]\d*)-mig-(?P<c>\d+)g(?P<m>\d+)gb(?P<me>me)?-(?P<start>0|[1-9]\d*)$"
+    r"^gpu-(?P<gpu>0|[1-9]\d*)-mig-(?P<c>\d+)g(?P<m>\d+)gb(?P<token>[a-z]*)"
+    r"-(?P<start>0|[1-9]\d*)$"
 )
 
 
 def profile_token(profile: str) -> str:
     """``1g.10gb+me`` -> ``1g10gbme``: the profile as it appears in a device name."""
     match = _PROFILE_RE.match(profile)
-    if not match:
+    if not match or match["suffix"] not in SUFFIX_TOKENS:
         raise DeviceNameError(
-            f"{profile!r} is not a MIG profile name; expected <n>g.<m>gb or <n>g.<m>gb+me"
+            f"{profile!r} is not a MIG profile name gpu-slicer can name a device after; expected "
+            "<n>g.<m>gb followed by nothing or one of " + ", ".join(sorted(SUFFIX_TOKENS)[1:])
         )
-    return f"{match['c']}g{match['m']}gb" + ("me" if match["me"] else "")
+    return f"{match['c']}g{match['m']}gb" + SUFFIX_TOKENS[match["suffix"]]
 
 
 @dataclass(frozen=True, order=True)
@@ -65,8 +73,8 @@ def parse_device_name(name: str) -> DeviceSpec:
     if whole:
         return WholeGpu(int(whole["gpu"]))
     mig = _MIG_RE.match(name)
-    if mig:
-        profile = f"{mig['c']}g.{mig['m']}gb" + ("+me" if mig["me"] else "")
+    if mig and mig["token"] in _SUFFIXES:
+        profile = f"{mig['c']}g.{mig['m']}gb" + _SUFFIXES[mig["token"]]
         return SliceSpec(int(mig["gpu"]), profile, int(mig["start"]))
     raise DeviceNameError(
         f"{name!r} is not a gpu-slicer device name; expected gpu-<index> or "

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from slicer import catalog
-from slicer.backend import GpuInfo
+from slicer.backend import GpuInfo, model_of
 from slicer.catalog import GpuModel, Placement, Profile
 from slicer.counters import (
     Consumption,
@@ -50,7 +50,7 @@ from slicer.counters import (
     whole_gpu_consumption,
 )
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, WholeGpu
-from slicer.errors import CatalogError, SlicerError
+from slicer.errors import SlicerError
 from slicer.layout import StaticLayout
 from slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
 
@@ -109,10 +109,8 @@ class GpuState:
 
     @property
     def model(self) -> GpuModel | None:
-        try:
-            return catalog.get_model(self.info.model)
-        except CatalogError:
-            return None
+        """The GPU's own MIG facts where the backend read them, else the catalog's model."""
+        return model_of(self.info)
 
     @property
     def foreign(self) -> tuple[MigInstance, ...]:
@@ -198,11 +196,14 @@ def _attributes(info: GpuInfo, spec: DeviceSpec, profile: Profile | None) -> Obj
     else:
         attrs["uuid"] = _string(info.uuid)
     attrs["productName"] = _string(info.product_name)
+    if info.brand:
+        attrs["brand"] = _string(info.brand)
     attrs["index"] = {"int": info.index}
     attrs["architecture"] = _string(info.architecture)
     for name, raw in (
         ("cudaComputeCapability", info.cuda_compute_capability),
         ("driverVersion", info.driver_version),
+        ("cudaDriverVersion", info.cuda_driver_version),
     ):
         version = semver(raw)
         if version is not None:
@@ -225,14 +226,22 @@ def _device(
     counter_set: str | None,
 ) -> AdvertisedDevice:
     info = state.info
+    engines: catalog.Engines | None
     if profile is None:
         memory = info.memory_bytes or (model.memory_bytes if model else 0)
         sms = model.multiprocessors if model else None
+        engines = model.engines if model else None
     else:
-        memory, sms = profile.memory_bytes, profile.multiprocessors
+        memory, sms, engines = profile.memory_bytes, profile.multiprocessors, profile.engines
     capacity: Obj = {"memory": {"value": format_quantity(memory, binary=True)}}
     if sms is not None:
         capacity["multiprocessors"] = {"value": str(sms)}
+    if engines is not None:
+        # NVIDIA's DRA driver's capacity names, so that selectors carry over.
+        for name, value in (("copyEngines", engines.copy), ("decoders", engines.decoders),
+                            ("encoders", engines.encoders), ("jpegEngines", engines.jpeg),
+                            ("ofaEngines", engines.ofa)):
+            capacity[name] = {"value": str(value)}
     body: Obj = {
         "name": spec.device_name,
         "attributes": _attributes(info, spec, profile),

@@ -19,9 +19,8 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from slicer import catalog
-from slicer.backend import GpuBackend, GpuInfo
-from slicer.errors import BackendError, CatalogError, InUse, ResetRequired, SlicerError
+from slicer.backend import GpuBackend, GpuInfo, model_of
+from slicer.errors import BackendError, InUse, ResetRequired, SlicerError
 
 GpuMode = Literal["dynamic", "mig", "full"]
 
@@ -34,9 +33,8 @@ class MigModeBlocked(SlicerError):
 
 def default_mode(info: GpuInfo) -> GpuMode:
     """``dynamic`` where the model can toggle MIG without a reset, else what the GPU is in."""
-    try:
-        model = catalog.get_model(info.model)
-    except CatalogError:
+    model = model_of(info)
+    if model is None:
         return "mig" if info.mig_enabled else "full"
     if model.supports_dynamic_mig:
         return "dynamic"

@@ -20,7 +20,15 @@ Thin on purpose: geometry decisions live in the catalog and the agent; this modu
 * ``instances`` of a GPU whose MIG mode is off is an empty list, as in the simulated backend.
   Of a GPU instance with several compute instances (made by someone else), the one with the
   lowest id is reported.
-* GPUs that are not in the catalog (no MIG) are left out of ``gpus()`` with a warning.
+* Facts come from the GPU, not the catalog: at discovery every GPU-instance profile is read with
+  ``nvmlDeviceGetGpuInstanceProfileInfo`` (memory, multiprocessors, engines, instance count,
+  compute slices, name) and its placements with ``nvmlDeviceGetGpuInstancePossiblePlacements``;
+  :mod:`slicer.hardware` turns them into the GPU's model (``GpuInfo.mig_model``), and where the
+  catalog disagrees each difference is logged and listed in ``GpuInfo.catalog_differences``. A
+  GPU the catalog does not know (GB200, B300, RTX PRO 6000, ...) is advertised from those facts.
+  Only when NVML reports no profile (MIG mode off on a driver that needs it on) does a catalog
+  GPU fall back to the catalog's model; the facts are read again once MIG mode is on.
+* GPUs with neither catalog entry nor MIG profiles (no MIG) are left out with a warning.
 """
 
 from __future__ import annotations
@@ -31,9 +39,9 @@ import threading
 from ctypes import byref, c_uint, c_void_p, cast
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from slicer import catalog
+from slicer import catalog, hardware
 from slicer.backend import GpuInfo, HealthEvent
 from slicer.devices import MigInstance
 from slicer.errors import (
@@ -72,6 +80,25 @@ _ABSENT = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERRO
 _CI_FALLBACK_SLICES = (1, 2, 3, 4, 6, 7, 8)
 
 _XID_FELL_OFF_THE_BUS = 79
+
+_PLACEMENTS_CAPACITY = 64
+
+ARCHITECTURES = {7: "Ampere", 8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell", 13: "Rubin"}
+"""``nvmlDeviceGetArchitecture`` values of MIG-era GPUs -> names."""
+
+BRANDS = {
+    0: "Unknown", 1: "Quadro", 2: "Tesla", 3: "NVS", 4: "Grid", 5: "GeForce", 6: "Titan",
+    7: "NvidiaVApps", 8: "NvidiaVPC", 9: "NvidiaVCS", 10: "NvidiaVWS", 11: "NvidiaCloudGaming",
+    12: "QuadroRTX", 13: "NvidiaRTX", 14: "Nvidia", 15: "GeForceRTX", 16: "TitanRTX",
+}
+"""``nvmlDeviceGetBrand`` values -> the names NVIDIA's DRA driver publishes as ``brand``."""
+
+
+class _ProfileRef(NamedTuple):
+    """The two fields of NVML's profile info the backend needs later, under NVML's names."""
+
+    id: int
+    instanceCount: int  # noqa: N815 (NVML's field name)
 
 
 class NvmlBackend:
@@ -124,6 +151,8 @@ class NvmlBackend:
             except GpuLost:
                 found.append(info)
                 continue
+            if current and not info.mig_enabled and info.mig_model is None:
+                info = self._refresh_facts(info)
             info = replace(info, mig_enabled=bool(current), mig_pending=bool(pending))
             self._infos[index] = info
             found.append(info)
@@ -361,45 +390,171 @@ class NvmlBackend:
         return self._models[gpu_index]
 
     def _discover(self, index: int) -> GpuInfo | None:
-        """Static facts of one GPU; None (with a warning) when the catalog does not know it."""
+        """Static facts of one GPU; None (with a warning) when it has no MIG at all."""
         handle = self._handle(index)
         name = _text(self._call(index, "nvmlDeviceGetName", handle))
         pci = self._call(index, "nvmlDeviceGetPciInfo", handle)
+        known: catalog.GpuModel | None
         try:
-            model = catalog.model_by_pci_device_id(int(pci.pciDeviceId))
+            known = catalog.model_by_pci_device_id(int(pci.pciDeviceId))
         except CatalogError:
             try:
-                model = catalog.model_by_product_name(name)
+                known = catalog.model_by_product_name(name)
             except CatalogError:
-                log.warning(
-                    "GPU %d (%s, PCI device %#010x) is not a MIG-capable model in the "
-                    "catalog; leaving it out", index, name, int(pci.pciDeviceId),
-                )
-                self._foreign.add(index)
-                return None
+                known = None
         bus_id = _canonical_bus_id(_text(pci.busId))
         major, minor_cc = self._call(index, "nvmlDeviceGetCudaComputeCapability", handle)
+        memory = int(self._call(index, "nvmlDeviceGetMemoryInfo", handle).total)
+        architecture = known.architecture if known else self._architecture(index)
+        key = known.key if known else hardware.model_key(name)
+        hw_model, differences = self._hardware_model(
+            index, key=key, product_name=name, architecture=architecture,
+            cc=f"{major}.{minor_cc}", memory=memory, base=known,
+        )
+        if known is None and hw_model is None:
+            log.warning(
+                "GPU %d (%s, PCI device %#010x) is not in the catalog and NVML reports no MIG "
+                "profile for it (no MIG, or MIG mode off on a driver that lists profiles only "
+                "with MIG on); leaving it out", index, name, int(pci.pciDeviceId),
+            )
+            self._foreign.add(index)
+            return None
         current, pending = self._call(index, "nvmlDeviceGetMigMode", handle)
         info = GpuInfo(
             index=index,
             minor=int(self._call(index, "nvmlDeviceGetMinorNumber", handle)),
             uuid=_text(self._call(index, "nvmlDeviceGetUUID", handle)),
-            model=model.key,
+            model=key,
             product_name=name,
-            memory_bytes=int(self._call(index, "nvmlDeviceGetMemoryInfo", handle).total),
+            memory_bytes=memory,
             pci_bus_id=bus_id,
             pcie_root=self._pcie_root(bus_id),
-            architecture=model.architecture,
+            architecture=architecture,
             cuda_compute_capability=f"{major}.{minor_cc}",
             driver_version=_text(self._call(index, "nvmlSystemGetDriverVersion")),
             mig_enabled=bool(current),
             mig_pending=bool(pending),
             nvlink_domain=None,
+            brand=self._brand(index),
+            cuda_driver_version=self._cuda_driver_version(),
+            mig_model=hw_model,
+            catalog_differences=tuple(differences),
         )
+        model = hw_model or known
+        assert model is not None
         with self._lock:
             self._models[index] = model
             self._infos[index] = info
         return info
+
+    def _hardware_model(
+        self, index: int, *, key: str, product_name: str, architecture: str, cc: str,
+        memory: int, base: catalog.GpuModel | None,
+    ) -> tuple[catalog.GpuModel | None, list[str]]:
+        """The GPU's model from its own profile facts, and where the catalog disagrees."""
+        facts = self._profile_facts(index)
+        if not facts:
+            if base is not None:
+                log.warning("GPU %d (%s): NVML reports no MIG profile facts (MIG mode off?); "
+                            "using the catalog's values until it does", index, base.key)
+            return None, []
+        model, skipped = hardware.model_from_facts(
+            facts, key=key, product_name=product_name, architecture=architecture,
+            cuda_compute_capability=cc, memory_bytes=memory, base=base,
+        )
+        for line in skipped:
+            log.warning("GPU %d: %s", index, line)
+        differences = hardware.differences(base, model) if base and model else []
+        for line in differences:
+            log.warning("GPU %d: catalog and GPU disagree: %s (publishing the GPU's value)",
+                        index, line)
+        if base is None and model is not None:
+            log.info("GPU %d (%s) is not in the catalog; advertising the %d MIG profiles NVML "
+                     "reports", index, product_name, len(model.profiles))
+        if model is not None:
+            with self._lock:
+                for f in facts:
+                    self._profile_info[(index, hardware.profile_name(f))] = _ProfileRef(
+                        f.profile_id, f.instance_count)
+        return model, differences
+
+    def _refresh_facts(self, info: GpuInfo) -> GpuInfo:
+        """MIG mode came on: read the profile facts NVML did not report while it was off."""
+        base = self._models.get(info.index)
+        model, differences = self._hardware_model(
+            info.index, key=info.model, product_name=info.product_name,
+            architecture=info.architecture, cc=info.cuda_compute_capability,
+            memory=info.memory_bytes, base=base,
+        )
+        if model is None:
+            return info
+        with self._lock:
+            self._models[info.index] = model
+        return replace(info, mig_model=model, catalog_differences=tuple(differences))
+
+    def _profile_facts(self, index: int) -> list[hardware.ProfileFacts]:
+        """Every GPU-instance profile NVML reports for the GPU, with its placements."""
+        nvml = self._nvml
+        handle = self._handle(index)
+        count = int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0))
+        names = {
+            int(getattr(nvml, n)): n for n in dir(nvml)
+            if n.startswith("NVML_GPU_INSTANCE_PROFILE_") and n != "NVML_GPU_INSTANCE_PROFILE_COUNT"
+        }
+        found: list[hardware.ProfileFacts] = []
+        for value in range(count):
+            constant = names.get(value, f"NVML_GPU_INSTANCE_PROFILE_{value}")
+            try:
+                info = self._call(index, "nvmlDeviceGetGpuInstanceProfileInfo", handle, value,
+                                  doing=f"read MIG profile {constant}")
+            except BackendError as exc:
+                if self._is(exc, *_ABSENT):
+                    continue
+                raise
+            if not int(info.instanceCount):
+                continue
+            array = (nvml.c_nvmlGpuInstancePlacement_t * _PLACEMENTS_CAPACITY)()
+            placed = c_uint(len(array))
+            self._call(index, "nvmlDeviceGetGpuInstancePossiblePlacements", handle, int(info.id),
+                       array, byref(placed), doing=f"list the placements of {constant}")
+            found.append(hardware.ProfileFacts(
+                constant=constant,
+                profile_id=int(info.id),
+                name=_text(getattr(info, "name", b"")),
+                slice_count=int(info.sliceCount),
+                instance_count=int(info.instanceCount),
+                multiprocessors=int(info.multiprocessorCount),
+                engines=catalog.Engines(
+                    int(info.copyEngineCount), int(info.decoderCount), int(info.encoderCount),
+                    int(info.jpegCount), int(info.ofaCount),
+                ),
+                memory_mib=int(info.memorySizeMB),
+                placements=tuple(
+                    (int(array[k].start), int(array[k].size)) for k in range(placed.value)
+                ),
+            ))
+        return found
+
+    def _architecture(self, index: int) -> str:
+        try:
+            value = int(self._call(index, "nvmlDeviceGetArchitecture", self._handle(index)))
+        except BackendError:
+            return ""
+        return ARCHITECTURES.get(value, "")
+
+    def _brand(self, index: int) -> str:
+        try:
+            value = int(self._call(index, "nvmlDeviceGetBrand", self._handle(index)))
+        except BackendError:
+            return ""
+        return BRANDS.get(value, "")
+
+    def _cuda_driver_version(self) -> str:
+        try:
+            value = int(self._call(None, "nvmlSystemGetCudaDriverVersion"))
+        except BackendError:
+            return ""
+        return f"{value // 1000}.{value % 1000 // 10}"
 
     def _pcie_root(self, bus_id: str) -> str:
         """The ``pciDDDD:BB`` root complex above the GPU in sysfs, else its own bus."""
@@ -498,7 +653,11 @@ class NvmlBackend:
         key = (gpu, profile.name)
         if key in self._profile_info:
             return self._profile_info[key]
-        constant = getattr(self._nvml, profile.nvml_constant)
+        constant = getattr(self._nvml, profile.nvml_constant, None)
+        if constant is None:
+            if missing_ok:
+                return None
+            raise NotSupported(f"this NVML binding has no {profile.nvml_constant}", gpu=gpu)
         try:
             info = self._call(
                 gpu, "nvmlDeviceGetGpuInstanceProfileInfo", self._handle(gpu), constant,

@@ -38,14 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kube import errors as kerrors
-from slicer import catalog
-from slicer.backend import GpuInfo
+from slicer.backend import GpuInfo, model_of
 from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry
 from slicer.claims import ClaimCache, our_results
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
 from slicer.errors import (
     BackendError,
-    CatalogError,
     DeviceNameError,
     GpuLost,
     NotFound,
@@ -401,10 +399,10 @@ def _still_allocated(claim: dict[str, object], entry: ClaimEntry, pool: str) -> 
 
 
 def _free_memory_slices(info: GpuInfo, instances: list[MigInstance]) -> int:
-    try:
-        total = catalog.get_model(info.model).memory_slices
-    except CatalogError:
+    model = model_of(info)
+    if model is None:
         return 0
+    total = model.memory_slices
     if not info.mig_enabled:
         return total
     used = {s for i in instances for s in i.memory_slices}

@@ -153,6 +153,7 @@ class SimulatedBackend:
         node_name: str = "node",
         boot_id: str | None = None,
         driver_version: str = "580.65.06",
+        cuda_driver_version: str = "13.0",
         nvlink: bool = True,
         mig_enabled: bool | Sequence[bool] | None = None,
         auto_reset: bool = False,
@@ -169,6 +170,7 @@ class SimulatedBackend:
             )
         self._node_name = node_name
         self._driver_version = driver_version
+        self._cuda_driver_version = cuda_driver_version
         self._auto_reset = auto_reset
         self._sleep = sleep
         self._lock = threading.RLock()
@@ -230,6 +232,11 @@ class SimulatedBackend:
                     mig_enabled=g.mig_current,
                     mig_pending=g.mig_pending,
                     nvlink_domain=g.nvlink_domain,
+                    brand="Nvidia",
+                    cuda_driver_version=self._cuda_driver_version,
+                    # A model that is not the catalog's (a test's own GPU) is reported as the
+                    # NVML backend reports facts read off the GPU.
+                    mig_model=None if _in_catalog(g.model) else g.model,
                 )
                 for g in self._gpus
             ]
@@ -658,3 +665,10 @@ def _nvlink_domain(
         group = f"/pair-{position // 2}"
     digest = hashlib.sha256(f"{node_name}/{model.key}{group}".encode()).hexdigest()
     return f"nvlink-{digest[:16]}"
+
+
+def _in_catalog(model: catalog.GpuModel) -> bool:
+    try:
+        return catalog.get_model(model.key) is model
+    except CatalogError:
+        return False

@@ -6,12 +6,16 @@ without a driver), so a misspelt name or a wrong struct fails here as it would o
 checks argument shapes where NVML's C signature demands them (placements and counts passed by
 reference) and behaves like a device whose profile ids are *not* the usual ones, so ids must be
 looked up by constant. Every call is recorded in ``calls`` as ``(name, args)``.
+
+Its GPUs report profile facts that differ from the catalog (:func:`drifted`: more memory, fewer
+multiprocessors, as a newer driver might), so code that publishes the catalog's values instead
+of NVML's fails the tests. A GPU can also be given a model the catalog does not have at all.
 """
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,11 +31,31 @@ CI_ID_OFFSET = 200
 _BYREF_TYPE = type(ctypes.byref(ctypes.c_uint()))
 
 
+def drifted(model: catalog.GpuModel) -> catalog.GpuModel:
+    """``model`` as a GPU whose driver reports other figures than the catalog's.
+
+    Every profile gets 128 MiB more memory per memory slice and one multiprocessor fewer per
+    compute slice; placements, counts and engines stay.
+    """
+    profiles = tuple(
+        replace(p, memory_bytes=p.memory_bytes + 128 * catalog.MIB * p.memory_slices,
+                multiprocessors=p.multiprocessors - p.compute_slices)
+        for p in model.profiles
+    )
+    return replace(model, profiles=profiles)
+
+
+_ARCHITECTURES = {"Ampere": 7, "Hopper": 9, "Blackwell": 10}
+
+
 @dataclass
 class FakeGpu:
     """One GPU as the fake reports it."""
 
     model: str
+    """Catalog key of the GPU (or any label when ``hardware`` describes it)."""
+    hardware: catalog.GpuModel | None = None
+    """The profile facts the GPU reports; default: the catalog model, :func:`drifted`."""
     mig_current: bool = True
     mig_pending: bool = True
     uuid: str = ""
@@ -46,6 +70,8 @@ class FakeGpu:
     activation_status: int = real.NVML_SUCCESS
     lost: bool = False
     pids: list[int] = field(default_factory=list)
+    mig_capable: bool = True
+    """False: a GPU without MIG (MIG calls answer NOT_SUPPORTED)."""
 
 
 @dataclass
@@ -95,12 +121,14 @@ class FakeNvml:
         self._gis: list[dict[int, _Gi]] = [{} for _ in gpus]
         self._serial = 0
         for index, gpu in enumerate(gpus):
-            model = catalog.get_model(gpu.model)
+            model = gpu.hardware or drifted(catalog.get_model(gpu.model))
+            gpu.hardware = model
             gpu.uuid = gpu.uuid or f"GPU-00000000-0000-0000-0000-{index:012x}"
             gpu.minor = gpu.minor or index
             gpu.bus_id = gpu.bus_id or f"00000000:{0x18 + 0x10 * index:02X}:00.0"
             gpu.name = gpu.name or model.product_names[0]
-            gpu.pci_device_id = gpu.pci_device_id or (model.pci_device_ids[0] << 16 | 0x10DE)
+            pci_id = model.pci_device_ids[0] if model.pci_device_ids else 0xFFFF
+            gpu.pci_device_id = gpu.pci_device_id or (pci_id << 16 | 0x10DE)
         self.device_handles = [self._new_handle("gpu", i) for i in range(len(gpus))]
 
     def __getattr__(self, name: str) -> Any:
@@ -183,7 +211,9 @@ class FakeNvml:
         return target
 
     def _model(self, index: int) -> catalog.GpuModel:
-        return catalog.get_model(self.gpus[index].model)
+        model = self.gpus[index].hardware
+        assert model is not None
+        return model
 
     def _gi_profile_by_value(self, index: int, value: int) -> catalog.Profile:
         for profile in self._model(index).profiles:
@@ -224,6 +254,20 @@ class FakeNvml:
     def nvmlSystemGetDriverVersion(self) -> str:
         self._enter("nvmlSystemGetDriverVersion")
         return "580.65.06"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._enter("nvmlSystemGetCudaDriverVersion")
+        return 13000
+
+    def nvmlDeviceGetBrand(self, handle: Any) -> int:
+        self._enter("nvmlDeviceGetBrand", handle)
+        self._gpu(handle)
+        return int(real.NVML_BRAND_NVIDIA)
+
+    def nvmlDeviceGetArchitecture(self, handle: Any) -> int:
+        self._enter("nvmlDeviceGetArchitecture", handle)
+        index, _ = self._gpu(handle)
+        return _ARCHITECTURES.get(self._model(index).architecture, 0xFFFFFFFF)
 
     def nvmlDeviceGetCount(self) -> int:
         self._enter("nvmlDeviceGetCount")
@@ -281,6 +325,8 @@ class FakeNvml:
     def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
         self._enter("nvmlDeviceGetMigMode", handle)
         gpu = self._gpu(handle)[1]
+        if not gpu.mig_capable:
+            raise _fails(real.NVML_ERROR_NOT_SUPPORTED)
         return [int(gpu.mig_current), int(gpu.mig_pending)]
 
     def nvmlDeviceSetMigMode(self, handle: Any, mode: int) -> int:
@@ -319,16 +365,42 @@ class FakeNvml:
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: int) -> Any:
         self._enter("nvmlDeviceGetGpuInstanceProfileInfo", handle, profile)
-        index, _ = self._gpu(handle)
+        index, gpu = self._gpu(handle)
+        if not gpu.mig_capable:
+            raise _fails(real.NVML_ERROR_NOT_SUPPORTED)
         prof = self._gi_profile_by_value(index, profile)
-        return SimpleNamespace(
-            id=GI_ID_OFFSET + profile,
-            sliceCount=prof.compute_slices,
-            instanceCount=prof.max_count,
-            multiprocessorCount=prof.multiprocessors,
-            memorySizeMB=prof.memory_bytes // catalog.MIB,
-            name=f"MIG {prof.name}".encode(),
-        )
+        info = real.c_nvmlGpuInstanceProfileInfo_v2_t()
+        info.id = GI_ID_OFFSET + profile
+        info.sliceCount = prof.compute_slices
+        info.instanceCount = prof.max_count
+        info.multiprocessorCount = prof.multiprocessors
+        info.copyEngineCount = prof.engines.copy
+        info.decoderCount = prof.engines.decoders
+        info.encoderCount = prof.engines.encoders
+        info.jpegCount = prof.engines.jpeg
+        info.ofaCount = prof.engines.ofa
+        info.memorySizeMB = prof.memory_bytes // catalog.MIB
+        info.name = f"MIG {prof.name}".encode()
+        return info
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(
+        self, handle: Any, profile_id: int, array: Any, count_ref: Any
+    ) -> int:
+        self._enter("nvmlDeviceGetGpuInstancePossiblePlacements", handle, profile_id, array,
+                    count_ref)
+        index, _ = self._gpu(handle)
+        prof = self._gi_profile_by_id(index, profile_id)
+        count = self._by_ref(count_ref, ctypes.c_uint)
+        if count.value < len(prof.starts) or len(array) < count.value:
+            count.value = len(prof.starts)
+            raise _fails(real.NVML_ERROR_INSUFFICIENT_SIZE)
+        if not isinstance(array[0], real.c_nvmlGpuInstancePlacement_t):
+            raise TypeError("placements must be an array of c_nvmlGpuInstancePlacement_t")
+        for k, start in enumerate(prof.starts):
+            array[k].start = start
+            array[k].size = prof.memory_slices
+        count.value = len(prof.starts)
+        return int(real.NVML_SUCCESS)
 
     def nvmlDeviceCreateGpuInstanceWithPlacement(
         self, handle: Any, profile_id: int, placement: Any

@@ -39,6 +39,16 @@ A30 = {
     "4g.24gb": ("4_SLICE", 0, (0,), 4, 1, 4),
 }
 
+# The RTX PRO 6000 Blackwell as the catalog keeps it (the MIG user guide's plain profiles and
+# 1g.24gb+me; NVML reports the +gfx, +me.all and -me variants at run time).
+RTX_PRO_6000 = {
+    "1g.24gb": ("1_SLICE", 14, (0, 1, 2, 3), 1, 4, 1),
+    "1g.24gb+me": ("1_SLICE_REV1", 21, (0, 1, 2, 3), 1, 1, 1),
+    "2g.48gb": ("2_SLICE", 5, (0, 2), 2, 2, 2),
+    "4g.96gb": ("4_SLICE", 0, (0,), 4, 1, 4),
+}
+FOUR_SLICE = {"A30-24GB": A30, "RTX-PRO-6000-96GB": RTX_PRO_6000}
+
 # model: names of the 1g, 1g double-memory, 2g, 3g, 4g and 7g profiles
 EIGHT_SLICE_NAMES = {
     "A100-40GB": ("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
@@ -49,6 +59,11 @@ EIGHT_SLICE_NAMES = {
     "H200-141GB": ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
     "GH200-144GB": ("1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"),
     "B200-180GB": ("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
+    "H800-80GB": ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+    "H20-96GB": ("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+    "GB200-186GB": ("1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
+    "B300-288GB": ("1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
+    "GB300-288GB": ("1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
 }
 KINDS = ("1g", "1g2", "2g", "3g", "4g", "7g")
 
@@ -65,6 +80,18 @@ A30_SMS = {"1g.6gb": 14, "2g.12gb": 28, "4g.24gb": 56}
 # memory of the smallest profile as seen on hardware, in GiB
 SMALLEST_GIB = {"A100-40GB": 4.75, "A100-80GB": 9.5, "H100-80GB": 9.75, "A30-24GB": 5.81}
 
+# Memory as `nvidia-smi mig -lgip` shows it (GiB), the figures the issue and the MIG user guide
+# cite; where drivers differ, the smallest (a memory-based chain must not promise more).
+LGIP_GIB = {
+    ("A100-40GB", "1g.5gb"): 4.75, ("A100-40GB", "2g.10gb"): 9.62,
+    ("A100-40GB", "3g.20gb"): 19.62, ("A100-40GB", "7g.40gb"): 39.5,
+    ("A100-80GB", "2g.20gb"): 19.5, ("A100-80GB", "3g.40gb"): 39.25,
+    ("A100-80GB", "7g.80gb"): 78.5,
+    ("H100-80GB", "1g.10gb"): 9.75, ("H100-80GB", "3g.40gb"): 39.5,
+    ("H100-80GB", "7g.80gb"): 79.25,
+    ("A30-24GB", "1g.6gb"): 5.81, ("A30-24GB", "4g.24gb"): 23.44,
+}
+
 PCI_IDS = {
     "A100-40GB": {0x20B0},
     "A100-80GB": {0x20B2, 0x20B5},
@@ -75,9 +102,19 @@ PCI_IDS = {
     "H200-141GB": {0x2335, 0x233B},
     "GH200-144GB": {0x2348},
     "B200-180GB": {0x2901},
+    "H800-80GB": set(),
+    "H20-96GB": set(),
+    "GB200-186GB": set(),
+    "B300-288GB": {0x3182},
+    "GB300-288GB": set(),
+    "RTX-PRO-6000-96GB": set(),
 }
 
-UNCONFIRMED = {"H100-96GB", "H200-141GB", "GH200-144GB", "B200-180GB"}
+# Models with a value not read off hardware (H100 NVL: memory per profile).
+UNCONFIRMED = {"H100-96GB", "H200-141GB", "GH200-144GB", "B200-180GB", "H800-80GB", "H20-96GB",
+               "GB200-186GB", "B300-288GB", "GB300-288GB", "RTX-PRO-6000-96GB", "H100-NVL-94GB"}
+# Models of which nothing but the placements is confirmed.
+GEOMETRY_ONLY = UNCONFIRMED - {"H100-NVL-94GB", "RTX-PRO-6000-96GB"}
 ARCHITECTURES = {
     "A100-40GB": "Ampere",
     "A100-80GB": "Ampere",
@@ -88,13 +125,19 @@ ARCHITECTURES = {
     "H200-141GB": "Hopper",
     "GH200-144GB": "Hopper",
     "B200-180GB": "Blackwell",
+    "H800-80GB": "Hopper",
+    "H20-96GB": "Hopper",
+    "GB200-186GB": "Blackwell",
+    "B300-288GB": "Blackwell",
+    "GB300-288GB": "Blackwell",
+    "RTX-PRO-6000-96GB": "Blackwell",
 }
 
 
 def expected_profiles(key: str) -> dict[str, tuple[str, int, tuple[int, ...], int, int, int]]:
     """profile name -> (constant suffix, typical id, starts, size, max, compute) for a model."""
-    if key == "A30-24GB":
-        return A30
+    if key in FOUR_SLICE:
+        return FOUR_SLICE[key]
     names = dict(zip(KINDS, EIGHT_SLICE_NAMES[key], strict=True))
     table = {names[kind]: EIGHT_SLICE[kind] for kind in KINDS}
     table[names["1g"] + "+me"] = EIGHT_SLICE["1g+me"]
@@ -129,7 +172,7 @@ def test_every_profile_has_the_documented_placements_counts_and_slices(
 def test_models_have_the_documented_slices_architecture_and_pci_ids(
     model: catalog.GpuModel,
 ) -> None:
-    if model.key == "A30-24GB":
+    if model.key in FOUR_SLICE:
         assert (model.memory_slices, model.compute_slices) == (4, 4)
     else:
         assert (model.memory_slices, model.compute_slices) == (8, 7)
@@ -174,8 +217,29 @@ def test_values_not_seen_on_hardware_are_marked_unconfirmed(model: catalog.GpuMo
     if model.key in UNCONFIRMED:
         assert not model.confirmed
         assert not any(p.confirmed for p in model.profiles)
+        assert all("memory" in p.unconfirmed for p in model.profiles)
     else:
         assert model.confirmed
+    if model.key in GEOMETRY_ONLY:
+        assert all(p.unconfirmed == {"memory", "multiprocessors", "engines"}
+                   for p in model.profiles)
+    if model.key == "H100-NVL-94GB":
+        assert all(p.unconfirmed == {"memory"} for p in model.profiles)
+    assert all(p.unconfirmed <= catalog.VALUE_KINDS for p in model.profiles)
+
+
+@pytest.mark.parametrize(("key", "profile", "gib"),
+                         [(k, p, g) for (k, p), g in sorted(LGIP_GIB.items())])
+def test_memory_is_what_nvidia_smi_mig_lgip_shows(key: str, profile: str, gib: float) -> None:
+    memory = catalog.get_model(key).profile(profile).memory_bytes
+    assert round(memory / GIB, 2) == gib
+
+
+def test_a30_1g_6gb_has_no_decoder_and_media_profiles_take_the_single_ofa() -> None:
+    a30 = catalog.get_model("A30")
+    assert a30.profile("1g.6gb").engines == catalog.Engines(1, 0, 0, 0, 0)
+    assert a30.profile("1g.6gb+me").engines == catalog.Engines(1, 1, 0, 1, 1)
+    assert a30.profile("2g.12gb").engines == catalog.Engines(2, 2, 0, 0, 0)
 
 
 # --- lookups -------------------------------------------------------------------------------
@@ -245,7 +309,7 @@ def test_profiles_with_memory_are_smallest_first_without_media_variants() -> Non
         "2g.12gb",
         "4g.24gb",
     ]
-    assert catalog.profiles_with_memory(200 * GIB) == []
+    assert catalog.profiles_with_memory(300 * GIB) == []
 
 
 def test_equal_memory_prefers_fewer_compute_slices() -> None:
@@ -255,7 +319,7 @@ def test_equal_memory_prefers_fewer_compute_slices() -> None:
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(min_value=0, max_value=200 * GIB))
+@given(st.integers(min_value=0, max_value=300 * GIB))
 def test_profiles_with_memory_are_exactly_those_that_fit_in_a_fixed_order(min_bytes: int) -> None:
     found = catalog.profiles_with_memory(min_bytes)
     expected = {

@@ -97,12 +97,13 @@ def test_a_model_is_found_by_product_name_when_the_pci_id_is_unknown(tmp_path: P
     assert [g.model for g in backend.gpus()] == ["H200-141GB"]
 
 
-def test_gpus_the_catalog_does_not_know_are_left_out(
+def test_gpus_without_mig_are_left_out(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     backend, _ = backend_for(
         tmp_path,
-        FakeGpu("A30", name="Tesla V100-SXM2-16GB", pci_device_id=0x1DB110DE),
+        FakeGpu("A30", name="Tesla V100-SXM2-16GB", pci_device_id=0x1DB110DE,
+                mig_capable=False),
         FakeGpu("A30"),
     )
     assert [g.index for g in backend.gpus()] == [1]
@@ -173,7 +174,9 @@ def test_profile_ids_are_looked_up_once_per_gpu(tmp_path: Path) -> None:
     backend, fake = backend_for(tmp_path, FakeGpu("A100-80GB"))
     backend.create_gpu_instance(0, "1g.10gb", 0)
     backend.create_gpu_instance(0, "1g.10gb", 1)
-    assert fake.names().count("nvmlDeviceGetGpuInstanceProfileInfo") == 1
+    # Discovery reads every profile constant once; creating instances reads none again.
+    asked = [c[1][1] for c in fake.calls if c[0] == "nvmlDeviceGetGpuInstanceProfileInfo"]
+    assert sorted(asked) == list(range(real.NVML_GPU_INSTANCE_PROFILE_COUNT))
 
 
 def test_an_illegal_placement_is_refused_before_nvml_is_asked(tmp_path: Path) -> None:
