@@ -570,7 +570,11 @@ def _memory_entries(
 ) -> tuple[tuple[str, int | None], ...] | None:
     """The memory chain for ``wanted`` bytes on ``models`` (None: none of their profiles has
     that much); depends only on the static catalog, so it is computed once per size and model
-    set. Only the policy's models count: profiles of other GPUs would use up the 8 entries."""
+    set. Only the policy's models count: profiles of other GPUs would use up the 8 entries.
+
+    Every entry also selects on the memory capacity the node publishes (which the agent reads
+    from NVML), not only on the profile name: a profile's memory differs by driver, so the
+    catalog's figure only picks the candidates and the device's own capacity decides."""
     in_force = _gpu_models(models)
     found = catalog.profiles_with_memory(wanted, in_force)
     if not found:
@@ -579,12 +583,7 @@ def _memory_entries(
     for _model, profile in found:
         if profile.name in entries:
             continue
-        smaller_twin = any(
-            p.name == profile.name and p.memory_bytes < wanted
-            for m in in_force
-            for p in m.profiles
-        )
-        entries[profile.name] = wanted if smaller_twin else None
+        entries[profile.name] = wanted
         if len(entries) == MAX_ALTERNATIVES:
             break
     return tuple(entries.items())
