@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, cast
 
-COMMAND_MODULES = ("slicer.cli", "webhook.cli", "certs.cli", "sim.cli", "sandbox.cli", "cli.plan")
+COMMAND_MODULES = ("slicer.cli", "webhook.cli", "certs.cli", "sim.cli", "sandbox.cli", "cli.plan",
+                   "status.cli")
 
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]

@@ -1,0 +1,125 @@
+"""``gpu-slicer status``: per node and GPU, the MIG slices that claims hold, the pods holding them
+and what is free; per namespace, the migration mode and how many pods were converted.
+
+It reads the cluster (ResourceSlices, ResourceClaims, Pods, Namespaces) and never writes. This
+module must not import the Kubernetes client at import time: the CLI parser is built in the
+webhook's gevent workers too, where ``ssl`` must not be imported before gevent patches it, so
+:func:`_default_api` imports it when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from kube.api import KubeApi
+from kube.errors import Forbidden, KubeError, NotFound, Unavailable
+from status.render import as_json, table
+from status.view import ClusterStatus, build_status
+
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+PREFIX = "gpu-slicer status"
+
+
+class StatusReadError(Exception):
+    """The cluster could not be read (exit 1)."""
+
+
+def read_status(api: KubeApi, *, node: str | None = None) -> ClusterStatus:
+    """Reads the four lists the status is made of and builds it (:func:`status.view
+    .build_status`); every object is listed once, read only.
+
+    Raises StatusReadError with a one-line reason when the cluster cannot be read."""
+    lists = {}
+    for api_version, kind in (("resource.k8s.io/v1", "ResourceSlice"),
+                              ("resource.k8s.io/v1", "ResourceClaim"),
+                              ("v1", "Pod"), ("v1", "Namespace")):
+        field_selector = None
+        if kind == "ResourceSlice":
+            field_selector = "spec.driver=gpu-slicer.io" + (f",spec.nodeName={node}" if node
+                                                             else "")
+        try:
+            lists[kind] = api.list(api_version, kind, field_selector=field_selector).items
+        except NotFound as exc:
+            raise StatusReadError(f"the apiserver does not serve {kind} in {api_version} "
+                                  f"(Kubernetes 1.34 or later is needed): {exc}") from exc
+        except Forbidden as exc:
+            raise StatusReadError(f"not allowed to list {kind}s in every namespace: "
+                                  f"{exc}") from exc
+        except Unavailable as exc:
+            raise StatusReadError(f"cannot reach the cluster: {exc}") from exc
+        except KubeError as exc:
+            raise StatusReadError(f"listing {kind}s failed: {exc}") from exc
+    return build_status(lists["ResourceSlice"], lists["ResourceClaim"], lists["Pod"],
+                        lists["Namespace"], node=node)
+
+
+def _default_api(kubeconfig: str | None) -> KubeApi:
+    from kube.client import RealKubeApi  # imports urllib3 and ssl: only when the command runs
+
+    return RealKubeApi.from_config(kubeconfig)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds ``status``."""
+    p = subparsers.add_parser(
+        "status",
+        help="MIG slices per node and GPU, who holds them, what is free; namespaces converted",
+        description=(
+            "Reads the cluster (ResourceSlices, ResourceClaims, Pods, Namespaces; nothing is "
+            "changed) and draws one row per GPU, a cell per memory slice: the instances that "
+            "claims hold there with the pod holding each, and the free slices. Then, per "
+            "namespace labelled gpu-slicer.io/migration, its mode and how many pods the "
+            "webhook converted."
+        ),
+    )
+    p.add_argument("--kubeconfig", metavar="FILE",
+                   help="kubeconfig file (default: KUBECONFIG, the in-cluster account, then "
+                        "~/.kube/config)")
+    p.add_argument("--node", metavar="NAME", help="only this node's GPUs")
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.set_defaults(func=run_status)
+
+
+def run_status(args: argparse.Namespace, *,
+               api_factory: Callable[[str | None], KubeApi] = _default_api,
+               width: int | None = None) -> int:
+    if args.node is not None and (len(args.node) > 253 or not _NODE_NAME.fullmatch(args.node)):
+        print(f"{PREFIX}: --node {args.node!r} is not a node name (lower-case letters, digits, "
+              "'-' and '.')", file=sys.stderr)
+        return 2
+    if args.kubeconfig and not Path(args.kubeconfig).is_file():
+        what = "is not a file" if Path(args.kubeconfig).exists() else "does not exist"
+        print(f"{PREFIX}: --kubeconfig {args.kubeconfig} {what}", file=sys.stderr)
+        return 2
+    try:
+        api = api_factory(args.kubeconfig)
+    except KubeError as exc:
+        print(f"{PREFIX}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a kubeconfig the client library cannot parse
+        print(f"{PREFIX}: cannot load Kubernetes credentials from "
+              f"{args.kubeconfig or 'the default kubeconfig'}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 1
+    try:
+        status = read_status(api, node=args.node)
+    except StatusReadError as exc:
+        print(f"{PREFIX}: {exc}", file=sys.stderr)
+        return 1
+    if args.node is not None and not status.nodes:
+        print(f"{PREFIX}: node {args.node} publishes no gpu-slicer.io ResourceSlices and no "
+              "claim holds a device there", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        json.dump(as_json(status), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        columns = width if width is not None else shutil.get_terminal_size((100, 24)).columns
+        sys.stdout.write(table(status, width=columns))
+    return 0

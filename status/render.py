@@ -1,0 +1,222 @@
+"""``gpu-slicer status`` output: the terminal picture and the JSON document (pure).
+
+The picture has one row per GPU, two lines high; each memory slice is a cell between ``|``. The
+cells of one instance are drawn as one wide cell labelled with its profile (``gpu`` for a whole
+GPU) on the first line and a short name of the pod that holds it on the second; a free memory
+slice reads ``free`` (``.`` when the cell is too narrow), a blocked one is filled with ``#``.
+Cells are as wide as the terminal allows, so a row does not wrap; a profile too long for its
+cell is shortened (``1g.10gb`` -> ``1g``) and a pod name loses its head (``~dlqzb``). Only plain
+ASCII is written, without colour.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from status.view import ClusterStatus, Gpu, Instance, Node
+
+Obj = dict[str, Any]
+
+MAX_CELL = 24
+"""Wider cells do not make the picture clearer."""
+FREE, BLOCKED = "free", "#"
+_PROFILE = re.compile(r"^(?P<compute>\d+g)\.\d+gb(?P<variant>.*)$")
+
+
+# --- JSON -------------------------------------------------------------------------------------
+
+
+def as_json(status: ClusterStatus) -> Obj:
+    """The document ``-o json`` prints (its schema is in docs/status.md)."""
+    return {
+        "nodes": [_node_json(n) for n in status.nodes],
+        "namespaces": [{"name": ns.name, "migration": ns.migration or None,
+                        "convertedPods": ns.converted, "podsHoldingDevices": ns.holding,
+                        "legacyPods": ns.legacy} for ns in status.namespaces],
+        "notes": list(status.notes),
+    }
+
+
+def _node_json(node: Node) -> Obj:
+    return {"name": node.name, "generation": node.generation,
+            "memorySlices": node.memory_slices, "freeMemorySlices": node.free,
+            "gpus": [_gpu_json(g) for g in node.gpus]}
+
+
+def _gpu_json(gpu: Gpu) -> Obj:
+    return {
+        "index": gpu.index,
+        "productName": gpu.product,
+        "mode": gpu.mode,
+        "unhealthy": gpu.unhealthy,
+        "memorySlices": gpu.memory_slices,
+        "freeSlices": list(gpu.free),
+        "blockedSlices": list(gpu.blocked),
+        "instances": [_instance_json(i) for i in gpu.instances],
+    }
+
+
+def _instance_json(inst: Instance) -> Obj:
+    return {
+        "device": inst.device,
+        "profile": inst.profile,
+        "wholeGpu": inst.whole,
+        "placementStart": inst.start,
+        "placementSize": inst.size,
+        "claim": {"namespace": inst.claim.namespace, "name": inst.claim.name},
+        "request": inst.request,
+        "pods": [{"namespace": p.namespace, "name": p.name} for p in inst.pods],
+    }
+
+
+# --- the picture ------------------------------------------------------------------------------
+
+
+def table(status: ClusterStatus, *, width: int = 80) -> str:
+    """The whole report: the GPU picture per node, the instances, the namespaces, notes."""
+    out = io.StringIO()
+    if status.nodes:
+        out.write(picture(status.nodes, width=width))
+        instances = instance_rows(status.nodes)
+        if len(instances) > 1:
+            out.write("\n" + _columns(instances))
+    else:
+        out.write("no node publishes gpu-slicer.io ResourceSlices (is the agent installed?)\n")
+    out.write("\n")
+    if status.namespaces:
+        rows = [("NAMESPACE", "MIGRATION", "CONVERTED PODS", "HOLDING A DEVICE", "LEGACY PODS")]
+        rows += [(ns.name, ns.migration or "-", str(ns.converted), str(ns.holding),
+                  str(ns.legacy)) for ns in status.namespaces]
+        out.write(_columns(rows))
+    else:
+        out.write("no namespace is labelled gpu-slicer.io/migration\n")
+    for note in status.notes:
+        out.write(f"note: {note}\n")
+    return out.getvalue()
+
+
+def picture(nodes: Sequence[Node], *, width: int = 80) -> str:
+    """One header line per node, then one row (two lines) per GPU in ``width`` columns. When
+    the cells would be too narrow to read ``free``, the product and then the mode columns are
+    left out; below about three columns per memory slice a row can exceed ``width``."""
+    gpus = [g for n in nodes for g in n.gpus]
+    widest = max((g.memory_slices for g in gpus), default=1)
+    for columns in (3, 2, 1):
+        heads = {id(g): _gpu_head(g)[:columns] for g in gpus}
+        widths = [max((len(h[c]) for h in heads.values()), default=0) for c in range(columns)]
+        head_width = 2 + sum(widths) + 2 * columns
+        if cell_width(widest, width - head_width) >= len(FREE):
+            break
+    out = io.StringIO()
+    blocked = False
+    for node in nodes:
+        count = len(node.gpus)
+        out.write(f"{node.name}: {count} GPU{'s' if count != 1 else ''}, "
+                  f"{node.free} of {node.memory_slices} memory slices free\n")
+        for gpu in node.gpus:
+            head = "  " + "".join(c.ljust(w) + "  " for c, w in
+                                  zip(heads[id(gpu)], widths, strict=True))
+            top, bottom = cells(gpu, width=width - len(head))
+            out.write(head + top + "\n" + " " * len(head) + bottom + "\n")
+            blocked = blocked or bool(gpu.blocked)
+    if blocked:
+        out.write(f"{BLOCKED * 3}: a memory slice held by a MIG instance gpu-slicer did not "
+                  "create (or, in a static layout, in no advertised instance)\n")
+    return out.getvalue()
+
+
+def _gpu_head(gpu: Gpu) -> tuple[str, ...]:
+    """GPU index, mode and product (without ``NVIDIA``, at most 20 characters)."""
+    product = gpu.product.removeprefix("NVIDIA ").strip() or "?"
+    mode = gpu.mode + (" UNHEALTHY" if gpu.unhealthy else "")
+    return f"gpu {gpu.index}", mode, product[:20]
+
+
+def cell_width(slices: int, width: int) -> int:
+    """Characters inside one memory slice's cell so that ``slices`` cells fit in ``width``."""
+    if slices <= 0:
+        return 1
+    return max(1, min(MAX_CELL, (width - 1) // slices - 1))
+
+
+def cells(gpu: Gpu, *, width: int) -> tuple[str, str]:
+    """The GPU's memory slices in ``width`` columns, as two lines of the same cells: what holds
+    each (``1g.10gb``, ``gpu`` for the whole GPU, ``free``) and the pod holding it."""
+    size = cell_width(gpu.memory_slices, width)
+    top: list[str] = []
+    bottom: list[str] = []
+    i = 0
+    while i < gpu.memory_slices:
+        inst = gpu.owner(i)
+        if inst is not None and inst.start == i:
+            span = min(inst.start + inst.size, gpu.memory_slices) - i
+            inner = span * size + span - 1
+            top.append(_profile_label(inst, inner).ljust(inner))
+            bottom.append(_pod_label(inst, inner).ljust(inner))
+            i += span
+            continue
+        if i in gpu.blocked:
+            top.append(BLOCKED * size)
+            bottom.append(BLOCKED * size)
+        elif inst is not None:  # the rest of an instance that overlaps another one
+            top.append("?" * size)
+            bottom.append(" " * size)
+        else:
+            top.append((FREE if size >= len(FREE) else ".").ljust(size))
+            bottom.append(" " * size)
+        i += 1
+    return "|" + "|".join(top) + "|", "|" + "|".join(bottom) + "|"
+
+
+def _profile_label(inst: Instance, room: int) -> str:
+    """``1g.10gb+me``, else without the memory size (``1g+me``), else ``1g``, cut to ``room``."""
+    if inst.whole:
+        return "gpu"[:room]
+    profile = str(inst.profile)
+    match = _PROFILE.match(profile)
+    if len(profile) <= room or match is None:
+        return profile[:room]
+    shorter = match["compute"] + match["variant"]
+    return (shorter if len(shorter) <= room else match["compute"])[:room]
+
+
+def _pod_label(inst: Instance, room: int) -> str:
+    """The (first) pod's short name in ``room`` characters: when it is too long its head goes
+    first (the tail tells replicas apart), marked by ``~``; ``+N`` counts further pods."""
+    if not inst.short_pods:
+        return "(no pod)"[:room]
+    more = f"+{len(inst.short_pods) - 1}" if len(inst.short_pods) > 1 else ""
+    pod = inst.short_pods[0]
+    if len(pod) + len(more) <= room:
+        return pod + more
+    keep = room - len(more) - 1
+    if keep < 1:
+        return pod[:room]
+    return "~" + pod[len(pod) - keep:].lstrip("-.") + more
+
+
+def instance_rows(nodes: Sequence[Node]) -> list[tuple[str, ...]]:
+    """The held devices as table rows, a header first."""
+    rows: list[tuple[str, ...]] = [("NODE", "GPU", "DEVICE", "PROFILE", "SLICES", "POD")]
+    for node in nodes:
+        for gpu in node.gpus:
+            for inst in gpu.instances:
+                slices = (str(inst.start) if inst.size == 1
+                          else f"{inst.start}-{inst.start + inst.size - 1}")
+                pods = ", ".join(str(p) for p in inst.pods) or f"none (claim {inst.claim})"
+                rows.append((node.name, str(gpu.index), inst.device,
+                             inst.profile or "whole GPU", slices, pods))
+    return rows
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> str:
+    """Left-aligned columns two spaces apart, as wide as their widest cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        text = "  ".join([c.ljust(w) for c, w in zip(row, widths, strict=False)] + [row[-1]])
+        lines.append(text.rstrip())
+    return "\n".join(lines) + "\n"
