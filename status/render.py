@@ -55,6 +55,8 @@ def _gpu_json(gpu: Gpu) -> Obj:
         "memorySlices": gpu.memory_slices,
         "freeSlices": list(gpu.free),
         "blockedSlices": list(gpu.blocked),
+        "idleInstances": [{"profile": p, "placementStart": s, "placementSize": n}
+                          for p, s, n in gpu.idle],
         "instances": [_instance_json(i) for i in gpu.instances],
     }
 
@@ -123,8 +125,8 @@ def picture(nodes: Sequence[Node], *, width: int = 80) -> str:
             out.write(head + top + "\n" + " " * len(head) + bottom + "\n")
             blocked = blocked or bool(gpu.blocked)
     if blocked:
-        out.write(f"{BLOCKED * 3}: a memory slice held by a MIG instance gpu-slicer did not "
-                  "create (or, in a static layout, in no advertised instance)\n")
+        out.write(f"{BLOCKED * 3}: blocked (a MIG instance gpu-slicer did not create, or in no "
+                  "advertised device)\n")
     return out.getvalue()
 
 
@@ -158,6 +160,14 @@ def cells(gpu: Gpu, *, width: int) -> tuple[str, str]:
             bottom.append(_pod_label(inst, inner).ljust(inner))
             i += span
             continue
+        idle = next((x for x in gpu.idle if x[1] == i), None)
+        if inst is None and idle is not None:  # static layout: an instance nobody holds
+            span = min(idle[1] + idle[2], gpu.memory_slices) - i
+            inner = span * size + span - 1
+            top.append(_shorten(idle[0], inner).ljust(inner))
+            bottom.append((FREE if inner >= len(FREE) else ".").ljust(inner))
+            i += span
+            continue
         if i in gpu.blocked:
             top.append(BLOCKED * size)
             bottom.append(BLOCKED * size)
@@ -172,10 +182,12 @@ def cells(gpu: Gpu, *, width: int) -> tuple[str, str]:
 
 
 def _profile_label(inst: Instance, room: int) -> str:
+    """``gpu`` for a whole GPU, else the profile as :func:`_shorten` fits it."""
+    return "gpu"[:room] if inst.whole else _shorten(str(inst.profile), room)
+
+
+def _shorten(profile: str, room: int) -> str:
     """``1g.10gb+me``, else without the memory size (``1g+me``), else ``1g``, cut to ``room``."""
-    if inst.whole:
-        return "gpu"[:room]
-    profile = str(inst.profile)
     match = _PROFILE.match(profile)
     if len(profile) <= room or match is None:
         return profile[:room]
@@ -187,7 +199,7 @@ def _pod_label(inst: Instance, room: int) -> str:
     """The (first) pod's short name in ``room`` characters: when it is too long its head goes
     first (the tail tells replicas apart), marked by ``~``; ``+N`` counts further pods."""
     if not inst.short_pods:
-        return "(no pod)"[:room]
+        return "no pod" if room >= len("no pod") else "-"[:room]
     more = f"+{len(inst.short_pods) - 1}" if len(inst.short_pods) > 1 else ""
     pod = inst.short_pods[0]
     if len(pod) + len(more) <= room:

@@ -90,6 +90,9 @@ class Gpu:
     gpu-slicer did not create (its counter is 0), or, in a static layout, in no advertised
     instance."""
     unhealthy: bool = False
+    idle: tuple[tuple[str, int, int], ...] = ()
+    """Static layout only: the advertised instances no claim holds, as (profile, start, size);
+    the free memory slices can only be allocated as these."""
 
     @property
     def held(self) -> tuple[int, ...]:
@@ -408,9 +411,11 @@ def build_status(
                 key=lambda i: (i.start, i.device))
             _overlaps(name, index, held_here, notes)
             covered = {i for inst in held_here for i in inst.slices}
-            gpus.append(Gpu(index=index, product=gpu.product, mode=_mode(gpu),
+            mode = _mode(gpu)
+            gpus.append(Gpu(index=index, product=gpu.product, mode=mode,
                             memory_slices=count, instances=tuple(held_here),
-                            blocked=_blocked(gpu, count, covered), unhealthy=gpu.unhealthy))
+                            blocked=_blocked(gpu, count, covered), unhealthy=gpu.unhealthy,
+                            idle=_idle(gpu, covered) if mode == "static" else ()))
         nodes.append(Node(name, generation, tuple(gpus)))
         if not pool_slices:
             notes.append(f"node {name} publishes no gpu-slicer.io ResourceSlices, but claims "
@@ -439,6 +444,16 @@ def _blocked(gpu: _GpuFacts, count: int, covered: set[int]) -> tuple[int, ...]:
         if start >= 0:
             reachable.update(range(start, start + size))
     return tuple(i for i in range(count) if i not in covered and i not in reachable)
+
+
+def _idle(gpu: _GpuFacts, covered: set[int]) -> tuple[tuple[str, int, int], ...]:
+    idle = []
+    for device in gpu.devices.values():
+        profile, start = _attr(device, "profile"), _int(_attr(device, "placementStart"))
+        size = _int(_attr(device, "placementSize"), 1)
+        if profile and start >= 0 and not covered & set(range(start, start + size)):
+            idle.append((str(profile), start, size))
+    return tuple(sorted(idle, key=lambda i: i[1]))
 
 
 def _overlaps(node: str, index: int, instances: Sequence[Instance], notes: list[str]) -> None:
