@@ -46,12 +46,22 @@ from kube.errors import KubeError
 from slicer import agent_lock
 from slicer.agent_metrics import AgentMetrics
 from slicer.backend import GpuBackend, model_of
-from slicer.cdi import CdiDirectory
+from slicer.cdi import (
+    FALLBACK_EDITS,
+    TOOLKIT_SPEC_PATHS,
+    CdiDirectory,
+    CdiError,
+    CommonEdits,
+    find_toolkit_spec,
+    load_toolkit_spec,
+    toolkit_spec_from_ctk,
+)
 from slicer.checkpoint import CheckpointStore
 from slicer.claims import DRIVER, ClaimCache
 from slicer.errors import BackendError, GpuSpecError, SlicerError
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode, effective_mode
+from slicer.layout import LayoutError, StaticLayout
 from slicer.mig_mode import GpuMode, MigModeManager
 from slicer.ordering import POLICIES, RepublishLimiter
 from slicer.plugin import DraDriver, PluginServer
@@ -88,6 +98,10 @@ class AgentConfig:
     reprobe_interval_s: float = 600.0
     """How often the publisher re-reads the server version and, after a fallback to the static
     layout, probes for partitionable devices; 0: never (restart the agent instead)."""
+    cdi_common: CommonEdits = FALLBACK_EDITS
+    """The edits every claim's CDI spec carries (the NVIDIA Container Toolkit's, when found)."""
+    static_layout: StaticLayout | None = None
+    """Which existing instances the static layout (no counters) advertises besides the agent's."""
 
 
 class NodeAgent:
@@ -119,7 +133,7 @@ class NodeAgent:
         self.state = DeviceState(
             backend,
             CheckpointStore(config.checkpoint_dir),
-            CdiDirectory(config.cdi_dir),
+            CdiDirectory(config.cdi_dir, config.cdi_common),
             mig=self.mig,
             metrics=self.metrics,
             on_change=self._nudge,
@@ -140,6 +154,7 @@ class NodeAgent:
                 metrics=PublisherMetrics(self.metrics.registry),
                 limiter=self.limiter,
                 recheck_interval_s=config.reprobe_interval_s or None,
+                static_layout=config.static_layout,
                 clock=clock,
             )
             republish = self._publish
@@ -154,6 +169,23 @@ class NodeAgent:
         self.plugin = PluginServer(
             self.driver, plugins_dir=config.plugins_dir, registry_dir=config.registry_dir
         )
+
+    def _report_facts(self) -> None:
+        """Say at start-up what pods will get: CUDA libraries or not, catalog or GPU figures."""
+        common = self.config.cdi_common
+        self.metrics.cdi_toolkit_edits.set(1 if common.from_toolkit else 0)
+        if common.from_toolkit:
+            log.info("claim CDI specs carry the NVIDIA Container Toolkit's edits",
+                     extra={"source": common.source})
+        else:
+            log.warning(
+                "no NVIDIA Container Toolkit CDI spec found (--toolkit-cdi-spec, --nvidia-ctk, "
+                "/etc/cdi/nvidia.yaml, /var/run/cdi/nvidia.yaml): pods get their GPU's device "
+                "nodes but not the driver's libraries, so CUDA will not run in them; run "
+                "'nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml' on the node")
+        for info in self.backend.gpus():
+            self.metrics.catalog_differences.labels(str(info.index)).set(
+                len(info.catalog_differences))
 
     def _publish(self, view: NodeView) -> float | None:
         """Publish; returns when to publish again although nothing changed (or None)."""
@@ -174,6 +206,7 @@ class NodeAgent:
         if self.state.load_problem:
             log.error("started with an unusable checkpoint; reconciling against the GPUs",
                       extra={"problem": self.state.load_problem})
+        self._report_facts()
         self.claims.start()
         self._spawn("health", lambda: self.health.run(self._stop))
         self._spawn("reconciler", lambda: self.reconciler.run(
@@ -291,6 +324,20 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
                      help="seconds between checks of the apiserver version and, after a "
                           "fallback to the static layout, probes for partitionable devices; "
                           "0 disables [GPU_SLICER_REPROBE_INTERVAL]")
+    run.add_argument("--toolkit-cdi-spec", metavar="FILE", type=Path,
+                     default=_env("GPU_SLICER_TOOLKIT_CDI_SPEC"),
+                     help="the NVIDIA Container Toolkit's CDI spec (nvidia-ctk cdi generate "
+                          "output) whose common edits every claim's spec carries; default: "
+                          "the first of /etc/cdi/nvidia.yaml|json, /var/run/cdi/nvidia.yaml|json "
+                          "[GPU_SLICER_TOOLKIT_CDI_SPEC]")
+    run.add_argument("--nvidia-ctk", metavar="PATH", default=_env("GPU_SLICER_NVIDIA_CTK"),
+                     help="instead of a spec file, run '<PATH> cdi generate --format=json' at "
+                          "start-up [GPU_SLICER_NVIDIA_CTK]")
+    run.add_argument("--static-layout", metavar="FILE", type=Path,
+                     default=_env("GPU_SLICER_STATIC_LAYOUT"),
+                     help="static layout file (the format of 'gpu-slicer slices "
+                          "--static-layout'): the existing instances advertised when the "
+                          "apiserver has no partitionable devices [GPU_SLICER_STATIC_LAYOUT]")
     run.add_argument("--lock-wait", type=_float_or_text,
                      default=_env("GPU_SLICER_LOCK_WAIT", default="0"),
                      help="seconds to wait for another agent on the same --checkpoint-dir to "
@@ -371,6 +418,19 @@ def run_agent(args: argparse.Namespace) -> int:
     lock_wait = _seconds("--lock-wait", args.lock_wait, zero=True)
     if isinstance(lock_wait, str):
         return _usage(lock_wait)
+    try:
+        layout = StaticLayout.load(args.static_layout) if args.static_layout else None
+    except LayoutError as exc:
+        return _usage(f"--static-layout: {exc}")
+    if args.toolkit_cdi_spec and args.nvidia_ctk:
+        return _usage("give --toolkit-cdi-spec or --nvidia-ctk, not both")
+    try:
+        common = _toolkit_edits(args)
+    except CdiError as exc:
+        if args.toolkit_cdi_spec:
+            return _usage(f"--toolkit-cdi-spec: {exc}")
+        print(f"gpu-slicer agent run: --nvidia-ctk: {exc}", file=sys.stderr)
+        return 1
     try:  # before anything touches the GPUs, sockets, checkpoint or CDI specs
         lock = agent_lock.acquire(args.checkpoint_dir, wait_s=lock_wait, on_wait=lambda holder: (
             log.info("waiting for the agent lock", extra={"holder": holder, "wait_s": lock_wait})))
@@ -393,12 +453,20 @@ def run_agent(args: argparse.Namespace) -> int:
                 "--backend simulated)" if args.kube == "cluster" else "")
         print(f"gpu-slicer agent run: {exc}{hint}", file=sys.stderr)
         return 1
+    if layout is not None:
+        try:
+            layout.check([model_of(info) for info in backend.gpus()])
+        except LayoutError as exc:
+            return _usage(f"--static-layout: {exc}")
+        except BackendError as exc:
+            print(f"gpu-slicer agent run: cannot open the GPUs: {exc}", file=sys.stderr)
+            return 1
     config = AgentConfig(
         node=args.node, checkpoint_dir=args.checkpoint_dir, cdi_dir=args.cdi_dir,
         plugins_dir=args.plugins_dir, registry_dir=args.registry_dir,
         metrics_bind=args.metrics_bind, reconcile_interval_s=reconcile_interval,
         policy=args.policy, republish_interval_s=republish_interval,
-        reprobe_interval_s=reprobe_interval,
+        reprobe_interval_s=reprobe_interval, cdi_common=common, static_layout=layout,
     )
     try:
         agent = NodeAgent(config, backend=backend, api=api)
@@ -431,6 +499,24 @@ def run_agent(args: argparse.Namespace) -> int:
         close()
     lock.release()
     return 0
+
+
+def _toolkit_edits(args: argparse.Namespace) -> CommonEdits:
+    """The toolkit's common CDI edits: the named file, nvidia-ctk, or the first usual file."""
+    if args.toolkit_cdi_spec:
+        return load_toolkit_spec(args.toolkit_cdi_spec)
+    if args.nvidia_ctk:
+        return toolkit_spec_from_ctk(args.nvidia_ctk)
+    found = find_toolkit_spec((*TOOLKIT_SPEC_PATHS, args.cdi_dir / "nvidia.yaml",
+                               args.cdi_dir / "nvidia.json"))
+    if found is None:
+        return FALLBACK_EDITS
+    try:
+        return load_toolkit_spec(found)
+    except CdiError as exc:
+        log.error("the toolkit CDI spec found is unusable; claim specs get no driver libraries",
+                  extra={"problem": str(exc)})
+        return FALLBACK_EDITS
 
 
 def _backend(args: argparse.Namespace) -> GpuBackend:

@@ -68,6 +68,15 @@ class AgentMetrics:
             "gpu_slicer_agent_reconciles", "Reconciler passes, by outcome", ["outcome"],
             registry=r)
 
+        self.cdi_toolkit_edits = Gauge(
+            "gpu_slicer_agent_cdi_toolkit_edits", "1 when claim CDI specs carry the NVIDIA "
+            "Container Toolkit's common edits (driver libraries, hooks); 0: no toolkit spec was "
+            "found and pods start without the CUDA libraries", registry=r)
+        self.catalog_differences = Gauge(
+            "gpu_slicer_agent_catalog_differences", "Values where the GPU's own MIG profile "
+            "facts (NVML) differ from the catalog, per GPU; the GPU's values are published",
+            ["gpu"], registry=r)
+
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
         """A sample's current value (0 when absent): for tests and the CLI."""
         found = self.registry.get_sample_value(name, labels or {})

@@ -43,12 +43,18 @@ class StaticLayout:
         """The configured placements of GPU ``index``; None when nothing is configured."""
         return self.gpus.get(index, self.default)
 
-    def check(self, models: Sequence[GpuModel]) -> None:
-        """Raise LayoutError unless every GPU's configured set is valid on its model."""
+    def check(self, models: Sequence[GpuModel | None]) -> None:
+        """Raise LayoutError unless every GPU's configured set is valid on its model.
+
+        A model of None is a GPU without MIG: only an empty list (the whole GPU) fits it.
+        """
         for index, model in enumerate(models):
             wanted = self.for_gpu(index)
             if not wanted:
                 continue
+            if model is None:
+                raise LayoutError(f"static layout names MIG instances for GPU {index}, which "
+                                  "has no MIG profiles; give it [] (the whole GPU)")
             problems = catalog.violations(model, wanted)
             if problems:
                 where = f"gpus.{index}" if index in self.gpus else "default"
