@@ -448,3 +448,90 @@ def test_close_frees_the_event_set_and_shuts_nvml_down(tmp_path: Path) -> None:
     backend.close()
     assert fake.names()[-2:] == ["nvmlEventSetFree", "nvmlShutdown"]
     assert fake.initialised == 0
+
+
+# --- facts from NVML, not from the catalog -------------------------------------------------
+
+
+def _capacity(device: dict[str, object], name: str) -> str:
+    capacity = device["capacity"]
+    assert isinstance(capacity, dict)
+    return str(capacity[name]["value"])
+
+
+def test_published_profile_facts_are_nvml_s_and_differences_from_the_catalog_are_listed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from kube.quantity import format_bytes
+    from slicer import catalog
+    from slicer.inventory import GpuState, advertise_gpu
+
+    backend, fake = backend_for(tmp_path, FakeGpu("A100-80GB"))
+    (info,) = backend.gpus()
+    reported = fake.gpus[0].hardware
+    assert reported is not None and info.mig_model is not None
+    listed = catalog.get_model("A100-80GB")
+    devices = {d.name: d.body for d in advertise_gpu(GpuState(info, mode="mig")).devices}
+    slice_20gb = devices["gpu-0-mig-2g20gb-0"]
+    # The fake's driver reports 128 MiB more per memory slice and fewer SMs than the catalog.
+    assert _capacity(slice_20gb, "memory") == format_bytes(
+        reported.profile("2g.20gb").memory_bytes)
+    assert _capacity(slice_20gb, "memory") != format_bytes(listed.profile("2g.20gb").memory_bytes)
+    assert _capacity(slice_20gb, "multiprocessors") == "26"
+    assert _capacity(slice_20gb, "decoders") == "1"
+    assert any("2g.20gb: memory 19.50 GiB in the catalog, 19.75 GiB on the GPU" in d
+               for d in info.catalog_differences)
+    assert "catalog and GPU disagree" in caplog.text
+    assert info.mig_model.source == "nvml"
+    assert info.mig_model.profile("1g.10gb").starts == (0, 1, 2, 3, 4, 5, 6)
+    placements = [c for c in fake.calls if c[0] == "nvmlDeviceGetGpuInstancePossiblePlacements"]
+    assert len(placements) == len(reported.profiles)
+
+
+def test_a_gpu_the_catalog_does_not_know_is_advertised_from_what_nvml_reports(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from slicer import catalog
+    from slicer.inventory import GpuState, advertise_gpu
+
+    base = catalog.get_model("B200")
+    future = replace(
+        base, key="future", product_names=("NVIDIA Z900 Ultra",), pci_device_ids=(0x9999,),
+        profiles=tuple(replace(p, name=p.name.replace("gb", "0gb", 1)) for p in base.profiles),
+    )
+    backend, _ = backend_for(tmp_path, FakeGpu("future", hardware=future))
+    (info,) = backend.gpus()
+    assert (info.model, info.architecture) == ("Z900-Ultra", "Blackwell")
+    assert info.catalog_differences == ()
+    assert info.mig_model is not None
+    assert "1g.230gb" in {p.name for p in info.mig_model.profiles}
+    names = {d.name for d in advertise_gpu(GpuState(info, mode="dynamic")).devices}
+    assert {"gpu-0", "gpu-0-mig-1g230gb-6", "gpu-0-mig-7g1800gb-0"} <= names
+    backend.set_mig_mode(0, True)
+    gi = backend.create_gpu_instance(0, "3g.900gb", 4)
+    assert backend.create_compute_instance(0, gi).profile == "3g.900gb"
+
+
+def test_brand_and_cuda_driver_version_are_read_for_the_nvidia_compatible_attributes(
+    tmp_path: Path,
+) -> None:
+    from slicer.inventory import GpuState, advertise_gpu
+
+    backend, _ = backend_for(tmp_path, FakeGpu("H100-80GB"))
+    (info,) = backend.gpus()
+    assert (info.brand, info.cuda_driver_version) == ("Nvidia", "13.0")
+    attributes = advertise_gpu(GpuState(info)).devices[0].body["attributes"]
+    assert attributes["brand"] == {"string": "Nvidia"}
+    assert attributes["cudaDriverVersion"] == {"version": "13.0.0"}
+
+
+def test_without_profile_facts_a_catalog_gpu_falls_back_to_the_catalog(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    backend, fake = backend_for(tmp_path, FakeGpu("A30"))
+    fake.fail("nvmlDeviceGetGpuInstanceProfileInfo", real.NVML_ERROR_NOT_SUPPORTED, times=64)
+    (info,) = backend.gpus()
+    assert info.mig_model is None and info.model == "A30-24GB"
+    assert "using the catalog's values" in caplog.text
