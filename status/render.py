@@ -101,40 +101,62 @@ def table(status: ClusterStatus, *, width: int = 80) -> str:
 
 
 def picture(nodes: Sequence[Node], *, width: int = 80) -> str:
-    """One header line per node, then one row (two lines) per GPU in ``width`` columns. When
-    the cells would be too narrow to read ``free``, the product and then the mode columns are
-    left out; below about three columns per memory slice a row can exceed ``width``."""
+    """Per node a header line (GPU models, free memory slices), then one row (two lines) per
+    GPU: its index, its mode, its cells, in ``width`` columns. When the cells would be too
+    narrow to read ``free``, the mode column is left out; below about three columns per memory
+    slice a row can exceed ``width``."""
     gpus = [g for n in nodes for g in n.gpus]
     widest = max((g.memory_slices for g in gpus), default=1)
-    for columns in (3, 2, 1):
-        heads = {id(g): _gpu_head(g)[:columns] for g in gpus}
-        widths = [max((len(h[c]) for h in heads.values()), default=0) for c in range(columns)]
-        head_width = 2 + sum(widths) + 2 * columns
-        if cell_width(widest, width - head_width) >= len(FREE):
-            break
+    index_width = max((len(str(g.index)) for g in gpus), default=1)
+    mode_width = max((len(_mode(g)) for g in gpus), default=0)
+    with_mode = cell_width(widest, width - (2 + index_width + 2 + mode_width + 2)) >= len(FREE)
     out = io.StringIO()
     blocked = False
     for node in nodes:
-        count = len(node.gpus)
-        out.write(f"{node.name}: {count} GPU{'s' if count != 1 else ''}, "
-                  f"{node.free} of {node.memory_slices} memory slices free\n")
+        out.write(node_header(node, width=width) + "\n")
         for gpu in node.gpus:
-            head = "  " + "".join(c.ljust(w) + "  " for c, w in
-                                  zip(heads[id(gpu)], widths, strict=True))
+            head = "  " + str(gpu.index).rjust(index_width) + "  "
+            if with_mode:
+                head += _mode(gpu).ljust(mode_width) + "  "
             top, bottom = cells(gpu, width=width - len(head))
             out.write(head + top + "\n" + " " * len(head) + bottom + "\n")
             blocked = blocked or bool(gpu.blocked)
     if blocked:
-        out.write(f"{BLOCKED * 3}: blocked (a MIG instance gpu-slicer did not create, or in no "
-                  "advertised device)\n")
+        out.write(f"{BLOCKED * 3}: blocked (a MIG instance gpu-slicer did not make, or outside "
+                  "every device)\n")
     return out.getvalue()
 
 
-def _gpu_head(gpu: Gpu) -> tuple[str, ...]:
-    """GPU index, mode and product (without ``NVIDIA``, at most 20 characters)."""
-    product = gpu.product.removeprefix("NVIDIA ").strip() or "?"
-    mode = gpu.mode + (" UNHEALTHY" if gpu.unhealthy else "")
-    return f"gpu {gpu.index}", mode, product[:20]
+def node_header(node: Node, *, width: int = 80) -> str:
+    """``h100: 2 GPUs H100 80GB HBM3, 8 of 16 memory slices free``; a node with several
+    models names them by GPU index (``0-1 H100 80GB HBM3, 2 A30``)."""
+    count = len(node.gpus)
+    products = [_product(g) for g in node.gpus]
+    if len(set(products)) == 1:
+        models = products[0]
+    else:
+        runs: list[tuple[int, int, str]] = []
+        for gpu, product in zip(node.gpus, products, strict=True):
+            if runs and runs[-1][2] == product and runs[-1][1] == gpu.index - 1:
+                runs[-1] = (runs[-1][0], gpu.index, product)
+            else:
+                runs.append((gpu.index, gpu.index, product))
+        models = ", ".join(f"{a}{'' if a == b else f'-{b}'} {product}"
+                           for a, b, product in runs)
+    line = (f"{node.name}: {count} GPU{'' if count == 1 else 's'}" + (f" {models}" if count else "")
+            + f", {node.free} of {node.memory_slices} memory slices free")
+    if len(line) > width and len(set(products)) > 1:
+        line = (f"{node.name}: {count} GPUs of {len(set(products))} models, {node.free} of "
+                f"{node.memory_slices} memory slices free")
+    return line
+
+
+def _product(gpu: Gpu) -> str:
+    return gpu.product.removeprefix("NVIDIA ").strip() or "unknown model"
+
+
+def _mode(gpu: Gpu) -> str:
+    return gpu.mode + (" UNHEALTHY" if gpu.unhealthy else "")
 
 
 def cell_width(slices: int, width: int) -> int:
@@ -207,7 +229,10 @@ def _pod_label(inst: Instance, room: int) -> str:
     keep = room - len(more) - 1
     if keep < 1:
         return pod[:room]
-    return "~" + pod[len(pod) - keep:].lstrip("-.") + more
+    tail = pod[len(pod) - keep:]
+    if "-" in tail[:-1]:
+        tail = tail.split("-", 1)[1]  # start at a word: ~dlqzb, not ~r-dlqzb
+    return "~" + tail + more
 
 
 def instance_rows(nodes: Sequence[Node]) -> list[tuple[str, ...]]:
