@@ -450,6 +450,12 @@ class Allocator:
     ) -> Allocation | None:
         """The first solution for all ``claims`` on one node, or None when there is none."""
         parsed = claims if isinstance(claims, ParsedClaims) else parse_claims(claims)
+        for request in parsed.requests:
+            # As the scheduler (validateDeviceRequest): every (sub)request's class is looked up
+            # before the search, so a missing one fails the claim even where never reached.
+            for sub in request.alternatives:
+                if sub.class_name not in self._class_selectors:
+                    self.candidates((), sub)  # raises, naming the known classes
         search = _Search(self, list(parsed.requests), list(parsed.constraints), pools, in_use)
         if not search.run():
             return None

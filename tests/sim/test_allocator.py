@@ -248,6 +248,19 @@ def test_an_unknown_device_class_is_an_error_naming_the_known_ones() -> None:
         run([claim(exactly("r", "1g.10gb", cls="nope"))], slices)
 
 
+def test_an_unknown_device_class_anywhere_in_a_claim_fails_it_up_front() -> None:
+    # The scheduler checks every (sub)request's class before searching (validateDeviceRequest),
+    # so a later, never-reached subrequest or request with a missing class still fails the pod.
+    slices = [slice_obj("s", "n1", [mig("d", "1g.10gb", [0])])]
+    chain = first_available("r", "1g.10gb", "2g.20gb")
+    chain["firstAvailable"][1]["deviceClassName"] = "nope"
+    with pytest.raises(AllocationError, match="nope"):
+        run([claim(chain)], slices)
+    unreached = claim(exactly("a", "3g.40gb"), exactly("b", "1g.10gb", cls="nope"))
+    with pytest.raises(AllocationError, match="nope"):
+        run([unreached], slices)
+
+
 def test_all_mode_takes_every_matching_device_or_none() -> None:
     devices = [mig("a", "1g.10gb", [0]), mig("b", "1g.10gb", [1])]
     request = {"name": "r", "exactly": {"deviceClassName": "mig.gpu-slicer.io",
