@@ -285,6 +285,9 @@ def main() -> int:
                         help="the sandbox's folder (short: unix socket paths)")
     parser.add_argument("--mixed", type=int, default=60, help="pods in the mixed set (>= 50)")
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--saturated", action="store_true",
+                        help="the mixed set over one hour, pods running 10-40 min (most steps "
+                             "then find nodes full)")
     parser.add_argument("--settle", type=float, default=2.0,
                         help="seconds a node's slices must stay unwritten before a step")
     parser.add_argument("--republish-interval", default="0.5",
@@ -324,7 +327,12 @@ def main() -> int:
         if args.only in (None, "noon-burst"):
             replay.run("noon-burst", noon_burst_pods(NOON_NODE[0]))
         if args.only in (None, "mixed"):
-            replay.run("mixed", mixed_pods(MIXED_NODES, count=args.mixed, seed=args.seed))
+            if args.saturated:
+                pods = mixed_pods(MIXED_NODES, count=args.mixed, seed=args.seed, span_s=3600.0,
+                                  durations=(600.0, 1200.0, 1800.0, 2400.0))
+            else:
+                pods = mixed_pods(MIXED_NODES, count=args.mixed, seed=args.seed)
+            replay.run("mixed", pods)
     finally:
         signal.alarm(0)
         stop_sandbox(process)

@@ -270,9 +270,11 @@ MIXED_KINDS = {
 
 
 def mixed_pods(nodes: Mapping[str, str], *, count: int = 60, seed: int = 16,
-               span_s: float = 3600.0) -> list[ReplayPod]:
+               span_s: float = 7200.0,
+               durations: Sequence[float] = (300.0, 600.0, 900.0, 1200.0)) -> list[ReplayPod]:
     """``count`` pods over ``nodes`` (name -> GPU model of :data:`MIXED_KINDS`), arriving in
-    ``span_s``, each running 10 to 40 minutes; the same list for the same seed."""
+    ``span_s``, each running one of ``durations``; the same list for the same seed. The
+    defaults keep most nodes below saturation, so that most steps choose devices."""
     rng = random.Random(seed)
     names = sorted(nodes)
     specs: dict[tuple[str, str], Obj] = {}
@@ -285,7 +287,7 @@ def mixed_pods(nodes: Mapping[str, str], *, count: int = 60, seed: int = 16,
         if key not in specs:
             specs[key] = claim_spec_for(containers, annotations=annotations)
         arrival = round(rng.uniform(0, span_s))
-        duration = rng.choice((600.0, 1200.0, 1800.0, 2400.0))
+        duration = rng.choice(tuple(durations))
         pods.append(ReplayPod(f"mixed-{index:02d}", f"mixed/{model}/{label}", node, arrival,
                               duration, specs[key]))
     pods.sort(key=lambda p: (p.arrival, p.name))
