@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import shutil
 import sys
@@ -62,6 +63,11 @@ def read_status(api: KubeApi, *, node: str | None = None) -> ClusterStatus:
 def _default_api(kubeconfig: str | None) -> KubeApi:
     from kube.client import RealKubeApi  # imports urllib3 and ssl: only when the command runs
 
+    # urllib3 logs a warning per retry of a refused connection; the command's one line says it
+    # (--log-level DEBUG still shows them).
+    retries = logging.getLogger("urllib3.connectionpool")
+    if not retries.isEnabledFor(logging.DEBUG):
+        retries.setLevel(logging.ERROR)
     return RealKubeApi.from_config(kubeconfig)
 
 

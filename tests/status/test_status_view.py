@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import INFER, TRAIN, claim, namespace, node_slices, pod, sandbox_like
+from status_fixtures import INFER, TRAIN, claim, namespace, node_slices, pod, sandbox_like
 
 from status.view import ClusterStatus, PodRef, build_status
 

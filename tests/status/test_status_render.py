@@ -7,7 +7,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import INFER, claim, node_slices, sandbox_like
+from status_fixtures import INFER, STATUS_SCHEMA, claim, node_slices, sandbox_like
 
 from status.render import as_json, cell_width, picture, table
 from status.view import ClusterStatus, build_status
@@ -97,73 +97,6 @@ def test_cells_are_as_wide_as_the_width_allows_within_bounds() -> None:
     assert cell_width(8, 73) == 8  # 8 cells of 8 and 9 bars
     assert cell_width(8, 10) == 1
     assert cell_width(1, 500) == 24
-
-
-STATUS_SCHEMA: Obj = {
-    "type": "object",
-    "required": ["nodes", "namespaces", "notes"],
-    "additionalProperties": False,
-    "properties": {
-        "nodes": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False,
-            "required": ["name", "generation", "memorySlices", "freeMemorySlices", "gpus"],
-            "properties": {
-                "name": {"type": "string"},
-                "generation": {"type": "integer"},
-                "memorySlices": {"type": "integer", "minimum": 0},
-                "freeMemorySlices": {"type": "integer", "minimum": 0},
-                "gpus": {"type": "array", "items": {
-                    "type": "object", "additionalProperties": False,
-                    "required": ["index", "productName", "mode", "unhealthy", "memorySlices",
-                                 "freeSlices", "blockedSlices", "idleInstances", "instances"],
-                    "properties": {
-                        "index": {"type": "integer", "minimum": 0},
-                        "productName": {"type": "string"},
-                        "mode": {"enum": ["dynamic", "mig", "full", "static", "unknown"]},
-                        "unhealthy": {"type": "boolean"},
-                        "memorySlices": {"type": "integer", "minimum": 1},
-                        "freeSlices": {"type": "array", "items": {"type": "integer"}},
-                        "blockedSlices": {"type": "array", "items": {"type": "integer"}},
-                        "idleInstances": {"type": "array", "items": {
-                            "type": "object", "additionalProperties": False,
-                            "required": ["profile", "placementStart", "placementSize"],
-                            "properties": {"profile": {"type": "string"},
-                                           "placementStart": {"type": "integer"},
-                                           "placementSize": {"type": "integer"}}}},
-                        "instances": {"type": "array", "items": {
-                            "type": "object", "additionalProperties": False,
-                            "required": ["device", "profile", "wholeGpu", "placementStart",
-                                         "placementSize", "claim", "request", "pods"],
-                            "properties": {
-                                "device": {"type": "string"},
-                                "profile": {"type": ["string", "null"]},
-                                "wholeGpu": {"type": "boolean"},
-                                "placementStart": {"type": "integer", "minimum": 0},
-                                "placementSize": {"type": "integer", "minimum": 1},
-                                "claim": {"$ref": "#/$defs/ref"},
-                                "request": {"type": "string"},
-                                "pods": {"type": "array", "items": {"$ref": "#/$defs/ref"}},
-                            }}},
-                    }}},
-            }}},
-        "namespaces": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False,
-            "required": ["name", "migration", "convertedPods", "podsHoldingDevices",
-                         "legacyPods"],
-            "properties": {
-                "name": {"type": "string"},
-                "migration": {"type": ["string", "null"]},
-                "convertedPods": {"type": "integer", "minimum": 0},
-                "podsHoldingDevices": {"type": "integer", "minimum": 0},
-                "legacyPods": {"type": "integer", "minimum": 0},
-            }}},
-        "notes": {"type": "array", "items": {"type": "string"}},
-    },
-    "$defs": {"ref": {"type": "object", "additionalProperties": False,
-                      "required": ["namespace", "name"],
-                      "properties": {"namespace": {"type": "string"},
-                                     "name": {"type": "string"}}}},
-}
 
 
 def test_the_json_document_follows_its_schema_in_every_mode() -> None:
