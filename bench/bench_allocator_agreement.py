@@ -312,6 +312,7 @@ def main() -> int:
     started = time.monotonic()
     process = start_sandbox(args.state_dir, args.republish_interval)
     replay: Replay | None = None
+    interrupted = ""
     try:
         while not (args.state_dir / "ready").exists():
             if process.poll() is not None:
@@ -333,10 +334,16 @@ def main() -> int:
             else:
                 pods = mixed_pods(MIXED_NODES, count=args.mixed, seed=args.seed)
             replay.run("mixed", pods)
+    except (KeyboardInterrupt, Deadline) as exc:
+        interrupted = str(exc) or "interrupted"
     finally:
         signal.alarm(0)
         stop_sandbox(process)
+    if replay is None:
+        return 1
     print()
+    if interrupted:
+        print(f"stopped early ({interrupted}): figures cover the steps done")
     for label, steps in replay.steps.items():
         differences = [s.difference() for s in steps if not s.agrees]
         print(f"{label}: differences ({len(differences)})")
@@ -358,7 +365,7 @@ def main() -> int:
                                "message": s.model.message}}
                     for s in steps]
             for label, steps in replay.steps.items()}, indent=1) + "\n")
-    return 0 if all(s.agrees for s in everything) else 1
+    return 0 if all(s.agrees for s in everything) and not interrupted else 1
 
 
 if __name__ == "__main__":
