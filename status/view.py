@@ -371,18 +371,21 @@ def build_status(
     by_ref = {PodRef(str((p.get("metadata") or {}).get("namespace") or ""),
                      str((p.get("metadata") or {}).get("name") or "")): p for p in pod_list}
     held = _held_devices(claims)
+    held_by_node: dict[str, list[_Held]] = {}
+    for item in held:
+        held_by_node.setdefault(item.node, []).append(item)
     notes: list[str] = []
-    names = sorted({*pools, *(h.node for h in held if h.node)})
+    names = sorted({*pools, *(n for n in held_by_node if n)})
     if node is not None:
         names = [n for n in names if n == node]
     nodes: list[Node] = []
     for name in names:
         generation, pool_slices = pools.get(name, (-1, []))
         facts = _gpu_facts(pool_slices)
+        devices = {d: body for g in facts.values() for d, body in g.devices.items()}
         placed_here: dict[int, list[tuple[_Held, str | None, int, int]]] = {}
-        for item in (h for h in held if h.node == name):
-            published = next((g.devices[item.device] for g in facts.values()
-                              if item.device in g.devices), None)
+        for item in held_by_node.get(name, []):
+            published = devices.get(item.device)
             guess = parse_device_name_index(item.device)
             gpu_facts = facts.get(guess) if guess is not None else None
             product = gpu_facts.product if gpu_facts else ""
