@@ -3,7 +3,13 @@ counters, the kubelet stand-in prepares, and the simulated GPU holds exactly wha
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from e2e_sandbox import ENABLED, Sandbox, pod_manifest
+
+from kube.client import RealKubeApi
+from status.cli import read_status
 
 NODE = "a100"
 
@@ -53,6 +59,21 @@ def test_seven_small_slices_then_a_large_one_that_waits_for_room(sandbox: Sandbo
         assert len(runtime["cdiDevices"]) == 1
         env = runtime["ociSpec"]["process"]["env"]
         assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=MIG-") for e in env)
+
+    # gpu-slicer status draws the same picture from the cluster alone.
+    view = read_status(RealKubeApi.from_config(str(sandbox.kubeconfig)), node=NODE)
+    gpu = view.node(NODE).gpus[0]
+    assert sorted((i.profile, i.start) for i in gpu.instances) == [
+        ("1g.10gb", start) for start in range(7)]
+    assert {p.name for i in gpu.instances for p in i.pods} == {
+        p["metadata"]["name"] for p in pods}  # type: ignore[index]
+    [enabled] = [n for n in view.namespaces if n.name == ENABLED]
+    assert enabled.migration == "enabled" and enabled.holding >= 7
+    shown = subprocess.run([sys.executable, "-m", "cli.main", "status", "--kubeconfig",
+                            str(sandbox.kubeconfig), "--node", NODE],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "1g.10gb" in shown.stdout
 
     large, _ = sandbox.create_pod(ENABLED, pod_manifest(
         "train", node=NODE, limits={"nvidia.com/mig-3g.40gb": "1"}))
