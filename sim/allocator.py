@@ -51,7 +51,7 @@ class Device:
     only ever matched through cached selector results), then kept with their CEL results."""
 
     __slots__ = ("driver", "pool", "name", "slice_name", "consumes", "taints", "raw", "_view",
-                 "_qualified", "counter_sets", "needs")
+                 "_qualified", "counter_sets", "needs", "key")
 
     def __init__(self, driver: str, pool: str, name: str, slice_name: str,
                  consumes: tuple[tuple[CounterKey, int], ...], taints: tuple[Obj, ...],
@@ -67,10 +67,27 @@ class Device:
         self._qualified: dict[str, Any] | None = None
         self.counter_sets = frozenset(c[0] for c, _ in consumes)
         self.needs = dict(consumes)
+        self.key: DeviceKey = (driver, pool, name)
+        """(driver, pool, name): what identifies the device cluster-wide."""
 
-    @property
-    def key(self) -> DeviceKey:
-        return (self.driver, self.pool, self.name)
+    def twin(self, pool: str) -> Device:
+        """The same device in another pool (an identical node): everything but the pool name
+        is shared, parsed attributes and counter needs included (a large cluster holds
+        hundreds of thousands of devices)."""
+        twin = Device.__new__(Device)
+        twin.driver = self.driver
+        twin.pool = pool
+        twin.name = self.name
+        twin.slice_name = self.slice_name
+        twin.consumes = self.consumes
+        twin.taints = self.taints
+        twin.raw = self.raw
+        twin._view = self.view
+        twin._qualified = self._qualified
+        twin.counter_sets = self.counter_sets
+        twin.needs = self.needs
+        twin.key = (self.driver, pool, self.name)
+        return twin
 
     @property
     def qualified(self) -> dict[str, Any]:
@@ -170,26 +187,25 @@ class Pool:
     by_name: dict[str, Device] = field(default_factory=dict)
     candidates: dict[tuple[str, ...], CandidateList] = field(default_factory=dict)
     """Devices passing a set of selectors, per set: valid as long as the pool is."""
-    inherited: dict[tuple[str, ...], frozenset[int]] = field(default_factory=dict)
-    """From the pool this one reorders: which devices pass each set (by object id)."""
+    members: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict)
+    """Names of the devices passing each set of selectors: the same for every order of the
+    same devices, so shared (not copied) by every reordering of the pool."""
     needs: dict[tuple[str, ...], dict[Any, tuple[tuple[CounterKey, int], ...]]] = field(
         default_factory=dict)
     """Per selector set, the least a device on each counter set needs: the same for every
     order of the same devices, and for every identical node."""
 
     def __post_init__(self) -> None:
-        self.by_name = {d.name: d for d in self.devices}
+        if not self.by_name:
+            self.by_name = {d.name: d for d in self.devices}
 
     def clone(self, name: str, node_name: str | None) -> Pool:
         """The same devices for another pool (an identical node): devices share their slice
         entries and selector results with this pool's."""
-        devices = []
-        for d in self.devices:
-            twin = Device(d.driver, name, d.name, d.slice_name, d.consumes, d.taints, d.raw)
-            twin._view = d.view
-            devices.append(twin)
+        devices = [d.twin(name) for d in self.devices]
         pool = Pool(self.driver, name, self.generation, node_name, devices, self.counters)
         pool.needs = self.needs
+        pool.members = self.members
         position = {id(d): i for i, d in enumerate(self.devices)}
         for key, matching in self.candidates.items():
             pool.candidates[key] = CandidateList.of(
@@ -199,14 +215,13 @@ class Pool:
 
     def reordered(self, names: Sequence[str]) -> Pool:
         """The same devices in a new order (a republish that only reorders), as the next
-        generation; selector results carry over."""
-        devices = [self.by_name[n] for n in names]
+        generation; selector results carry over (``members``, shared)."""
+        by_name = self.by_name
+        devices = [by_name[n] for n in names]
         pool = Pool(self.driver, self.name, self.generation + 1, self.node_name, devices,
-                    self.counters)
-        pool.inherited = dict(self.inherited)
+                    self.counters, by_name=by_name)
+        pool.members = self.members
         pool.needs = self.needs
-        for key, matching in self.candidates.items():
-            pool.inherited[key] = frozenset(id(d) for d in matching.devices)
         return pool
 
 
@@ -488,12 +503,13 @@ class Allocator:
         for pool in pools:
             cached = pool.candidates.get(expressions)
             if cached is None:
-                members = pool.inherited.get(expressions)
+                members = pool.members.get(expressions)
                 if members is not None:
-                    chosen = [d for d in pool.devices if id(d) in members]
+                    chosen = [d for d in pool.devices if d.name in members]
                 else:
                     chosen = [d for d in pool.devices
                               if all(matches(e, d.view) for e in expressions)]
+                    pool.members[expressions] = frozenset(d.name for d in chosen)
                 cached = CandidateList.of(chosen, pool.needs.setdefault(expressions, {}))
                 pool.candidates[expressions] = cached
             found.append(cached)
@@ -526,6 +542,19 @@ class _Search:
         self.value_owner: dict[int, int] = {}
         self.picked: list[int] = [0] * len(requests)
         self.steps = 0
+        self._state: dict[tuple[str, str], tuple[dict[CounterKey, int], dict[CounterKey, int],
+                                                 dict[CounterKey, int]]] = {}
+        """Per pool: (capacity, in use before this search, taken in this search); looked up
+        once per search rather than once per device (in_use does not change during one)."""
+
+    def _pool_state(self, pool_key: tuple[str, str]) -> tuple[
+            dict[CounterKey, int], dict[CounterKey, int], dict[CounterKey, int]]:
+        state = self._state.get(pool_key)
+        if state is None:
+            state = (self.capacity.get(pool_key, {}), self.in_use.used(*pool_key),
+                     self.extra[pool_key])
+            self._state[pool_key] = state
+        return state
 
     def run(self) -> bool:
         return self._request(0)
@@ -594,9 +623,7 @@ class _Search:
     def _segment_open(self, pool_key: tuple[str, str],
                       needs: tuple[tuple[CounterKey, int], ...]) -> bool:
         """Whether the least any device of a segment needs is still available."""
-        capacity = self.capacity.get(pool_key, {})
-        used = self.in_use.used(*pool_key)
-        extra = self.extra.get(pool_key, {})
+        capacity, used, extra = self._pool_state(pool_key)
         for counter, need in needs:
             limit = capacity.get(counter)
             if limit is None or used.get(counter, 0) + extra.get(counter, 0) + need > limit:
@@ -613,10 +640,7 @@ class _Search:
             ):
                 return False
         if device.consumes:
-            pool_key = (device.driver, device.pool)
-            capacity = self.capacity.get(pool_key, {})
-            used = self.in_use.used(device.driver, device.pool)
-            extra = self.extra.get(pool_key, {})
+            capacity, used, extra = self._pool_state((device.driver, device.pool))
             for counter, value in device.consumes:
                 limit = capacity.get(counter)
                 if limit is None:

@@ -27,11 +27,12 @@ Two ways to run, same decisions:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,10 @@ from sim.demand import Demand, DemandBook
 from sim.engine import GpuLedger, Held, Slot, Strategy
 from sim.errors import AllocationError
 from sim.scenario import NodeSpec, PodSpec, Scenario
-from slicer.catalog import Placement
+from slicer.catalog import GpuModel, Placement
 from slicer.deviceclasses import device_classes
-from slicer.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
+from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
+from slicer.devices import parse_device_name as _parse_device_name
 from slicer.inventory import DRIVER, GpuState, effective_mode, plan_pool
 from slicer.ordering import (
     DYNAMIC_POLICIES,
@@ -71,6 +73,8 @@ from slicer.simulated import SimulatedBackend
 
 Obj = dict[str, Any]
 RESOURCE = "resource.k8s.io/v1"
+parse_device_name = functools.lru_cache(maxsize=8192)(_parse_device_name)
+"""Device names repeat on every node of a kind: parse each once (specs are immutable)."""
 API_POD_LIMIT = 5000
 """Scenarios with more pods than this run the fast way unless told otherwise."""
 
@@ -86,48 +90,71 @@ class _Clock:
         return self.now
 
 
+GpuKey = tuple[int, tuple[Placement, ...], bool]
+"""What the order of one GPU depends on: its index, the placements in use on it (sorted) and
+whether it is allocated whole."""
+
+Block = tuple[tuple[int, ...], list[str]]
+"""One GPU's rank among the node's GPUs and its devices in the policy's order."""
+
+
+def gpu_key(gpu: int, specs: Iterable[DeviceSpec]) -> GpuKey:
+    """The :data:`GpuKey` of ``gpu`` with the devices ``specs`` (of that GPU) allocated."""
+    placements: list[Placement] = []
+    whole = False
+    for spec in specs:
+        if isinstance(spec, WholeGpu):
+            whole = True
+        else:
+            placements.append((spec.profile, spec.start))
+    return (gpu, tuple(sorted(placements)), whole)
+
+
 class GpuOrderCache:
     """The agent's policy order, computed per GPU and cached by what is in use on that GPU.
 
-    The policies order GPU by GPU (each GPU's devices are contiguous, GPUs ranked by their own
-    state), so a node's order is the GPUs' blocks in the policy's GPU order. Equality with the
-    full ``plan_pool`` order is checked by tests/sim/test_cluster.py.
+    The policies order GPU by GPU: each GPU's devices are contiguous, and GPUs are sorted by a
+    rank computed from the GPU's own state (``gpu_rank``). So a node's order is its GPUs' blocks
+    sorted by rank, and when one GPU changes only that GPU's block and rank are looked up again
+    (:meth:`block`). One cache serves every identical node. Equality with the order
+    ``plan_pool`` publishes is checked by tests/sim/test_fast_order.py.
     """
 
     def __init__(self, policy: OrderPolicy, candidates: Sequence[Candidate]) -> None:
         self.policy = policy
+        rank = getattr(policy, "gpu_rank", None)
+        if rank is None:
+            raise TypeError(f"device-order policy {policy.name!r} does not rank GPUs one by one")
+        self._rank: Callable[[int, GpuModel, Occupancy], tuple[int, ...]] = rank
         self.by_gpu: dict[int, list[Candidate]] = {}
         for c in candidates:
             self.by_gpu.setdefault(c.gpu_index, []).append(c)
-        self._blocks: dict[tuple[Any, ...], list[str]] = {}
-        self._full: dict[Any, list[str]] = {}
+        self._blocks: dict[GpuKey, Block] = {}
 
-    def order(self, occupancy: Occupancy) -> list[str]:
-        key = (tuple(sorted((g, tuple(sorted(p))) for g, p in occupancy.placements.items() if p)),
-               occupancy.whole_in_use)
-        found = self._full.get(key)
+    def block(self, key: GpuKey) -> Block:
+        """The rank and device order of one GPU in the state ``key``."""
+        found = self._blocks.get(key)
         if found is None:
-            found = self._order(occupancy)
-            if len(self._full) < 200_000:
-                self._full[key] = found
+            gpu, present, whole = key
+            local = Occupancy({gpu: present} if present else {},
+                              frozenset({gpu}) if whole else frozenset())
+            cands = self.by_gpu[gpu]
+            names = [c.name for c in self.policy.order(cands, local)]
+            found = (self._rank(gpu, cands[0].model, local), names)
+            self._blocks[key] = found
         return found
 
-    def _order(self, occupancy: Occupancy) -> list[str]:
-        names: list[str] = []
-        heads = [cands[0] for cands in self.by_gpu.values()]
-        for head in self.policy.order(heads, occupancy):
-            gpu = head.gpu_index
+    def blocks(self, keys: Iterable[GpuKey]) -> list[list[str]]:
+        """The GPUs' device lists in the node's order, for the GPU states ``keys``."""
+        return [names for _, names in sorted(self.block(k) for k in keys)]
+
+    def order(self, occupancy: Occupancy) -> list[str]:
+        """The whole node's order for ``occupancy``."""
+        keys = []
+        for gpu in self.by_gpu:
             present = tuple(sorted(occupancy.placements.get(gpu, ())))
-            whole = gpu in occupancy.whole_in_use
-            key = (gpu, present, whole)
-            block = self._blocks.get(key)
-            if block is None:
-                local = Occupancy({gpu: present} if present else {},
-                                  frozenset({gpu}) if whole else frozenset())
-                block = [c.name for c in self.policy.order(self.by_gpu[gpu], local)]
-                self._blocks[key] = block
-            names.extend(block)
-        return names
+            keys.append((gpu, present, gpu in occupancy.whole_in_use))
+        return [name for names in self.blocks(keys) for name in names]
 
 
 @dataclass
@@ -165,6 +192,8 @@ class NodeAgent:
                                         quiet_s=scenario.republish_quiet_s, clock=clock)
         self.allocated: dict[str, DeviceSpec] = {}
         """Device name -> spec, for every device allocated on this node."""
+        self.gpu_keys: dict[int, GpuKey] = {i: (i, (), False) for i in range(len(node.models))}
+        """Per GPU, what its order depends on (kept up to date with ``allocated``)."""
         self.publishes = 0
         self.pool: Pool | None = None
         self._services: Any = None
@@ -172,8 +201,13 @@ class NodeAgent:
         # Fast path: the limiter sees allocation versions; the order is computed lazily.
         self.version = 0
         self._due: float | None = None
-        self._snapshot: tuple[DeviceSpec, ...] = ()
-        self._materialized: tuple[DeviceSpec, ...] | None = None
+        self._snapshot: tuple[GpuKey, ...] = tuple(self.gpu_keys.values())
+        """The GPUs' states when the last republish fell due: what the published order is of."""
+        self._materialized: tuple[GpuKey, ...] | None = None
+        """The GPUs' states the pool's current order was computed for."""
+        self._blocks: list[list[str]] = []
+        """The pool's current order, GPU by GPU."""
+        self._mig_enabled: list[bool] | None = None
         if api is not None:
             assert root is not None
             self._start_services(api, root)
@@ -205,16 +239,19 @@ class NodeAgent:
                 self.pool = pool
             else:
                 self.pool = template[0].clone(self.name, self.name)
+            self.publishes = 1
+            self._materialized = tuple((i, (), False) for i in range(len(self.node.models)))
             if template[1] is not None:
                 self.orders = template[1]
-            self.publishes = 1
-            self._materialized = ()
+                self._blocks = self.orders.blocks(self._materialized)
         self._settle()
         assert self.pool is not None
         if fresh and self.dynamic and self._materialized != self._snapshot:
-            order = self.orders.order(Occupancy.of({}, list(self._snapshot)))
-            if order != self.current_order():
-                self.pool = self.pool.reordered(order)
+            # Only the GPUs whose state changed are looked up again (the rest hit the cache).
+            blocks = self.orders.blocks(self._snapshot)
+            if blocks != self._blocks:
+                self.pool = self.pool.reordered([name for names in blocks for name in names])
+                self._blocks = blocks
                 self.publishes += 1
             self._materialized = self._snapshot
         return self.pool
@@ -228,8 +265,31 @@ class NodeAgent:
         self.clock.now = self._due
         self.limiter.published(f"v{self.version}")
         self.clock.now = now
-        self._snapshot = tuple(self.allocated.values())
+        self._snapshot = tuple(self.gpu_keys.values())
         self._due = None
+
+    def allocate(self, devices: Iterable[Device]) -> None:
+        """Record devices allocated on this node (and the state of the GPUs they are on)."""
+        self._changed({self._add(d.name) for d in devices})
+
+    def deallocate(self, devices: Iterable[Device]) -> None:
+        """Record devices released on this node."""
+        gpus = set()
+        for device in devices:
+            spec = self.allocated.pop(device.name, None)
+            if spec is not None:
+                gpus.add(spec.gpu_index)
+        self._changed(gpus)
+
+    def _add(self, name: str) -> int:
+        spec = parse_device_name(name)
+        self.allocated[name] = spec
+        return spec.gpu_index
+
+    def _changed(self, gpus: Iterable[int]) -> None:
+        for gpu in gpus:
+            self.gpu_keys[gpu] = gpu_key(
+                gpu, (s for s in self.allocated.values() if s.gpu_index == gpu))
 
     # --- inventory ------------------------------------------------------------------------
 
@@ -335,15 +395,19 @@ class NodeAgent:
         """NodePrepareResources for one claim; returns an error message, empty when fine."""
         if self._services is not None:
             return str(self._services.prepare(prepared))
+        if self._mig_enabled is None:  # the fast path alone switches MIG modes from here on
+            self._mig_enabled = [info.mig_enabled for info in self.backend.gpus()]
+        enabled = self._mig_enabled
         for device in prepared.devices:
             spec = parse_device_name(device.name)
-            info = self.backend.gpus()[spec.gpu_index]
             if isinstance(spec, WholeGpu):
-                if info.mig_enabled and self.modes[spec.gpu_index] == "dynamic":
+                if enabled[spec.gpu_index] and self.modes[spec.gpu_index] == "dynamic":
                     self.backend.set_mig_mode(spec.gpu_index, False)
+                    enabled[spec.gpu_index] = False
                 continue
-            if not info.mig_enabled:
+            if not enabled[spec.gpu_index]:
                 self.backend.set_mig_mode(spec.gpu_index, True)
+                enabled[spec.gpu_index] = True
             if isinstance(spec, SliceSpec):
                 gi = self.backend.create_gpu_instance(spec.gpu_index, spec.profile, spec.start)
                 ci = self.backend.create_compute_instance(spec.gpu_index, gi)
@@ -452,9 +516,11 @@ class Scheduler:
     feasible nodes like ``percentageOfNodesToScore``.
 
     Bookkeeping that changes no decision, only its cost: a node proven unable to host a claim
-    shape is remembered until its allocations change (a new device order changes where a claim
-    goes, never whether it fits); and once a shape failed on every node, a retry looks only at
-    the nodes that changed since.
+    shape is remembered until it releases devices (further allocations only take capacity, and a
+    new device order changes where a claim goes, never whether it fits); once a shape failed on
+    every node, a retry looks only at the nodes that changed since; with a single request, only
+    the chosen node is allocated again on its current device order (the score, the index of the
+    first subrequest that fits, does not depend on order).
     """
 
     def __init__(self, agents: dict[str, NodeAgent], rule: str) -> None:
@@ -465,6 +531,10 @@ class Scheduler:
         self.order = NodeOrder(sorted(agents), rule)
         self.rule = rule
         self.versions: dict[str, int] = dict.fromkeys(agents, 0)
+        self.freed: dict[str, int] = dict.fromkeys(agents, 0)
+        """Per node, a version that moves only when devices are released: a claim that did not
+        fit still does not fit after further allocations (they only take devices and counters),
+        so a node's failure is remembered until it frees something."""
         self.changes: list[str] = []
         self.infeasible: dict[Any, dict[str, int]] = {}
         self.failed_everywhere: dict[Any, int] = {}
@@ -512,8 +582,12 @@ class Scheduler:
         need = self.min_slices.get(shape, 0)
         used = self.order.used
         capacity = self.capacity
+        # With one request the score is the index of the first subrequest that fits, which no
+        # device order changes: a node that does not win needs no run on its current order.
+        single = len(parsed.requests) == 1
+        best_pool: Pool | None = None
         for node in subset if subset is not None else self.order:
-            version = self.versions[node]
+            version = self.freed[node]
             if memo.get(node) == version:
                 continue
             if capacity[node] - used[node] < need:
@@ -526,19 +600,28 @@ class Scheduler:
                 memo[node] = version
                 continue
             current = agent.ensure_pool()
-            if current is not pool:
-                found = self.allocator.allocate(parsed, node, [current], self.in_use)
-                assert found is not None, "feasibility cannot depend on device order"
+            if current is not pool and (not single or found.score >= top):
+                found = self._rerun(parsed, node, current)
+                pool = current
             if found.score >= top:
                 return found
             feasible += 1
             if best is None or found.score > best.score:
-                best = found
+                best, best_pool = found, current if pool is not current else None
             if feasible >= self.enough:
                 break
         if best is None:
             self.failed_everywhere[shape] = mark
+        elif best_pool is not None:
+            best = self._rerun(parsed, best.node, best_pool)
         return best
+
+    def _rerun(self, parsed: ParsedClaims, node: str, pool: Pool) -> Allocation:
+        """The allocation on the node's current order (it fits on the older one). Not counted
+        in ``attempts``, which counts the nodes tried."""
+        found = self.allocator.allocate(parsed, node, [pool], self.in_use)
+        assert found is not None, "feasibility cannot depend on device order"
+        return found
 
     def reserve(self, allocation: Allocation) -> None:
         for device in allocation.devices:
@@ -548,6 +631,7 @@ class Scheduler:
     def release(self, node: str, devices: Sequence[Device]) -> None:
         for device in devices:
             self.in_use.remove(device.key)
+        self.freed[node] += 1
         self.touch(node)
 
 
@@ -726,8 +810,7 @@ class GpuSlicerStrategy(Strategy):
             error = agent.prepare(prepared)
             if error:
                 raise AllocationError(f"{pod.name}: NodePrepareResources failed: {error}")
-        for device in allocation.devices:
-            agent.allocated[device.name] = parse_device_name(device.name)
+        agent.allocate(allocation.devices)
         self._check_instances(agent, allocation)
         self.running[pod.name] = (allocation, prepared_list)
         self._after_change(agent)
@@ -783,8 +866,7 @@ class GpuSlicerStrategy(Strategy):
             for prepared in prepared_list:  # the claim controller: owner gone, claim goes
                 self.api.delete(RESOURCE, "ResourceClaim", prepared.name, prepared.namespace)
         self.claims.pop(pod.name, None)
-        for device in allocation.devices:
-            agent.allocated.pop(device.name, None)
+        agent.deallocate(allocation.devices)
         self.scheduler.release(allocation.node, allocation.devices)
         used = sum(_slices_of(parse_device_name(d.name), agent) for d in allocation.devices)
         self.scheduler.order.change(allocation.node, -used)

@@ -108,6 +108,13 @@ class OrderPolicy(Protocol):
     def order(self, candidates: Sequence[Candidate], occupancy: Occupancy) -> list[Candidate]: ...
 
 
+class RanksGpus(Protocol):
+    """A policy that lists each GPU's devices together, GPUs sorted by a rank computed from the
+    GPU's own state: a caller can then recompute only the GPU that changed (the simulator)."""
+
+    def gpu_rank(self, gpu: int, model: GpuModel, occupancy: Occupancy) -> tuple[int, ...]: ...
+
+
 def _profile_rank(model: GpuModel, profile: Profile | None) -> tuple[int, int, int, int]:
     if profile is None:
         return (1, 0, 0, 0)
@@ -151,6 +158,9 @@ class NamePolicy:
 
     name = "name"
 
+    def gpu_rank(self, gpu: int, model: GpuModel, occupancy: Occupancy) -> tuple[int, ...]:
+        return (gpu,)
+
     def order(self, candidates: Sequence[Candidate], occupancy: Occupancy) -> list[Candidate]:
         def key(c: Candidate) -> tuple[int, int, int, int]:
             if c.profile is None:
@@ -165,6 +175,9 @@ class AntiFragmentationPolicy:
     """Static: small profiles first, where they destroy the fewest larger placements."""
 
     name = "anti-fragmentation"
+
+    def gpu_rank(self, gpu: int, model: GpuModel, occupancy: Occupancy) -> tuple[int, ...]:
+        return (gpu,)
 
     def order(self, candidates: Sequence[Candidate], occupancy: Occupancy) -> list[Candidate]:
         def key(c: Candidate) -> tuple[object, ...]:
@@ -182,26 +195,33 @@ class BestFitPolicy:
 
     name = "best-fit"
 
+    def gpu_rank(self, gpu: int, model: GpuModel, occupancy: Occupancy) -> tuple[int, ...]:
+        """GPUs in use first, the fewest free memory slices first; then the empty ones."""
+        if occupancy.in_use(gpu):
+            return (0, occupancy.free_memory_slices(gpu, model), gpu)
+        return (1, 0, gpu)
+
     def order(self, candidates: Sequence[Candidate], occupancy: Occupancy) -> list[Candidate]:
-        models = {c.gpu_index: c.model for c in candidates}
-
-        def gpu_rank(gpu: int) -> tuple[int, int, int]:
-            if occupancy.in_use(gpu):
-                return (0, occupancy.free_memory_slices(gpu, models[gpu]), gpu)
-            return (1, 0, gpu)
-
-        def cost(c: Candidate) -> int:
-            assert c.placement is not None
+        # Each GPU's rank and placement costs are worked out once per GPU, not per device.
+        ranks: dict[int, tuple[int, ...]] = {}
+        costs: dict[int, dict[Placement, int]] = {}
+        for c in candidates:
+            gpu = c.gpu_index
+            if gpu in ranks:
+                continue
+            ranks[gpu] = self.gpu_rank(gpu, c.model, occupancy)
             present = tuple(sorted(
-                p for p in occupancy.placements.get(c.gpu_index, ()) if c.model.has_profile(p[0])
+                p for p in occupancy.placements.get(gpu, ()) if c.model.has_profile(p[0])
             ))
-            return _costs(c.model, present).get(c.placement, 0)
+            costs[gpu] = _costs(c.model, present)
 
         def key(c: Candidate) -> tuple[object, ...]:
             rank = _profile_rank(c.model, c.profile)
-            if c.placement is None:
-                return (gpu_rank(c.gpu_index), rank, 0, 0)
-            return (gpu_rank(c.gpu_index), rank, cost(c), -c.placement[1])
+            placement = c.placement
+            if placement is None:
+                return (ranks[c.gpu_index], rank, 0, 0)
+            return (ranks[c.gpu_index], rank, costs[c.gpu_index].get(placement, 0),
+                    -placement[1])
 
         return sorted(candidates, key=key)
 
