@@ -16,9 +16,15 @@ every write, as the agent did before, so the saving is measured in the same proc
 claims stay prepared meanwhile (``--resident``, default 42: six full H100s of 1g slices), so the
 checkpoint has a realistic size.
 
+The baseline is interleaved with the measured rows: every agent call is followed by the bare
+backend calls of the same operation (and, in process, by the reference agent's call), so load
+on a shared machine hits all of them alike. The calls are cut into ``--rounds`` rounds; each row
+prints its median and p99 as min / median / max over the rounds, and the p99 of all its calls.
+
 The issue's goal is a p99 of at most 20 ms per call for the agent's own overhead.
 
-    python bench/bench_prepare.py [--calls 1000] [--resident 42] [--tmpfs DIR] [--disk DIR]
+    python bench/bench_prepare.py [--calls 1000] [--rounds 5] [--resident 42] [--tmpfs DIR]
+                                  [--disk DIR]
 """
 
 from __future__ import annotations
@@ -81,9 +87,27 @@ def stats(samples: list[float]) -> tuple[float, float]:
     return statistics.median(samples) * 1000, percentile(samples, 0.99) * 1000
 
 
+ROUNDS = [5]
+"""How many rounds the calls are cut into (``--rounds``)."""
+
+
+def rounds_of(samples: list[float]) -> list[list[float]]:
+    count = max(1, min(ROUNDS[0], len(samples)))
+    size = len(samples) // count
+    return [samples[i * size:(i + 1) * size] for i in range(count)]
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):7.3f} / {statistics.median(values):7.3f} / {max(values):7.3f}"
+
+
 def row(name: str, samples: list[float]) -> tuple[float, float]:
+    """Prints min / median / max over the rounds of each round's median and p99; returns the
+    median and p99 of all the samples."""
     median, p99 = stats(samples)
-    print(f"  {name:<44} median {median:8.3f} ms   p99 {p99:8.3f} ms   (n={len(samples)})")
+    per_round = [stats(r) for r in rounds_of(samples)]
+    print(f"  {name:<40} median {spread([m for m, _ in per_round])} ms   p99 "
+          f"{spread([p for _, p in per_round])} ms   all: p99 {p99:7.3f} ms (n={len(samples)})")
     return median, p99
 
 
@@ -93,28 +117,33 @@ def timed(fn: Callable[..., object], *args: object) -> float:
     return time.perf_counter() - start
 
 
-def bench_baseline(calls: int) -> tuple[list[float], list[float]]:
-    backend = SimulatedBackend(GPUS, node_name=NODE, mig_enabled=True)
-    prepare: list[float] = []
-    unprepare: list[float] = []
-    for i in range(calls):
+class Bare:
+    """The baseline: exactly the backend calls one prepare and one unprepare make."""
+
+    def __init__(self) -> None:
+        self.backend = SimulatedBackend(GPUS, node_name=NODE, mig_enabled=True)
+        self.prepare: list[float] = []
+        self.unprepare: list[float] = []
+
+    def cycle(self, i: int) -> None:
+        """One prepare's and one unprepare's backend calls, timed into the sample lists."""
+        backend = self.backend
         gpu, start = divmod(i % len(DEVICES), 7)
         holder: dict[str, int] = {}
 
-        def create(gpu: int = gpu, start: int = start, holder: dict[str, int] = holder) -> None:
+        def create() -> None:
             gi = backend.create_gpu_instance(gpu, "1g.10gb", start)
             inst = backend.create_compute_instance(gpu, gi)
             backend.capability_minors(gpu, gi, inst.ci_id or 0)
             holder["gi"] = gi
 
-        def destroy(gpu: int = gpu, holder: dict[str, int] = holder) -> None:
+        def destroy() -> None:
             backend.processes(gpu, holder["gi"])
             backend.destroy_compute_instance(gpu, holder["gi"], 0)
             backend.destroy_gpu_instance(gpu, holder["gi"])
 
-        prepare.append(timed(create))
-        unprepare.append(timed(destroy))
-    return prepare, unprepare
+        self.prepare.append(timed(create))
+        self.unprepare.append(timed(destroy))
 
 
 class Run:
@@ -137,8 +166,13 @@ class Run:
             self.agent.state.prepare(f"resident-{i}", "ml", f"r{i}",
                                      [AllocatedDevice("gpu", device, NODE)])
         self.checkpoint_bytes = self.agent.state.store.path.stat().st_size
+        self.ref_prepare: list[float] = []
+        self.ref_fsyncs = 0
 
-    def in_process(self, calls: int) -> tuple[list[float], list[float], float, float]:
+    def in_process(self, calls: int, bare: Bare, reference: Run | None = None
+                   ) -> tuple[list[float], list[float], float, float]:
+        """Prepare and unprepare ``calls`` times, each followed by the baseline's calls and,
+        when given, by the reference agent's prepare and unprepare of the same device."""
         state = self.agent.state
         prepare: list[float] = []
         unprepare: list[float] = []
@@ -151,9 +185,19 @@ class Run:
             unprepare.append(timed(state.unprepare, f"uid-{i}"))
             fsyncs_prepare += middle - before
             fsyncs_unprepare += _fsyncs[0] - middle
+            bare.cycle(i)
+            if reference is not None:
+                reference.reference_cycle(i, results)
         return prepare, unprepare, fsyncs_prepare / calls, fsyncs_unprepare / calls
 
-    def grpc(self, calls: int) -> tuple[list[float], list[float]]:
+    def reference_cycle(self, i: int, results: list[AllocatedDevice]) -> None:
+        before = _fsyncs[0]
+        self.ref_prepare.append(timed(self.agent.state.prepare, f"uid-{i}", "ml", f"c{i}",
+                                      results))
+        self.ref_fsyncs += _fsyncs[0] - before
+        self.agent.state.unprepare(f"uid-{i}")
+
+    def grpc(self, calls: int, bare: Bare) -> tuple[list[float], list[float]]:
         """Through gRPC, as the kubelet calls it (claims created in the in-memory API first)."""
         claims = []
         for i in range(calls):
@@ -174,11 +218,12 @@ class Run:
         try:
             with grpc.insecure_channel(f"unix://{self.agent.plugin.dra_path}") as channel:
                 stub = dra_v1_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
-                for claim in claims:
+                for i, claim in enumerate(claims):
                     prepare.append(timed(lambda claim=claim: stub.NodePrepareResources(
                         dra_v1_pb2.NodePrepareResourcesRequest(claims=[claim]))))
                     unprepare.append(timed(lambda claim=claim: stub.NodeUnprepareResources(
                         dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[claim]))))
+                    bare.cycle(i)
         finally:
             self.agent.plugin.stop()
             self.agent.driver.close()
@@ -194,41 +239,47 @@ def verdict(p99: float, base_p99: float) -> str:
     return f"+{overhead:7.3f} ms over the baseline p99: goal (<= {GOAL_MS:g} ms) {met}"
 
 
-def bench_location(label: str, where: Path, calls: int, resident: int,
-                   base: tuple[float, float, float, float]) -> list[str]:
+def bench_location(label: str, where: Path, calls: int, resident: int) -> list[str]:
     """Runs and prints one location; returns the goal lines for the summary."""
-    bp_med, bp_p99, bu_med, bu_p99 = base
     root = Path(tempfile.mkdtemp(prefix="gsb-files-", dir=where))
     summary: list[str] = []
     try:
         print(f"\n{label}: files under {root}")
         run = Run(root / "agent", resident)
+        ref = Run(root / "reference", resident, every_write_durable=True)
+        bare, bare_grpc = Bare(), Bare()
         try:
-            prep, unprep, f_prep, f_unprep = run.in_process(calls)
-            g_prep, g_unprep = run.grpc(calls)
+            prep, unprep, f_prep, f_unprep = run.in_process(calls, bare, ref)
+            g_prep, g_unprep = run.grpc(calls, bare_grpc)
         finally:
             run.close()
+            ref.close()
         print(f"  checkpoint file with {resident} resident claims: {run.checkpoint_bytes} bytes; "
               f"fsyncs per prepare {f_prep:g}, per unprepare {f_unprep:g}")
+        print(f"  {'':<40} median min / median / max    p99 min / median / max")
+        print(" baseline: the bare backend calls (interleaved with the in-process rows)")
+        bp_med, bp_p99 = row("backend calls for a prepare", bare.prepare)
+        bu_med, bu_p99 = row("backend calls for an unprepare", bare.unprepare)
         print(" agent (DeviceState, in process)")
         p_med, p_p99 = row("prepare", prep)
         u_med, u_p99 = row("unprepare", unprep)
+        rf_prep = ref.ref_fsyncs / calls
+        print(f" reference: every checkpoint write fsynced ({rf_prep:g} fsyncs per prepare; "
+              "interleaved with the agent's calls)")
+        r_med, r_p99 = row("prepare", ref.ref_prepare)
+        print(" baseline again (interleaved with the gRPC rows)")
+        gbp_med, gbp_p99 = row("backend calls for a prepare", bare_grpc.prepare)
+        gbu_med, gbu_p99 = row("backend calls for an unprepare", bare_grpc.unprepare)
         print(" agent through gRPC over a unix socket (what the kubelet sees)")
         gp_med, gp_p99 = row("NodePrepareResources", g_prep)
         gu_med, gu_p99 = row("NodeUnprepareResources", g_unprep)
-        ref = Run(root / "reference", resident, every_write_durable=True)
-        try:
-            r_prep, r_unprep, rf_prep, _ = ref.in_process(calls)
-        finally:
-            ref.close()
-        print(f" reference: every checkpoint write fsynced ({rf_prep:g} fsyncs per prepare)")
-        r_med, r_p99 = row("prepare", r_prep)
-        print(" overhead over the bare backend calls (p99) and ratio of medians")
+        print(" overhead over the interleaved bare backend calls (p99 of all calls) and ratio of "
+              "medians")
         for name, (a_med, a_p99, b_med, b_p99) in {
             "prepare": (p_med, p_p99, bp_med, bp_p99),
             "unprepare": (u_med, u_p99, bu_med, bu_p99),
-            "NodePrepareResources": (gp_med, gp_p99, bp_med, bp_p99),
-            "NodeUnprepareResources": (gu_med, gu_p99, bu_med, bu_p99),
+            "NodePrepareResources": (gp_med, gp_p99, gbp_med, gbp_p99),
+            "NodeUnprepareResources": (gu_med, gu_p99, gbu_med, gbu_p99),
             "prepare, every write fsynced (reference)": (r_med, r_p99, bp_med, bp_p99),
         }.items():
             ratio = a_med / b_med if b_med else float("inf")
@@ -261,6 +312,8 @@ def _is_tmpfs(path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds the calls are cut into, for min / median / max (default 5)")
     parser.add_argument("--resident", type=int, default=42,
                         help=f"claims kept prepared meanwhile (0-{len(RESIDENT)})")
     parser.add_argument("--tmpfs", type=Path, default=Path("/dev/shm"),
@@ -269,20 +322,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="a directory on disk (default: the working directory)")
     args = parser.parse_args(argv)
     resident = max(0, min(args.resident, len(RESIDENT)))
-    base_prep, base_unprep = bench_baseline(args.calls)
-    print(f"prepare + unprepare of one 1g slice, {args.calls} calls each, {GPUS} simulated, "
-          f"{resident} other claims prepared")
-    print("baseline: the bare backend calls")
-    bp_med, bp_p99 = row("backend calls for a prepare", base_prep)
-    bu_med, bu_p99 = row("backend calls for an unprepare", base_unprep)
-    base = (bp_med, bp_p99, bu_med, bu_p99)
+    ROUNDS[0] = max(1, args.rounds)
+    print(f"prepare + unprepare of one 1g slice, {args.calls} calls each in {ROUNDS[0]} rounds, "
+          f"{GPUS} simulated, {resident} other claims prepared; the baseline and reference are "
+          "interleaved with the agent's calls")
     summary: list[str] = []
     if args.tmpfs.is_dir() and _is_tmpfs(args.tmpfs):
-        summary += bench_location("tmpfs", args.tmpfs, args.calls, resident, base)
+        summary += bench_location("tmpfs", args.tmpfs, args.calls, resident)
     else:
         print(f"\n(no tmpfs at {args.tmpfs}; skipped)")
     disk_label = "tmpfs (given as --disk)" if _is_tmpfs(args.disk) else "disk"
-    summary += bench_location(disk_label, args.disk.resolve(), args.calls, resident, base)
+    summary += bench_location(disk_label, args.disk.resolve(), args.calls, resident)
     print("\nsummary: the goal is a p99 of at most 20 ms for the agent's own overhead")
     for line in summary:
         print(f"  {line}")
