@@ -60,6 +60,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--extended-resources", action="store_true",
                     help="also apply the DeviceClasses that serve nvidia.com/* extended "
                          "resources (KEP-5004)")
+    up.add_argument("--static-layout", type=Path, metavar="FILE",
+                    help="passed to every agent: the MIG layout advertised when the apiserver "
+                         "has no partitionable devices (1.35, or --partitionable-devices off)")
     up.add_argument("--install", choices=["kustomize", "helm"], default="kustomize",
                     help="apply gpu-slicer's RBAC, policies, DeviceClasses and webhook "
                          "configuration from deploy/base (default) or by `helm install` of "
@@ -84,7 +87,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         kube_bin=args.kube_bin, apiserver_port=args.apiserver_port,
         webhook_port=args.webhook_port, webhook_policy=args.webhook_policy,
         deploy_dir=args.deploy_dir, partitionable=gate,
-        extended_resources=args.extended_resources, install=args.install)
+        extended_resources=args.extended_resources, install=args.install,
+        static_layout=args.static_layout)
 
 
 def run_up(args: argparse.Namespace) -> int:

@@ -100,7 +100,6 @@ class ControlPlane:
             f"--service-account-private-key-file={self.pki.sa_key}",
             f"--root-ca-file={self.pki.ca_cert}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-            "--concurrent-resourceclaim-syncs=10",
             *_gates_flag(self.gates),
         ], log_dir=self.log_dir)
         scheduler_config = client_kubeconfig(

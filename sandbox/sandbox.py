@@ -57,6 +57,8 @@ from slicer.gpuspec import parse_gpu_spec
 
 log = logging.getLogger(__name__)
 
+TOOLKIT_CDI_SPEC = Path(__file__).with_name("toolkit-cdi.yaml")
+
 MARKER = ".gpu-slicer-sandbox"
 SOCKET_LIMIT = 107
 """Bytes in a unix socket path (sun_path is 108 with the terminating NUL)."""
@@ -74,6 +76,8 @@ class Settings:
     deploy_dir: Path = DEPLOY_DIR
     partitionable: bool | None = None
     extended_resources: bool = False
+    static_layout: Path | None = None
+    """Passed to every agent: what it advertises when partitionable devices are unavailable."""
     install: str = "kustomize"
     """How gpu-slicer's cluster objects get in: deploy/base's files, or the Helm chart."""
     agent_args: list[str] = field(default_factory=list)
@@ -135,8 +139,12 @@ class Sandbox:
         check_state_dir(self.dir, settings.nodes)
         self._ports = (check_port_free(settings.apiserver_port, "--apiserver-port"),
                        check_port_free(settings.webhook_port, "--webhook-port"))
-        if settings.webhook_policy is not None and not settings.webhook_policy.is_file():
-            raise UsageError(f"--webhook-policy {settings.webhook_policy}: no such file")
+        for flag, path in (("--webhook-policy", settings.webhook_policy),
+                           ("--static-layout", settings.static_layout)):
+            if path is not None and not path.is_file():
+                raise UsageError(f"{flag} {path}: no such file")
+        if settings.static_layout is not None:
+            check_layout(settings.static_layout, settings.nodes)
         self._objects = deploy_objects(settings.deploy_dir,
                                        extended_resources=settings.extended_resources)
 
@@ -250,8 +258,12 @@ class Sandbox:
         self.progress(f"adding node {node.name} with GPUs {node.gpus}")
         admin.create_node(node.name, gpu_feature_labels(node.gpus))
         folder = self.dir / "nodes" / node.name
-        for sub in ("checkpoint", "cdi", "plugins", "plugins_registry", "runtime"):
+        for sub in ("checkpoint", "cdi", "plugins", "plugins_registry", "runtime", "etc-cdi"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
+        toolkit = folder / "etc-cdi" / "nvidia.yaml"
+        shutil.copyfile(TOOLKIT_CDI_SPEC, toolkit)
+        if self.settings.static_layout is not None:
+            make_layout(node, folder / "gpus.json", self.settings.static_layout)
         pod = admin.agent_pod(node.name)
         agent_config = pki.token_kubeconfig(
             credentials, self.dir / "kubeconfigs" / f"agent-{node.name}",
@@ -265,7 +277,9 @@ class Sandbox:
             "--plugins-dir", str(folder / "plugins"),
             "--registry-dir", str(folder / "plugins_registry"),
             "--metrics-bind", f"127.0.0.1:{free_port()}", "--reconcile-interval", "5",
-            *self.settings.agent_args)
+            "--toolkit-cdi-spec", str(toolkit), *self.settings.agent_args)
+        if self.settings.static_layout is not None:
+            argv += ["--static-layout", str(self.settings.static_layout)]
         agent = Component(f"agent-{node.name}", argv, log_dir=self.dir / "logs")
         agent.start()
         self.agents[node.name] = agent
@@ -277,7 +291,7 @@ class Sandbox:
         self._clients.append(client)
         kubelet = KubeletStandIn(
             node.name, api=client, registry_dir=folder / "plugins_registry",
-            cdi_dirs=[folder / "cdi"], cdi_inject=self.bins.path("cdi-inject"),
+            cdi_dirs=[folder / "etc-cdi", folder / "cdi"], cdi_inject=self.bins.path("cdi-inject"),
             runtime_dir=folder / "runtime", on_error=self._kubelet_error(node.name))
         kubelet.start()
         self.kubelets[node.name] = kubelet
@@ -384,6 +398,41 @@ class Sandbox:
             sock.unlink(missing_ok=True)
         for name in ("ready", "sandbox.pid"):
             (self.dir / name).unlink(missing_ok=True)
+
+
+def check_layout(layout_file: Path, nodes: list[NodeSpec]) -> None:
+    """The layout file loads and fits every node's GPUs (a usage error names what does not)."""
+    from slicer.layout import LayoutError, StaticLayout
+
+    try:
+        layout = StaticLayout.load(layout_file)
+        for node in nodes:
+            layout.check(parse_gpu_spec(node.gpus))
+    except LayoutError as exc:
+        raise UsageError(f"--static-layout {layout_file}: {exc}") from exc
+
+
+def make_layout(node: NodeSpec, state_file: Path, layout_file: Path) -> None:
+    """Plays mig-parted: the layout's MIG instances made on the node's GPUs before its agent
+    starts. The agent advertises them only while it is on the static layout, and, as instances
+    it did not create, never destroys them."""
+    from slicer.errors import SlicerError
+    from slicer.layout import LayoutError, StaticLayout
+    from slicer.simulated import SimulatedBackend
+    from slicer.simulated_store import PersistedBackend
+
+    try:
+        layout = StaticLayout.load(layout_file)
+        gpus = PersistedBackend(SimulatedBackend(node.gpus, node_name=node.name), state_file)
+        for gpu in gpus.gpus():
+            placements = layout.for_gpu(gpu.index) or ()
+            if placements:
+                gpus.set_mig_mode(gpu.index, True)
+            for profile, start in placements:
+                gpus.create_compute_instance(gpu.index,
+                                             gpus.create_gpu_instance(gpu.index, profile, start))
+    except (LayoutError, SlicerError) as exc:
+        raise UsageError(f"--static-layout {layout_file}: {exc}") from exc
 
 
 def gpu_feature_labels(spec: str) -> dict[str, str]:

@@ -137,6 +137,7 @@ class NodeAgent:
             mig=self.mig,
             metrics=self.metrics,
             on_change=self._nudge,
+            static_layout=config.static_layout,
         )
         self.claims = ClaimCache(
             api, pool=config.node, on_change=self._nudge,

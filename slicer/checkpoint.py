@@ -63,6 +63,9 @@ class PreparedDevice:
     ci_id: int | None = None
     uuid: str | None = None
     cdi_device_id: str = ""
+    provided: bool = False
+    """The instance was there before the claim (a static layout's, made by mig-parted or by
+    hand): the claim uses it and its release leaves it on the GPU."""
 
     @property
     def is_mig(self) -> bool:
@@ -79,6 +82,7 @@ class PreparedDevice:
             "ciId": self.ci_id,
             "uuid": self.uuid,
             "cdiDeviceId": self.cdi_device_id,
+            **({"provided": True} if self.provided else {}),
         }
 
     @classmethod
@@ -93,6 +97,7 @@ class PreparedDevice:
             ci_id=_opt_int(raw.get("ciId")),
             uuid=_opt_str(raw.get("uuid")),
             cdi_device_id=str(raw.get("cdiDeviceId", "")),
+            provided=bool(raw.get("provided", False)),
         )
 
 

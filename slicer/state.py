@@ -47,6 +47,7 @@ from slicer.checkpoint import (
 from slicer.claims import AllocatedDevice
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
 from slicer.errors import BackendError, DeviceNameError, GpuLost, NotFound, SlicerError
+from slicer.layout import StaticLayout
 from slicer.mig_mode import MigModeManager
 
 log = logging.getLogger(__name__)
@@ -146,8 +147,11 @@ class DeviceState:
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.time,
         on_change: Callable[[], None] | None = None,
+        static_layout: StaticLayout | None = None,
     ) -> None:
         self.backend = backend
+        self.static_layout = static_layout
+        """Instances it names that already exist are lent to claims, never destroyed."""
         self.store = store
         self.cdi = cdi_dir
         self.mig = mig
@@ -224,8 +228,8 @@ class DeviceState:
             gpus = {g.index: g for g in self.backend.gpus()}
             if entry is None:
                 entry = planned_entry(uid, namespace, name, planned, self.clock())
-                self._refuse_occupied(entry, gpus)
-                self._put(entry)
+                entry = self._refuse_occupied(entry, gpus)
+                self._put(entry)  # durable, with which instances were there before the claim
         except (BackendError, OSError, SlicerError) as exc:
             raise PrepareError(f"cannot prepare claim {namespace}/{name}: {exc}") from exc
         try:
@@ -253,8 +257,11 @@ class DeviceState:
         log.info("claim prepared", extra={"claim": uid, "devices": [d.device_name for d in done]})
         return done
 
-    def _refuse_occupied(self, entry: ClaimEntry, gpus: dict[int, GpuInfo]) -> None:
+    def _refuse_occupied(self, entry: ClaimEntry, gpus: dict[int, GpuInfo]) -> ClaimEntry:
         """A placement that holds an instance before we recorded it is someone else's.
+
+        Unless the static layout names it: such an instance is lent to the claim (the entry
+        comes back with those devices marked ``provided``), and its release leaves it.
 
         A placement still named by another claim's entry (a claim deleted without unprepare,
         not yet released by the reconciler) is refused too: that entry's release destroys
@@ -277,13 +284,17 @@ class DeviceState:
                     f"{other.name} (uid {other.uid}), which was not unprepared yet; the agent "
                     "releases it once that claim is gone and the kubelet's retry then succeeds"
                 )
-        for device in entry.devices:
+        devices = list(entry.devices)
+        for position, device in enumerate(entry.devices):
             info = gpus.get(device.gpu_index)
             if not device.is_mig or info is None or not info.mig_enabled:
                 continue
             with self.gpu_lock(device.gpu_index):
                 existing = self.backend.instances(device.gpu_index)
-            if instance_at(existing, device) is not None:
+            found = instance_at(existing, device)
+            if found is not None and self._provided(device, found):
+                devices[position] = replace(device, provided=True)
+            elif found is not None:
                 if self.recovering:
                     raise PrepareError(
                         f"{device.device_name} already holds a MIG instance and the checkpoint "
@@ -295,6 +306,7 @@ class DeviceState:
                     f"{device.device_name} is occupied by a MIG instance gpu-slicer did not "
                     "create; it will not be touched. Destroy it by hand if it is not needed"
                 )
+        return replace(entry, devices=tuple(devices))
 
     def _prepare_device(
         self, device: PreparedDevice, info: GpuInfo
@@ -312,6 +324,10 @@ class DeviceState:
         self.mig.ensure_for_slice(info)
         gpu = device.gpu_index
         inst = instance_at(self.backend.instances(gpu), device)
+        if device.provided and inst is None:
+            raise PrepareError(
+                f"{device.device_name}: the static layout's instance it was lent is gone from "
+                f"GPU {gpu}; recreate the layout (mig-parted) or let the scheduler choose again")
         if inst is None:
             gi_id = self.backend.create_gpu_instance(gpu, device.profile, device.start)
             self.metrics.mig_created.labels(device.profile).inc()
@@ -324,6 +340,13 @@ class DeviceState:
             replace(device, gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid),
             cdi.DeviceEdits(device.device_name, info.minor, inst.uuid, minors),
         )
+
+    def _provided(self, device: PreparedDevice, inst: MigInstance) -> bool:
+        """A complete instance the static layout names: lent to the claim as it is."""
+        if self.static_layout is None or inst.ci_id is None or inst.uuid is None:
+            return False
+        named = self.static_layout.for_gpu(device.gpu_index) or ()
+        return (device.profile, device.start) in named
 
     def _undo_failed(self, entry: ClaimEntry) -> str:
         """Roll back a failed prepare; returns a note for the error message."""
@@ -393,8 +416,8 @@ class DeviceState:
         """Destroy the entry's instances, remove its CDI spec, then forget it."""
         destroyed = False
         for device in entry.devices:
-            if not device.is_mig:
-                continue
+            if not device.is_mig or device.provided:
+                continue  # a provided instance stays for the next claim the layout serves
             with self.gpu_lock(device.gpu_index):
                 destroyed |= self._destroy_device(device)
         self.cdi.remove(entry.uid)

@@ -115,6 +115,7 @@ def build_agent(
     *,
     clock: Callable[[], float] | None = None,
     stale_after_s: float = 120.0,
+    static_layout: Any = None,
 ) -> Agent:
     """A fresh agent on ``root/checkpoint`` and ``root/cdi`` (new state objects every call)."""
     metrics = AgentMetrics()
@@ -123,6 +124,8 @@ def build_agent(
     kwargs: dict[str, Any] = {"mig": mig, "metrics": metrics}
     if clock is not None:
         kwargs["clock"] = clock
+    if static_layout is not None:
+        kwargs["static_layout"] = static_layout
     state = DeviceState(backend, CheckpointStore(root / "checkpoint"), CdiDirectory(root / "cdi"),
                         **kwargs)
     claims = ClaimCache(api, pool=NODE)
