@@ -160,6 +160,8 @@ def test_beside_nvidias_driver_gpu_pods_are_left_alone_visibly(
 ) -> None:
     with served(cluster, caplog) as (client, _runtime):
         wait_for(lambda: "extended_resource_classes{" in metrics_text(client))
+        # The cache's thread sets the gauge, then logs: wait for the log line too.
+        wait_for(lambda: any(r.levelno == logging.WARNING for r in caplog.records))
         reply = client.post("/mutate-pods", data=json.dumps(gpu_review()), headers=JSON)
         response = reply.get_json()["response"]
         text = metrics_text(client)
@@ -180,11 +182,13 @@ def test_every_policy_reload_reports_again(
     policy.write_text("nativeExtendedResources: defer\n")
     with served(cluster, caplog, policy=str(policy), policy_check_s=0) as (client, runtime):
         wait_for(lambda: "extended_resource_classes{" in metrics_text(client))
+        wait_for(lambda: any("is served by" in r.getMessage() for r in caplog.records))
         caplog.clear()
         policy.write_text("nativeExtendedResources: convert\n")
         assert runtime.policy is not None and runtime.policy.check()
         reply = client.post("/mutate-pods", data=json.dumps(gpu_review()), headers=JSON)
         text = metrics_text(client)
+        wait_for(lambda: any("is served by" in r.getMessage() for r in caplog.records))
     (line,) = [r for r in caplog.records if "nvidia.com/gpu is served by" in r.getMessage()]
     assert line.levelno == logging.INFO and "nativeExtendedResources=convert" in line.getMessage()
     assert "patch" in reply.get_json()["response"]
@@ -198,5 +202,7 @@ def test_a_class_installed_later_is_reported_when_it_appears(
     with served(cluster, caplog) as (client, _runtime):
         cluster.create(device_class("gpu.gpu-slicer.io", "nvidia.com/gpu"))
         wait_for(lambda: "gpu.gpu-slicer.io" in metrics_text(client))
+        wait_for(lambda: any("gpu.gpu-slicer.io (gpu-slicer)" in r.getMessage()
+                             for r in caplog.records))
     messages = [r.getMessage() for r in caplog.records]
     assert any("DeviceClass gpu.gpu-slicer.io (gpu-slicer)" in m for m in messages)
