@@ -53,12 +53,24 @@ def test_seven_small_slices_then_a_large_one_that_waits_for_room(sandbox: Sandbo
     # The GPU holds exactly the seven allocated instances, each at its allocated placement.
     assert sandbox.instances(NODE) == [(0, "1g.10gb", start) for start in range(7)]
     # Each container got its own MIG device through CDI, checked by the reference library.
+    caps: list[tuple[str, ...]] = []
     for pod in pods:
         meta = pod["metadata"]
         runtime = sandbox.container_runtime(NODE, ENABLED, meta["name"], "main")  # type: ignore[index]
         assert len(runtime["cdiDevices"]) == 1
-        env = runtime["ociSpec"]["process"]["env"]
-        assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=MIG-") for e in env)
+        spec = runtime["ociSpec"]
+        assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=MIG-") for e in spec["process"]["env"])
+        # What CUDA needs, merged by the reference library from the agent's spec (the instance's
+        # GPU and MIG capability nodes) and the toolkit's common edits (control and UVM nodes,
+        # driver libraries, the ldcache hook).
+        nodes = [d["path"] for d in spec["linux"]["devices"]]
+        assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"} <= set(nodes)
+        caps.append(tuple(n for n in nodes if n.startswith("/dev/nvidia-caps/")))
+        assert len(caps[-1]) == 2
+        assert any("libcuda.so" in m["destination"] for m in spec["mounts"])
+        hooks = spec["hooks"]["createContainer"]
+        assert any("update-ldcache" in h["args"] for h in hooks)
+    assert len(set(caps)) == 7  # each instance's own GPU-instance and compute-instance caps
 
     # gpu-slicer status draws the same picture from the cluster alone.
     view = read_status(RealKubeApi.from_config(str(sandbox.kubeconfig)), node=NODE)
