@@ -138,34 +138,33 @@ def go_toolchain() -> str:
 
 
 def _ensure_kube(release: str, cache: Path, progress: Progress) -> Path:
-    target = cache / "kube" / release
-    if (target / "build.json").exists():
-        return target
-    with _locked(target):
-        if (target / "build.json").exists():
-            return target
-        go = go_toolchain()
+    def build(go: str, target: Path) -> None:
         work = target.parent / f".{release}.module"
         module = KUBE_MODULE if release == PINNED else _repinned_module(go, release, work, progress)
         packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
-        ldflags = _version_ldflags(release)
-        _build(go, module, packages, target, ldflags, f"Kubernetes {release} control plane",
-               progress, extra={"release": release})
+        _build(go, module, packages, target, _version_ldflags(release),
+               f"Kubernetes {release} control plane", progress, extra={"release": release})
         shutil.rmtree(work, ignore_errors=True)
-    return target
+
+    return _cached(cache / "kube" / release, build)
 
 
 def _ensure_tools(cache: Path, progress: Progress) -> Path:
-    target = cache / "tools" / _sources_digest()
-    if (target / "build.json").exists():
-        return target
-    with _locked(target):
-        if (target / "build.json").exists():
-            return target
-        go = go_toolchain()
+    def build(go: str, target: Path) -> None:
         packages = [f"./cmd/{c}" for c in TOOL_COMMANDS]
         _build(go, HELPERS_MODULE, packages, target, "", "sandbox helpers (etcd, cdi-inject)",
                progress, extra={})
+
+    return _cached(cache / "tools" / _sources_digest(), build)
+
+
+def _cached(target: Path, build: Callable[[str, Path], None]) -> Path:
+    """``target`` once complete (its build.json exists), built under the lock if it is not."""
+    if (target / "build.json").exists():
+        return target
+    with _locked(target):
+        if not (target / "build.json").exists():
+            build(go_toolchain(), target)
     return target
 
 

@@ -213,3 +213,13 @@ def wait_webhook_knows(box: Sandbox) -> None:
     box.wait(converted, what="the webhook to see the opted-in namespace", timeout_s=60)
 
 
+def start_with_enabled_namespace(prefix: str, nodes: dict[str, str], *extra: str) -> Sandbox:
+    """A sandbox of its own for one test module, with ENABLED opted in and the webhook aware."""
+    import tempfile
+
+    running = start_sandbox(Path(tempfile.mkdtemp(prefix=prefix)) / "sb", nodes, *extra)
+    running.core.create_namespace({"metadata": {
+        "name": ENABLED, "labels": {"gpu-slicer.io/migration": "enabled"}}})
+    wait_webhook_knows(running)
+    return running
+

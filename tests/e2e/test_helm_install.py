@@ -4,12 +4,10 @@ agent: a second sandbox that applies the chart instead of deploy/base."""
 from __future__ import annotations
 
 import subprocess
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from e2e_sandbox import Sandbox, pod_manifest, start_sandbox, stop_sandbox, wait_webhook_knows
+from e2e_sandbox import Sandbox, pod_manifest, start_with_enabled_namespace, stop_sandbox
 
 from sandbox import binaries
 from sandbox.helm import HelmUnavailable, helm_binary
@@ -23,11 +21,7 @@ def helm_sandbox(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
         helm_binary()
     except HelmUnavailable as exc:
         pytest.fail(f"helm is needed for the chart's end-to-end test: {exc}")
-    folder = Path(tempfile.mkdtemp(prefix="gs-helm-")) / "sb"
-    running = start_sandbox(folder, {NODE: "A100-80GB:1"}, "--install", "helm")
-    running.core.create_namespace({"metadata": {
-        "name": "e2e-enabled", "labels": {"gpu-slicer.io/migration": "enabled"}}})
-    wait_webhook_knows(running)
+    running = start_with_enabled_namespace("gs-helm-", {NODE: "A100-80GB:1"}, "--install", "helm")
     yield running
     running.client.close()
     assert stop_sandbox(running.process) == 0

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_sandbox import Sandbox, pod_manifest, start_sandbox, stop_sandbox, wait_webhook_knows
+from e2e_sandbox import Sandbox, pod_manifest, start_with_enabled_namespace, stop_sandbox
 
 from sandbox import binaries
 
@@ -20,14 +20,10 @@ LAYOUT = '{default: ["1g.10gb@0", "1g.10gb@1", "2g.20gb@2", "3g.40gb@4"]}\n'
 @pytest.fixture(scope="module")
 def sandbox_135(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
     binaries.ensure("1.35", progress=lambda m: print(f"[e2e] {m}", flush=True))
-    folder = Path(tempfile.mkdtemp(prefix="gs-135-")) / "sb"
-    layout = folder.parent / "layout.yaml"
+    layout = Path(tempfile.mkdtemp(prefix="gs-layout-")) / "layout.yaml"
     layout.write_text(LAYOUT)
-    running = start_sandbox(folder, {NODE: "A100-80GB:1"}, "--k8s-version", "1.35",
-                            "--static-layout", str(layout))
-    running.core.create_namespace({"metadata": {
-        "name": "e2e-enabled", "labels": {"gpu-slicer.io/migration": "enabled"}}})
-    wait_webhook_knows(running)
+    running = start_with_enabled_namespace("gs-135-", {NODE: "A100-80GB:1"}, "--k8s-version",
+                                           "1.35", "--static-layout", str(layout))
     yield running
     running.client.close()
     assert stop_sandbox(running.process) == 0
