@@ -115,14 +115,15 @@ class CandidateList:
     search can skip a whole GPU whose counters are exhausted without looking at each device:
     the outcome is the same."""
 
-    __slots__ = ("devices", "bounds", "_needs", "_shared")
+    __slots__ = ("devices", "bounds", "known_needs", "_shared")
 
     def __init__(self, devices: list[Device], bounds: dict[int, int],
                  shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None) -> None:
         self.devices = devices
         self.bounds = bounds
         """start position -> end position of each segment that draws on counters."""
-        self._needs: dict[int, tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]] = {}
+        self.known_needs: dict[int, tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]] = {}
+        """What :meth:`needs` found so far, by segment start."""
         self._shared = shared if shared is not None else {}
 
     @classmethod
@@ -151,7 +152,7 @@ class CandidateList:
         """What every device of the segment at ``start`` needs at least. Computed over all the
         list's devices on the same counter sets (a superset of the segment, so never more than
         the segment's own minimum) and shared by every reordering of the list."""
-        found = self._needs.get(start)
+        found = self.known_needs.get(start)
         if found is None:
             first = self.devices[start]
             needs = self._shared.get(first.counter_sets)
@@ -169,7 +170,7 @@ class CandidateList:
                 needs = tuple((c, v) for c, v in (merged or {}).items() if v > 0)
                 self._shared[first.counter_sets] = needs
             found = ((first.driver, first.pool), needs)
-            self._needs[start] = found
+            self.known_needs[start] = found
         return found
 
 
@@ -595,15 +596,34 @@ class _Search:
             return self._request(r + 1)
         devices = candidates.devices
         bounds = candidates.bounds
+        known = candidates.known_needs
         stop = len(devices) - (sub.count - k) + 1
         pos = start
+        state_key: tuple[str, str] | None = None
+        capacity: dict[CounterKey, int] = {}
+        used: dict[CounterKey, int] = {}
+        extra: dict[CounterKey, int] = {}
         while pos < stop:
             end = bounds.get(pos)
             if end is not None:
-                pool_key, needs = candidates.needs(pos)
-                if needs and not self._segment_open(pool_key, needs):
-                    pos = end
-                    continue
+                # Whether the least any device of the segment needs is still available (inline:
+                # this check runs millions of times in a large run).
+                segment = known.get(pos)
+                pool_key, needs = segment if segment is not None else candidates.needs(pos)
+                if needs:
+                    if pool_key != state_key:
+                        capacity, used, extra = self._pool_state(pool_key)
+                        state_key = pool_key
+                    closed = False
+                    for counter, need in needs:
+                        limit = capacity.get(counter)
+                        if limit is None or \
+                                used.get(counter, 0) + extra.get(counter, 0) + need > limit:
+                            closed = True
+                            break
+                    if closed:
+                        pos = end
+                        continue
             self.steps += 1
             if self.steps > self.allocator.max_steps:
                 raise AllocationError(
@@ -619,16 +639,6 @@ class _Search:
                 return True
             self._untake()
         return False
-
-    def _segment_open(self, pool_key: tuple[str, str],
-                      needs: tuple[tuple[CounterKey, int], ...]) -> bool:
-        """Whether the least any device of a segment needs is still available."""
-        capacity, used, extra = self._pool_state(pool_key)
-        for counter, need in needs:
-            limit = capacity.get(counter)
-            if limit is None or used.get(counter, 0) + extra.get(counter, 0) + need > limit:
-                return False
-        return True
 
     def _fits(self, r: int, sub: _Sub, device: Device) -> bool:
         key = device.key

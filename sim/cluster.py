@@ -549,6 +549,7 @@ class Scheduler:
         self.attempts = 0
         self.capacity = {name: sum(m.memory_slices for m in agent.node.models)
                          for name, agent in agents.items()}
+        self.largest = max(self.capacity.values(), default=0)
         self.min_slices: dict[Any, int] = {}
         """Per claim shape, the fewest memory slices any solution holds (a lower bound)."""
 
@@ -586,7 +587,9 @@ class Scheduler:
         # device order changes: a node that does not win needs no run on its current order.
         single = len(parsed.requests) == 1
         best_pool: Pool | None = None
-        for node in subset if subset is not None else self.order:
+        # Nodes using more than this cannot have ``need`` free slices, whatever their size.
+        most_used = self.largest - need
+        for node in subset if subset is not None else self.order.up_to(most_used):
             version = self.freed[node]
             if memo.get(node) == version:
                 continue

@@ -130,24 +130,31 @@ def destroyed_placements(
     model: GpuModel, placement: Placement, present: Sequence[Placement] = ()
 ) -> int:
     """How many larger placements, still possible next to ``present``, ``placement`` rules out."""
-    profile = model.profile(placement[0])
+    return _destroyed(model, placement, present, _possible(model, present))
+
+
+def _possible(model: GpuModel, present: Sequence[Placement]) -> list[tuple[Profile, Placement]]:
+    """Every placement still possible next to ``present``, with its profile."""
     base = list(present)
-    count = 0
-    for other in model.profiles:
-        if not _larger(profile, other):
-            continue
-        for start in other.starts:
-            q = (other.name, start)
-            if is_valid(model, [*base, q]) and not is_valid(model, [*base, placement, q]):
-                count += 1
-    return count
+    return [(other, (other.name, start)) for other in model.profiles for start in other.starts
+            if is_valid(model, [*base, (other.name, start)])]
 
 
-@lru_cache(maxsize=1024)
+def _destroyed(model: GpuModel, placement: Placement, present: Sequence[Placement],
+               possible: Sequence[tuple[Profile, Placement]]) -> int:
+    profile = model.profile(placement[0])
+    base = [*present, placement]
+    return sum(1 for other, q in possible
+               if _larger(profile, other) and not is_valid(model, [*base, q]))
+
+
+@lru_cache(maxsize=4096)
 def _costs(model: GpuModel, present: tuple[Placement, ...] = ()) -> dict[Placement, int]:
-    """:func:`destroyed_placements` of every placement of the model, next to ``present``."""
+    """:func:`destroyed_placements` of every placement of the model, next to ``present`` (what
+    is still possible next to ``present`` worked out once, not once per placement)."""
+    possible = _possible(model, present)
     return {
-        (p.name, s): destroyed_placements(model, (p.name, s), present)
+        (p.name, s): _destroyed(model, (p.name, s), present, possible)
         for p in model.profiles
         for s in p.starts
     }
