@@ -220,6 +220,11 @@ class StaticStrategy(_ClusterStrategy):
         self.instances: dict[tuple[str, int], tuple[Placement, ...] | None] = {}
         for node in scenario.nodes:
             for index, model in enumerate(node.models):
+                if spec.placements is not None:  # exact instances, as the agent's layout file
+                    placed = spec.placements.for_gpu(index)
+                    self.instances[(node.name, index)] = None if placed is None else placed
+                    self.creations += len(placed or ())
+                    continue
                 kinds = spec.for_gpu(node.name, index)
                 if kinds is None:
                     self.instances[(node.name, index)] = None

@@ -24,6 +24,7 @@ from slicer.catalog import GpuModel
 from slicer.errors import SlicerError
 from slicer.gpuspec import parse_gpu_spec
 from slicer.inventory import Mode
+from slicer.layout import LayoutError, StaticLayout
 
 Obj = dict[str, Any]
 
@@ -87,6 +88,10 @@ class LayoutSpec:
     default: tuple[str, ...] | None
     overrides: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
     """``<node>/<gpu index>`` or ``<node>`` -> layout (None: the GPU stays whole)."""
+    placements: StaticLayout | None = None
+    """A layout in the agent's format (``default``/``gpus`` of ``profile@start`` entries, the
+    file ``agent run --static-layout`` and ``slices --static-layout`` read): exact instances per
+    GPU index instead of sizes to pack."""
 
     def for_gpu(self, node: str, index: int) -> tuple[str, ...] | None:
         key = f"{node}/{index}"
@@ -366,10 +371,30 @@ def _layout_list(value: Any, path: str) -> tuple[str, ...] | None:
     return tuple(str(v) for v in items)
 
 
+def _agent_format(raw: Any) -> bool:
+    """A layout written as the agent's static layout file (``profile@start`` entries)."""
+    if not isinstance(raw, dict) or not set(raw) <= {"default", "gpus"}:
+        return False
+    entries = list(raw.get("default") or []) if isinstance(raw.get("default"), list) else []
+    gpus = raw.get("gpus")
+    if isinstance(gpus, dict):
+        entries += [e for v in gpus.values() if isinstance(v, list) for e in v]
+    return "gpus" in raw or any("@" in str(e) for e in entries)
+
+
 def _layouts(value: Any, nodes: Sequence[NodeSpec]) -> dict[str, LayoutSpec]:
     layouts = {n: LayoutSpec(n, kinds) for n, kinds in BUILTIN_LAYOUTS.items()}
     for name, raw in _mapping(value, "layouts").items():
         path = f"layouts.{name}"
+        if _agent_format(raw):
+            try:
+                placed = StaticLayout.from_mapping(raw)
+                for node in nodes:
+                    placed.check(node.models)
+            except LayoutError as exc:
+                raise ScenarioError(f"{path}: {exc}") from exc
+            layouts[str(name)] = LayoutSpec(str(name), None, {}, placed)
+            continue
         if isinstance(raw, dict):
             _unknown(raw, ("default", "overrides"), path)
             default = _layout_list(raw.get("default", "whole"), f"{path}.default")
@@ -383,6 +408,8 @@ def _layouts(value: Any, nodes: Sequence[NodeSpec]) -> dict[str, LayoutSpec]:
     from sim.geometry import can_pack, resolve_profile
 
     for layout in layouts.values():
+        if layout.placements is not None:
+            continue  # checked against every node above
         for node in nodes:
             for index, model in enumerate(node.models):
                 kinds = layout.for_gpu(node.name, index)

@@ -85,3 +85,33 @@ def test_a_layout_of_kinds_resolves_per_model() -> None:
                                            {"name": "h", "gpus": "H100-NVL-94GB:1"}],
                                     layouts={"mine": ["3g", "3g"]}))
     assert scenario.layouts["mine"].for_gpu("h", 0) == ("3g", "3g")
+
+
+def _noon_burst_with(layout: Any) -> Any:
+    from importlib import resources
+
+    import yaml
+
+    text = resources.files("sim").joinpath("scenarios/noon-burst.yaml").read_text()
+    data = yaml.safe_load(text)
+    data["layouts"] = {"balanced": layout}
+    return parse_scenario(data)
+
+
+def test_a_layout_in_the_agents_file_format_places_exactly_those_instances() -> None:
+    # The format of `agent run --static-layout` and `slices --static-layout`, in a scenario.
+    from sim.compare import compare
+
+    exact = {"default": ["3g.40gb@4", "2g.20gb@2", "1g.10gb@0", "1g.10gb@1"]}
+    scenario = _noon_burst_with(exact)
+    assert scenario.layouts["balanced"].placements is not None
+    (placed,) = compare(scenario, ["static-balanced"]).results
+    (packed,) = compare(_noon_burst_with(["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]),
+                        ["static-balanced"]).results
+    assert placed.starts == packed.starts  # the layout the packer makes, given exactly
+    assert placed.creations == packed.creations == 4
+
+
+def test_a_layout_in_the_agents_format_that_cannot_be_built_names_the_gpu() -> None:
+    with pytest.raises(ScenarioError, match=r"layouts\.balanced: .*2g\.20gb cannot start"):
+        _noon_burst_with({"default": ["2g.20gb@6"]})
