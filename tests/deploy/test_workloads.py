@@ -156,9 +156,11 @@ def test_the_agent_mounts_exactly_the_kubelet_cdi_and_checkpoint_folders(
         "/var/lib/kubelet/plugins/gpu-slicer.io",
         "/var/lib/kubelet/plugins_registry",
         "/var/run/cdi",
+        "/etc/cdi",  # the toolkit's spec, whose common edits claim specs carry
         "/var/lib/gpu-slicer",
     }
     mounts = _mounts(agent, "agent")
+    assert mounts["/etc/cdi"].get("readOnly") is True
     for path, mount in mounts.items():
         volume = volumes[mount["name"]]
         if "hostPath" in volume:
