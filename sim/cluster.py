@@ -518,9 +518,10 @@ class Scheduler:
     Bookkeeping that changes no decision, only its cost: a node proven unable to host a claim
     shape is remembered until it releases devices (further allocations only take capacity, and a
     new device order changes where a claim goes, never whether it fits); once a shape failed on
-    every node, a retry looks only at the nodes that changed since; with a single request, only
-    the chosen node is allocated again on its current device order (the score, the index of the
-    first subrequest that fits, does not depend on order).
+    every node, a retry looks only at the nodes that changed since; with a single request (the
+    score is then the index of the first subrequest that fits, whatever the device order) a
+    node's score is remembered until its allocations change, and only the chosen node is
+    allocated on its current device order.
     """
 
     def __init__(self, agents: dict[str, NodeAgent], rule: str) -> None:
@@ -538,6 +539,8 @@ class Scheduler:
         self.changes: list[str] = []
         self.infeasible: dict[Any, dict[str, int]] = {}
         self.failed_everywhere: dict[Any, int] = {}
+        self.scores: dict[Any, dict[str, tuple[int, int]]] = {}
+        """Per single-request claim shape, per node: (``versions`` of the node, its score)."""
         self._parsed: dict[Any, ParsedClaims] = {}
         self._top: dict[Any, int] = {}
         representatives: dict[tuple[str, str], str] = {}
@@ -578,15 +581,17 @@ class Scheduler:
         memo = self.infeasible.setdefault(shape, {})
         subset = self._nodes(shape)
         mark = len(self.changes)
-        best: Allocation | None = None
         feasible = 0
         need = self.min_slices.get(shape, 0)
         used = self.order.used
         capacity = self.capacity
         # With one request the score is the index of the first subrequest that fits, which no
-        # device order changes: a node that does not win needs no run on its current order.
+        # device order changes: a node that does not win needs no run on its current order,
+        # and its score stands until its allocations change.
         single = len(parsed.requests) == 1
-        best_pool: Pool | None = None
+        scores = self.scores.setdefault(shape, {})
+        # (score, node, its allocation on the node's current order when there is one)
+        best: tuple[int, str, Allocation | None] | None = None
         # Nodes using more than this cannot have ``need`` free slices, whatever their size.
         most_used = self.largest - need
         for node in subset if subset is not None else self.order.up_to(most_used):
@@ -596,28 +601,43 @@ class Scheduler:
             if capacity[node] - used[node] < need:
                 continue
             agent = self.agents[node]
-            pool = agent.ensure_pool(fresh=False)
-            self.attempts += 1
-            found = self.allocator.allocate(parsed, node, [pool], self.in_use)
-            if found is None:
-                memo[node] = version
-                continue
-            current = agent.ensure_pool()
-            if current is not pool and (not single or found.score >= top):
-                found = self._rerun(parsed, node, current)
-                pool = current
-            if found.score >= top:
-                return found
+            known = scores.get(node) if single else None
+            if known is not None and known[0] == self.versions[node]:
+                score: int = known[1]
+                agent.ensure_pool()  # what looking at the node does to its order, as below
+                found: Allocation | None = None
+            else:
+                pool = agent.ensure_pool(fresh=False)
+                self.attempts += 1
+                found = self.allocator.allocate(parsed, node, [pool], self.in_use)
+                if found is None:
+                    memo[node] = version
+                    continue
+                current = agent.ensure_pool()
+                score = found.score
+                if current is not pool:
+                    if single and score < top:
+                        found = None  # it fits; allocated on the current order if it wins
+                    else:
+                        found = self._rerun(parsed, node, current)
+                        score = found.score
+                if score >= top:
+                    assert found is not None
+                    return found
+                if single:
+                    scores[node] = (self.versions[node], score)
             feasible += 1
-            if best is None or found.score > best.score:
-                best, best_pool = found, current if pool is not current else None
+            if best is None or score > best[0]:
+                best = (score, node, found)
             if feasible >= self.enough:
                 break
         if best is None:
             self.failed_everywhere[shape] = mark
-        elif best_pool is not None:
-            best = self._rerun(parsed, best.node, best_pool)
-        return best
+            return None
+        score, node, allocation = best
+        if allocation is None:
+            allocation = self._rerun(parsed, node, self.agents[node].ensure_pool())
+        return allocation
 
     def _rerun(self, parsed: ParsedClaims, node: str, pool: Pool) -> Allocation:
         """The allocation on the node's current order (it fits on the older one). Not counted
