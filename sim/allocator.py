@@ -506,7 +506,8 @@ class Allocator:
             if cached is None:
                 members = pool.members.get(expressions)
                 if members is not None:
-                    chosen = [d for d in pool.devices if d.name in members]
+                    # Most alternatives of a long chain match nothing on a given node kind.
+                    chosen = [d for d in pool.devices if d.name in members] if members else []
                 else:
                     chosen = [d for d in pool.devices
                               if all(matches(e, d.view) for e in expressions)]
@@ -600,9 +601,7 @@ class _Search:
         stop = len(devices) - (sub.count - k) + 1
         pos = start
         state_key: tuple[str, str] | None = None
-        capacity: dict[CounterKey, int] = {}
-        used: dict[CounterKey, int] = {}
-        extra: dict[CounterKey, int] = {}
+        capacity = used = extra = _NO_COUNTERS
         while pos < stop:
             end = bounds.get(pos)
             if end is not None:
@@ -729,6 +728,8 @@ class _Search:
 
 
 _ABSENT = object()
+_NO_COUNTERS: dict[CounterKey, int] = {}
+"""Read only: what the segment check starts from before it looks a pool up."""
 
 
 # --- convenience over plain dicts (tests, small tools) ------------------------------------

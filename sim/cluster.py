@@ -207,6 +207,8 @@ class NodeAgent:
         """The GPUs' states the pool's current order was computed for."""
         self._blocks: list[list[str]] = []
         """The pool's current order, GPU by GPU."""
+        self._ranked: list[Block] = []
+        """Per GPU (by index), its rank and block in the state ``_materialized``."""
         self._mig_enabled: list[bool] | None = None
         if api is not None:
             assert root is not None
@@ -243,12 +245,18 @@ class NodeAgent:
             self._materialized = tuple((i, (), False) for i in range(len(self.node.models)))
             if template[1] is not None:
                 self.orders = template[1]
-                self._blocks = self.orders.blocks(self._materialized)
+                self._ranked = [self.orders.block(k) for k in self._materialized]
+                self._blocks = [names for _, names in sorted(self._ranked)]
         self._settle()
         assert self.pool is not None
         if fresh and self.dynamic and self._materialized != self._snapshot:
-            # Only the GPUs whose state changed are looked up again (the rest hit the cache).
-            blocks = self.orders.blocks(self._snapshot)
+            # Only the GPUs whose state changed are looked up again (their keys are new).
+            before = self._materialized
+            assert before is not None
+            self._ranked = ranked = [
+                block if key is before[i] else self.orders.block(key)
+                for i, (key, block) in enumerate(zip(self._snapshot, self._ranked, strict=True))]
+            blocks = [names for _, names in sorted(ranked)]
             if blocks != self._blocks:
                 self.pool = self.pool.reordered([name for names in blocks for name in names])
                 self._blocks = blocks

@@ -222,7 +222,18 @@ class Engine:
         self.last_t = 0.0
         self.series: list[tuple[float, float, float]] = []
         self.fragmentation: list[float] = []
+        self._checked: dict[tuple[GpuModel, tuple[Placement, ...]], list[str]] = {}
         strategy.bind(self._move)
+
+    def _violations(self, model: GpuModel, placements: tuple[Placement, ...]) -> list[str]:
+        """``catalog.violations``, once per distinct set of instances on a model (a large run
+        places the same few thousand sets tens of thousands of times)."""
+        key = (model, placements)
+        found = self._checked.get(key)
+        if found is None:
+            found = catalog.violations(model, placements)
+            self._checked[key] = found
+        return found
 
     # --- ledger ----------------------------------------------------------------------------
 
@@ -238,7 +249,7 @@ class Engine:
                 raise InvariantError(f"{name} shares GPU {held.node}/{gpu} held whole")
             ledger.held[name] = slots
             if self.check_overlaps:
-                problems = catalog.violations(ledger.model, ledger.placements())
+                problems = self._violations(ledger.model, ledger.placements())
                 if problems:
                     raise InvariantError(
                         f"{self.strategy.name}: {name} on {held.node}/gpu-{gpu}: "
