@@ -526,7 +526,8 @@ class Scheduler:
     Bookkeeping that changes no decision, only its cost: a node proven unable to host a claim
     shape is remembered until it releases devices (further allocations only take capacity, and a
     new device order changes where a claim goes, never whether it fits); once a shape failed on
-    every node, a retry looks only at the nodes that changed since; with a single request (the
+    every node, a retry looks only at the nodes that changed since; a node of a kind where some
+    request matches no device is never tried; with a single request (the
     score is then the index of the first subrequest that fits, whatever the device order) a
     node's score is remembered until its allocations change, and only the chosen node is
     allocated on its current device order.
@@ -552,9 +553,13 @@ class Scheduler:
         self._parsed: dict[Any, ParsedClaims] = {}
         self._top: dict[Any, int] = {}
         representatives: dict[tuple[str, str], str] = {}
+        self._kind: dict[str, tuple[str, str]] = {}
         for name, agent in sorted(agents.items()):
-            representatives.setdefault((agent.node.gpus, agent.node.mode), name)
+            self._kind[name] = (agent.node.gpus, agent.node.mode)
+            representatives.setdefault(self._kind[name], name)
         self._representatives = sorted(representatives.values())
+        self._never: dict[Any, frozenset[tuple[str, str]]] = {}
+        """Per claim shape, the node kinds where some request matches no device at all."""
         n = len(agents)
         self.enough = max(100, n * max(5, 50 - n // 125) // 100)
         self.attempts = 0
@@ -585,7 +590,14 @@ class Scheduler:
             self._parsed[shape] = parsed
             pools = [self.agents[n].ensure_pool() for n in self._representatives]
             self._top[shape] = self.allocator.best_possible_score(parsed, pools)
+            self._never[shape] = frozenset(
+                self._kind[n] for n, pool in zip(self._representatives, pools, strict=True)
+                if not all(any(self.allocator.candidates([pool], sub).devices
+                               for sub in request.alternatives)
+                           for request in parsed.requests))
         top = self._top[shape]
+        never = self._never[shape]
+        kind = self._kind
         memo = self.infeasible.setdefault(shape, {})
         subset = self._nodes(shape)
         mark = len(self.changes)
@@ -606,7 +618,7 @@ class Scheduler:
             version = self.freed[node]
             if memo.get(node) == version:
                 continue
-            if capacity[node] - used[node] < need:
+            if capacity[node] - used[node] < need or (never and kind[node] in never):
                 continue
             agent = self.agents[node]
             known = scores.get(node) if single else None
