@@ -18,6 +18,7 @@ from typing import Any
 from certs import ensure as certs_ensure
 from certs import issue as certs_issue
 from certs.errors import CertError, CertInputError, EnsureError
+from kube import documents
 from kube.api import KubeApi
 from kube.errors import KubeError
 
@@ -230,19 +231,14 @@ def run_ensure(
         if problem:
             print(f"gpu-slicer certs ensure: {problem}", file=sys.stderr)
             return 2
-    if args.kubeconfig and not Path(args.kubeconfig).is_file():
-        what = "is not a file" if Path(args.kubeconfig).exists() else "does not exist"
-        print(f"gpu-slicer certs ensure: --kubeconfig {args.kubeconfig} {what}", file=sys.stderr)
+    problem = documents.file_problem("--kubeconfig", args.kubeconfig)
+    if problem:
+        print(f"gpu-slicer certs ensure: {problem}", file=sys.stderr)
         return 2
     try:
         api = api_factory(args.kubeconfig)
     except KubeError as exc:
         print(f"gpu-slicer certs ensure: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # a kubeconfig the client library cannot parse
-        where = args.kubeconfig or "the default kubeconfig"
-        print(f"gpu-slicer certs ensure: cannot load Kubernetes credentials from {where}: "
-              f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     if args.interval is None:
         try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kube import documents
 from kube.api import KubeApi
 from kube.errors import KubeError, NotFound
 from slicer import catalog
@@ -498,19 +499,14 @@ def run_plan(args: argparse.Namespace, *,
                   file=sys.stderr)
             return 2
     for flag, path in (("--kubeconfig", args.kubeconfig), ("--policy", args.policy)):
-        if path and not Path(path).is_file():
-            what = "is not a file" if Path(path).exists() else "does not exist"
-            print(f"{prefix}: {flag} {path} {what}", file=sys.stderr)
+        problem = documents.file_problem(flag, path)
+        if problem:
+            print(f"{prefix}: {problem}", file=sys.stderr)
             return 2
     try:
         api = api_factory(args.kubeconfig)
     except KubeError as exc:
         print(f"{prefix}: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # a kubeconfig the client library cannot parse
-        print(f"{prefix}: cannot load Kubernetes credentials from "
-              f"{args.kubeconfig or 'the default kubeconfig'}: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
         return 1
     try:
         plan = build_plan(api, args.namespace, policy_path=args.policy,

@@ -135,6 +135,10 @@ class RealKubeApi:
         except (ConfigException, OSError) as exc:
             where = kubeconfig or "the in-cluster service account or the default kubeconfig"
             raise KubeError(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
+        except Exception as exc:  # a kubeconfig the client library cannot parse (not YAML, a list)
+            where = kubeconfig or "the default kubeconfig"
+            raise KubeError(f"cannot load Kubernetes credentials from {where}: "
+                            f"{type(exc).__name__}: {exc}") from exc
         return cls(k8s_client.ApiClient(configuration))
 
     # ----------------------------------------------------------------- KubeApi

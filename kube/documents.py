@@ -20,6 +20,13 @@ class DocumentError(ValueError):
     """A document that cannot be read or parsed; ``str()`` is one line for a person."""
 
 
+def file_problem(flag: str, path: str | os.PathLike[str] | None) -> str | None:
+    """What is wrong with a file flag before anything reads it (None: fine, or not given)."""
+    if not path or Path(path).is_file():
+        return None
+    return f"{flag} {path} {'is not a file' if Path(path).exists() else 'does not exist'}"
+
+
 def read_text(path: str | os.PathLike[str]) -> str:
     """The file as UTF-8 text (``-`` reads standard input, strictly UTF-8 as well)."""
     try:

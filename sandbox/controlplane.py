@@ -16,6 +16,7 @@ DRA feature gates are the release's defaults, except what :func:`feature_gates` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,12 +78,11 @@ class ControlPlane:
         ], log_dir=self.log_dir)
         self._launch(etcd, lambda: "etcd ready" in etcd.log_tail(50), "a ready etcd", 60)
 
+        admin = self.state_dir / "pki" / "admin"
         client_kubeconfig(self.pki, self.admin_kubeconfig(), server=self.server,
-                          user="sandbox-admin", groups=["system:masters"])
+                          user="sandbox-admin", groups=["system:masters"], pair_files=admin)
         apiserver = Component("kube-apiserver", self._apiserver_args(etcd_port),
                               log_dir=self.log_dir)
-        admin = self.state_dir / "pki" / "admin"
-        _write_admin_pair(self.admin_kubeconfig(), admin)
         self._launch(apiserver, lambda: https_ok(
             f"{self.server}/readyz", ca=self.pki.ca_cert,
             client_cert=(admin.with_suffix(".crt"), admin.with_suffix(".key"))),
@@ -151,10 +151,11 @@ class ControlPlane:
             *_gates_flag(self.gates),
         ]
 
-    def _launch(self, component: Component, ready: object, what: str, timeout: float) -> None:
+    def _launch(self, component: Component, ready: Callable[[], bool], what: str,
+                timeout: float) -> None:
         component.start()
         self.components.append(component)
-        component.wait_ready(ready, timeout_s=timeout, what=what)  # type: ignore[arg-type]
+        component.wait_ready(ready, timeout_s=timeout, what=what)
 
     def alive(self) -> list[str]:
         """Names of components that have exited (empty while all run)."""
@@ -169,14 +170,3 @@ class ControlPlane:
         stop_all([c for c in self.components if c.name != "etcd"], timeout_s=5)
         stop_all([c for c in self.components if c.name == "etcd"])
 
-
-def _write_admin_pair(kubeconfig: Path, stem: Path) -> None:
-    """The admin's certificate and key as files, for readiness checks with urllib."""
-    import base64
-
-    user = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".crt").write_bytes(base64.b64decode(user["client-certificate-data"]))
-    key = stem.with_suffix(".key")
-    key.touch(mode=0o600)
-    key.write_bytes(base64.b64decode(user["client-key-data"]))

@@ -247,13 +247,11 @@ class KubeletStandIn:
         """Claim uid -> what was prepared and for which pods."""
         self.started: dict[str, Obj] = {}
         """Pod uid -> the pod as last seen, for the pods this kubelet started."""
-        self._names: dict[str, PreparedClaim] = {}
         self._not_before: dict[str, float] = {}
         self._reported: dict[str, str] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.errors: list[str] = []
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -313,7 +311,8 @@ class KubeletStandIn:
                     None, "Pending", "Running"):
                 if time.monotonic() >= self._not_before.get(uid, 0.0):
                     self._try_start(pod)
-        known = set(self.started) | {u for c in self.claims.values() for u in c.pods}
+        known = (set(self.started) | set(self._not_before) | set(self._reported)
+                 | {u for c in self.claims.values() for u in c.pods})
         for uid in known - live:
             self._forget(uid)
 
@@ -418,7 +417,6 @@ class KubeletStandIn:
         if output.get("error"):
             message = (f"CDI injection of {', '.join(ids)} failed: {output['error']}"
                        + "".join(f"\n  {e}" for e in output.get("specErrors") or []))
-            self.errors.append(message)
             self.on_error(message)
             raise PodNotReady(message)
         return {"ociSpec": output["spec"],
@@ -450,9 +448,7 @@ class KubeletStandIn:
 
     def _terminate(self, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]
-        self._release(uid)
-        self.started.pop(uid, None)
-        self._not_before.pop(uid, None)
+        self._forget(uid)
         try:
             self.core.delete_namespaced_pod(
                 pod["metadata"]["name"], pod["metadata"]["namespace"],
@@ -465,6 +461,8 @@ class KubeletStandIn:
     def _forget(self, uid: str) -> None:
         self._release(uid)
         self.started.pop(uid, None)
+        self._not_before.pop(uid, None)
+        self._reported.pop(uid, None)
 
     def _release(self, pod_uid: str) -> None:
         """Unprepares every claim of the pod that no other pod on the node uses."""
@@ -482,7 +480,6 @@ class KubeletStandIn:
         plugin = self.registrar.get(driver)
         if plugin is None:
             message = f"cannot unprepare claim {claim.name}: driver {driver} not registered"
-            self.errors.append(message)
             self.on_error(message)
             return
         pb, stub, channel = plugin.prepare_stub()
@@ -498,7 +495,6 @@ class KubeletStandIn:
             channel.close()
         if error:
             message = f"NodeUnprepareResources of claim {claim.name} on {driver}: {error}"
-            self.errors.append(message)
             self.on_error(message)
 
     def _report(self, pod: Obj, reason: str, message: str) -> None:

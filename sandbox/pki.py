@@ -73,10 +73,17 @@ def create(folder: Path) -> Pki:
 
 
 def client_kubeconfig(pki: Pki, path: Path, *, server: str, user: str,
-                      groups: list[str]) -> Path:
-    """A kubeconfig that authenticates as ``user`` in ``groups`` by client certificate."""
+                      groups: list[str], pair_files: Path | None = None) -> Path:
+    """A kubeconfig that authenticates as ``user`` in ``groups`` by client certificate.
+
+    With ``pair_files``, the certificate and key are also written to ``<stem>.crt`` and
+    ``<stem>.key``, for clients that take files (the readiness checks).
+    """
     ca = KeyPair(_load_cert(pki.ca_cert), _load_key(pki.ca_key))
     leaf = _client_leaf(ca, user, groups)
+    if pair_files is not None:
+        pair_files.parent.mkdir(parents=True, exist_ok=True)
+        _write_pair(leaf, pair_files.with_suffix(".crt"), pair_files.with_suffix(".key"))
     credentials = {"client-certificate-data": _b64(leaf.cert_pem),
                    "client-key-data": _b64(leaf.key_pem)}
     return _write_kubeconfig(pki, path, server=server, user=user, credentials=credentials)

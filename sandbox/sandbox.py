@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,6 @@ class Settings:
     """Passed to every agent: what it advertises when partitionable devices are unavailable."""
     install: str = "kustomize"
     """How gpu-slicer's cluster objects get in: deploy/base's files, or the Helm chart."""
-    agent_args: list[str] = field(default_factory=list)
 
 
 def check_state_dir(folder: Path, nodes: list[NodeSpec]) -> None:
@@ -277,7 +276,7 @@ class Sandbox:
             "--plugins-dir", str(folder / "plugins"),
             "--registry-dir", str(folder / "plugins_registry"),
             "--metrics-bind", f"127.0.0.1:{free_port()}", "--reconcile-interval", "5",
-            "--toolkit-cdi-spec", str(toolkit), *self.settings.agent_args)
+            "--toolkit-cdi-spec", str(toolkit))
         if self.settings.static_layout is not None:
             argv += ["--static-layout", str(self.settings.static_layout)]
         agent = Component(f"agent-{node.name}", argv, log_dir=self.dir / "logs")

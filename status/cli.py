@@ -16,8 +16,8 @@ import re
 import shutil
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
+from kube import documents
 from kube.api import KubeApi
 from kube.errors import Forbidden, KubeError, NotFound, Unavailable
 from status.render import as_json, table
@@ -99,19 +99,14 @@ def run_status(args: argparse.Namespace, *,
         print(f"{PREFIX}: --node {args.node!r} is not a node name (lower-case letters, digits, "
               "'-' and '.')", file=sys.stderr)
         return 2
-    if args.kubeconfig and not Path(args.kubeconfig).is_file():
-        what = "is not a file" if Path(args.kubeconfig).exists() else "does not exist"
-        print(f"{PREFIX}: --kubeconfig {args.kubeconfig} {what}", file=sys.stderr)
+    problem = documents.file_problem("--kubeconfig", args.kubeconfig)
+    if problem:
+        print(f"{PREFIX}: {problem}", file=sys.stderr)
         return 2
     try:
         api = api_factory(args.kubeconfig)
     except KubeError as exc:
         print(f"{PREFIX}: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # a kubeconfig the client library cannot parse
-        print(f"{PREFIX}: cannot load Kubernetes credentials from "
-              f"{args.kubeconfig or 'the default kubeconfig'}: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
         return 1
     try:
         status = read_status(api, node=args.node)
