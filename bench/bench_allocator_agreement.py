@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -48,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kube.client import RealKubeApi  # noqa: E402
 from kube.errors import NotFound  # noqa: E402
+from sandbox import launch  # noqa: E402
+from sandbox.errors import StartupError  # noqa: E402
 from sim.agreement import (  # noqa: E402
     ALLOCATED,
     ERROR,
@@ -259,24 +260,8 @@ def _pod(name: str, node: str, claim_spec: Obj) -> Obj:
 
 
 def start_sandbox(folder: Path, interval: str) -> subprocess.Popen[bytes]:
-    nodes = [f"{NOON_NODE[0]}={NOON_NODE[1]}"] + [f"{n}={s}" for n, s in MIXED_SPECS.items()]
-    argv = [sys.executable, "-m", "cli.main", "sandbox", "up", "--state-dir", str(folder)]
-    for node in nodes:
-        argv += ["--node", node]
-    env = {**os.environ, "GPU_SLICER_REPUBLISH_INTERVAL": interval}
-    log = (folder.parent / f"{folder.name}.log").open("wb")
-    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            cwd=Path(__file__).resolve().parents[1])
-
-
-def stop_sandbox(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(90)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+    nodes = {NOON_NODE[0]: NOON_NODE[1], **MIXED_SPECS}
+    return launch.launch(folder, nodes, env={"GPU_SLICER_REPUBLISH_INTERVAL": interval})
 
 
 def main() -> int:
@@ -314,12 +299,7 @@ def main() -> int:
     replay: Replay | None = None
     interrupted = ""
     try:
-        while not (args.state_dir / "ready").exists():
-            if process.poll() is not None:
-                raise SystemExit(f"sandbox up exited {process.returncode}; see "
-                                 f"{args.state_dir.parent / (args.state_dir.name + '.log')}")
-            time.sleep(0.2)
-        ready = json.loads((args.state_dir / "ready").read_text())
+        ready = launch.wait_ready(args.state_dir, process)
         print(f"sandbox ready in {ready['startSeconds']} s: Kubernetes {ready['kubernetes']}, "
               f"nodes {', '.join(ready['nodes'])}", flush=True)
         api = RealKubeApi.from_config(ready["kubeconfig"])
@@ -334,11 +314,14 @@ def main() -> int:
             else:
                 pods = mixed_pods(MIXED_NODES, count=args.mixed, seed=args.seed)
             replay.run("mixed", pods)
+    except StartupError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     except (KeyboardInterrupt, Deadline) as exc:
         interrupted = str(exc) or "interrupted"
     finally:
         signal.alarm(0)
-        stop_sandbox(process)
+        launch.stop(process)
     if replay is None:
         return 1
     print()

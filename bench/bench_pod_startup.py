@@ -26,10 +26,7 @@ path only.
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch as k8s_watch  # noqa: E402
 
+from sandbox import launch  # noqa: E402
 from sandbox.cluster import api_client  # noqa: E402
 
 NAMESPACE = "bench"
@@ -126,22 +124,14 @@ def main() -> None:
     if not 1 <= args.pods <= 56:
         parser.error("--pods must be 1-56 (eight H100s hold 56 1g.10gb slices)")
     folder = args.state_dir or Path(tempfile.mkdtemp(prefix="gs-bench-")) / "sb"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "sandbox", "up", "--state-dir", str(folder),
-         "--node", f"{NODE}={GPUS}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = launch.launch(folder, {NODE: GPUS})
     try:
-        run(folder, process, args.pods)
+        run(launch.wait_ready(folder, process), args.pods)
     finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
+        launch.stop(process)
 
 
-def run(folder: Path, process: subprocess.Popen[bytes], pods: int) -> None:
-    while not (folder / "ready").exists():
-        if process.poll() is not None:
-            raise SystemExit(f"sandbox up exited {process.returncode}; see {folder}/logs")
-        time.sleep(0.2)
-    ready = json.loads((folder / "ready").read_text())
+def run(ready: dict[str, Any], pods: int) -> None:
     client = api_client(Path(ready["kubeconfig"]))
     core = k8s.CoreV1Api(client)
     core.create_namespace({"metadata": {"name": NAMESPACE,

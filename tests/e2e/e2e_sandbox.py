@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +13,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from sandbox import launch
 from sandbox.cluster import api_client
 
 Obj = dict[str, Any]
@@ -151,7 +149,7 @@ class Sandbox:
 
     def diagnose(self) -> str:
         """The tail of the sandbox's own output, for a failing wait."""
-        out = self.dir.parent / f"{self.dir.name}.out"
+        out = launch.output_of(self.dir)
         text = out.read_text(errors="replace") if out.exists() else ""
         return "sandbox output (tail):\n" + "\n".join(text.splitlines()[-15:])
 
@@ -174,33 +172,13 @@ def pod_manifest(name: str, *, node: str | None = None, limits: dict[str, str] |
 
 def start_sandbox(folder: Path, nodes: dict[str, str], *extra: str) -> Sandbox:
     """``gpu-slicer sandbox up`` in a subprocess, until its ``ready`` file appears."""
-    args = [sys.executable, "-m", "cli.main", "sandbox", "up", "--state-dir", str(folder)]
-    for name, gpus in nodes.items():
-        args += ["--node", f"{name}={gpus}"]
-    folder.mkdir(parents=True, exist_ok=True)
-    out = open(folder.parent / f"{folder.name}.out", "wb")  # noqa: SIM115 - lives with the process
-    process = subprocess.Popen(args + list(extra), stdout=out, stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    deadline = time.monotonic() + 180
-    while not (folder / "ready").exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop_sandbox(process)
-            text = (folder.parent / f"{folder.name}.out").read_text(errors="replace")
-            raise AssertionError(f"sandbox up did not become ready:\n{text[-3000:]}")
-        time.sleep(0.3)
-    ready = json.loads((folder / "ready").read_text())
+    process = launch.launch(folder, nodes, *extra)
+    ready = launch.wait_ready(folder, process)
     return Sandbox(folder, ready, process, api_client(Path(ready["kubeconfig"])))
 
 
 def stop_sandbox(process: subprocess.Popen[bytes]) -> int:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(90)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return process.returncode
+    return launch.stop(process)
 
 
 def wait_webhook_knows(box: Sandbox) -> None:
