@@ -69,8 +69,12 @@ NAMESPACE = "agree"
 RESOURCE = "resource.k8s.io/v1"
 NOON_NODE = ("noon", "A100-80GB:1")
 MIXED_NODES = {"a100": "A100-80GB", "a30": "A30-24GB", "h100": "H100-80GB", "h200": "H200-141GB"}
-MIXED_SPECS = {"a100": "A100-80GB:1", "a30": "A30-24GB:2", "h100": "H100-80GB:2",
-               "h200": "H200-141GB:1"}
+MIXED_SPECS = {
+    "a100": "A100-80GB:1",
+    "a30": "A30-24GB:2",
+    "h100": "H100-80GB:2",
+    "h200": "H200-141GB:1",
+}
 
 
 class Deadline(Exception):
@@ -101,19 +105,25 @@ class Replay:
     # --- reading the cluster ------------------------------------------------------------
 
     def node_slices(self, node: str) -> list[Obj]:
-        return self.api.list(RESOURCE, "ResourceSlice",
-                             field_selector=f"spec.nodeName={node}").items
+        return self.api.list(
+            RESOURCE, "ResourceSlice", field_selector=f"spec.nodeName={node}"
+        ).items
 
     def settled_slices(self, node: str) -> list[Obj]:
         """Every ResourceSlice, once ``node``'s pool has not been written for ``settle_s``
         and is complete (one generation, ``resourceSliceCount`` slices)."""
+
         def signature() -> tuple[Any, ...]:
             items = self.node_slices(node)
             gens = {int(s["spec"]["pool"].get("generation", 0)) for s in items}
             counts = {int(s["spec"]["pool"].get("resourceSliceCount", 1)) for s in items}
             complete = len(gens) == 1 and counts == {len(items)}
-            return (complete, tuple(sorted((s["metadata"]["name"],
-                                            s["metadata"]["resourceVersion"]) for s in items)))
+            return (
+                complete,
+                tuple(
+                    sorted((s["metadata"]["name"], s["metadata"]["resourceVersion"]) for s in items)
+                ),
+            )
 
         last = signature()
         since = time.monotonic()
@@ -128,8 +138,11 @@ class Replay:
         raise Deadline(f"slices of {node} still changing after 60 s")
 
     def allocated_claims(self) -> list[Obj]:
-        return [c for c in self.api.list(RESOURCE, "ResourceClaim").items
-                if (c.get("status") or {}).get("allocation")]
+        return [
+            c
+            for c in self.api.list(RESOURCE, "ResourceClaim").items
+            if (c.get("status") or {}).get("allocation")
+        ]
 
     def device_classes(self) -> dict[str, Obj]:
         return {c["metadata"]["name"]: c for c in self.api.list(RESOURCE, "DeviceClass").items}
@@ -141,14 +154,25 @@ class Replay:
         slices = self.settled_slices(pod.node)
         generation = _generation(slices, pod.node)
         allocated = self.allocated_claims()
-        claim = self.api.create({
-            "apiVersion": RESOURCE, "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": NAMESPACE,
-                         "labels": {"agreement/workload": self.workload}},
-            "spec": pod.claim_spec,
-        })
-        model = model_outcome(claim, node=pod.node, slices=slices,
-                              device_classes=self.device_classes(), allocated_claims=allocated)
+        claim = self.api.create(
+            {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceClaim",
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    "labels": {"agreement/workload": self.workload},
+                },
+                "spec": pod.claim_spec,
+            }
+        )
+        model = model_outcome(
+            claim,
+            node=pod.node,
+            slices=slices,
+            device_classes=self.device_classes(),
+            allocated_claims=allocated,
+        )
         self.api.create(_pod(name, pod.node, pod.claim_spec))
         real, note = self._decision(name, model)
         after = _generation(self.node_slices(pod.node), pod.node)
@@ -158,9 +182,12 @@ class Replay:
         step = Step(pod.workload, name, pod.node, real, model, note)
         self.steps.setdefault(self.workload, []).append(step)
         mark = "=" if step.agrees else "X"
-        print(f"  {mark} {name:<22} {pod.node:<5} scheduler: {real.describe()}"
-              + ("" if step.agrees else f"\n    {'':<22}       model:     {model.describe()}")
-              + (f"  [{note}]" if note else ""), flush=True)
+        print(
+            f"  {mark} {name:<22} {pod.node:<5} scheduler: {real.describe()}"
+            + ("" if step.agrees else f"\n    {'':<22}       model:     {model.describe()}")
+            + (f"  [{note}]" if note else ""),
+            flush=True,
+        )
         if real.status == ALLOCATED:
             wait_for(f"pod {name} Running", lambda: self._phase(name) == "Running", 60)
             return True
@@ -182,8 +209,11 @@ class Replay:
                 return outcome_of_allocation(allocation), note
             pod = self.api.get("v1", "Pod", name, NAMESPACE)
             for condition in (pod.get("status") or {}).get("conditions") or []:
-                if (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
-                        and condition.get("reason") == "Unschedulable"):
+                if (
+                    condition.get("type") == "PodScheduled"
+                    and condition.get("status") == "False"
+                    and condition.get("reason") == "Unschedulable"
+                ):
                     message = str(condition.get("message", ""))
                     if unschedulable_since is None:
                         unschedulable_since = time.monotonic()
@@ -230,8 +260,14 @@ class Replay:
 
 
 def _generation(slices: list[Obj], node: str) -> int:
-    return max((int(s["spec"]["pool"].get("generation", 0)) for s in slices
-                if s["spec"].get("nodeName") == node), default=0)
+    return max(
+        (
+            int(s["spec"]["pool"].get("generation", 0))
+            for s in slices
+            if s["spec"].get("nodeName") == node
+        ),
+        default=0,
+    )
 
 
 def _join(a: str, b: str) -> str:
@@ -245,14 +281,20 @@ def _short(text: str) -> str:
 def _pod(name: str, node: str, claim_spec: Obj) -> Obj:
     requests = [r["name"] for r in claim_spec["devices"]["requests"]]
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
             "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-            "containers": [{"name": f"c{i}", "image": "registry.example/app:1",
-                            "resources": {"claims": [{"name": "gpu", "request": r}]}}
-                           for i, r in enumerate(requests)],
+            "containers": [
+                {
+                    "name": f"c{i}",
+                    "image": "registry.example/app:1",
+                    "resources": {"claims": [{"name": "gpu", "request": r}]},
+                }
+                for i, r in enumerate(requests)
+            ],
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 0,
         },
@@ -266,21 +308,34 @@ def start_sandbox(folder: Path, interval: str) -> subprocess.Popen[bytes]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--state-dir", type=Path, default=Path("/tmp/agr"),
-                        help="the sandbox's folder (short: unix socket paths)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("/tmp/agr"),
+        help="the sandbox's folder (short: unix socket paths)",
+    )
     parser.add_argument("--mixed", type=int, default=60, help="pods in the mixed set (>= 50)")
     parser.add_argument("--seed", type=int, default=16)
-    parser.add_argument("--saturated", action="store_true",
-                        help="the mixed set over one hour, pods running 10-40 min (most steps "
-                             "then find nodes full)")
-    parser.add_argument("--settle", type=float, default=2.0,
-                        help="seconds a node's slices must stay unwritten before a step")
-    parser.add_argument("--republish-interval", default="0.5",
-                        help="the agents' GPU_SLICER_REPUBLISH_INTERVAL")
+    parser.add_argument(
+        "--saturated",
+        action="store_true",
+        help="the mixed set over one hour, pods running 10-40 min (most steps "
+        "then find nodes full)",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=2.0,
+        help="seconds a node's slices must stay unwritten before a step",
+    )
+    parser.add_argument(
+        "--republish-interval", default="0.5", help="the agents' GPU_SLICER_REPUBLISH_INTERVAL"
+    )
     parser.add_argument("--only", choices=["noon-burst", "mixed"], default=None)
     parser.add_argument("--json", type=Path, default=None, help="write every step here")
-    parser.add_argument("--timeout", type=float, default=1800,
-                        help="give up (and clean up) after this many seconds")
+    parser.add_argument(
+        "--timeout", type=float, default=1800, help="give up (and clean up) after this many seconds"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
 
@@ -300,8 +355,11 @@ def main() -> int:
     interrupted = ""
     try:
         ready = launch.wait_ready(args.state_dir, process)
-        print(f"sandbox ready in {ready['startSeconds']} s: Kubernetes {ready['kubernetes']}, "
-              f"nodes {', '.join(ready['nodes'])}", flush=True)
+        print(
+            f"sandbox ready in {ready['startSeconds']} s: Kubernetes {ready['kubernetes']}, "
+            f"nodes {', '.join(ready['nodes'])}",
+            flush=True,
+        )
         api = RealKubeApi.from_config(ready["kubeconfig"])
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         replay = Replay(api, settle_s=args.settle, verbose=args.verbose)
@@ -309,8 +367,13 @@ def main() -> int:
             replay.run("noon-burst", noon_burst_pods(NOON_NODE[0]))
         if args.only in (None, "mixed"):
             if args.saturated:
-                pods = mixed_pods(MIXED_NODES, count=args.mixed, seed=args.seed, span_s=3600.0,
-                                  durations=(600.0, 1200.0, 1800.0, 2400.0))
+                pods = mixed_pods(
+                    MIXED_NODES,
+                    count=args.mixed,
+                    seed=args.seed,
+                    span_s=3600.0,
+                    durations=(600.0, 1200.0, 1800.0, 2400.0),
+                )
             else:
                 pods = mixed_pods(MIXED_NODES, count=args.mixed, seed=args.seed)
             replay.run("mixed", pods)
@@ -336,18 +399,40 @@ def main() -> int:
         print(agreement(steps).line(label))
     everything = [s for steps in replay.steps.values() for s in steps]
     print(agreement(everything).line("all"))
-    print(f"steps whose node's pool moved while the scheduler decided: {replay.slice_moves}; "
-          f"wall time {time.monotonic() - started:.0f} s")
+    print(
+        f"steps whose node's pool moved while the scheduler decided: {replay.slice_moves}; "
+        f"wall time {time.monotonic() - started:.0f} s"
+    )
     if args.json:
-        args.json.write_text(json.dumps({
-            label: [{"workload": s.workload, "claim": s.claim, "node": s.node,
-                     "agrees": s.agrees, "note": s.note,
-                     "scheduler": {"status": s.real.status, "results": s.real.results,
-                                   "message": s.real.message},
-                     "model": {"status": s.model.status, "results": s.model.results,
-                               "message": s.model.message}}
-                    for s in steps]
-            for label, steps in replay.steps.items()}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    label: [
+                        {
+                            "workload": s.workload,
+                            "claim": s.claim,
+                            "node": s.node,
+                            "agrees": s.agrees,
+                            "note": s.note,
+                            "scheduler": {
+                                "status": s.real.status,
+                                "results": s.real.results,
+                                "message": s.real.message,
+                            },
+                            "model": {
+                                "status": s.model.status,
+                                "results": s.model.results,
+                                "message": s.model.message,
+                            },
+                        }
+                        for s in steps
+                    ]
+                    for label, steps in replay.steps.items()
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0 if all(s.agrees for s in everything) and not interrupted else 1
 
 

@@ -66,8 +66,9 @@ class Stamps:
 def watch_pods(core: k8s.CoreV1Api, stamps: Stamps, stop: threading.Event) -> None:
     while not stop.is_set():
         try:
-            for event in k8s_watch.Watch().stream(core.list_namespaced_pod, NAMESPACE,
-                                                  timeout_seconds=5):
+            for event in k8s_watch.Watch().stream(
+                core.list_namespaced_pod, NAMESPACE, timeout_seconds=5
+            ):
                 record(event["object"], stamps)
         except Exception:  # a stream cut at its timeout: watch again
             continue
@@ -87,11 +88,16 @@ def record(pod: Any, stamps: Stamps) -> None:
 
 def pod(name: str, gpu: bool) -> dict[str, Any]:
     limits = {"nvidia.com/mig-1g.10gb": "1"} if gpu else {}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE},
-                     "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": "busybox",
-                                     "resources": {"limits": limits}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
+        },
+    }
 
 
 def start(core: k8s.CoreV1Api, stamps: Stamps, name: str, gpu: bool) -> dict[str, float]:
@@ -134,8 +140,9 @@ def main() -> None:
 def run(ready: dict[str, Any], pods: int) -> None:
     client = api_client(Path(ready["kubeconfig"]))
     core = k8s.CoreV1Api(client)
-    core.create_namespace({"metadata": {"name": NAMESPACE,
-                                        "labels": {"gpu-slicer.io/migration": "enabled"}}})
+    core.create_namespace(
+        {"metadata": {"name": NAMESPACE, "labels": {"gpu-slicer.io/migration": "enabled"}}}
+    )
     time.sleep(2)  # the webhook's namespace cache learns the label
     stamps = Stamps()
     stop = threading.Event()
@@ -156,9 +163,11 @@ def run(ready: dict[str, Any], pods: int) -> None:
 
 def report(plain: list[dict[str, float]], gpu: list[dict[str, float]]) -> None:
     def ms(values: list[float]) -> str:
-        return (f"p50 {statistics.median(values) * 1000:7.1f} ms   "
-                f"p95 {percentile(values, 0.95) * 1000:7.1f} ms   "
-                f"max {max(values) * 1000:7.1f} ms")
+        return (
+            f"p50 {statistics.median(values) * 1000:7.1f} ms   "
+            f"p95 {percentile(values, 0.95) * 1000:7.1f} ms   "
+            f"max {max(values) * 1000:7.1f} ms"
+        )
 
     base = [p["running"] for p in plain]
     ours = [p["running"] for p in gpu]
@@ -166,18 +175,24 @@ def report(plain: list[dict[str, float]], gpu: list[dict[str, float]]) -> None:
     print(f"  no GPU (baseline)          {ms(base)}")
     print(f"  nvidia.com/mig-1g.10gb: 1  {ms(ours)}")
     added = [g - b for g, b in zip(ours, base, strict=True)]
-    print(f"  added by gpu-slicer        p50 {statistics.median(added) * 1000:7.1f} ms   "
-          f"p95 {(percentile(ours, 0.95) - percentile(base, 0.95)) * 1000:7.1f} ms "
-          "(p95 of GPU pods minus p95 of plain pods)")
+    print(
+        f"  added by gpu-slicer        p50 {statistics.median(added) * 1000:7.1f} ms   "
+        f"p95 {(percentile(ours, 0.95) - percentile(base, 0.95)) * 1000:7.1f} ms "
+        "(p95 of GPU pods minus p95 of plain pods)"
+    )
     print("breakdown of the GPU pods (time since the create call, p50 / p95):")
     for step in ("admitted", "claim-created", "bound", "running"):
         values = [p[step] for p in gpu if step in p]
-        print(f"  {step:14s} {statistics.median(values) * 1000:7.1f} / "
-              f"{percentile(values, 0.95) * 1000:7.1f} ms")
+        print(
+            f"  {step:14s} {statistics.median(values) * 1000:7.1f} / "
+            f"{percentile(values, 0.95) * 1000:7.1f} ms"
+        )
     admitted_plain = [p["admitted"] for p in plain]
-    print(f"  admission alone: {statistics.median(admitted_plain) * 1000:.1f} ms for a plain pod "
-          f"(the webhook is not called), "
-          f"{statistics.median([p['admitted'] for p in gpu]) * 1000:.1f} ms for a GPU pod")
+    print(
+        f"  admission alone: {statistics.median(admitted_plain) * 1000:.1f} ms for a plain pod "
+        f"(the webhook is not called), "
+        f"{statistics.median([p['admitted'] for p in gpu]) * 1000:.1f} ms for a GPU pod"
+    )
     print("MIG creation on real GPUs takes seconds; the simulated GPU takes none.")
 
 

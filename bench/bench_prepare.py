@@ -94,7 +94,7 @@ ROUNDS = [5]
 def rounds_of(samples: list[float]) -> list[list[float]]:
     count = max(1, min(ROUNDS[0], len(samples)))
     size = len(samples) // count
-    return [samples[i * size:(i + 1) * size] for i in range(count)]
+    return [samples[i * size : (i + 1) * size] for i in range(count)]
 
 
 def spread(values: list[float]) -> str:
@@ -106,8 +106,10 @@ def row(name: str, samples: list[float]) -> tuple[float, float]:
     median and p99 of all the samples."""
     median, p99 = stats(samples)
     per_round = [stats(r) for r in rounds_of(samples)]
-    print(f"  {name:<40} median {spread([m for m, _ in per_round])} ms   p99 "
-          f"{spread([p for _, p in per_round])} ms   all: p99 {p99:7.3f} ms (n={len(samples)})")
+    print(
+        f"  {name:<40} median {spread([m for m, _ in per_round])} ms   p99 "
+        f"{spread([p for _, p in per_round])} ms   all: p99 {p99:7.3f} ms (n={len(samples)})"
+    )
     return median, p99
 
 
@@ -154,23 +156,30 @@ class Run:
         self.api = InMemoryKubeApi()
         self.backend = SimulatedBackend(GPUS, node_name=NODE, mig_enabled=True)
         config = AgentConfig(
-            node=NODE, checkpoint_dir=files / "ckpt", cdi_dir=files / "cdi",
-            plugins_dir=self.sockets / "p", registry_dir=self.sockets / "r", metrics_bind="",
+            node=NODE,
+            checkpoint_dir=files / "ckpt",
+            cdi_dir=files / "cdi",
+            plugins_dir=self.sockets / "p",
+            registry_dir=self.sockets / "r",
+            metrics_bind="",
             reconcile_interval_s=3600,
         )
-        self.agent = NodeAgent(config, backend=self.backend, api=self.api,
-                               republish=lambda view: None)
+        self.agent = NodeAgent(
+            config, backend=self.backend, api=self.api, republish=lambda view: None
+        )
         if every_write_durable:
             self.agent.state.store = EveryWriteDurable(files / "ckpt")
         for i, device in enumerate(RESIDENT[:resident]):
-            self.agent.state.prepare(f"resident-{i}", "ml", f"r{i}",
-                                     [AllocatedDevice("gpu", device, NODE)])
+            self.agent.state.prepare(
+                f"resident-{i}", "ml", f"r{i}", [AllocatedDevice("gpu", device, NODE)]
+            )
         self.checkpoint_bytes = self.agent.state.store.path.stat().st_size
         self.ref_prepare: list[float] = []
         self.ref_fsyncs = 0
 
-    def in_process(self, calls: int, bare: Bare, reference: Run | None = None
-                   ) -> tuple[list[float], list[float], float, float]:
+    def in_process(
+        self, calls: int, bare: Bare, reference: Run | None = None
+    ) -> tuple[list[float], list[float], float, float]:
         """Prepare and unprepare ``calls`` times, each followed by the baseline's calls and,
         when given, by the reference agent's prepare and unprepare of the same device."""
         state = self.agent.state
@@ -192,8 +201,7 @@ class Run:
 
     def reference_cycle(self, i: int, results: list[AllocatedDevice]) -> None:
         before = _fsyncs[0]
-        self.ref_prepare.append(timed(self.agent.state.prepare, f"uid-{i}", "ml", f"c{i}",
-                                      results))
+        self.ref_prepare.append(timed(self.agent.state.prepare, f"uid-{i}", "ml", f"c{i}", results))
         self.ref_fsyncs += _fsyncs[0] - before
         self.agent.state.unprepare(f"uid-{i}")
 
@@ -201,16 +209,31 @@ class Run:
         """Through gRPC, as the kubelet calls it (claims created in the in-memory API first)."""
         claims = []
         for i in range(calls):
-            created = self.api.create({
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": f"g{i}", "namespace": "ml"},
-                "spec": {"devices": {"requests": []}},
-                "status": {"allocation": {"devices": {"results": [{
-                    "request": "gpu", "driver": "gpu-slicer.io", "pool": NODE,
-                    "device": DEVICES[i % len(DEVICES)]}]}}},
-            })
-            claims.append(dra_v1_pb2.Claim(namespace="ml", name=f"g{i}",
-                                           uid=created["metadata"]["uid"]))
+            created = self.api.create(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": f"g{i}", "namespace": "ml"},
+                    "spec": {"devices": {"requests": []}},
+                    "status": {
+                        "allocation": {
+                            "devices": {
+                                "results": [
+                                    {
+                                        "request": "gpu",
+                                        "driver": "gpu-slicer.io",
+                                        "pool": NODE,
+                                        "device": DEVICES[i % len(DEVICES)],
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            )
+            claims.append(
+                dra_v1_pb2.Claim(namespace="ml", name=f"g{i}", uid=created["metadata"]["uid"])
+            )
         self.agent.claims.sync_once()
         self.agent.plugin.start()
         prepare: list[float] = []
@@ -219,10 +242,20 @@ class Run:
             with grpc.insecure_channel(f"unix://{self.agent.plugin.dra_path}") as channel:
                 stub = dra_v1_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
                 for i, claim in enumerate(claims):
-                    prepare.append(timed(lambda claim=claim: stub.NodePrepareResources(
-                        dra_v1_pb2.NodePrepareResourcesRequest(claims=[claim]))))
-                    unprepare.append(timed(lambda claim=claim: stub.NodeUnprepareResources(
-                        dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[claim]))))
+                    prepare.append(
+                        timed(
+                            lambda claim=claim: stub.NodePrepareResources(
+                                dra_v1_pb2.NodePrepareResourcesRequest(claims=[claim])
+                            )
+                        )
+                    )
+                    unprepare.append(
+                        timed(
+                            lambda claim=claim: stub.NodeUnprepareResources(
+                                dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[claim])
+                            )
+                        )
+                    )
                     bare.cycle(i)
         finally:
             self.agent.plugin.stop()
@@ -254,8 +287,10 @@ def bench_location(label: str, where: Path, calls: int, resident: int) -> list[s
         finally:
             run.close()
             ref.close()
-        print(f"  checkpoint file with {resident} resident claims: {run.checkpoint_bytes} bytes; "
-              f"fsyncs per prepare {f_prep:g}, per unprepare {f_unprep:g}")
+        print(
+            f"  checkpoint file with {resident} resident claims: {run.checkpoint_bytes} bytes; "
+            f"fsyncs per prepare {f_prep:g}, per unprepare {f_unprep:g}"
+        )
         print(f"  {'':<40} median min / median / max    p99 min / median / max")
         print(" baseline: the bare backend calls (interleaved with the in-process rows)")
         bp_med, bp_p99 = row("backend calls for a prepare", bare.prepare)
@@ -264,8 +299,10 @@ def bench_location(label: str, where: Path, calls: int, resident: int) -> list[s
         p_med, p_p99 = row("prepare", prep)
         u_med, u_p99 = row("unprepare", unprep)
         rf_prep = ref.ref_fsyncs / calls
-        print(f" reference: every checkpoint write fsynced ({rf_prep:g} fsyncs per prepare; "
-              "interleaved with the agent's calls)")
+        print(
+            f" reference: every checkpoint write fsynced ({rf_prep:g} fsyncs per prepare; "
+            "interleaved with the agent's calls)"
+        )
         r_med, r_p99 = row("prepare", ref.ref_prepare)
         print(" baseline again (interleaved with the gRPC rows)")
         gbp_med, gbp_p99 = row("backend calls for a prepare", bare_grpc.prepare)
@@ -273,8 +310,10 @@ def bench_location(label: str, where: Path, calls: int, resident: int) -> list[s
         print(" agent through gRPC over a unix socket (what the kubelet sees)")
         gp_med, gp_p99 = row("NodePrepareResources", g_prep)
         gu_med, gu_p99 = row("NodeUnprepareResources", g_unprep)
-        print(" overhead over the interleaved bare backend calls (p99 of all calls) and ratio of "
-              "medians")
+        print(
+            " overhead over the interleaved bare backend calls (p99 of all calls) and ratio of "
+            "medians"
+        )
         for name, (a_med, a_p99, b_med, b_p99) in {
             "prepare": (p_med, p_p99, bp_med, bp_p99),
             "unprepare": (u_med, u_p99, bu_med, bu_p99),
@@ -287,8 +326,9 @@ def bench_location(label: str, where: Path, calls: int, resident: int) -> list[s
             print(f"  {name:<44} x{ratio:8.1f} median   {verdict(a_p99, b_p99)}")
             summary.append(line)
         if r_med:
-            print(f"  prepare median vs the reference: x{p_med / r_med:.2f}, "
-                  f"p99 x{p_p99 / r_p99:.2f}")
+            print(
+                f"  prepare median vs the reference: x{p_med / r_med:.2f}, p99 x{p_p99 / r_p99:.2f}"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return summary
@@ -301,8 +341,9 @@ def _is_tmpfs(path: Path) -> bool:
             resolved = str(path.resolve())
             for line in mounts:
                 _, mount, fstype, *_ = line.split()
-                if (resolved == mount or resolved.startswith(mount.rstrip("/") + "/")) \
-                        and len(mount) >= len(best[0]):
+                if (resolved == mount or resolved.startswith(mount.rstrip("/") + "/")) and len(
+                    mount
+                ) >= len(best[0]):
                     best = (mount, fstype)
             return best[1] == "tmpfs"
     except OSError:
@@ -312,20 +353,38 @@ def _is_tmpfs(path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="rounds the calls are cut into, for min / median / max (default 5)")
-    parser.add_argument("--resident", type=int, default=42,
-                        help=f"claims kept prepared meanwhile (0-{len(RESIDENT)})")
-    parser.add_argument("--tmpfs", type=Path, default=Path("/dev/shm"),
-                        help="a tmpfs directory (default /dev/shm; skipped when absent)")
-    parser.add_argument("--disk", type=Path, default=Path.cwd(),
-                        help="a directory on disk (default: the working directory)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="rounds the calls are cut into, for min / median / max (default 5)",
+    )
+    parser.add_argument(
+        "--resident",
+        type=int,
+        default=42,
+        help=f"claims kept prepared meanwhile (0-{len(RESIDENT)})",
+    )
+    parser.add_argument(
+        "--tmpfs",
+        type=Path,
+        default=Path("/dev/shm"),
+        help="a tmpfs directory (default /dev/shm; skipped when absent)",
+    )
+    parser.add_argument(
+        "--disk",
+        type=Path,
+        default=Path.cwd(),
+        help="a directory on disk (default: the working directory)",
+    )
     args = parser.parse_args(argv)
     resident = max(0, min(args.resident, len(RESIDENT)))
     ROUNDS[0] = max(1, args.rounds)
-    print(f"prepare + unprepare of one 1g slice, {args.calls} calls each in {ROUNDS[0]} rounds, "
-          f"{GPUS} simulated, {resident} other claims prepared; the baseline and reference are "
-          "interleaved with the agent's calls")
+    print(
+        f"prepare + unprepare of one 1g slice, {args.calls} calls each in {ROUNDS[0]} rounds, "
+        f"{GPUS} simulated, {resident} other claims prepared; the baseline and reference are "
+        "interleaved with the agent's calls"
+    )
     summary: list[str] = []
     if args.tmpfs.is_dir() and _is_tmpfs(args.tmpfs):
         summary += bench_location("tmpfs", args.tmpfs, args.calls, resident)

@@ -40,8 +40,10 @@ from sim.scenario import Scenario, load_scenario  # noqa: E402
 
 
 def machine() -> str:
-    return (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-            f"{platform.system()} {platform.release()}")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}"
+    )
 
 
 def noon_burst() -> None:
@@ -55,17 +57,28 @@ def noon_burst() -> None:
     for result in (static, best):
         now = result.immediate_by_workload.get("noon-burst", 0)
         served, total = result.served_by_workload.get("noon-burst", (0, 0))
-        print(f"noon burst under {result.strategy}: {now}/{total} started on arrival, "
-              f"{served}/{total} by the end")
+        print(
+            f"noon burst under {result.strategy}: {now}/{total} started on arrival, "
+            f"{served}/{total} by the end"
+        )
     train = best.waits_by_workload.get("training-3g")
-    print(f"3g.40gb training pod under gpu-slicer-best-fit: waited {train[0] / 60:.1f} min"
-          if train else "training pod never started")
+    print(
+        f"3g.40gb training pod under gpu-slicer-best-fit: waited {train[0] / 60:.1f} min"
+        if train
+        else "training pod never started"
+    )
     print()
 
 
 def mixed_day(seeds: list[int]) -> None:
-    strategies = ["static-balanced", "instaslice", "gpu-slicer-name",
-                  "gpu-slicer-anti-fragmentation", "gpu-slicer-best-fit", "oracle"]
+    strategies = [
+        "static-balanced",
+        "instaslice",
+        "gpu-slicer-name",
+        "gpu-slicer-anti-fragmentation",
+        "gpu-slicer-best-fit",
+        "oracle",
+    ]
     policies = [n for n in strategies if n.startswith("gpu-slicer-")]
     print("== mixed-day: packing ratio to the oracle (pods served / oracle's pods served) ==")
     met = 0
@@ -76,22 +89,27 @@ def mixed_day(seeds: list[int]) -> None:
         elapsed = time.perf_counter() - began
         by_name = {r.strategy: r for r in comparison.results}
         oracle = by_name["oracle"].served
-        print(f"seed {seed}: {len(scenario.pods)} pods, {scenario.gpu_count} GPUs "
-              f"({elapsed:.1f} s for all strategies, fast path)")
+        print(
+            f"seed {seed}: {len(scenario.pods)} pods, {scenario.gpu_count} GPUs "
+            f"({elapsed:.1f} s for all strategies, fast path)"
+        )
         for name in strategies:
             r = by_name[name]
-            print(f"  {name:<32} served {r.served:>5}  ratio {r.served / oracle:7.2%}  "
-                  f"wait mean {r.wait_mean_s / 60:6.1f} min  util {r.utilization_mean:6.1%}  "
-                  f"frag {r.fragmentation_mean:6.1%}")
+            print(
+                f"  {name:<32} served {r.served:>5}  ratio {r.served / oracle:7.2%}  "
+                f"wait mean {r.wait_mean_s / 60:6.1f} min  util {r.utilization_mean:6.1%}  "
+                f"frag {r.fragmentation_mean:6.1%}"
+            )
         import dataclasses
 
-        eager = dataclasses.replace(scenario, republish_min_interval_s=0.0,
-                                    republish_quiet_s=0.0)
+        eager = dataclasses.replace(scenario, republish_min_interval_s=0.0, republish_quiet_s=0.0)
         unlimited = compare(eager, ["gpu-slicer-best-fit"], through_api=False).results[0]
-        print(f"  {'(best-fit, republishing at once)':<32} served {unlimited.served:>5}  ratio "
-              f"{unlimited.served / oracle:7.2%}  wait mean {unlimited.wait_mean_s / 60:6.1f} min"
-              f"  (the agent's limiter: {scenario.republish_min_interval_s:.0f} s apart, "
-              f"{scenario.republish_quiet_s:.0f} s quiet)")
+        print(
+            f"  {'(best-fit, republishing at once)':<32} served {unlimited.served:>5}  ratio "
+            f"{unlimited.served / oracle:7.2%}  wait mean {unlimited.wait_mean_s / 60:6.1f} min"
+            f"  (the agent's limiter: {scenario.republish_min_interval_s:.0f} s apart, "
+            f"{scenario.republish_quiet_s:.0f} s quiet)"
+        )
         # "the best gpu-slicer policy" against name order: the best of the packing policies
         contenders = [n for n in policies if n != "gpu-slicer-name"]
         best = max(contenders, key=lambda n: (by_name[n].served, -by_name[n].wait_mean_s))
@@ -100,12 +118,14 @@ def mixed_day(seeds: list[int]) -> None:
         beats_insta = by_name[best].served > by_name["instaslice"].served
         all_met = ratio >= 0.97 and beats_name and beats_insta
         met += all_met
-        print(f"  best policy: {best}, {ratio:.2%} of the oracle (goal >= 97%: "
-              f"{'met' if ratio >= 0.97 else 'NOT met'}); more than name order: "
-              f"{'yes' if beats_name else 'NO'} ({by_name[best].served} vs "
-              f"{by_name['gpu-slicer-name'].served}); more than InstaSlice-style: "
-              f"{'yes' if beats_insta else 'NO'} ({by_name[best].served} vs "
-              f"{by_name['instaslice'].served})")
+        print(
+            f"  best policy: {best}, {ratio:.2%} of the oracle (goal >= 97%: "
+            f"{'met' if ratio >= 0.97 else 'NOT met'}); more than name order: "
+            f"{'yes' if beats_name else 'NO'} ({by_name[best].served} vs "
+            f"{by_name['gpu-slicer-name'].served}); more than InstaSlice-style: "
+            f"{'yes' if beats_insta else 'NO'} ({by_name[best].served} vs "
+            f"{by_name['instaslice'].served})"
+        )
     print(f"  all mixed-day goals met on {met} of {len(seeds)} seeds")
     print()
 
@@ -130,8 +150,17 @@ def large_child(strategy: str, pods: int | None) -> None:
     began = time.perf_counter()
     result = compare(scenario, [strategy]).results[0]
     elapsed = time.perf_counter() - began
-    print(json.dumps({"seconds": elapsed, "served": result.served, "pending": result.pending,
-                      "utilization": result.utilization_mean, "notes": result.notes}))
+    print(
+        json.dumps(
+            {
+                "seconds": elapsed,
+                "served": result.served,
+                "pending": result.pending,
+                "utilization": result.utilization_mean,
+                "notes": result.notes,
+            }
+        )
+    )
 
 
 def run_child(strategy: str, pods: int | None) -> tuple[dict[str, object], float]:
@@ -150,14 +179,15 @@ def run_child(strategy: str, pods: int | None) -> tuple[dict[str, object], float
 
 
 def spread(values: Sequence[float], fmt: str = "{:.1f}") -> str:
-    return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values),
-                                              max(values)))
+    return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
 
 
 def large(pods: int | None, rounds: int) -> None:
     scenario = large_scenario(pods)
-    print(f"== large: {len(scenario.nodes)} nodes, {scenario.gpu_count} GPUs, {len(scenario.pods)} "
-          f"pods ({scenario.events} pod events), {rounds} rounds, each run a fresh process ==")
+    print(
+        f"== large: {len(scenario.nodes)} nodes, {scenario.gpu_count} GPUs, {len(scenario.pods)} "
+        f"pods ({scenario.events} pod events), {rounds} rounds, each run a fresh process =="
+    )
     names = ("gpu-slicer-name", "gpu-slicer-best-fit")
     seconds: dict[str, list[float]] = {n: [] for n in names}
     rss: dict[str, list[float]] = {n: [] for n in names}
@@ -169,22 +199,27 @@ def large(pods: int | None, rounds: int) -> None:
             seconds[name].append(elapsed)
             rss[name].append(peak)
             notes = "; ".join(str(n) for n in figures["notes"])  # type: ignore[attr-defined]
-            print(f"  round {index + 1} {name:<22} {elapsed:7.1f} s  "
-                  f"({scenario.events / elapsed:6.0f} pod events/s)  peak RSS {peak:5.0f} MB  "
-                  f"served {figures['served']}, pending {figures['pending']}; {notes}")
+            print(
+                f"  round {index + 1} {name:<22} {elapsed:7.1f} s  "
+                f"({scenario.events / elapsed:6.0f} pod events/s)  peak RSS {peak:5.0f} MB  "
+                f"served {figures['served']}, pending {figures['pending']}; {notes}"
+            )
         ratios.append(seconds["gpu-slicer-best-fit"][-1] / seconds["gpu-slicer-name"][-1])
     print("  min / median / max over the rounds:")
     for name in names:
-        print(f"    {name:<22} {spread(seconds[name])} s   peak RSS "
-              f"{spread(rss[name], '{:.0f}')} MB")
+        print(
+            f"    {name:<22} {spread(seconds[name])} s   peak RSS {spread(rss[name], '{:.0f}')} MB"
+        )
     print(f"    best-fit / name time (same round): {spread(ratios, '{:.2f}')}x")
     best = statistics.median(seconds["gpu-slicer-best-fit"])
     peak = max(rss["gpu-slicer-best-fit"])
     partial = " (on part of the trace: the goals are for all of it)" if pods else ""
-    print(f"  goal best-fit < {LARGE_GOAL_S:.0f} s (median): "
-          f"{'met' if best < LARGE_GOAL_S else 'NOT met'} ({best:.1f} s); goal peak RSS < "
-          f"{LARGE_GOAL_RSS_MB:.0f} MB (max): "
-          f"{'met' if peak < LARGE_GOAL_RSS_MB else 'NOT met'} ({peak:.0f} MB){partial}")
+    print(
+        f"  goal best-fit < {LARGE_GOAL_S:.0f} s (median): "
+        f"{'met' if best < LARGE_GOAL_S else 'NOT met'} ({best:.1f} s); goal peak RSS < "
+        f"{LARGE_GOAL_RSS_MB:.0f} MB (max): "
+        f"{'met' if peak < LARGE_GOAL_RSS_MB else 'NOT met'} ({peak:.0f} MB){partial}"
+    )
     print()
 
 
@@ -194,8 +229,9 @@ def main() -> int:
     parser.add_argument("--only-large", action="store_true")
     parser.add_argument("--large-pods", type=int, help="only the first N pods of large")
     parser.add_argument("--seeds", default="7,8,9", help="mixed-day seeds (default 7,8,9)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds of the large runs (default 3)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of the large runs (default 3)"
+    )
     parser.add_argument("--large-child", metavar="STRATEGY", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.getLogger("slicer").setLevel(logging.WARNING)

@@ -39,27 +39,40 @@ def seconds(fn: Callable[[], object]) -> float:
 
 def spread(values: Sequence[float], scale: float = 1.0, unit: str = "") -> str:
     """min / median / max of ``values``."""
-    return (f"{min(values) * scale:.2f} / {statistics.median(values) * scale:.2f} / "
-            f"{max(values) * scale:.2f}{unit}")
+    return (
+        f"{min(values) * scale:.2f} / {statistics.median(values) * scale:.2f} / "
+        f"{max(values) * scale:.2f}{unit}"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", "--runs", type=int, default=50,
-                        help="rounds; each times every variant once (default 50)")
+    parser.add_argument(
+        "--rounds",
+        "--runs",
+        type=int,
+        default=50,
+        help="rounds; each times every variant once (default 50)",
+    )
     parser.add_argument("--gpus", default="H200-141GB:8")
     args = parser.parse_args()
 
     states = [GpuState(info) for info in SimulatedBackend(args.gpus, node_name="bench").gpus()]
     allocated = [SliceSpec(1, "3g.71gb", 0), SliceSpec(5, "1g.18gb", 6)]
-    print(f"node: {args.gpus}, {args.rounds} rounds; each round times the baseline (name), every "
-          "policy and json.dumps once, in turn; figures are min / median / max over the rounds")
-    print(f"{'k8s':<5} {'policy':<19} {'build ms':>21} {'vs name (same round)':>22} "
-          f"{'json ms':>19} {'slices':>6} {'devices':>7} {'bytes':>8} {'max slice':>9}")
+    print(
+        f"node: {args.gpus}, {args.rounds} rounds; each round times the baseline (name), every "
+        "policy and json.dumps once, in turn; figures are min / median / max over the rounds"
+    )
+    print(
+        f"{'k8s':<5} {'policy':<19} {'build ms':>21} {'vs name (same round)':>22} "
+        f"{'json ms':>19} {'slices':>6} {'devices':>7} {'bytes':>8} {'max slice':>9}"
+    )
     for version in ((1, 34), (1, 35), (1, 36)):
+
         def build(policy: str, version: tuple[int, int] = version) -> list[dict[str, Any]]:
-            return plan_pool("bench", states, server_version=version, policy=policy,
-                             allocated=allocated).slices
+            return plan_pool(
+                "bench", states, server_version=version, policy=policy, allocated=allocated
+            ).slices
 
         built = {policy: build(policy) for policy in POLICIES}  # warm caches, sizes
         builds: dict[str, list[float]] = {policy: [] for policy in POLICIES}
@@ -76,13 +89,17 @@ def main() -> int:
             slices = built[policy]
             sizes = [len(json.dumps(s, separators=(",", ":"))) for s in slices]
             devices = sum(len(s["spec"].get("devices", [])) for s in slices)
-            print(f"1.{version[1]:<3} {policy:<19} {spread(builds[policy], 1e3):>21} "
-                  f"{spread(ratios[policy], unit='x'):>22} {spread(dumps[policy], 1e3):>19} "
-                  f"{len(slices):>6} {devices:>7} {sum(sizes):>8} {max(sizes):>9}")
-    print("vs name: the policy's build over the name policy's build of the same round (the name "
-          "row is two builds of the same thing: its spread is the noise); bytes: compact JSON "
-          "of all slices; max slice: the largest one (the apiserver's request limit is about "
-          "3 MiB, etcd's 1.5 MiB)")
+            print(
+                f"1.{version[1]:<3} {policy:<19} {spread(builds[policy], 1e3):>21} "
+                f"{spread(ratios[policy], unit='x'):>22} {spread(dumps[policy], 1e3):>19} "
+                f"{len(slices):>6} {devices:>7} {sum(sizes):>8} {max(sizes):>9}"
+            )
+    print(
+        "vs name: the policy's build over the name policy's build of the same round (the name "
+        "row is two builds of the same thing: its spread is the noise); bytes: compact JSON "
+        "of all slices; max slice: the largest one (the apiserver's request limit is about "
+        "3 MiB, etcd's 1.5 MiB)"
+    )
     return 0
 
 

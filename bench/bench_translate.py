@@ -98,10 +98,13 @@ def main() -> int:
     args = parser.parse_args()
 
     policy: Policy = load_policy(POLICY)
-    print(f"translate_pod, {args.calls} calls per pass, best of {args.rounds} passes; "
-          "baseline: json.loads(json.dumps(pod)) of the same pods")
+    print(
+        f"translate_pod, {args.calls} calls per pass, best of {args.rounds} passes; "
+        "baseline: json.loads(json.dumps(pod)) of the same pods"
+    )
     print(f"{'kind':<18} {'pods':<6} {'translate us':>12} {'json us':>8} {'ratio':>6}")
     for label, (pod, namespace) in kinds().items():
+
         def translate(p: Pod, namespace: str = namespace) -> object:
             return translate_pod(p, namespace=namespace, policy=policy)
 
@@ -113,8 +116,10 @@ def main() -> int:
         for variant, pods in (("same", same), ("fresh", fresh)):
             took = best_per_call(translate, pods, args.rounds)
             base = best_per_call(round_trip, pods, args.rounds)
-            print(f"{label:<18} {variant:<6} {took * 1e6:>12.1f} {base * 1e6:>8.1f} "
-                  f"{took / base:>6.2f}")
+            print(
+                f"{label:<18} {variant:<6} {took * 1e6:>12.1f} {base * 1e6:>8.1f} "
+                f"{took / base:>6.2f}"
+            )
 
     if args.profile:
         pod, namespace = kinds()[args.profile]

@@ -98,8 +98,10 @@ def review(pod: dict[str, Any], uid: str) -> bytes:
                 "requestResource": {"group": "", "version": "v1", "resource": "pods"},
                 "namespace": "ml",
                 "operation": "CREATE",
-                "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller",
-                             "groups": ["system:serviceaccounts", "system:authenticated"]},
+                "userInfo": {
+                    "username": "system:serviceaccount:kube-system:replicaset-controller",
+                    "groups": ["system:serviceaccounts", "system:authenticated"],
+                },
                 "object": pod,
                 "oldObject": None,
                 "dryRun": False,
@@ -119,9 +121,16 @@ def deployment_pod(resources: dict[str, Any]) -> dict[str, Any]:
             "namespace": "ml",
             "labels": {"app": "trainer", "pod-template-hash": "6f8d9c7b5", "team": "research"},
             "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9090"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                 "name": "trainer-6f8d9c7b5", "uid": "5f1b-4c2d",
-                                 "controller": True, "blockOwnerDeletion": True}],
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "trainer-6f8d9c7b5",
+                    "uid": "5f1b-4c2d",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": {
             "serviceAccountName": "trainer",
@@ -143,8 +152,9 @@ def deployment_pod(resources: dict[str, Any]) -> dict[str, Any]:
                 },
             ],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
-                             "effect": "NoSchedule"}],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
         },
     }
 
@@ -206,13 +216,22 @@ class Client:
 PodSource = dict[str, Any] | Callable[[int], dict[str, Any]]
 
 
-def saturate(label: str, port: int, context: ssl.SSLContext, path: str, pod: PodSource,
-             total: int, clients: int) -> Figures:
+def saturate(
+    label: str,
+    port: int,
+    context: ssl.SSLContext,
+    path: str,
+    pod: PodSource,
+    total: int,
+    clients: int,
+) -> Figures:
     """``total`` requests from ``clients`` threads, each as fast as its connection allows."""
     per_client = total // clients
     bodies = [
-        [review(pod(index * per_client + i) if callable(pod) else pod, f"{label}-{index}-{i}")
-         for i in range(per_client)]
+        [
+            review(pod(index * per_client + i) if callable(pod) else pod, f"{label}-{index}-{i}")
+            for i in range(per_client)
+        ]
         for index in range(clients)
     ]
     latencies: list[list[float]] = [[] for _ in range(clients)]
@@ -243,8 +262,16 @@ def saturate(label: str, port: int, context: ssl.SSLContext, path: str, pod: Pod
     return Figures(label, len(flat), seconds, flat, sum(errors))
 
 
-def paced(label: str, port: int, context: ssl.SSLContext, path: str, pod: dict[str, Any],
-          total: int, rate: float, clients: int = 2) -> Figures:
+def paced(
+    label: str,
+    port: int,
+    context: ssl.SSLContext,
+    path: str,
+    pod: dict[str, Any],
+    total: int,
+    rate: float,
+    clients: int = 2,
+) -> Figures:
     """Open loop: request i is due at ``i / rate``; latency counts from when it was due, so a
     server that falls behind shows it in the tail instead of slowing the client down."""
     latencies: list[float] = []
@@ -332,16 +359,30 @@ def _start_server(tmp: Path, workers: int) -> tuple[subprocess.Popen[bytes], int
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SLICER_")}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     settings = ServerConfig(
-        dev=True, bind=f"127.0.0.1:{port}", tls_cert=str(cert), tls_key=str(key),
-        workers=workers, runtime_dir=str(tmp), log_level="WARNING",
+        dev=True,
+        bind=f"127.0.0.1:{port}",
+        tls_cert=str(cert),
+        tls_key=str(key),
+        workers=workers,
+        runtime_dir=str(tmp),
+        log_level="WARNING",
     )
     env.update(settings.to_env())
     env["PYTHONPATH"] = str(ROOT)
     log = open(tmp / "gunicorn.log", "wb")  # noqa: SIM115 - lives as long as the server
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "webhook" / "gunicorn.conf.py"),
-         "bench.bench_webhook:bench_app()"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-c",
+            str(ROOT / "webhook" / "gunicorn.conf.py"),
+            "bench.bench_webhook:bench_app()",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     context = ssl.create_default_context(cafile=str(cert))
     deadline = time.monotonic() + 30
@@ -372,8 +413,10 @@ def _combine(parts: list[Figures]) -> Figures:
 
 def _row(f: Figures) -> str:
     cpu = f"{f.cpu_ms_per_request:>8.3f}" if f.server_cpu_s else f"{'':>8}"
-    return (f"{f.label:<30} {f.count:>7} {f.rps:>9.0f} {f.pct(50) * 1000:>8.2f} "
-            f"{f.pct(99) * 1000:>8.2f} {cpu} {f.errors:>6}")
+    return (
+        f"{f.label:<30} {f.count:>7} {f.rps:>9.0f} {f.pct(50) * 1000:>8.2f} "
+        f"{f.pct(99) * 1000:>8.2f} {cpu} {f.errors:>6}"
+    )
 
 
 def _stall(port: int, cafile: str, kind: int, delay: float, opened: Any, refused: Any) -> None:
@@ -388,9 +431,11 @@ def _stall(port: int, cafile: str, kind: int, delay: float, opened: Any, refused
             if kind >= 1:
                 sock = context.wrap_socket(sock, server_hostname="127.0.0.1")
             if kind == 2:
-                sock.sendall(b"POST /mutate-pods HTTP/1.1\r\nHost: x\r\n"
-                             b"Content-Type: application/json\r\nContent-Length: 100000\r\n"
-                             b'\r\n{"apiVersion": "admission.k8s.io/v1", ')
+                sock.sendall(
+                    b"POST /mutate-pods HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: 100000\r\n"
+                    b'\r\n{"apiVersion": "admission.k8s.io/v1", '
+                )
         except OSError:
             with refused.get_lock():
                 refused.value += 1
@@ -409,9 +454,14 @@ def _stall(port: int, cafile: str, kind: int, delay: float, opened: Any, refused
 
 def _attacker(port: int, cafile: str, count: int, opened: Any, refused: Any) -> None:
     spread_s = 3.0  # the server's default read deadline
-    threads = [threading.Thread(target=_stall, daemon=True,
-                                args=(port, cafile, i % 3, i * spread_s / count, opened, refused))
-               for i in range(count)]
+    threads = [
+        threading.Thread(
+            target=_stall,
+            daemon=True,
+            args=(port, cafile, i % 3, i * spread_s / count, opened, refused),
+        )
+        for i in range(count)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -430,7 +480,8 @@ class Stalling:
         self._opened = context.Value("i", 0)
         self._refused = context.Value("i", 0)
         self._process = context.Process(
-            target=_attacker, args=(port, str(cafile), count, self._opened, self._refused),
+            target=_attacker,
+            args=(port, str(cafile), count, self._opened, self._refused),
             daemon=True,
         )
         self.opened = self.refused = 0
@@ -447,8 +498,7 @@ class Stalling:
 
 
 def _spread(values: list[float]) -> str:
-    return (f"min {min(values):.2f}  median {statistics.median(values):.2f}  "
-            f"max {max(values):.2f}")
+    return f"min {min(values):.2f}  median {statistics.median(values):.2f}  max {max(values):.2f}"
 
 
 def main() -> int:
@@ -459,8 +509,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rate", type=float, default=200.0, help="paced requests/s for (a)")
     parser.add_argument("--paced-requests", type=int, default=3000, help="per paced run")
-    parser.add_argument("--stalled", type=int, default=256,
-                        help="stalled connections held open during the second paced run")
+    parser.add_argument(
+        "--stalled",
+        type=int,
+        default=256,
+        help="stalled connections held open during the second paced run",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-webhook-") as folder:
@@ -468,8 +522,11 @@ def main() -> int:
         context = ssl.create_default_context(cafile=str(cert))
         try:
             warm = max(200, args.requests // 10)
-            for path, pod in (("/mutate-pods", CONVERTED), ("/mutate-pods", PLAIN),
-                              ("/noop/mutate-pods", CONVERTED)):
+            for path, pod in (
+                ("/mutate-pods", CONVERTED),
+                ("/mutate-pods", PLAIN),
+                ("/noop/mutate-pods", CONVERTED),
+            ):
                 saturate("warm-up", port, context, path, pod, warm, args.clients)
             kinds: list[tuple[str, str, PodSource]] = [
                 ("(a) converted pod", "/mutate-pods", CONVERTED),
@@ -484,22 +541,48 @@ def main() -> int:
                 shift = round_index % len(kinds)
                 for label, path, source in kinds[shift:] + kinds[:shift]:
                     cpu_before = server_cpu_seconds(process.pid)
-                    figures = saturate(label, port, context, path, source,
-                                       args.requests // args.rounds, args.clients)
+                    figures = saturate(
+                        label,
+                        port,
+                        context,
+                        path,
+                        source,
+                        args.requests // args.rounds,
+                        args.clients,
+                    )
                     figures.server_cpu_s = server_cpu_seconds(process.pid) - cpu_before
                     runs[label].append(figures)
             a, a2, b, c = (_combine(runs[label]) for label, _, _ in kinds)
             cost = {
-                name: [runs[label][i].cpu_ms_per_request / runs[kinds[3][0]][i].cpu_ms_per_request
-                       for i in range(args.rounds)]
-                for name, label in (("(a)/(c)", kinds[0][0]), ("(a')/(c)", kinds[1][0]),
-                                    ("(b)/(c)", kinds[2][0]))
+                name: [
+                    runs[label][i].cpu_ms_per_request / runs[kinds[3][0]][i].cpu_ms_per_request
+                    for i in range(args.rounds)
+                ]
+                for name, label in (
+                    ("(a)/(c)", kinds[0][0]),
+                    ("(a')/(c)", kinds[1][0]),
+                    ("(b)/(c)", kinds[2][0]),
+                )
             }
-            p = paced(f"(a) paced {args.rate:.0f}/s", port, context, "/mutate-pods", CONVERTED,
-                      args.paced_requests, args.rate)
+            p = paced(
+                f"(a) paced {args.rate:.0f}/s",
+                port,
+                context,
+                "/mutate-pods",
+                CONVERTED,
+                args.paced_requests,
+                args.rate,
+            )
             with Stalling(port, cert, args.stalled) as stalling:
-                ps = paced(f"(a) paced, {args.stalled} stalled", port, context, "/mutate-pods",
-                           CONVERTED, args.paced_requests, args.rate)
+                ps = paced(
+                    f"(a) paced, {args.stalled} stalled",
+                    port,
+                    context,
+                    "/mutate-pods",
+                    CONVERTED,
+                    args.paced_requests,
+                    args.rate,
+                )
                 time.sleep(0.5)
         finally:
             process.terminate()
@@ -507,24 +590,34 @@ def main() -> int:
 
     overrides = os.environ.get("GUNICORN_CMD_ARGS")  # e.g. "--worker-class gthread --threads 4"
     server = f"gunicorn {overrides}" if overrides else "gunicorn + webhook.worker (gevent)"
-    print(f"{server}, {args.workers} workers, TLS on "
-          f"loopback; {args.clients} keep-alive client threads; {os.cpu_count()} CPUs shared by "
-          f"both; {args.rounds} rounds of {args.requests // args.rounds} requests per kind")
-    print(f"{'kind':<30} {'requests':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'cpu ms':>8} {'errors':>6}")
+    print(
+        f"{server}, {args.workers} workers, TLS on "
+        f"loopback; {args.clients} keep-alive client threads; {os.cpu_count()} CPUs shared by "
+        f"both; {args.rounds} rounds of {args.requests // args.rounds} requests per kind"
+    )
+    print(
+        f"{'kind':<30} {'requests':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'cpu ms':>8} {'errors':>6}"
+    )
     for figures in (a, a2, b, c, p, ps):
         print(_row(figures))
-    print(f"throughput (a)/(c) = {a.rps / c.rps:.2f}   (a')/(c) = {a2.rps / c.rps:.2f}   "
-          f"(b)/(c) = {b.rps / c.rps:.2f}")
+    print(
+        f"throughput (a)/(c) = {a.rps / c.rps:.2f}   (a')/(c) = {a2.rps / c.rps:.2f}   "
+        f"(b)/(c) = {b.rps / c.rps:.2f}"
+    )
     if all(all(x == x for x in values) for values in cost.values()):  # no NaN: /proc was read
         print("server CPU per request, cost over rounds (goal for (a)/(c): <= 1.25):")
         for name, values in cost.items():
             print(f"  {name:<9} {_spread(values)}")
-    print(f"p99 of (a) at a paced {args.rate:.0f} requests/s: {p.pct(99) * 1000:.2f} ms "
-          f"(achieved {p.rps:.0f} requests/s, {p.errors} failed)")
-    print(f"p99 of (a) at a paced {args.rate:.0f} requests/s with {args.stalled} stalled "
-          f"connections held open: {ps.pct(99) * 1000:.2f} ms ({ps.errors} failed; the attacker "
-          f"opened {stalling.opened} connections, {stalling.refused} refused)")
+    print(
+        f"p99 of (a) at a paced {args.rate:.0f} requests/s: {p.pct(99) * 1000:.2f} ms "
+        f"(achieved {p.rps:.0f} requests/s, {p.errors} failed)"
+    )
+    print(
+        f"p99 of (a) at a paced {args.rate:.0f} requests/s with {args.stalled} stalled "
+        f"connections held open: {ps.pct(99) * 1000:.2f} ms ({ps.errors} failed; the attacker "
+        f"opened {stalling.opened} connections, {stalling.refused} refused)"
+    )
     return 0
 
 

@@ -88,10 +88,14 @@ def main() -> int:
             process.terminate()
             process.wait(timeout=30)
 
-    print(f"{args.pods} distinct pods of {args.size_mb} MB from {args.clients} clients to one "
-          f"worker in {seconds:.1f} s ({failures[0]} failed)")
-    print(f"worker RSS: start {start_rss:.0f} MiB, peak {peak[0]:.0f} MiB, end {end_rss:.0f} MiB "
-          f"(goal: under 150 MiB)")
+    print(
+        f"{args.pods} distinct pods of {args.size_mb} MB from {args.clients} clients to one "
+        f"worker in {seconds:.1f} s ({failures[0]} failed)"
+    )
+    print(
+        f"worker RSS: start {start_rss:.0f} MiB, peak {peak[0]:.0f} MiB, end {end_rss:.0f} MiB "
+        f"(goal: under 150 MiB)"
+    )
     return 0
 
 

@@ -82,12 +82,12 @@ class Admissions:
         self.lock = threading.Lock()
 
     def _connect(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context,
-                                           timeout=30)
+        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=30)
 
     def _post(self, conn: http.client.HTTPSConnection, body: bytes) -> int:
-        conn.request("POST", "/mutate-pods", body=body,
-                     headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST", "/mutate-pods", body=body, headers={"Content-Type": "application/json"}
+        )
         reply = conn.getresponse()
         reply.read()
         return reply.status
@@ -132,7 +132,8 @@ class Admissions:
                         self.figures.failed_other += 1
                         self.figures.problems.append(
                             f"admission failed with no kill near it after {ended - started:.3f} "
-                            f"s: {error!r}")
+                            f"s: {error!r}"
+                        )
                     continue
             with self.lock:
                 if status == 200:
@@ -176,8 +177,12 @@ class Kubelet:
         self.api = InMemoryKubeApi()
         self.backend = SimulatedBackend("H100-80GB:2", node_name=NODE)
         self.config = AgentConfig(
-            node=NODE, checkpoint_dir=root / "ckpt", cdi_dir=root / "cdi",
-            plugins_dir=root / "plugins", registry_dir=root / "reg", metrics_bind="",
+            node=NODE,
+            checkpoint_dir=root / "ckpt",
+            cdi_dir=root / "cdi",
+            plugins_dir=root / "plugins",
+            registry_dir=root / "reg",
+            metrics_bind="",
             reconcile_interval_s=0.2,
         )
         self.agent_lock = threading.Lock()
@@ -207,8 +212,7 @@ class Kubelet:
         from slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc
 
         meta = claim["metadata"]
-        message = dra_v1_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"],
-                                   name=meta["name"])
+        message = dra_v1_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
         deadline = time.monotonic() + 60
         while True:
             path = self.config.plugins_dir / "gpu-slicer.io" / "dra.sock"
@@ -217,11 +221,12 @@ class Kubelet:
                     stub = dra_v1_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
                     if method == "prepare":
                         reply = stub.NodePrepareResources(
-                            dra_v1_pb2.NodePrepareResourcesRequest(claims=[message]), timeout=10)
+                            dra_v1_pb2.NodePrepareResourcesRequest(claims=[message]), timeout=10
+                        )
                     else:
                         reply = stub.NodeUnprepareResources(
-                            dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[message]),
-                            timeout=10)
+                            dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[message]), timeout=10
+                        )
                 result = reply.claims[meta["uid"]]
                 if not result.error:
                     return result
@@ -240,37 +245,65 @@ class Kubelet:
         count = 0
         while not stop.is_set():
             count += 1
-            claim = self.api.create({
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": f"{device}-{count}", "namespace": "ml"},
-                "spec": {"devices": {"requests": [
-                    {"name": "gpu", "exactly": {"deviceClassName": "mig.gpu-slicer.io"}}]}},
-                "status": {"allocation": {"devices": {"results": [
-                    {"request": "gpu", "driver": "gpu-slicer.io", "pool": NODE,
-                     "device": device}]}}},
-            })
+            claim = self.api.create(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": f"{device}-{count}", "namespace": "ml"},
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {"name": "gpu", "exactly": {"deviceClassName": "mig.gpu-slicer.io"}}
+                            ]
+                        }
+                    },
+                    "status": {
+                        "allocation": {
+                            "devices": {
+                                "results": [
+                                    {
+                                        "request": "gpu",
+                                        "driver": "gpu-slicer.io",
+                                        "pool": NODE,
+                                        "device": device,
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            )
             self._call("prepare", claim)
             self.figures.prepares_ok += 1
-            held = [i for i in self.backend.instances(spec.gpu_index)
-                    if i.start == spec.start and i.profile == "1g.10gb"]
+            held = [
+                i
+                for i in self.backend.instances(spec.gpu_index)
+                if i.start == spec.start and i.profile == "1g.10gb"
+            ]
             if not held:
                 self.figures.lost_claims += 1
                 self.figures.problems.append(f"{claim['metadata']['name']}: prepared, no instance")
             time.sleep(random.uniform(0.0, 0.2))  # the pod runs
             self._call("unprepare", claim)
             self.figures.unprepares_ok += 1
-            self.api.delete("resource.k8s.io/v1", "ResourceClaim", claim["metadata"]["name"],
-                            "ml")
+            self.api.delete("resource.k8s.io/v1", "ResourceClaim", claim["metadata"]["name"], "ml")
 
     def check_clean(self) -> None:
         """Nothing left once every claim is unprepared and deleted: no instance, entry, spec."""
         deadline = time.monotonic() + 10
         while True:
-            instances = [i for info in self.backend.gpus() if info.mig_enabled
-                         for i in self.backend.instances(info.index)]
+            instances = [
+                i
+                for info in self.backend.gpus()
+                if info.mig_enabled
+                for i in self.backend.instances(info.index)
+            ]
             checkpoint = self.config.checkpoint_dir / "checkpoint.json"
-            entries = (json.loads(checkpoint.read_text())["data"].get("claims", {})
-                       if checkpoint.exists() else {})
+            entries = (
+                json.loads(checkpoint.read_text())["data"].get("claims", {})
+                if checkpoint.exists()
+                else {}
+            )
             specs = list(self.config.cdi_dir.glob("*.json"))
             if not (instances or entries or specs) or time.monotonic() > deadline:
                 break
@@ -288,8 +321,14 @@ class Kubelet:
 # ----------------------------------------------------------------------------- main
 
 
-def soak(seconds: float, *, workers: int = 2, clients: int = 4, kill_every_s: float = 2.0,
-         restart_every_s: float = 3.0) -> Figures:
+def soak(
+    seconds: float,
+    *,
+    workers: int = 2,
+    clients: int = 4,
+    kill_every_s: float = 2.0,
+    restart_every_s: float = 3.0,
+) -> Figures:
     figures = Figures()
     folder = Path(tempfile.mkdtemp(prefix="gs-soak-", dir="/tmp"))  # short unix socket paths
     process: subprocess.Popen[bytes] | None = None
@@ -300,13 +339,14 @@ def soak(seconds: float, *, workers: int = 2, clients: int = 4, kill_every_s: fl
         admissions = Admissions(port, ssl.create_default_context(cafile=str(cert)), figures)
         kubelet = Kubelet(folder / "agent", figures)
         stop = threading.Event()
-        threads = [threading.Thread(target=admissions.client, args=(i, stop))
-                   for i in range(clients)]
-        threads += [threading.Thread(target=kubelet.slot, args=(d, stop))
-                    for d in kubelet.devices]
-        threads += [threading.Thread(target=admissions.killer,
-                                     args=(process.pid, kill_every_s, stop)),
-                    threading.Thread(target=kubelet.restarter, args=(restart_every_s, stop))]
+        threads = [
+            threading.Thread(target=admissions.client, args=(i, stop)) for i in range(clients)
+        ]
+        threads += [threading.Thread(target=kubelet.slot, args=(d, stop)) for d in kubelet.devices]
+        threads += [
+            threading.Thread(target=admissions.killer, args=(process.pid, kill_every_s, stop)),
+            threading.Thread(target=kubelet.restarter, args=(restart_every_s, stop)),
+        ]
         started = time.monotonic()
         for thread in threads:
             thread.start()
@@ -334,18 +374,27 @@ def main() -> int:
     parser.add_argument("--kill-every", type=float, default=2.0)
     parser.add_argument("--restart-every", type=float, default=3.0)
     args = parser.parse_args()
-    f = soak(args.seconds, workers=args.workers, clients=args.clients,
-             kill_every_s=args.kill_every, restart_every_s=args.restart_every)
+    f = soak(
+        args.seconds,
+        workers=args.workers,
+        clients=args.clients,
+        kill_every_s=args.kill_every,
+        restart_every_s=args.restart_every,
+    )
     print(f"soak of {f.seconds:.0f} s on {os.cpu_count()} CPUs")
-    print(f"webhook: {f.admissions_ok} admissions answered, {f.worker_kills} workers killed; "
-          f"{f.failed_in_flight_at_kill} failed in flight at a kill, "
-          f"{f.retried_after_idle_close} retried after a kill closed their idle connection, "
-          f"{f.failed_other} other failures")
-    print(f"agent: {f.prepares_ok} prepares and {f.unprepares_ok} unprepares on 14 placements, "
-          f"{f.agent_restarts} restarts, {f.kubelet_retries} kubelet retries while it was down; "
-          f"{f.lost_claims} lost claims, {f.leaked_instances} leaked MIG instances, "
-          f"{f.leftover_checkpoint_entries} checkpoint entries and {f.leftover_cdi_specs} CDI "
-          f"specs left")
+    print(
+        f"webhook: {f.admissions_ok} admissions answered, {f.worker_kills} workers killed; "
+        f"{f.failed_in_flight_at_kill} failed in flight at a kill, "
+        f"{f.retried_after_idle_close} retried after a kill closed their idle connection, "
+        f"{f.failed_other} other failures"
+    )
+    print(
+        f"agent: {f.prepares_ok} prepares and {f.unprepares_ok} unprepares on 14 placements, "
+        f"{f.agent_restarts} restarts, {f.kubelet_retries} kubelet retries while it was down; "
+        f"{f.lost_claims} lost claims, {f.leaked_instances} leaked MIG instances, "
+        f"{f.leftover_checkpoint_entries} checkpoint entries and {f.leftover_cdi_specs} CDI "
+        f"specs left"
+    )
     for problem in f.problems[:20]:
         print(f"  problem: {problem}")
     return 0

@@ -69,8 +69,10 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 def _name_problem(flag: str, name: str, kind: str, *, suffix: str = "") -> str | None:
     """Why ``name`` cannot name a ``kind`` object (``suffix``: a derived name must fit too)."""
     if not _DNS_SUBDOMAIN.fullmatch(name) or len(name + suffix) > 253:
-        return (f"{flag} {name!r} is not a valid {kind} name: lower-case letters, digits, '-' "
-                f"and '.', at most {253 - len(suffix)} characters")
+        return (
+            f"{flag} {name!r} is not a valid {kind} name: lower-case letters, digits, '-' "
+            f"and '.', at most {253 - len(suffix)} characters"
+        )
     return None
 
 
@@ -88,10 +90,18 @@ def _positive_float(text: str) -> float:
 
 def _add_lifetimes(parser: argparse.ArgumentParser, *, days: str) -> None:
     """``--days`` (the serving certificate, default ``days``) and ``--ca-days`` (3650)."""
-    parser.add_argument("--days", type=_positive_int, default=_env("DAYS", days),
-                        help=f"serving certificate lifetime in days (default {days})")
-    parser.add_argument("--ca-days", type=_positive_int, default=_env("CA_DAYS", "3650"),
-                        help="CA lifetime in days (default 3650)")
+    parser.add_argument(
+        "--days",
+        type=_positive_int,
+        default=_env("DAYS", days),
+        help=f"serving certificate lifetime in days (default {days})",
+    )
+    parser.add_argument(
+        "--ca-days",
+        type=_positive_int,
+        default=_env("CA_DAYS", "3650"),
+        help="CA lifetime in days (default 3650)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -107,15 +117,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " P-256, server-auth) and writes ca.crt, tls.crt and tls.key (0600) into --out,"
         " replacing any previous set at once. The CA key is not kept.",
     )
-    p.add_argument("--service", **_env_or_required("SERVICE"),
-                   help="the webhook Service's name (env GPU_SLICER_SERVICE)")
-    p.add_argument("--namespace", **_env_or_required("NAMESPACE"),
-                   help="the webhook's namespace (env GPU_SLICER_NAMESPACE)")
-    p.add_argument("--out", **_env_or_required("OUT"), type=_folder,
-                   help="folder for the files, created if missing (env GPU_SLICER_OUT)")
-    p.add_argument("--host", action="append", default=[], metavar="NAME",
-                   help="a further DNS name or IP the certificate covers, for an apiserver that"
-                   " reaches the webhook by URL (repeatable)")
+    p.add_argument(
+        "--service",
+        **_env_or_required("SERVICE"),
+        help="the webhook Service's name (env GPU_SLICER_SERVICE)",
+    )
+    p.add_argument(
+        "--namespace",
+        **_env_or_required("NAMESPACE"),
+        help="the webhook's namespace (env GPU_SLICER_NAMESPACE)",
+    )
+    p.add_argument(
+        "--out",
+        **_env_or_required("OUT"),
+        type=_folder,
+        help="folder for the files, created if missing (env GPU_SLICER_OUT)",
+    )
+    p.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a further DNS name or IP the certificate covers, for an apiserver that"
+        " reaches the webhook by URL (repeatable)",
+    )
     _add_lifetimes(p, days="365")
     p.set_defaults(func=run_issue)
 
@@ -126,37 +151,66 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " and sets the caBundle of every webhook in the MutatingWebhookConfiguration, keeping the"
         " old CA beside the new one while a CA rotates. With --interval it runs until stopped.",
     )
-    e.add_argument("--namespace", **_env_or_required("NAMESPACE"),
-                   help="namespace of the Secrets and the Service (env GPU_SLICER_NAMESPACE)")
-    e.add_argument("--secret", **_env_or_required("SECRET"),
-                   help="the serving Secret's name (env GPU_SLICER_SECRET)")
-    e.add_argument("--webhook-config", **_env_or_required("WEBHOOK_CONFIG"),
-                   help="the MutatingWebhookConfiguration's name (env GPU_SLICER_WEBHOOK_CONFIG)")
-    e.add_argument("--service", default=_env("SERVICE", "gpu-slicer-webhook"),
-                   help="the webhook Service's name (default gpu-slicer-webhook)")
-    e.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
-                   help="kubeconfig file (default: in-cluster account, then ~/.kube/config)")
-    e.add_argument("--interval", type=_positive_float,
-                   default=_env("INTERVAL"),
-                   metavar="SECONDS", help="run again every SECONDS until stopped (default: once)")
-    e.add_argument("--renew-before", type=_positive_int,
-                   default=_env("RENEW_BEFORE", "30"), metavar="DAYS",
-                   help="renew the serving certificate this many days before it expires (30)")
+    e.add_argument(
+        "--namespace",
+        **_env_or_required("NAMESPACE"),
+        help="namespace of the Secrets and the Service (env GPU_SLICER_NAMESPACE)",
+    )
+    e.add_argument(
+        "--secret",
+        **_env_or_required("SECRET"),
+        help="the serving Secret's name (env GPU_SLICER_SECRET)",
+    )
+    e.add_argument(
+        "--webhook-config",
+        **_env_or_required("WEBHOOK_CONFIG"),
+        help="the MutatingWebhookConfiguration's name (env GPU_SLICER_WEBHOOK_CONFIG)",
+    )
+    e.add_argument(
+        "--service",
+        default=_env("SERVICE", "gpu-slicer-webhook"),
+        help="the webhook Service's name (default gpu-slicer-webhook)",
+    )
+    e.add_argument(
+        "--kubeconfig",
+        default=_env("KUBECONFIG"),
+        help="kubeconfig file (default: in-cluster account, then ~/.kube/config)",
+    )
+    e.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=_env("INTERVAL"),
+        metavar="SECONDS",
+        help="run again every SECONDS until stopped (default: once)",
+    )
+    e.add_argument(
+        "--renew-before",
+        type=_positive_int,
+        default=_env("RENEW_BEFORE", "30"),
+        metavar="DAYS",
+        help="renew the serving certificate this many days before it expires (30)",
+    )
     _add_lifetimes(e, days="90")
-    e.add_argument("--rotation-grace", type=_positive_float,
-                   default=_env("ROTATION_GRACE", "24"), metavar="HOURS",
-                   help="keep a replaced CA in the caBundle this long after a new leaf (24)")
+    e.add_argument(
+        "--rotation-grace",
+        type=_positive_float,
+        default=_env("ROTATION_GRACE", "24"),
+        metavar="HOURS",
+        help="keep a replaced CA in the caBundle this long after a new leaf (24)",
+    )
     e.set_defaults(func=run_ensure)
 
 
 def run_issue(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
-        print(f"gpu-slicer certs issue: --out {args.out} is a file, not a folder",
-              file=sys.stderr)
+        print(f"gpu-slicer certs issue: --out {args.out} is a file, not a folder", file=sys.stderr)
         return 2
     try:
         issued = certs_issue.issue(
-            service=args.service, namespace=args.namespace, days=args.days, ca_days=args.ca_days,
+            service=args.service,
+            namespace=args.namespace,
+            days=args.days,
+            ca_days=args.ca_days,
             extra_hosts=args.host,
         )
         paths = certs_issue.write_files(issued, args.out)

@@ -179,8 +179,9 @@ def leaf_problem(
         return "no readable serving certificate"
     if not certs_issue.is_signed_by(leaf.cert, ca.cert):
         return "the serving certificate is not signed by the current CA"
-    if not certs_issue.covers(leaf.cert, certs_issue.serving_names(settings.service,
-                                                                    settings.namespace)):
+    if not certs_issue.covers(
+        leaf.cert, certs_issue.serving_names(settings.service, settings.namespace)
+    ):
         return "the serving certificate does not name the webhook Service"
     remaining = leaf.cert.not_valid_after_utc - now
     if remaining <= settings.renew_before:
@@ -313,10 +314,16 @@ def _run_once(api: KubeApi, settings: EnsureSettings, now: dt.datetime) -> Ensur
                 result.bundle = [certs_issue.fingerprint(c) for c in wanted]
             pem = certs_issue.bundle_pem(wanted)
             if _bundle_of(webhook) != pem:
-                ops.append({"op": "test", "path": f"/webhooks/{index}/name",
-                            "value": webhook.get("name")})
-                ops.append({"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle",
-                            "value": _b64(pem)})
+                ops.append(
+                    {"op": "test", "path": f"/webhooks/{index}/name", "value": webhook.get("name")}
+                )
+                ops.append(
+                    {
+                        "op": "add",
+                        "path": f"/webhooks/{index}/clientConfig/caBundle",
+                        "value": _b64(pem),
+                    }
+                )
         if ops:
             rv = (config.get("metadata") or {}).get("resourceVersion")
             if rv:
@@ -366,8 +373,9 @@ def ensure(
             result = _run_once(api, settings, when)
         except _Restart as exc:
             last = str(exc)
-            log.info("another writer changed the objects; reading them again",
-                     extra={"detail": last})
+            log.info(
+                "another writer changed the objects; reading them again", extra={"detail": last}
+            )
             continue
         except kube_errors.Forbidden as exc:
             raise EnsureError(
@@ -410,8 +418,10 @@ def run_periodically(
             failures = 0
             wait = interval_s
             if outcome.changed:
-                log.info("certificates brought up to date",
-                         extra={"leaf_not_after": str(outcome.leaf_not_after)})
+                log.info(
+                    "certificates brought up to date",
+                    extra={"leaf_not_after": str(outcome.leaf_not_after)},
+                )
         except EnsureError as exc:
             outcome = exc
             failures += 1

@@ -178,7 +178,11 @@ def new_ca(
 
 
 def new_leaf(
-    ca: KeyPair, hosts: Sequence[str], *, days: int, now: dt.datetime | None = None,
+    ca: KeyPair,
+    hosts: Sequence[str],
+    *,
+    days: int,
+    now: dt.datetime | None = None,
     client_auth: bool = False,
 ) -> KeyPair:
     """A server-auth leaf for ``hosts`` (DNS names or IPs), valid ``days`` but never past the CA.
@@ -201,9 +205,16 @@ def new_leaf(
         _builder(_common_name(hosts[0]), ca.cert.subject, key, now=now, not_after=not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(signs_certificates=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage(
-            [ExtendedKeyUsageOID.CLIENT_AUTH if client_auth else ExtendedKeyUsageOID.SERVER_AUTH]
-        ), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [
+                    ExtendedKeyUsageOID.CLIENT_AUTH
+                    if client_auth
+                    else ExtendedKeyUsageOID.SERVER_AUTH
+                ]
+            ),
+            critical=False,
+        )
         .add_extension(x509.SubjectAlternativeName(host_names(hosts)), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(authority, critical=False)
@@ -213,7 +224,12 @@ def new_leaf(
 
 
 def new_serving_cert(
-    ca: KeyPair, *, service: str, namespace: str, days: int, now: dt.datetime | None = None,
+    ca: KeyPair,
+    *,
+    service: str,
+    namespace: str,
+    days: int,
+    now: dt.datetime | None = None,
     extra_hosts: Sequence[str] = (),
 ) -> KeyPair:
     """A server-auth leaf for ``service.namespace.svc``, valid ``days`` but never past the CA.
@@ -269,8 +285,9 @@ def issue(
     ca = new_ca(days=ca_days, now=now)
     for host in extra_hosts:
         check_host(host)
-    serving = new_serving_cert(ca, service=service, namespace=namespace, days=days, now=now,
-                               extra_hosts=extra_hosts)
+    serving = new_serving_cert(
+        ca, service=service, namespace=namespace, days=days, now=now, extra_hosts=extra_hosts
+    )
     return Issued(ca, serving)
 
 

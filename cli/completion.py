@@ -36,8 +36,7 @@ def walk(parser: argparse.ArgumentParser) -> Iterator[Command]:
     while stack:
         command = stack.pop(0)
         yield command
-        stack += [Command((*command.path, name), sub)
-                  for name, sub in command.subcommands.items()]
+        stack += [Command((*command.path, name), sub) for name, sub in command.subcommands.items()]
 
 
 def leaves(parser: argparse.ArgumentParser) -> list[Command]:
@@ -50,22 +49,32 @@ def _flags(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, list[s
     choices: dict[str, list[str]] = {}
     for action in parser._actions:
         flags += [o for o in action.option_strings if o.startswith("--") or len(o) == 2]
-        if action.choices is not None and action.option_strings \
-                and not isinstance(action, argparse._SubParsersAction):
+        if (
+            action.choices is not None
+            and action.option_strings
+            and not isinstance(action, argparse._SubParsersAction)
+        ):
             for option in action.option_strings:
                 choices[option] = [str(c) for c in action.choices]
     return sorted(set(flags)), choices
 
 
 def _positional_choices(parser: argparse.ArgumentParser) -> list[str]:
-    return [str(c) for a in parser._actions
-            if not a.option_strings and a.choices is not None
-            and not isinstance(a, argparse._SubParsersAction) for c in a.choices]
+    return [
+        str(c)
+        for a in parser._actions
+        if not a.option_strings
+        and a.choices is not None
+        and not isinstance(a, argparse._SubParsersAction)
+        for c in a.choices
+    ]
 
 
 def bash_script(parser: argparse.ArgumentParser) -> str:
-    lines = ["# gpu-slicer completion for bash; load with:  source <(gpu-slicer completion bash)",
-             "declare -A _gpu_slicer_sub _gpu_slicer_opts _gpu_slicer_choices"]
+    lines = [
+        "# gpu-slicer completion for bash; load with:  source <(gpu-slicer completion bash)",
+        "declare -A _gpu_slicer_sub _gpu_slicer_opts _gpu_slicer_choices",
+    ]
     for command in walk(parser):
         key = " ".join(("gpu-slicer", *command.path))  # bash refuses an empty key
         words = sorted(command.subcommands) + _positional_choices(command.parser)
@@ -73,9 +82,11 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
         lines.append(f"_gpu_slicer_sub[{shlex.quote(key)}]={shlex.quote(' '.join(words))}")
         lines.append(f"_gpu_slicer_opts[{shlex.quote(key)}]={shlex.quote(' '.join(flags))}")
         for flag, values in sorted(choices.items()):
-            lines.append(f"_gpu_slicer_choices[{shlex.quote(f'{key}|{flag}')}]="
-                         f"{shlex.quote(' '.join(values))}")
-    lines.append(r'''_gpu_slicer() {
+            lines.append(
+                f"_gpu_slicer_choices[{shlex.quote(f'{key}|{flag}')}]="
+                f"{shlex.quote(' '.join(values))}"
+            )
+    lines.append(r"""_gpu_slicer() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="gpu-slicer" word next i
     for ((i = 1; i < COMP_CWORD; i++)); do
@@ -95,15 +106,17 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
         COMPREPLY=($(compgen -f -- "$cur"))
     fi
 }
-complete -o filenames -F _gpu_slicer gpu-slicer''')
+complete -o filenames -F _gpu_slicer gpu-slicer""")
     return "\n".join(lines) + "\n"
 
 
 def zsh_script(parser: argparse.ArgumentParser) -> str:
     body = bash_script(parser).split("\n", 1)[1]
-    return ("#compdef gpu-slicer\n"
-            "# gpu-slicer completion for zsh; load with:  source <(gpu-slicer completion zsh)\n"
-            "autoload -U +X bashcompinit && bashcompinit\n" + body)
+    return (
+        "#compdef gpu-slicer\n"
+        "# gpu-slicer completion for zsh; load with:  source <(gpu-slicer completion zsh)\n"
+        "autoload -U +X bashcompinit && bashcompinit\n" + body
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -112,8 +125,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "completion",
         help="print a shell completion script (bash or zsh)",
         description="Print the completion script for SHELL. bash: source <(gpu-slicer "
-                    "completion bash), or save it in /etc/bash_completion.d/gpu-slicer. zsh: "
-                    "source <(gpu-slicer completion zsh) in ~/.zshrc.",
+        "completion bash), or save it in /etc/bash_completion.d/gpu-slicer. zsh: "
+        "source <(gpu-slicer completion zsh) in ~/.zshrc.",
     )
     p.add_argument("shell", choices=["bash", "zsh"], metavar="SHELL", help="bash or zsh")
     p.set_defaults(func=run_completion)

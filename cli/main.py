@@ -14,8 +14,15 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, cast
 
-COMMAND_MODULES = ("slicer.cli", "webhook.cli", "certs.cli", "sim.cli", "sandbox.cli", "cli.plan",
-                   "status.cli")
+COMMAND_MODULES = (
+    "slicer.cli",
+    "webhook.cli",
+    "certs.cli",
+    "sim.cli",
+    "sandbox.cli",
+    "cli.plan",
+    "status.cli",
+)
 
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -64,8 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     for leaf in completion.leaves(parser):
         # Accepted after the subcommand too; SUPPRESS keeps the top-level value when absent.
         if "--log-level" not in leaf.parser._option_string_actions:
-            leaf.parser.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
-                                     help="log verbosity (also accepted before the command)")
+            leaf.parser.add_argument(
+                "--log-level",
+                choices=LOG_LEVELS,
+                default=argparse.SUPPRESS,
+                help="log verbosity (also accepted before the command)",
+            )
         leaf.parser.set_defaults(_parser=leaf.parser)
     return parser
 
@@ -92,8 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except RecursionError:
         # Only input can nest this deep (YAML or JSON thousands of levels down).
-        print(f"gpu-slicer {args.command}: the input is nested too deeply to read",
-              file=sys.stderr)
+        print(f"gpu-slicer {args.command}: the input is nested too deeply to read", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # `gpu-slicer ... | head`: the reader left; that is not an error of ours.
@@ -101,8 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as exc:  # a bug, not bad input: one line, the traceback at DEBUG
         logging.getLogger("gpu_slicer.cli").debug("unhandled error", exc_info=True)
-        print(f"gpu-slicer {args.command}: internal error: {type(exc).__name__}: {exc} "
-              "(please report it; --log-level DEBUG shows where)", file=sys.stderr)
+        print(
+            f"gpu-slicer {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(please report it; --log-level DEBUG shows where)",
+            file=sys.stderr,
+        )
         return 1
     logging.shutdown()
     return code

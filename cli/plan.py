@@ -70,9 +70,17 @@ class WorkloadPlan:
     annotations: dict[str, str] = field(default_factory=dict)
 
     def as_json(self) -> Obj:
-        return {"namespace": self.namespace, "kind": self.kind, "name": self.name,
-                "replicas": self.replicas, "requests": self.legacy, "outcome": self.outcome,
-                "detail": self.detail, "becomes": self.becomes, "warnings": self.warnings}
+        return {
+            "namespace": self.namespace,
+            "kind": self.kind,
+            "name": self.name,
+            "replicas": self.replicas,
+            "requests": self.legacy,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "becomes": self.becomes,
+            "warnings": self.warnings,
+        }
 
 
 @dataclass
@@ -100,8 +108,9 @@ class Plan:
             "namespaces": [{"name": n, "migrationLabel": m} for n, m in self.namespaces.items()],
             "policy": self.policy_source,
             "workloads": [w.as_json() for w in self.workloads],
-            "gpuNodes": [{"name": n.name, "model": n.model, "gpus": n.gpus, "mig": n.mig}
-                         for n in self.nodes],
+            "gpuNodes": [
+                {"name": n.name, "model": n.model, "gpus": n.gpus, "mig": n.mig} for n in self.nodes
+            ],
             "skippedNodes": self.skipped_nodes,
             "simulation": self.simulation,
             "notes": self.notes,
@@ -150,8 +159,11 @@ def native_extended_names(api: KubeApi) -> frozenset[str]:
         classes = api.list("resource.k8s.io/v1", "DeviceClass").items
     except KubeError:
         return frozenset()  # an apiserver without resource.k8s.io/v1 serves none
-    return frozenset(str(c["spec"]["extendedResourceName"]) for c in classes
-                     if (c.get("spec") or {}).get("extendedResourceName"))
+    return frozenset(
+        str(c["spec"]["extendedResourceName"])
+        for c in classes
+        if (c.get("spec") or {}).get("extendedResourceName")
+    )
 
 
 def _template(obj: Obj) -> Obj | None:
@@ -197,31 +209,41 @@ def _owned(obj: Obj) -> bool:
     return bool((obj.get("metadata") or {}).get("ownerReferences"))
 
 
-def plan_workload(obj: Obj, namespace: str, policy: Policy, native: frozenset[str],
-                  gpu_nodes: int) -> WorkloadPlan | None:
+def plan_workload(
+    obj: Obj, namespace: str, policy: Policy, native: frozenset[str], gpu_nodes: int
+) -> WorkloadPlan | None:
     """The webhook's verdict on one object's pod template; None for objects without one."""
     template = _template(obj)
     if template is None or not isinstance(template.get("spec"), dict):
         return None
     meta = obj.get("metadata") or {}
     pod = {"metadata": template.get("metadata") or {}, "spec": template["spec"]}
-    annotations = {str(k): str(v) for k, v in
-                   ((pod["metadata"].get("annotations") or {}).items())
-                   if str(k).startswith("gpu-slicer.io/")}
-    plan = WorkloadPlan(namespace=namespace, kind=str(obj["kind"]), name=str(meta.get("name")),
-                        replicas=_replicas(obj, gpu_nodes), legacy=_legacy(pod),
-                        outcome="leave", detail="", annotations=annotations)
+    annotations = {
+        str(k): str(v)
+        for k, v in ((pod["metadata"].get("annotations") or {}).items())
+        if str(k).startswith("gpu-slicer.io/")
+    }
+    plan = WorkloadPlan(
+        namespace=namespace,
+        kind=str(obj["kind"]),
+        name=str(meta.get("name")),
+        replicas=_replicas(obj, gpu_nodes),
+        legacy=_legacy(pod),
+        outcome="leave",
+        detail="",
+        annotations=annotations,
+    )
     try:
-        conversion = translate_pod(pod, namespace=namespace, policy=policy,
-                                   native_extended=native)
+        conversion = translate_pod(pod, namespace=namespace, policy=policy, native_extended=native)
     except Denied as exc:
         plan.outcome, plan.detail = "deny", exc.message
         return plan
     plan.warnings = list(conversion.warnings)
     if conversion.patch:
         plan.outcome, plan.detail = "convert", conversion.summary
-        plan.becomes = [" | ".join(alt.label for alt in r.alternatives)
-                        for r in conversion.requests]
+        plan.becomes = [
+            " | ".join(alt.label for alt in r.alternatives) for r in conversion.requests
+        ]
     elif conversion.summary != "nothing to convert":
         plan.detail = conversion.summary  # skipped by label, already converted
     elif conversion.warnings:
@@ -241,15 +263,20 @@ def gpu_nodes(api: KubeApi) -> tuple[list[GpuNode], list[str]]:
         capacity = (node.get("status") or {}).get("capacity") or {}
         name = str(meta.get("name"))
         product = labels.get("nvidia.com/gpu.product")
-        mig = {k[len("nvidia.com/mig-"):]: _int(v) for k, v in capacity.items()
-               if k.startswith("nvidia.com/mig-") and _int(v) > 0}
+        mig = {
+            k[len("nvidia.com/mig-") :]: _int(v)
+            for k, v in capacity.items()
+            if k.startswith("nvidia.com/mig-") and _int(v) > 0
+        }
         count = _int(labels.get("nvidia.com/gpu.count") or capacity.get("nvidia.com/gpu") or 0)
         if not product and not count and not mig:
             continue  # not a GPU node
         model = _model(str(product or ""))
         if model is None:
-            skipped.append(f"{name}: GPU model {product or 'unknown'} (label "
-                           "nvidia.com/gpu.product) is not one gpu-slicer can slice")
+            skipped.append(
+                f"{name}: GPU model {product or 'unknown'} (label "
+                "nvidia.com/gpu.product) is not one gpu-slicer can slice"
+            )
             continue
         if count < 1:
             skipped.append(f"{name}: no GPU count (label nvidia.com/gpu.count)")
@@ -305,9 +332,14 @@ def simulate(plan: Plan, raw_policy: Obj, kubernetes: tuple[int, int]) -> Obj | 
     minor = min(max(kubernetes[1], 34), 39)
     pods = []
     for w in converted:
-        body: Obj = {"name": f"{w.namespace}-{w.kind.lower()}-{w.name}",
-                     "workload": f"{w.namespace}/{w.kind}/{w.name}", "namespace": w.namespace,
-                     "at": "0s", "duration": HORIZON, "count": w.replicas}
+        body: Obj = {
+            "name": f"{w.namespace}-{w.kind.lower()}-{w.name}",
+            "workload": f"{w.namespace}/{w.kind}/{w.name}",
+            "namespace": w.namespace,
+            "at": "0s",
+            "duration": HORIZON,
+            "count": w.replicas,
+        }
         if w.legacy:
             body["resources"] = w.legacy
         if w.annotations:
@@ -322,8 +354,12 @@ def simulate(plan: Plan, raw_policy: Obj, kubernetes: tuple[int, int]) -> Obj | 
         "nodes": [{"name": n.name, "gpus": f"{n.model}:{n.gpus}"} for n in plan.nodes],
         "namespaces": dict.fromkeys(plan.namespaces, "enabled"),
         "policy": raw_policy,
-        "layouts": {"current": {"default": "whole",
-                                "overrides": {n.name: _layout_of(n) for n in plan.nodes}}},
+        "layouts": {
+            "current": {
+                "default": "whole",
+                "overrides": {n.name: _layout_of(n) for n in plan.nodes},
+            }
+        },
         "pods": pods,
     }
     try:
@@ -336,17 +372,25 @@ def simulate(plan: Plan, raw_policy: Obj, kubernetes: tuple[int, int]) -> Obj | 
     workloads = {}
     for w in converted:
         key = f"{w.namespace}/{w.kind}/{w.name}"
-        workloads[key] = {"pods": w.replicas,
-                          "runningToday": today.served_by_workload.get(key, (0, 0))[0],
-                          "runningWithGpuSlicer": after.served_by_workload.get(key, (0, 0))[0]}
+        workloads[key] = {
+            "pods": w.replicas,
+            "runningToday": today.served_by_workload.get(key, (0, 0))[0],
+            "runningWithGpuSlicer": after.served_by_workload.get(key, (0, 0))[0],
+        }
     return {
         "gpus": scenario.gpu_count,
-        "today": {"strategy": "device plugin: whole GPUs and the MIG devices nodes advertise",
-                  "running": today.served, "pending": today.pending,
-                  "memorySlicesHeld": round(today.utilization_mean, 4)},
-        "withGpuSlicer": {"strategy": "gpu-slicer, MIG slices made on demand (best-fit order)",
-                          "running": after.served, "pending": after.pending,
-                          "memorySlicesHeld": round(after.utilization_mean, 4)},
+        "today": {
+            "strategy": "device plugin: whole GPUs and the MIG devices nodes advertise",
+            "running": today.served,
+            "pending": today.pending,
+            "memorySlicesHeld": round(today.utilization_mean, 4),
+        },
+        "withGpuSlicer": {
+            "strategy": "gpu-slicer, MIG slices made on demand (best-fit order)",
+            "running": after.served,
+            "pending": after.pending,
+            "memorySlicesHeld": round(after.utilization_mean, 4),
+        },
         "workloads": workloads,
     }
 
@@ -354,8 +398,9 @@ def simulate(plan: Plan, raw_policy: Obj, kubernetes: tuple[int, int]) -> Obj | 
 # --- the command ------------------------------------------------------------------------------
 
 
-def build_plan(api: KubeApi, namespaces: Sequence[str], *, policy_path: str | None,
-               release_namespace: str) -> Plan:
+def build_plan(
+    api: KubeApi, namespaces: Sequence[str], *, policy_path: str | None, release_namespace: str
+) -> Plan:
     """Reads the cluster and plans every workload of ``namespaces`` (all that have GPU
     workloads when empty)."""
     if policy_path:
@@ -368,8 +413,9 @@ def build_plan(api: KubeApi, namespaces: Sequence[str], *, policy_path: str | No
     for namespace in api.list("v1", "Namespace").items:
         meta = namespace.get("metadata") or {}
         labels[str(meta.get("name"))] = str((meta.get("labels") or {}).get(MIGRATION_LABEL, "-"))
-    wanted = list(namespaces) or sorted(n for n in labels
-                                        if n not in ("kube-system", release_namespace))
+    wanted = list(namespaces) or sorted(
+        n for n in labels if n not in ("kube-system", release_namespace)
+    )
     missing = [n for n in wanted if n not in labels]
     if missing:
         raise PlanInputError(f"namespace {missing[0]} does not exist in the cluster")
@@ -383,16 +429,19 @@ def build_plan(api: KubeApi, namespaces: Sequence[str], *, policy_path: str | No
                 if kind == "Job" and _owned(obj):
                     continue  # made by a CronJob, planned through it
                 item = plan_workload(obj, ns, policy, native, len(nodes))
-                if item is not None and (item.legacy or item.annotations
-                                         or item.outcome != "leave"):
+                if item is not None and (
+                    item.legacy or item.annotations or item.outcome != "leave"
+                ):
                     workloads.append(item)
-    shown = {ns: labels[ns] for ns in wanted
-             if namespaces or any(w.namespace == ns for w in workloads)}
+    shown = {
+        ns: labels[ns] for ns in wanted if namespaces or any(w.namespace == ns for w in workloads)
+    }
     plan = Plan(shown, source, workloads, nodes, skipped, None)
     plan.simulation = simulate(plan, raw, api.server_version())
     if any(w.kind == "DaemonSet" for w in workloads):
-        plan.notes.append("DaemonSets count one pod per GPU node; their node selectors are not "
-                          "applied")
+        plan.notes.append(
+            "DaemonSets count one pod per GPU node; their node selectors are not applied"
+        )
     return plan
 
 
@@ -400,8 +449,11 @@ def table(plan: Plan) -> str:
     out = io.StringIO()
     out.write(f"policy: {plan.policy_source}\n")
     if not plan.workloads:
-        out.write("no workload in " + (", ".join(plan.namespaces) or "the cluster")
-                  + " asks for GPUs: nothing would change\n")
+        out.write(
+            "no workload in "
+            + (", ".join(plan.namespaces) or "the cluster")
+            + " asks for GPUs: nothing would change\n"
+        )
     for ns, label in plan.namespaces.items():
         items = [w for w in plan.workloads if w.namespace == ns]
         out.write(f"\nnamespace {ns} ({MIGRATION_LABEL}: {label})\n")
@@ -409,7 +461,8 @@ def table(plan: Plan) -> str:
             out.write("  no GPU workloads\n")
             continue
         rows: list[tuple[str, ...]] = [
-            ("WORKLOAD", "PODS", "ASKS TODAY", "VERDICT", "BECOMES / WHY")]
+            ("WORKLOAD", "PODS", "ASKS TODAY", "VERDICT", "BECOMES / WHY")
+        ]
         for w in items:
             asks = ", ".join(f"{k}: {v}" for k, v in w.legacy.items()) or "annotations"
             why = "; ".join(w.becomes) if w.outcome == "convert" else w.detail
@@ -421,29 +474,45 @@ def table(plan: Plan) -> str:
     out.write("\n")
     if plan.nodes:
         gpus = sum(n.gpus for n in plan.nodes)
-        out.write(f"GPU nodes: {len(plan.nodes)} ({gpus} GPUs): "
-                  + ", ".join(f"{n.name} {n.model}x{n.gpus}" for n in plan.nodes) + "\n")
+        out.write(
+            f"GPU nodes: {len(plan.nodes)} ({gpus} GPUs): "
+            + ", ".join(f"{n.name} {n.model}x{n.gpus}" for n in plan.nodes)
+            + "\n"
+        )
     else:
         out.write("GPU nodes: none with a GPU model gpu-slicer can slice\n")
     for skipped in plan.skipped_nodes:
         out.write(f"  skipped {skipped}\n")
     sim = plan.simulation
     if sim is not None:
-        out.write("\nthe converted workloads on these nodes (simulated, every pod at once, "
-                  "none ending):\n")
+        out.write(
+            "\nthe converted workloads on these nodes (simulated, every pod at once, "
+            "none ending):\n"
+        )
         rows = [("WORKLOAD", "PODS", "RUNNING TODAY", "WITH GPU-SLICER")]
         for key, w in sim["workloads"].items():
-            rows.append((key, str(w["pods"]), str(w["runningToday"]),
-                         str(w["runningWithGpuSlicer"])))
-        rows.append(("total", str(sim["today"]["running"] + sim["today"]["pending"]),
-                     str(sim["today"]["running"]), str(sim["withGpuSlicer"]["running"])))
+            rows.append(
+                (key, str(w["pods"]), str(w["runningToday"]), str(w["runningWithGpuSlicer"]))
+            )
+        rows.append(
+            (
+                "total",
+                str(sim["today"]["running"] + sim["today"]["pending"]),
+                str(sim["today"]["running"]),
+                str(sim["withGpuSlicer"]["running"]),
+            )
+        )
         out.write(_columns(rows, indent="  "))
-        out.write(f"  today: {sim['today']['strategy']}\n  with gpu-slicer: "
-                  f"{sim['withGpuSlicer']['strategy']}\n")
+        out.write(
+            f"  today: {sim['today']['strategy']}\n  with gpu-slicer: "
+            f"{sim['withGpuSlicer']['strategy']}\n"
+        )
     for note in plan.notes:
         out.write(f"note: {note}\n")
-    out.write("\nnothing was changed; label a namespace gpu-slicer.io/migration=audit to see "
-              "the webhook's warnings on real admissions first\n")
+    out.write(
+        "\nnothing was changed; label a namespace gpu-slicer.io/migration=audit to see "
+        "the webhook's warnings on real admissions first\n"
+    )
     return out.getvalue()
 
 
@@ -476,27 +545,45 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "cluster's GPU nodes as today and with gpu-slicer. Nothing is changed."
         ),
     )
-    p.add_argument("--kubeconfig", metavar="FILE",
-                   help="kubeconfig file (default: in-cluster account, then ~/.kube/config)")
-    p.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
-                   help="a namespace to plan (repeat for more; default: every namespace with "
-                        "GPU workloads)")
-    p.add_argument("--policy", metavar="FILE",
-                   help="a policy file (default: the installed webhook's ConfigMap "
-                        "gpu-slicer-policy, else the built-in policy)")
-    p.add_argument("--release-namespace", default="gpu-slicer", metavar="NS",
-                   help="where gpu-slicer is installed (default: gpu-slicer)")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig file (default: in-cluster account, then ~/.kube/config)",
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="a namespace to plan (repeat for more; default: every namespace with GPU workloads)",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a policy file (default: the installed webhook's ConfigMap "
+        "gpu-slicer-policy, else the built-in policy)",
+    )
+    p.add_argument(
+        "--release-namespace",
+        default="gpu-slicer",
+        metavar="NS",
+        help="where gpu-slicer is installed (default: gpu-slicer)",
+    )
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.set_defaults(func=run_plan)
 
 
-def run_plan(args: argparse.Namespace, *,
-             api_factory: Callable[[str | None], KubeApi] = _default_api) -> int:
+def run_plan(
+    args: argparse.Namespace, *, api_factory: Callable[[str | None], KubeApi] = _default_api
+) -> int:
     prefix = "gpu-slicer plan"
     for ns in [*args.namespace, args.release_namespace]:
         if not _NAMESPACE.fullmatch(ns):
-            print(f"{prefix}: {ns!r} is not a namespace name (lowercase letters, digits, '-')",
-                  file=sys.stderr)
+            print(
+                f"{prefix}: {ns!r} is not a namespace name (lowercase letters, digits, '-')",
+                file=sys.stderr,
+            )
             return 2
     for flag, path in (("--kubeconfig", args.kubeconfig), ("--policy", args.policy)):
         problem = documents.file_problem(flag, path)
@@ -509,8 +596,9 @@ def run_plan(args: argparse.Namespace, *,
         print(f"{prefix}: {exc}", file=sys.stderr)
         return 1
     try:
-        plan = build_plan(api, args.namespace, policy_path=args.policy,
-                          release_namespace=args.release_namespace)
+        plan = build_plan(
+            api, args.namespace, policy_path=args.policy, release_namespace=args.release_namespace
+        )
     except PlanInputError as exc:
         print(f"{prefix}: {exc}", file=sys.stderr)
         return 2

@@ -92,8 +92,7 @@ PatchType = Literal["merge", "json", "strategic"]
 
 @runtime_checkable
 class KubeApi(Protocol):
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
-        ...
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj: ...
 
     def list(
         self,

@@ -137,8 +137,9 @@ class RealKubeApi:
             raise KubeError(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
         except Exception as exc:  # a kubeconfig the client library cannot parse (not YAML, a list)
             where = kubeconfig or "the default kubeconfig"
-            raise KubeError(f"cannot load Kubernetes credentials from {where}: "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise KubeError(
+                f"cannot load Kubernetes credentials from {where}: {type(exc).__name__}: {exc}"
+            ) from exc
         return cls(k8s_client.ApiClient(configuration))
 
     # ----------------------------------------------------------------- KubeApi

@@ -33,7 +33,15 @@ from kube.errors import AlreadyExists, ApiError, Conflict, Invalid, KubeError, N
 from kube.selectors import Selector
 
 VERBS: tuple[str, ...] = (
-    "get", "list", "watch", "create", "update", "apply", "patch", "delete", "server_version"
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "apply",
+    "patch",
+    "delete",
+    "server_version",
 )
 
 # The RBAC verb each KubeApi verb needs (server-side apply is a PATCH).
@@ -610,7 +618,7 @@ class InMemoryKubeApi:
                     if cursor < self._expired_through:
                         raise self._expired(cursor)
                     start = cursor - self._expired_through  # events hold rv+1, rv+2, ...
-                    for event in self._events[max(0, start):]:
+                    for event in self._events[max(0, start) :]:
                         cursor = event.rv
                         if event.key != key:
                             continue

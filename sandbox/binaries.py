@@ -142,8 +142,16 @@ def _ensure_kube(release: str, cache: Path, progress: Progress) -> Path:
         work = target.parent / f".{release}.module"
         module = KUBE_MODULE if release == PINNED else _repinned_module(go, release, work, progress)
         packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
-        _build(go, module, packages, target, _version_ldflags(release),
-               f"Kubernetes {release} control plane", progress, extra={"release": release})
+        _build(
+            go,
+            module,
+            packages,
+            target,
+            _version_ldflags(release),
+            f"Kubernetes {release} control plane",
+            progress,
+            extra={"release": release},
+        )
         shutil.rmtree(work, ignore_errors=True)
 
     return _cached(cache / "kube" / release, build)
@@ -152,8 +160,16 @@ def _ensure_kube(release: str, cache: Path, progress: Progress) -> Path:
 def _ensure_tools(cache: Path, progress: Progress) -> Path:
     def build(go: str, target: Path) -> None:
         packages = [f"./cmd/{c}" for c in TOOL_COMMANDS]
-        _build(go, HELPERS_MODULE, packages, target, "", "sandbox helpers (etcd, cdi-inject)",
-               progress, extra={})
+        _build(
+            go,
+            HELPERS_MODULE,
+            packages,
+            target,
+            "",
+            "sandbox helpers (etcd, cdi-inject)",
+            progress,
+            extra={},
+        )
 
     return _cached(cache / "tools" / _sources_digest(), build)
 
@@ -180,13 +196,16 @@ def _sources_digest() -> str:
 def _version_ldflags(release: str) -> str:
     major, minor, _ = release.removeprefix("v").split(".")
     prefix = "k8s.io/component-base/version"
-    return " ".join([
-        "-s", "-w",
-        f"-X {prefix}.gitVersion={release}",
-        f"-X {prefix}.gitMajor={major}",
-        f"-X {prefix}.gitMinor={minor}",
-        f"-X {prefix}.gitTreeState=clean",
-    ])
+    return " ".join(
+        [
+            "-s",
+            "-w",
+            f"-X {prefix}.gitVersion={release}",
+            f"-X {prefix}.gitMajor={major}",
+            f"-X {prefix}.gitMinor={minor}",
+            f"-X {prefix}.gitTreeState=clean",
+        ]
+    )
 
 
 def staging_modules(go_mod_text: str) -> list[str]:
@@ -215,25 +234,50 @@ def _repinned_module(go: str, release: str, work: Path, progress: Progress) -> P
 
 
 def _build(
-    go: str, module: Path, packages: list[str], target: Path, ldflags: str, what: str,
-    progress: Progress, *, extra: dict[str, str],
+    go: str,
+    module: Path,
+    packages: list[str],
+    target: Path,
+    ldflags: str,
+    what: str,
+    progress: Progress,
+    *,
+    extra: dict[str, str],
 ) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         started = time.monotonic()
-        progress(f"building {what} into {target} (cold: tens of minutes on 2 cores; "
-                 "cached afterwards)")
-        command = [go, "build", "-v", "-trimpath", "-buildvcs=false", "-mod=readonly",
-                   "-o", str(staging) + "/"]
+        progress(
+            f"building {what} into {target} (cold: tens of minutes on 2 cores; cached afterwards)"
+        )
+        command = [
+            go,
+            "build",
+            "-v",
+            "-trimpath",
+            "-buildvcs=false",
+            "-mod=readonly",
+            "-o",
+            str(staging) + "/",
+        ]
         if ldflags:
             command += ["-ldflags", ldflags]
         env = dict(os.environ, CGO_ENABLED="0")
         _run_with_progress(command + packages, module, env, what, progress)
         elapsed = time.monotonic() - started
-        (staging / "build.json").write_text(json.dumps(
-            {**extra, "go": _go_version(go), "seconds": round(elapsed, 1),
-             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2) + "\n")
+        (staging / "build.json").write_text(
+            json.dumps(
+                {
+                    **extra,
+                    "go": _go_version(go),
+                    "seconds": round(elapsed, 1),
+                    "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
@@ -246,8 +290,9 @@ def _run_with_progress(
     command: list[str], cwd: Path, env: dict[str, str], what: str, progress: Progress
 ) -> None:
     """Runs ``go build -v``, reporting how many packages it compiled every 20 seconds."""
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     compiled = 0
     tail: list[str] = []
     done = threading.Event()

@@ -25,50 +25,102 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds ``sandbox up``."""
     sandbox = subparsers.add_parser(
-        "sandbox", help="a real Kubernetes control plane on this machine, with simulated GPUs")
+        "sandbox", help="a real Kubernetes control plane on this machine, with simulated GPUs"
+    )
     commands = sandbox.add_subparsers(dest="sandbox_command", metavar="COMMAND", required=True)
     up = commands.add_parser(
-        "up", help="start etcd, the control plane, the webhook, agents and kubelet stand-ins",
+        "up",
+        help="start etcd, the control plane, the webhook, agents and kubelet stand-ins",
         description=(
             "Runs etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built from "
             "the Kubernetes Go modules into a cache on first use, or taken from --kube-bin), the "
             "gpu-slicer webhook and one agent per node on simulated GPUs, and a kubelet stand-in "
             "per node. Writes DIR/kubeconfig and DIR/ready, stays in the foreground, and stops "
-            "everything on Ctrl-C or SIGTERM."),
+            "everything on Ctrl-C or SIGTERM."
+        ),
     )
-    up.add_argument("--state-dir", required=True, type=Path, metavar="DIR",
-                    help="folder for the sandbox's files (new, empty, or an old sandbox's)")
-    up.add_argument("--node", action="append", metavar="NAME=GPUSPEC",
-                    help="a node and its simulated GPUs, e.g. a100=A100-80GB:1 (repeatable; "
-                         f"default {DEFAULT_NODES[0]})")
-    up.add_argument("--k8s-version", default=binaries.DEFAULT_MINOR, metavar="V",
-                    help=f"Kubernetes version: {', '.join(binaries.RELEASES)} "
-                         f"(default {binaries.DEFAULT_MINOR})")
-    up.add_argument("--kube-bin", type=Path, metavar="DIR",
-                    help="use kube-apiserver, kube-scheduler and kube-controller-manager from "
-                         "DIR instead of building them")
-    up.add_argument("--apiserver-port", type=int, default=0, metavar="PORT",
-                    help="port of kube-apiserver on 127.0.0.1 (default: any free port)")
-    up.add_argument("--webhook-port", type=int, default=0, metavar="PORT",
-                    help="port of the webhook on 127.0.0.1 (default: any free port)")
-    up.add_argument("--webhook-policy", type=Path, metavar="FILE",
-                    help="the webhook's policy file (default: the built-in policy)")
-    up.add_argument("--partitionable-devices", choices=["default", "on", "off"],
-                    default="default",
-                    help="the DRAPartitionableDevices gate on every component (default: the "
-                         "release's: off up to 1.35, on from 1.36)")
-    up.add_argument("--extended-resources", action="store_true",
-                    help="also apply the DeviceClasses that serve nvidia.com/* extended "
-                         "resources (KEP-5004)")
-    up.add_argument("--static-layout", type=Path, metavar="FILE",
-                    help="passed to every agent: the MIG layout advertised when the apiserver "
-                         "has no partitionable devices (1.35, or --partitionable-devices off)")
-    up.add_argument("--install", choices=["kustomize", "helm"], default="kustomize",
-                    help="apply gpu-slicer's RBAC, policies, DeviceClasses and webhook "
-                         "configuration from deploy/base (default) or by `helm install` of "
-                         "deploy/helm/gpu-slicer (helm from the PATH, or built with Go)")
-    up.add_argument("--deploy-dir", type=Path, default=DEPLOY_DIR, metavar="DIR",
-                    help="the deploy/ folder whose RBAC, policies and DeviceClasses to apply")
+    up.add_argument(
+        "--state-dir",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="folder for the sandbox's files (new, empty, or an old sandbox's)",
+    )
+    up.add_argument(
+        "--node",
+        action="append",
+        metavar="NAME=GPUSPEC",
+        help="a node and its simulated GPUs, e.g. a100=A100-80GB:1 (repeatable; "
+        f"default {DEFAULT_NODES[0]})",
+    )
+    up.add_argument(
+        "--k8s-version",
+        default=binaries.DEFAULT_MINOR,
+        metavar="V",
+        help=f"Kubernetes version: {', '.join(binaries.RELEASES)} "
+        f"(default {binaries.DEFAULT_MINOR})",
+    )
+    up.add_argument(
+        "--kube-bin",
+        type=Path,
+        metavar="DIR",
+        help="use kube-apiserver, kube-scheduler and kube-controller-manager from "
+        "DIR instead of building them",
+    )
+    up.add_argument(
+        "--apiserver-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="port of kube-apiserver on 127.0.0.1 (default: any free port)",
+    )
+    up.add_argument(
+        "--webhook-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="port of the webhook on 127.0.0.1 (default: any free port)",
+    )
+    up.add_argument(
+        "--webhook-policy",
+        type=Path,
+        metavar="FILE",
+        help="the webhook's policy file (default: the built-in policy)",
+    )
+    up.add_argument(
+        "--partitionable-devices",
+        choices=["default", "on", "off"],
+        default="default",
+        help="the DRAPartitionableDevices gate on every component (default: the "
+        "release's: off up to 1.35, on from 1.36)",
+    )
+    up.add_argument(
+        "--extended-resources",
+        action="store_true",
+        help="also apply the DeviceClasses that serve nvidia.com/* extended resources (KEP-5004)",
+    )
+    up.add_argument(
+        "--static-layout",
+        type=Path,
+        metavar="FILE",
+        help="passed to every agent: the MIG layout advertised when the apiserver "
+        "has no partitionable devices (1.35, or --partitionable-devices off)",
+    )
+    up.add_argument(
+        "--install",
+        choices=["kustomize", "helm"],
+        default="kustomize",
+        help="apply gpu-slicer's RBAC, policies, DeviceClasses and webhook "
+        "configuration from deploy/base (default) or by `helm install` of "
+        "deploy/helm/gpu-slicer (helm from the PATH, or built with Go)",
+    )
+    up.add_argument(
+        "--deploy-dir",
+        type=Path,
+        default=DEPLOY_DIR,
+        metavar="DIR",
+        help="the deploy/ folder whose RBAC, policies and DeviceClasses to apply",
+    )
     up.set_defaults(func=run_up)
 
 
@@ -83,12 +135,19 @@ def settings_from(args: argparse.Namespace) -> Settings:
     binaries.release_for(args.k8s_version)
     gate = {"default": None, "on": True, "off": False}[args.partitionable_devices]
     return Settings(
-        state_dir=args.state_dir, nodes=nodes, k8s_version=args.k8s_version,
-        kube_bin=args.kube_bin, apiserver_port=args.apiserver_port,
-        webhook_port=args.webhook_port, webhook_policy=args.webhook_policy,
-        deploy_dir=args.deploy_dir, partitionable=gate,
-        extended_resources=args.extended_resources, install=args.install,
-        static_layout=args.static_layout)
+        state_dir=args.state_dir,
+        nodes=nodes,
+        k8s_version=args.k8s_version,
+        kube_bin=args.kube_bin,
+        apiserver_port=args.apiserver_port,
+        webhook_port=args.webhook_port,
+        webhook_policy=args.webhook_policy,
+        deploy_dir=args.deploy_dir,
+        partitionable=gate,
+        extended_resources=args.extended_resources,
+        install=args.install,
+        static_layout=args.static_layout,
+    )
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -120,7 +179,10 @@ def run_up(args: argparse.Namespace) -> int:
                 f"  export KUBECONFIG={ready['kubeconfig']}\n"
                 f"  kubectl label namespace default gpu-slicer.io/migration=enabled\n"
                 f"  gpu-slicer status\n"
-                "Ctrl-C stops everything.", file=sys.stderr, flush=True)
+                "Ctrl-C stops everything.",
+                file=sys.stderr,
+                flush=True,
+            )
             sandbox.supervise(stop)
     except UsageError as exc:
         print(f"gpu-slicer sandbox up: {exc}", file=sys.stderr)

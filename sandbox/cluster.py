@@ -37,18 +37,29 @@ FIELD_MANAGER = "gpu-slicer-sandbox"
 
 # The kinds of deploy/base the sandbox applies; the workloads (Deployment, DaemonSet, Service,
 # ...) are replaced by local processes.
-APPLIED_KINDS = frozenset({
-    "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass",
-})
+APPLIED_KINDS = frozenset(
+    {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "DeviceClass",
+    }
+)
 
 Obj = dict[str, Any]
 
 
 def api_client(kubeconfig: Path) -> k8s.ApiClient:
     configuration = k8s.Configuration()
-    k8s_config.load_kube_config(config_file=str(kubeconfig),  # type: ignore[no-untyped-call]
-                                client_configuration=configuration)
+    k8s_config.load_kube_config(
+        config_file=str(kubeconfig),  # type: ignore[no-untyped-call]
+        client_configuration=configuration,
+    )
     return k8s.ApiClient(configuration)
 
 
@@ -63,13 +74,19 @@ def deploy_objects(deploy_dir: Path, *, extended_resources: bool = False) -> lis
     base = deploy_dir / "base"
     kustomization = base / "kustomization.yaml"
     if not kustomization.is_file():
-        raise UsageError(f"--deploy-dir {deploy_dir}: no base/kustomization.yaml (point it at "
-                         "the deploy/ folder of a gpu-slicer checkout)")
+        raise UsageError(
+            f"--deploy-dir {deploy_dir}: no base/kustomization.yaml (point it at "
+            "the deploy/ folder of a gpu-slicer checkout)"
+        )
     files = [base / name for name in yaml.safe_load(kustomization.read_text())["resources"]]
     if extended_resources:
         component = deploy_dir / "components" / "extended-resources"
-        files += [component / name for name in sorted(
-            p.name for p in component.glob("*.yaml") if p.name != "kustomization.yaml")]
+        files += [
+            component / name
+            for name in sorted(
+                p.name for p in component.glob("*.yaml") if p.name != "kustomization.yaml"
+            )
+        ]
     objects: list[Obj] = []
     for path in files:
         objects += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
@@ -83,7 +100,9 @@ def webhook_configuration(objects: Iterable[Obj], *, url: str, ca_bundle: bytes)
             config = copy.deepcopy(obj)
             for webhook in config["webhooks"]:
                 webhook["clientConfig"] = {
-                    "url": url, "caBundle": base64.b64encode(ca_bundle).decode()}
+                    "url": url,
+                    "caBundle": base64.b64encode(ca_bundle).decode(),
+                }
             return config
     raise UsageError("deploy/base has no MutatingWebhookConfiguration")
 
@@ -125,68 +144,116 @@ class ClusterSetup:
         while True:
             try:
                 resource = self.dynamic.resources.get(
-                    api_version=obj["apiVersion"], kind=obj["kind"])
+                    api_version=obj["apiVersion"], kind=obj["kind"]
+                )
                 resource_ns = obj["metadata"].get("namespace") if resource.namespaced else None
                 self.dynamic.server_side_apply(  # type: ignore[no-untyped-call]
-                    resource, body=obj, namespace=resource_ns,
-                    field_manager=FIELD_MANAGER, force_conflicts=True)
+                    resource,
+                    body=obj,
+                    namespace=resource_ns,
+                    field_manager=FIELD_MANAGER,
+                    force_conflicts=True,
+                )
                 return
             except ApiException as exc:
                 if time.monotonic() > deadline:
                     raise StartupError(
                         f"cannot apply {obj['kind']} {obj['metadata']['name']}: "
-                        f"{exc.status} {exc.reason}: {exc.body}") from exc
+                        f"{exc.status} {exc.reason}: {exc.body}"
+                    ) from exc
                 time.sleep(0.5)
 
     def create_node(self, name: str, labels: dict[str, str]) -> None:
         """A Node that is Ready and schedulable, as a kubelet would register it."""
-        node = k8s.V1Node(metadata=k8s.V1ObjectMeta(
-            name=name, labels={"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                               "kubernetes.io/arch": "amd64", **labels}))
+        node = k8s.V1Node(
+            metadata=k8s.V1ObjectMeta(
+                name=name,
+                labels={
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    **labels,
+                },
+            )
+        )
         self.core.create_node(node)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
-        status = {"status": {
-            "capacity": resources, "allocatable": resources,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "gpu-slicer sandbox kubelet stand-in",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
-                          {"type": "Hostname", "address": name}],
-            "nodeInfo": {"kubeletVersion": "v1.36.0-sandbox", "kubeProxyVersion": "",
-                         "operatingSystem": "linux", "architecture": "amd64",
-                         "containerRuntimeVersion": "sandbox://0", "kernelVersion": "",
-                         "osImage": "gpu-slicer sandbox", "machineID": name,
-                         "systemUUID": name, "bootID": name},
-        }}
+        status = {
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "gpu-slicer sandbox kubelet stand-in",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+                "addresses": [
+                    {"type": "InternalIP", "address": "127.0.0.1"},
+                    {"type": "Hostname", "address": name},
+                ],
+                "nodeInfo": {
+                    "kubeletVersion": "v1.36.0-sandbox",
+                    "kubeProxyVersion": "",
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                    "containerRuntimeVersion": "sandbox://0",
+                    "kernelVersion": "",
+                    "osImage": "gpu-slicer sandbox",
+                    "machineID": name,
+                    "systemUUID": name,
+                    "bootID": name,
+                },
+            }
+        }
         self.core.patch_node_status(name, status)
 
     def agent_pod(self, node: str) -> Obj:
         """The Pod an agent's token is bound to: it stands for the DaemonSet's pod on ``node``."""
         pod = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"gpu-slicer-agent-{node}", "namespace": NAMESPACE,
-                         "labels": {"app.kubernetes.io/name": "gpu-slicer",
-                                    "app.kubernetes.io/component": "agent"}},
-            "spec": {"nodeName": node, "serviceAccountName": AGENT_SA,
-                     "automountServiceAccountToken": False,
-                     "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "agent", "image": "gpu-slicer:sandbox"}]},
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"gpu-slicer-agent-{node}",
+                "namespace": NAMESPACE,
+                "labels": {
+                    "app.kubernetes.io/name": "gpu-slicer",
+                    "app.kubernetes.io/component": "agent",
+                },
+            },
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": AGENT_SA,
+                "automountServiceAccountToken": False,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "agent", "image": "gpu-slicer:sandbox"}],
+            },
         }
-        return serialize(self.client, self.core.create_namespaced_pod(
-            NAMESPACE, pod))  # type: ignore[arg-type]
+        return serialize(self.client, self.core.create_namespaced_pod(NAMESPACE, pod))  # type: ignore[arg-type]
 
-    def token(self, service_account: str, *, bound_pod: Obj | None = None,
-              seconds: int = 7 * 24 * 3600) -> str:
+    def token(
+        self, service_account: str, *, bound_pod: Obj | None = None, seconds: int = 7 * 24 * 3600
+    ) -> str:
         """A ServiceAccount token; bound to ``bound_pod`` it carries the pod's node name."""
         spec: dict[str, Any] = {"expirationSeconds": seconds}
         if bound_pod is not None:
-            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod",
-                                      "name": bound_pod["metadata"]["name"],
-                                      "uid": bound_pod["metadata"]["uid"]}
+            spec["boundObjectRef"] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": bound_pod["metadata"]["name"],
+                "uid": bound_pod["metadata"]["uid"],
+            }
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         response = self.core.create_namespaced_service_account_token(
-            service_account, NAMESPACE, body)  # type: ignore[arg-type]
+            service_account,
+            NAMESPACE,
+            body,  # type: ignore[arg-type]
+        )
         if response.status is None:
             raise StartupError(f"the apiserver issued no token for {service_account}")
         return str(response.status.token)

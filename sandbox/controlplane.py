@@ -71,54 +71,100 @@ class ControlPlane:
     def start(self) -> None:
         """Starts etcd, the apiserver, then the controller manager and the scheduler."""
         etcd_port = free_port()
-        etcd = Component("etcd", [
-            str(self.bins.path("etcd")), "--data-dir", str(self.state_dir / "etcd"),
-            "--listen-client-url", f"http://127.0.0.1:{etcd_port}",
-            "--listen-peer-url", f"http://127.0.0.1:{free_port()}",
-        ], log_dir=self.log_dir)
+        etcd = Component(
+            "etcd",
+            [
+                str(self.bins.path("etcd")),
+                "--data-dir",
+                str(self.state_dir / "etcd"),
+                "--listen-client-url",
+                f"http://127.0.0.1:{etcd_port}",
+                "--listen-peer-url",
+                f"http://127.0.0.1:{free_port()}",
+            ],
+            log_dir=self.log_dir,
+        )
         self._launch(etcd, lambda: "etcd ready" in etcd.log_tail(50), "a ready etcd", 60)
 
         admin = self.state_dir / "pki" / "admin"
-        client_kubeconfig(self.pki, self.admin_kubeconfig(), server=self.server,
-                          user="sandbox-admin", groups=["system:masters"], pair_files=admin)
-        apiserver = Component("kube-apiserver", self._apiserver_args(etcd_port),
-                              log_dir=self.log_dir)
-        self._launch(apiserver, lambda: https_ok(
-            f"{self.server}/readyz", ca=self.pki.ca_cert,
-            client_cert=(admin.with_suffix(".crt"), admin.with_suffix(".key"))),
-            "a ready /readyz", 120)
+        client_kubeconfig(
+            self.pki,
+            self.admin_kubeconfig(),
+            server=self.server,
+            user="sandbox-admin",
+            groups=["system:masters"],
+            pair_files=admin,
+        )
+        apiserver = Component(
+            "kube-apiserver", self._apiserver_args(etcd_port), log_dir=self.log_dir
+        )
+        self._launch(
+            apiserver,
+            lambda: https_ok(
+                f"{self.server}/readyz",
+                ca=self.pki.ca_cert,
+                client_cert=(admin.with_suffix(".crt"), admin.with_suffix(".key")),
+            ),
+            "a ready /readyz",
+            120,
+        )
 
         kcm_config = client_kubeconfig(
-            self.pki, self.state_dir / "kubeconfigs" / "kube-controller-manager",
-            server=self.server, user="system:kube-controller-manager", groups=[])
-        kcm = Component("kube-controller-manager", [
-            str(self.bins.path("kube-controller-manager")),
-            f"--kubeconfig={kcm_config}", f"--authentication-kubeconfig={kcm_config}",
-            f"--authorization-kubeconfig={kcm_config}",
-            "--leader-elect=false", "--controllers=*,-node-lifecycle-controller",
-            "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={self.pki.sa_key}",
-            f"--root-ca-file={self.pki.ca_cert}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-            *_gates_flag(self.gates),
-        ], log_dir=self.log_dir)
+            self.pki,
+            self.state_dir / "kubeconfigs" / "kube-controller-manager",
+            server=self.server,
+            user="system:kube-controller-manager",
+            groups=[],
+        )
+        kcm = Component(
+            "kube-controller-manager",
+            [
+                str(self.bins.path("kube-controller-manager")),
+                f"--kubeconfig={kcm_config}",
+                f"--authentication-kubeconfig={kcm_config}",
+                f"--authorization-kubeconfig={kcm_config}",
+                "--leader-elect=false",
+                "--controllers=*,-node-lifecycle-controller",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.pki.sa_key}",
+                f"--root-ca-file={self.pki.ca_cert}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                *_gates_flag(self.gates),
+            ],
+            log_dir=self.log_dir,
+        )
         scheduler_config = client_kubeconfig(
-            self.pki, self.state_dir / "kubeconfigs" / "kube-scheduler",
-            server=self.server, user="system:kube-scheduler", groups=[])
+            self.pki,
+            self.state_dir / "kubeconfigs" / "kube-scheduler",
+            server=self.server,
+            user="system:kube-scheduler",
+            groups=[],
+        )
         settings = self.state_dir / "kube-scheduler.yaml"
-        settings.write_text(yaml.safe_dump({
-            "apiVersion": "kubescheduler.config.k8s.io/v1",
-            "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(scheduler_config)},
-            "leaderElection": {"leaderElect": False},
-        }))
-        scheduler = Component("kube-scheduler", [
-            str(self.bins.path("kube-scheduler")), f"--config={settings}",
-            f"--authentication-kubeconfig={scheduler_config}",
-            f"--authorization-kubeconfig={scheduler_config}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-            *_gates_flag(self.gates),
-        ], log_dir=self.log_dir)
+        settings.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(scheduler_config)},
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        scheduler = Component(
+            "kube-scheduler",
+            [
+                str(self.bins.path("kube-scheduler")),
+                f"--config={settings}",
+                f"--authentication-kubeconfig={scheduler_config}",
+                f"--authorization-kubeconfig={scheduler_config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                *_gates_flag(self.gates),
+            ],
+            log_dir=self.log_dir,
+        )
         for component in (kcm, scheduler):
             component.start()
             self.components.append(component)
@@ -131,7 +177,8 @@ class ControlPlane:
         return [
             str(self.bins.path("kube-apiserver")),
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
             f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.state_dir / 'apiserver'}",
             f"--tls-cert-file={self.pki.serving_cert}",
@@ -151,8 +198,9 @@ class ControlPlane:
             *_gates_flag(self.gates),
         ]
 
-    def _launch(self, component: Component, ready: Callable[[], bool], what: str,
-                timeout: float) -> None:
+    def _launch(
+        self, component: Component, ready: Callable[[], bool], what: str, timeout: float
+    ) -> None:
         component.start()
         self.components.append(component)
         component.wait_ready(ready, timeout_s=timeout, what=what)
@@ -169,4 +217,3 @@ class ControlPlane:
         """
         stop_all([c for c in self.components if c.name != "etcd"], timeout_s=5)
         stop_all([c for c in self.components if c.name == "etcd"])
-

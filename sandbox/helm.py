@@ -63,22 +63,42 @@ def _build(target: Path) -> None:
     # As helm's own Makefile does: without the Kubernetes version of the client-go it was built
     # with, helm assumes 1.20 for `template` and `lint` and refuses charts that need newer.
     major, minor = _client_go_version()
-    ldflags = " ".join([
-        "-s", "-w",
-        f"-X {MODULE_PATH}/internal/version.version={version}",
-        *(f"-X {MODULE_PATH}/pkg/{pkg}.k8sVersionMajor={major}"
-          for pkg in ("chartutil", "lint/rules")),
-        *(f"-X {MODULE_PATH}/pkg/{pkg}.k8sVersionMinor={minor}"
-          for pkg in ("chartutil", "lint/rules")),
-    ])
+    ldflags = " ".join(
+        [
+            "-s",
+            "-w",
+            f"-X {MODULE_PATH}/internal/version.version={version}",
+            *(
+                f"-X {MODULE_PATH}/pkg/{pkg}.k8sVersionMajor={major}"
+                for pkg in ("chartutil", "lint/rules")
+            ),
+            *(
+                f"-X {MODULE_PATH}/pkg/{pkg}.k8sVersionMinor={minor}"
+                for pkg in ("chartutil", "lint/rules")
+            ),
+        ]
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / "helm"
         env = {**os.environ, "CGO_ENABLED": "0"}
         result = subprocess.run(
-            [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(out),
-             f"{MODULE_PATH}/cmd/helm"],
-            cwd=MODULE, env=env, capture_output=True, text=True, check=False, timeout=3600,
+            [
+                go,
+                "build",
+                "-trimpath",
+                "-ldflags",
+                ldflags,
+                "-o",
+                str(out),
+                f"{MODULE_PATH}/cmd/helm",
+            ],
+            cwd=MODULE,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=3600,
         )
         if result.returncode != 0:
             raise HelmUnavailable(f"building helm {version} failed:\n{result.stderr[-4000:]}")

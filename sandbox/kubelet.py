@@ -121,7 +121,8 @@ class Registrar:
         with self._lock:
             for name, plugin in list(self.plugins.items()):
                 if plugin.socket_id and not any(
-                        _same_socket(Path(s), plugin.socket_id) for s in seen):
+                    _same_socket(Path(s), plugin.socket_id) for s in seen
+                ):
                     log.info("DRA plugin socket gone", extra={"driver": name})
                     del self.plugins[name]
 
@@ -135,23 +136,34 @@ class Registrar:
             if info.type != "DRAPlugin":
                 problem = f"plugin type {info.type!r} is not DRAPlugin"
             elif version is None:
-                problem = (f"none of the versions {list(info.supported_versions)} is supported "
-                           f"(kubelet speaks {', '.join(SUPPORTED)})")
-            stub.NotifyRegistrationStatus(pluginregistration_pb2.RegistrationStatus(
-                plugin_registered=problem is None, error=problem or ""), timeout=5)
+                problem = (
+                    f"none of the versions {list(info.supported_versions)} is supported "
+                    f"(kubelet speaks {', '.join(SUPPORTED)})"
+                )
+            stub.NotifyRegistrationStatus(
+                pluginregistration_pb2.RegistrationStatus(
+                    plugin_registered=problem is None, error=problem or ""
+                ),
+                timeout=5,
+            )
             if problem is not None:
                 log.warning("DRA plugin refused", extra={"socket": str(path), "problem": problem})
                 return
             assert version is not None
             with self._lock:
-                self.plugins[info.name] = Plugin(info.name, info.endpoint or str(path),
-                                                 version, socket_id)
+                self.plugins[info.name] = Plugin(
+                    info.name, info.endpoint or str(path), version, socket_id
+                )
                 self.registrations += 1
-            log.info("DRA plugin registered",
-                     extra={"driver": info.name, "endpoint": info.endpoint, "version": version})
+            log.info(
+                "DRA plugin registered",
+                extra={"driver": info.name, "endpoint": info.endpoint, "version": version},
+            )
         except grpc.RpcError as exc:
-            log.debug("registration socket not answering yet",
-                      extra={"socket": str(path), "error": str(exc)})
+            log.debug(
+                "registration socket not answering yet",
+                extra={"socket": str(path), "error": str(exc)},
+            )
         finally:
             channel.close()
 
@@ -174,10 +186,9 @@ def claim_names(pod: Obj) -> list[tuple[str, str | None]]:
     A template's entry in ``resourceClaimStatuses`` with no ``resourceClaimName`` means no
     claim was needed; such entries are left out.
     """
-    statuses = {s["name"]: s for s in (pod.get("status") or {}).get(
-        "resourceClaimStatuses") or []}
+    statuses = {s["name"]: s for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
     found: list[tuple[str, str | None]] = []
-    for pod_claim in (pod["spec"].get("resourceClaims") or []):
+    for pod_claim in pod["spec"].get("resourceClaims") or []:
         name = pod_claim["name"]
         if pod_claim.get("resourceClaimName"):
             found.append((name, pod_claim["resourceClaimName"]))
@@ -197,8 +208,9 @@ def base_request(name: str) -> str:
     return name.split("/", 1)[0]
 
 
-def container_device_ids(pod: Obj, container: Obj, prepared: dict[str, PreparedClaim],
-                         names: dict[str, str]) -> list[str]:
+def container_device_ids(
+    pod: Obj, container: Obj, prepared: dict[str, PreparedClaim], names: dict[str, str]
+) -> list[str]:
     """The CDI ids a container gets: the devices of the claims (and requests) it references."""
     ids: list[str] = []
     for ref in (container.get("resources") or {}).get("claims") or []:
@@ -258,8 +270,9 @@ class KubeletStandIn:
     def start(self) -> None:
         self.runtime_dir.mkdir(parents=True, exist_ok=True)
         for name, target in (("watch", self._watch_pods), ("sync", self._sync_loop)):
-            thread = threading.Thread(target=target, name=f"kubelet-{self.node}-{name}",
-                                      daemon=True)
+            thread = threading.Thread(
+                target=target, name=f"kubelet-{self.node}-{name}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -277,8 +290,10 @@ class KubeletStandIn:
             try:
                 stream = k8s_watch.Watch().stream(  # type: ignore[no-untyped-call]
                     self.core.list_pod_for_all_namespaces,
-                    field_selector=f"spec.nodeName={self.node}", timeout_seconds=30,
-                    _request_timeout=40)
+                    field_selector=f"spec.nodeName={self.node}",
+                    timeout_seconds=30,
+                    _request_timeout=40,
+                )
                 for _event in stream:
                     self._wake.set()
                     if self._stop.is_set():
@@ -308,11 +323,18 @@ class KubeletStandIn:
             if pod["metadata"].get("deletionTimestamp"):
                 self._terminate(pod)
             elif uid not in self.started and (pod.get("status") or {}).get("phase") in (
-                    None, "Pending", "Running"):
+                None,
+                "Pending",
+                "Running",
+            ):
                 if time.monotonic() >= self._not_before.get(uid, 0.0):
                     self._try_start(pod)
-        known = (set(self.started) | set(self._not_before) | set(self._reported)
-                 | {u for c in self.claims.values() for u in c.pods})
+        known = (
+            set(self.started)
+            | set(self._not_before)
+            | set(self._reported)
+            | {u for c in self.claims.values() for u in c.pods}
+        )
         for uid in known - live:
             self._forget(uid)
 
@@ -336,18 +358,22 @@ class KubeletStandIn:
         by_driver: dict[str, list[Obj]] = {}
         for pod_claim, claim_name in claim_names(pod):
             if claim_name is None:
-                raise PodNotReady(f"the ResourceClaim of pod claim {pod_claim!r} is not "
-                                  "created yet")
+                raise PodNotReady(
+                    f"the ResourceClaim of pod claim {pod_claim!r} is not created yet"
+                )
             try:
-                claim = serialize(self.api,
-                    self.resource.read_namespaced_resource_claim(claim_name, namespace))
+                claim = serialize(
+                    self.api, self.resource.read_namespaced_resource_claim(claim_name, namespace)
+                )
             except ApiException as exc:
-                raise PodNotReady(f"cannot read ResourceClaim {namespace}/{claim_name}: "
-                                  f"{exc.status} {exc.reason}") from None
+                raise PodNotReady(
+                    f"cannot read ResourceClaim {namespace}/{claim_name}: {exc.status} {exc.reason}"
+                ) from None
             status = claim.get("status") or {}
             if not any(r.get("uid") == uid for r in status.get("reservedFor") or []):
-                raise PodNotReady(f"ResourceClaim {namespace}/{claim_name} is not reserved "
-                                  "for this pod")
+                raise PodNotReady(
+                    f"ResourceClaim {namespace}/{claim_name} is not reserved for this pod"
+                )
             results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
             names[pod_claim] = claim_name
             for driver in {r["driver"] for r in results}:
@@ -361,27 +387,39 @@ class KubeletStandIn:
         if plugin is None:
             raise PodNotReady(f"DRA driver {driver} is not registered on node {self.node}")
         pb, stub, channel = plugin.prepare_stub()
-        request = pb.NodePrepareResourcesRequest(claims=[
-            pb.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"],
-                     name=c["metadata"]["name"]) for c in claims])
+        request = pb.NodePrepareResourcesRequest(
+            claims=[
+                pb.Claim(
+                    namespace=c["metadata"]["namespace"],
+                    uid=c["metadata"]["uid"],
+                    name=c["metadata"]["name"],
+                )
+                for c in claims
+            ]
+        )
         try:
             response = stub.NodePrepareResources(request, timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
-            raise PodNotReady(f"NodePrepareResources on {driver}: {exc.code().name}: "
-                              f"{exc.details()}") from None
+            raise PodNotReady(
+                f"NodePrepareResources on {driver}: {exc.code().name}: {exc.details()}"
+            ) from None
         finally:
             channel.close()
         for claim in claims:
             claim_uid = claim["metadata"]["uid"]
             if claim_uid not in response.claims:
-                raise PodNotReady(f"{driver} returned no result for claim "
-                                  f"{claim['metadata']['name']}")
+                raise PodNotReady(
+                    f"{driver} returned no result for claim {claim['metadata']['name']}"
+                )
             answer = response.claims[claim_uid]
             if answer.error:
-                raise PodNotReady(f"{driver} could not prepare claim "
-                                  f"{claim['metadata']['name']}: {answer.error}")
-            entry = self.claims.setdefault(claim_uid, PreparedClaim(
-                claim["metadata"]["namespace"], claim["metadata"]["name"], set()))
+                raise PodNotReady(
+                    f"{driver} could not prepare claim {claim['metadata']['name']}: {answer.error}"
+                )
+            entry = self.claims.setdefault(
+                claim_uid,
+                PreparedClaim(claim["metadata"]["namespace"], claim["metadata"]["name"], set()),
+            )
             entry.drivers.add(driver)
             entry.pods.add(pod_uid)
             for device in answer.devices:
@@ -391,17 +429,20 @@ class KubeletStandIn:
 
     def _run_containers(self, pod: Obj, names: dict[str, str]) -> None:
         """Each container's CDI devices injected into its OCI spec, as the runtime would."""
-        prepared = {c.name: c for c in self.claims.values()
-                    if pod["metadata"]["uid"] in c.pods}
+        prepared = {c.name: c for c in self.claims.values() if pod["metadata"]["uid"] in c.pods}
         spec = pod["spec"]
         for container in (spec.get("initContainers") or []) + spec["containers"]:
             ids = container_device_ids(pod, container, prepared, names)
-            record: Obj = {"pod": pod["metadata"]["name"], "container": container["name"],
-                           "cdiDevices": ids}
+            record: Obj = {
+                "pod": pod["metadata"]["name"],
+                "container": container["name"],
+                "cdiDevices": ids,
+            }
             if ids and self.cdi_inject is not None:
                 record.update(self._inject(ids))
-            path = self.runtime_dir / (f"{pod['metadata']['namespace']}_"
-                                       f"{pod['metadata']['name']}_{container['name']}.json")
+            path = self.runtime_dir / (
+                f"{pod['metadata']['namespace']}_{pod['metadata']['name']}_{container['name']}.json"
+            )
             path.write_text(json.dumps(record, indent=2))
 
     def _inject(self, ids: list[str]) -> Obj:
@@ -415,31 +456,48 @@ class KubeletStandIn:
         except json.JSONDecodeError:
             output = {"error": result.stderr.strip() or f"exit {result.returncode}"}
         if output.get("error"):
-            message = (f"CDI injection of {', '.join(ids)} failed: {output['error']}"
-                       + "".join(f"\n  {e}" for e in output.get("specErrors") or []))
+            message = f"CDI injection of {', '.join(ids)} failed: {output['error']}" + "".join(
+                f"\n  {e}" for e in output.get("specErrors") or []
+            )
             self.on_error(message)
             raise PodNotReady(message)
-        return {"ociSpec": output["spec"],
-                "standInDeviceNodes": output.get("standInDeviceNodes") or []}
+        return {
+            "ociSpec": output["spec"],
+            "standInDeviceNodes": output.get("standInDeviceNodes") or [],
+        }
 
     def _mark_running(self, pod: Obj) -> None:
         now = _now()
         spec = pod["spec"]
-        conditions = [{"type": t, "status": "True", "lastTransitionTime": now} for t in (
-            "PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
-            "PodScheduled")]
+        conditions = [
+            {"type": t, "status": "True", "lastTransitionTime": now}
+            for t in (
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled",
+            )
+        ]
         status = {
-            "phase": "Running", "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
-            "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}], "startTime": now,
+            "phase": "Running",
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": now,
             "conditions": conditions,
-            "initContainerStatuses": [_container_status(c, now, done=True)
-                                      for c in spec.get("initContainers") or []],
-            "containerStatuses": [_container_status(c, now, done=False)
-                                  for c in spec["containers"]],
+            "initContainerStatuses": [
+                _container_status(c, now, done=True) for c in spec.get("initContainers") or []
+            ],
+            "containerStatuses": [
+                _container_status(c, now, done=False) for c in spec["containers"]
+            ],
         }
         try:
             self.core.patch_namespaced_pod_status(
-                pod["metadata"]["name"], pod["metadata"]["namespace"], {"status": status})
+                pod["metadata"]["name"], pod["metadata"]["namespace"], {"status": status}
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -451,9 +509,12 @@ class KubeletStandIn:
         self._forget(uid)
         try:
             self.core.delete_namespaced_pod(
-                pod["metadata"]["name"], pod["metadata"]["namespace"],
-                body=k8s.V1DeleteOptions(grace_period_seconds=0,
-                                         preconditions=k8s.V1Preconditions(uid=uid)))
+                pod["metadata"]["name"],
+                pod["metadata"]["namespace"],
+                body=k8s.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=k8s.V1Preconditions(uid=uid)
+                ),
+            )
         except ApiException as exc:
             if exc.status not in (404, 409):
                 raise
@@ -484,11 +545,15 @@ class KubeletStandIn:
             return
         pb, stub, channel = plugin.prepare_stub()
         try:
-            response = stub.NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[
-                pb.Claim(namespace=claim.namespace, uid=claim_uid, name=claim.name)]),
-                timeout=RPC_TIMEOUT_S)
-            error = response.claims[claim_uid].error if claim_uid in response.claims else \
-                "no result"
+            response = stub.NodeUnprepareResources(
+                pb.NodeUnprepareResourcesRequest(
+                    claims=[pb.Claim(namespace=claim.namespace, uid=claim_uid, name=claim.name)]
+                ),
+                timeout=RPC_TIMEOUT_S,
+            )
+            error = (
+                response.claims[claim_uid].error if claim_uid in response.claims else "no result"
+            )
         except grpc.RpcError as exc:
             error = f"{exc.code().name}: {exc.details()}"
         finally:
@@ -506,13 +571,24 @@ class KubeletStandIn:
         meta = pod["metadata"]
         event = {
             # Named as the kubelet's event recorder names them: <object>.<unix nanoseconds>.
-            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}",
-                         "namespace": meta["namespace"]},
-            "involvedObject": {"kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
-                               "uid": uid, "apiVersion": "v1"},
-            "reason": reason, "message": message, "type": "Warning",
+            "metadata": {
+                "name": f"{meta['name']}.{time.time_ns():x}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "kind": "Pod",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": uid,
+                "apiVersion": "v1",
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
             "source": {"component": "kubelet", "host": self.node},
-            "firstTimestamp": _now(), "lastTimestamp": _now(), "count": 1,
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "count": 1,
         }
         try:
             self.core.create_namespaced_event(meta["namespace"], event)  # type: ignore[arg-type]
@@ -521,12 +597,21 @@ class KubeletStandIn:
 
 
 def _container_status(container: Obj, now: str, *, done: bool) -> Obj:
-    state: Obj = ({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now,
-                                  "finishedAt": now}}
-                  if done else {"running": {"startedAt": now}})
-    return {"name": container["name"], "image": container.get("image", ""), "imageID": "",
-            "containerID": f"sandbox://{os.urandom(6).hex()}", "ready": not done,
-            "started": not done, "restartCount": 0, "state": state}
+    state: Obj = (
+        {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}
+        if done
+        else {"running": {"startedAt": now}}
+    )
+    return {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "imageID": "",
+        "containerID": f"sandbox://{os.urandom(6).hex()}",
+        "ready": not done,
+        "started": not done,
+        "restartCount": 0,
+        "state": state,
+    }
 
 
 def _now() -> str:

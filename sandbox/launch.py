@@ -26,21 +26,28 @@ def output_of(folder: Path) -> Path:
     return folder.parent / f"{folder.name}.out"
 
 
-def launch(folder: Path, nodes: Mapping[str, str], *extra: str,
-           env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+def launch(
+    folder: Path, nodes: Mapping[str, str], *extra: str, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Starts the sandbox in ``folder`` with ``nodes`` (name -> GPU spec) and flags ``extra``."""
     argv = [sys.executable, "-m", "cli.main", "sandbox", "up", "--state-dir", str(folder)]
     for name, gpus in nodes.items():
         argv += ["--node", f"{name}={gpus}"]
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(output_of(folder), "wb") as out:
-        return subprocess.Popen([*argv, *extra], stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, cwd=ROOT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [*argv, *extra],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+            start_new_session=True,
+        )
 
 
-def wait_ready(folder: Path, process: subprocess.Popen[bytes],
-               timeout_s: float = 180) -> dict[str, Any]:
+def wait_ready(
+    folder: Path, process: subprocess.Popen[bytes], timeout_s: float = 180
+) -> dict[str, Any]:
     """The ``ready`` record, once written; StartupError (with the output's tail) otherwise."""
     deadline = time.monotonic() + timeout_s
     while not (folder / "ready").exists():

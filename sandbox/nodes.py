@@ -28,8 +28,10 @@ def parse_node(text: str) -> NodeSpec:
     if not sep or not name:
         raise UsageError(f"--node {text!r} is not NAME=GPUSPEC (e.g. gpu-node-1=H100-80GB:2)")
     if len(name) > 63 or not _NODE_NAME.match(name):
-        raise UsageError(f"--node {text!r}: {name!r} is not a valid node name (lower-case "
-                         "letters, digits and '-', at most 63 characters)")
+        raise UsageError(
+            f"--node {text!r}: {name!r} is not a valid node name (lower-case "
+            "letters, digits and '-', at most 63 characters)"
+        )
     try:
         parse_gpu_spec(spec)
     except GpuSpecError as exc:

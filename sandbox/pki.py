@@ -64,16 +64,31 @@ def create(folder: Path) -> Pki:
     serving = new_leaf(ca, ["127.0.0.1", "localhost", "kubernetes.default.svc"], days=_DAYS)
     _write_pair(serving, pki.serving_cert, pki.serving_key)
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    _write_private(pki.sa_key, sa.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()))
-    pki.sa_pub.write_bytes(sa.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    _write_private(
+        pki.sa_key,
+        sa.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+    pki.sa_pub.write_bytes(
+        sa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     return pki
 
 
-def client_kubeconfig(pki: Pki, path: Path, *, server: str, user: str,
-                      groups: list[str], pair_files: Path | None = None) -> Path:
+def client_kubeconfig(
+    pki: Pki,
+    path: Path,
+    *,
+    server: str,
+    user: str,
+    groups: list[str],
+    pair_files: Path | None = None,
+) -> Path:
     """A kubeconfig that authenticates as ``user`` in ``groups`` by client certificate.
 
     With ``pair_files``, the certificate and key are also written to ``<stem>.crt`` and
@@ -84,8 +99,10 @@ def client_kubeconfig(pki: Pki, path: Path, *, server: str, user: str,
     if pair_files is not None:
         pair_files.parent.mkdir(parents=True, exist_ok=True)
         _write_pair(leaf, pair_files.with_suffix(".crt"), pair_files.with_suffix(".key"))
-    credentials = {"client-certificate-data": _b64(leaf.cert_pem),
-                   "client-key-data": _b64(leaf.key_pem)}
+    credentials = {
+        "client-certificate-data": _b64(leaf.cert_pem),
+        "client-key-data": _b64(leaf.key_pem),
+    }
     return _write_kubeconfig(pki, path, server=server, user=user, credentials=credentials)
 
 
@@ -94,13 +111,21 @@ def token_kubeconfig(pki: Pki, path: Path, *, server: str, user: str, token: str
     return _write_kubeconfig(pki, path, server=server, user=user, credentials={"token": token})
 
 
-def _write_kubeconfig(pki: Pki, path: Path, *, server: str, user: str,
-                      credentials: dict[str, str]) -> Path:
+def _write_kubeconfig(
+    pki: Pki, path: Path, *, server: str, user: str, credentials: dict[str, str]
+) -> Path:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "sandbox", "cluster": {
-            "server": server, "certificate-authority-data": _b64(pki.ca_cert.read_bytes())}}],
+        "clusters": [
+            {
+                "name": "sandbox",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": _b64(pki.ca_cert.read_bytes()),
+                },
+            }
+        ],
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": user}}],
         "current-context": "sandbox",
@@ -154,4 +179,3 @@ def _load_key(path: Path) -> ec.EllipticCurvePrivateKey:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-

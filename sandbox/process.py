@@ -23,8 +23,9 @@ from sandbox.errors import StartupError, UsageError
 class Component:
     """One child process: a control-plane binary, the webhook or an agent."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, log_dir: Path,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], *, log_dir: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_dir / f"{name}.log"
@@ -42,8 +43,12 @@ class Component:
             log.write(f"--- starting {' '.join(self.argv)}\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **(self.env or {})}, start_new_session=True,
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(self.env or {})},
+                start_new_session=True,
             )
 
     def alive(self) -> bool:
@@ -78,15 +83,18 @@ class Component:
             if not self.alive():
                 raise StartupError(
                     f"{self.name} exited with code {self.exit_code()} before {what}; "
-                    f"see {self.log_path}:\n{self.log_tail()}")
+                    f"see {self.log_path}:\n{self.log_tail()}"
+                )
             try:
                 if check():
                     return
             except OSError:
                 pass
             time.sleep(0.2)
-        raise StartupError(f"{self.name}: no {what} after {timeout_s:.0f} s; see {self.log_path}"
-                           f":\n{self.log_tail()}")
+        raise StartupError(
+            f"{self.name}: no {what} after {timeout_s:.0f} s; see {self.log_path}"
+            f":\n{self.log_tail()}"
+        )
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -143,6 +151,7 @@ def check_port_free(port: int, flag: str) -> int:
         try:
             sock.bind(("127.0.0.1", port))
         except OSError as exc:
-            raise UsageError(f"{flag} {port}: 127.0.0.1:{port} is not free ({exc.strerror})") \
-                from None
+            raise UsageError(
+                f"{flag} {port}: 127.0.0.1:{port} is not free ({exc.strerror})"
+            ) from None
     return port

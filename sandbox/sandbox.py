@@ -87,14 +87,18 @@ def check_state_dir(folder: Path, nodes: list[NodeSpec]) -> None:
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--state-dir {folder} is a file, not a folder")
     if folder.is_dir() and any(folder.iterdir()) and not (folder / MARKER).exists():
-        raise UsageError(f"--state-dir {folder} is not empty and not a sandbox's folder; "
-                         "choose a new or empty folder")
+        raise UsageError(
+            f"--state-dir {folder} is not empty and not a sandbox's folder; "
+            "choose a new or empty folder"
+        )
     longest = max(len(n.name) for n in nodes)
     sock = folder.resolve() / "nodes" / ("x" * longest) / "plugins" / "gpu-slicer.io" / "dra.sock"
     if len(str(sock).encode()) > SOCKET_LIMIT:
-        raise UsageError(f"--state-dir {folder}: the agents' socket paths would be "
-                         f"{len(str(sock).encode())} bytes, over the kernel's limit of "
-                         f"{SOCKET_LIMIT}; choose a shorter folder")
+        raise UsageError(
+            f"--state-dir {folder}: the agents' socket paths would be "
+            f"{len(str(sock).encode())} bytes, over the kernel's limit of "
+            f"{SOCKET_LIMIT}; choose a shorter folder"
+        )
     lock = folder / "sandbox.pid"
     if lock.exists():
         pid = lock.read_text().strip()
@@ -136,24 +140,30 @@ class Sandbox:
         """Every usage problem, found before anything is built, started or written."""
         settings = self.settings
         check_state_dir(self.dir, settings.nodes)
-        self._ports = (check_port_free(settings.apiserver_port, "--apiserver-port"),
-                       check_port_free(settings.webhook_port, "--webhook-port"))
-        for flag, path in (("--webhook-policy", settings.webhook_policy),
-                           ("--static-layout", settings.static_layout)):
+        self._ports = (
+            check_port_free(settings.apiserver_port, "--apiserver-port"),
+            check_port_free(settings.webhook_port, "--webhook-port"),
+        )
+        for flag, path in (
+            ("--webhook-policy", settings.webhook_policy),
+            ("--static-layout", settings.static_layout),
+        ):
             if path is not None and not path.is_file():
                 raise UsageError(f"{flag} {path}: no such file")
         if settings.static_layout is not None:
             check_layout(settings.static_layout, settings.nodes)
-        self._objects = deploy_objects(settings.deploy_dir,
-                                       extended_resources=settings.extended_resources)
+        self._objects = deploy_objects(
+            settings.deploy_dir, extended_resources=settings.extended_resources
+        )
 
     def up(self) -> dict[str, Any]:
         """Starts everything (after :meth:`check`); returns what it wrote to ``ready``."""
         settings = self.settings
         apiserver_port, webhook_port = self._ports
         objects = self._objects
-        self.bins = binaries.ensure(settings.k8s_version, kube_bin=settings.kube_bin,
-                                    progress=self.progress)
+        self.bins = binaries.ensure(
+            settings.k8s_version, kube_bin=settings.kube_bin, progress=self.progress
+        )
         if settings.install == "helm":
             from sandbox.helm import helm_binary
 
@@ -162,8 +172,12 @@ class Sandbox:
         started = time.monotonic()
         credentials = pki.create(self.dir / "pki")
         self.control_plane = ControlPlane(
-            self.bins, credentials, self.dir, apiserver_port,
-            gates=feature_gates(partitionable=settings.partitionable))
+            self.bins,
+            credentials,
+            self.dir,
+            apiserver_port,
+            gates=feature_gates(partitionable=settings.partitionable),
+        )
         self.progress(f"starting etcd and Kubernetes {self.bins.release} control plane")
         self.control_plane.start()
         admin = ClusterSetup(self.control_plane.admin_kubeconfig())
@@ -207,9 +221,22 @@ class Sandbox:
     def _issue_webhook_tls(self) -> bytes:
         """The webhook's serving certificate, by ``gpu-slicer certs issue``; returns the CA."""
         tls = self.dir / "webhook-tls"
-        issued = subprocess.run(self._gpu_slicer(
-            "certs", "issue", "--service", "gpu-slicer-webhook", "--namespace", "gpu-slicer",
-            "--out", str(tls), "--host", "127.0.0.1"), capture_output=True, text=True)
+        issued = subprocess.run(
+            self._gpu_slicer(
+                "certs",
+                "issue",
+                "--service",
+                "gpu-slicer-webhook",
+                "--namespace",
+                "gpu-slicer",
+                "--out",
+                str(tls),
+                "--host",
+                "127.0.0.1",
+            ),
+            capture_output=True,
+            text=True,
+        )
         if issued.returncode != 0:
             raise StartupError(f"gpu-slicer certs issue failed: {issued.stderr.strip()}")
         return (tls / "ca.crt").read_bytes()
@@ -221,12 +248,23 @@ class Sandbox:
         chart = self.settings.deploy_dir / "helm" / "gpu-slicer"
         self.progress(f"helm install gpu-slicer {chart}")
         values = {
-            "certificates.mode": "external", "webhook.enabled": "false", "webhook.url": url,
+            "certificates.mode": "external",
+            "webhook.enabled": "false",
+            "webhook.url": url,
             "webhook.caBundle": base64.b64encode(ca_bundle).decode(),
-            "agent.enabled": "false", "networkPolicies.enabled": "false",
+            "agent.enabled": "false",
+            "networkPolicies.enabled": "false",
         }
-        command = [str(self.helm), "install", "gpu-slicer", str(chart), "--namespace",
-                   "gpu-slicer", "--kubeconfig", str(self.control_plane.admin_kubeconfig())]
+        command = [
+            str(self.helm),
+            "install",
+            "gpu-slicer",
+            str(chart),
+            "--namespace",
+            "gpu-slicer",
+            "--kubeconfig",
+            str(self.control_plane.admin_kubeconfig()),
+        ]
         for key, value in values.items():
             command += ["--set", f"{key}={value}"]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -237,12 +275,26 @@ class Sandbox:
         assert self.control_plane is not None
         tls = self.dir / "webhook-tls"
         kubeconfig = pki.token_kubeconfig(
-            credentials, self.dir / "kubeconfigs" / "webhook", server=self.control_plane.server,
-            user=WEBHOOK_SA, token=admin.token(WEBHOOK_SA))
+            credentials,
+            self.dir / "kubeconfigs" / "webhook",
+            server=self.control_plane.server,
+            user=WEBHOOK_SA,
+            token=admin.token(WEBHOOK_SA),
+        )
         argv = self._gpu_slicer(
-            "webhook", "serve", "--bind", f"127.0.0.1:{port}", "--tls-cert",
-            str(tls / "tls.crt"), "--tls-key", str(tls / "tls.key"),
-            "--kubeconfig", str(kubeconfig), "--workers", "2")
+            "webhook",
+            "serve",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--tls-cert",
+            str(tls / "tls.crt"),
+            "--tls-key",
+            str(tls / "tls.key"),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--workers",
+            "2",
+        )
         if self.settings.webhook_policy is not None:
             argv += ["--policy", str(self.settings.webhook_policy)]
         self.webhook = Component("webhook", argv, log_dir=self.dir / "logs")
@@ -250,7 +302,9 @@ class Sandbox:
         self.progress(f"starting the gpu-slicer webhook on https://127.0.0.1:{port}")
         self.webhook.wait_ready(
             lambda: https_ok(f"https://127.0.0.1:{port}/readyz", ca=tls / "ca.crt"),
-            timeout_s=60, what="a ready /readyz")
+            timeout_s=60,
+            what="a ready /readyz",
+        )
 
     def _start_node(self, admin: ClusterSetup, credentials: pki.Pki, node: NodeSpec) -> None:
         assert self.control_plane is not None and self.bins is not None
@@ -265,33 +319,63 @@ class Sandbox:
             make_layout(node, folder / "gpus.json", self.settings.static_layout)
         pod = admin.agent_pod(node.name)
         agent_config = pki.token_kubeconfig(
-            credentials, self.dir / "kubeconfigs" / f"agent-{node.name}",
-            server=self.control_plane.server, user=AGENT_SA,
-            token=admin.token(AGENT_SA, bound_pod=pod))
+            credentials,
+            self.dir / "kubeconfigs" / f"agent-{node.name}",
+            server=self.control_plane.server,
+            user=AGENT_SA,
+            token=admin.token(AGENT_SA, bound_pod=pod),
+        )
         argv = self._gpu_slicer(
-            "agent", "run", "--node", node.name, "--backend", "simulated",
-            "--simulate-gpus", node.gpus, "--simulate-state", str(folder / "gpus.json"),
-            "--kubeconfig", str(agent_config),
-            "--checkpoint-dir", str(folder / "checkpoint"), "--cdi-dir", str(folder / "cdi"),
-            "--plugins-dir", str(folder / "plugins"),
-            "--registry-dir", str(folder / "plugins_registry"),
-            "--metrics-bind", f"127.0.0.1:{free_port()}", "--reconcile-interval", "5",
-            "--toolkit-cdi-spec", str(toolkit))
+            "agent",
+            "run",
+            "--node",
+            node.name,
+            "--backend",
+            "simulated",
+            "--simulate-gpus",
+            node.gpus,
+            "--simulate-state",
+            str(folder / "gpus.json"),
+            "--kubeconfig",
+            str(agent_config),
+            "--checkpoint-dir",
+            str(folder / "checkpoint"),
+            "--cdi-dir",
+            str(folder / "cdi"),
+            "--plugins-dir",
+            str(folder / "plugins"),
+            "--registry-dir",
+            str(folder / "plugins_registry"),
+            "--metrics-bind",
+            f"127.0.0.1:{free_port()}",
+            "--reconcile-interval",
+            "5",
+            "--toolkit-cdi-spec",
+            str(toolkit),
+        )
         if self.settings.static_layout is not None:
             argv += ["--static-layout", str(self.settings.static_layout)]
         agent = Component(f"agent-{node.name}", argv, log_dir=self.dir / "logs")
         agent.start()
         self.agents[node.name] = agent
         kubelet_config = pki.client_kubeconfig(
-            credentials, self.dir / "kubeconfigs" / f"kubelet-{node.name}",
-            server=self.control_plane.server, user=f"system:node:{node.name}",
-            groups=["system:nodes"])
+            credentials,
+            self.dir / "kubeconfigs" / f"kubelet-{node.name}",
+            server=self.control_plane.server,
+            user=f"system:node:{node.name}",
+            groups=["system:nodes"],
+        )
         client = api_client(kubelet_config)
         self._clients.append(client)
         kubelet = KubeletStandIn(
-            node.name, api=client, registry_dir=folder / "plugins_registry",
-            cdi_dirs=[folder / "etc-cdi", folder / "cdi"], cdi_inject=self.bins.path("cdi-inject"),
-            runtime_dir=folder / "runtime", on_error=self._kubelet_error(node.name))
+            node.name,
+            api=client,
+            registry_dir=folder / "plugins_registry",
+            cdi_dirs=[folder / "etc-cdi", folder / "cdi"],
+            cdi_inject=self.bins.path("cdi-inject"),
+            runtime_dir=folder / "runtime",
+            on_error=self._kubelet_error(node.name),
+        )
         kubelet.start()
         self.kubelets[node.name] = kubelet
 
@@ -312,13 +396,18 @@ class Sandbox:
                     return k.registrar.get("gpu-slicer.io") is not None
 
                 def published(n: str = name) -> bool:
-                    return bool(resource.list_resource_slice(
-                        field_selector=f"spec.nodeName={n}").items)
+                    return bool(
+                        resource.list_resource_slice(field_selector=f"spec.nodeName={n}").items
+                    )
 
-                agent.wait_ready(registered, timeout_s=max(1, deadline - time.monotonic()),
-                                 what="registration with the kubelet stand-in")
-                agent.wait_ready(published, timeout_s=max(1, deadline - time.monotonic()),
-                                 what="ResourceSlices")
+                agent.wait_ready(
+                    registered,
+                    timeout_s=max(1, deadline - time.monotonic()),
+                    what="registration with the kubelet stand-in",
+                )
+                agent.wait_ready(
+                    published, timeout_s=max(1, deadline - time.monotonic()), what="ResourceSlices"
+                )
         finally:
             admin.close()  # type: ignore[no-untyped-call]
 
@@ -366,8 +455,10 @@ class Sandbox:
                     component.stop()
                 elif not paused and not component.alive():
                     component.restarts += 1
-                    self.progress(f"{component.name} exited (code {component.exit_code()}); "
-                                  f"restarting (restart {component.restarts})")
+                    self.progress(
+                        f"{component.name} exited (code {component.exit_code()}); "
+                        f"restarting (restart {component.restarts})"
+                    )
                     component.start()
                     self._record_pids()
 
@@ -428,8 +519,9 @@ def make_layout(node: NodeSpec, state_file: Path, layout_file: Path) -> None:
             if placements:
                 gpus.set_mig_mode(gpu.index, True)
             for profile, start in placements:
-                gpus.create_compute_instance(gpu.index,
-                                             gpus.create_gpu_instance(gpu.index, profile, start))
+                gpus.create_compute_instance(
+                    gpu.index, gpus.create_gpu_instance(gpu.index, profile, start)
+                )
     except (LayoutError, SlicerError) as exc:
         raise UsageError(f"--static-layout {layout_file}: {exc}") from exc
 

@@ -77,9 +77,12 @@ def outcome_of_allocation(allocation: Mapping[str, Any] | None) -> Outcome:
     if not allocation:
         return Outcome(UNSCHEDULABLE)
     results = (allocation.get("devices") or {}).get("results") or []
-    return Outcome(ALLOCATED, tuple(
-        (str(r["request"]), str(r["driver"]), str(r["pool"]), str(r["device"])) for r in results
-    ))
+    return Outcome(
+        ALLOCATED,
+        tuple(
+            (str(r["request"]), str(r["driver"]), str(r["pool"]), str(r["device"])) for r in results
+        ),
+    )
 
 
 def model_outcome(
@@ -93,9 +96,13 @@ def model_outcome(
     """What :mod:`sim.allocator` decides for ``claim`` on ``node`` given these slices and these
     allocated claims."""
     try:
-        found = allocate_on_node([claim], node_name=node, slices=slices,
-                                 device_classes=device_classes,
-                                 allocated_claims=allocated_claims)
+        found = allocate_on_node(
+            [claim],
+            node_name=node,
+            slices=slices,
+            device_classes=device_classes,
+            allocated_claims=allocated_claims,
+        )
     except AllocationError as exc:
         return Outcome(ERROR, message=str(exc))
     if found is None:
@@ -121,7 +128,8 @@ class Step:
     @property
     def subrequests_agree(self) -> bool:
         return self.real.status == self.model.status and (
-            self.real.subrequests == self.model.subrequests)
+            self.real.subrequests == self.model.subrequests
+        )
 
     @property
     def agrees(self) -> bool:
@@ -138,8 +146,10 @@ class Step:
             what = "subrequest"
         else:
             what = "devices"
-        line = (f"{self.workload} {self.claim} on {self.node}: {what} differs: "
-                f"scheduler {self.real.describe()} | model {self.model.describe()}")
+        line = (
+            f"{self.workload} {self.claim} on {self.node}: {what} differs: "
+            f"scheduler {self.real.describe()} | model {self.model.describe()}"
+        )
         return line + (f" [{self.note}]" if self.note else "")
 
 
@@ -161,10 +171,12 @@ class Agreement:
         return self.subrequests_agreed / self.steps if self.steps else 1.0
 
     def line(self, label: str) -> str:
-        return (f"{label}: {self.agreed}/{self.steps} steps agree ({100 * self.rate:.1f}%); "
-                f"subrequest {self.subrequests_agreed}/{self.steps} "
-                f"({100 * self.subrequest_rate:.1f}%); scheduler allocated {self.allocated}, "
-                f"unschedulable {self.steps - self.allocated}")
+        return (
+            f"{label}: {self.agreed}/{self.steps} steps agree ({100 * self.rate:.1f}%); "
+            f"subrequest {self.subrequests_agreed}/{self.steps} "
+            f"({100 * self.subrequest_rate:.1f}%); scheduler allocated {self.allocated}, "
+            f"unschedulable {self.steps - self.allocated}"
+        )
 
 
 def agreement(steps: Sequence[Step]) -> Agreement:
@@ -193,9 +205,14 @@ class ReplayPod:
     """``spec`` of the ResourceClaim the webhook's template would give the pod."""
 
 
-def claim_spec_for(containers: Sequence[Mapping[str, int]], *, annotations: Mapping[str, str]
-                   | None = None, namespace: str = "ml", policy: Policy | None = None,
-                   name: str = "pod") -> Obj:
+def claim_spec_for(
+    containers: Sequence[Mapping[str, int]],
+    *,
+    annotations: Mapping[str, str] | None = None,
+    namespace: str = "ml",
+    policy: Policy | None = None,
+    name: str = "pod",
+) -> Obj:
     """The claim spec the webhook writes for a pod whose containers ask for these legacy
     resources (one mapping per container; empty for an annotation-only container)."""
     body: list[Obj] = []
@@ -207,8 +224,7 @@ def claim_spec_for(containers: Sequence[Mapping[str, int]], *, annotations: Mapp
     metadata: Obj = {"name": name, "namespace": namespace}
     if annotations:
         metadata["annotations"] = dict(annotations)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-           "spec": {"containers": body}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": body}}
     conversion = translate_pod(pod, namespace=namespace, policy=policy or Policy.default())
     if not conversion.templates:
         raise ValueError(f"the webhook converts nothing in {containers!r}: {conversion.summary}")
@@ -269,9 +285,14 @@ MIXED_KINDS = {
 """Kinds of pod per GPU model for the mixed set: each a claim the webhook writes."""
 
 
-def mixed_pods(nodes: Mapping[str, str], *, count: int = 60, seed: int = 16,
-               span_s: float = 7200.0,
-               durations: Sequence[float] = (300.0, 600.0, 900.0, 1200.0)) -> list[ReplayPod]:
+def mixed_pods(
+    nodes: Mapping[str, str],
+    *,
+    count: int = 60,
+    seed: int = 16,
+    span_s: float = 7200.0,
+    durations: Sequence[float] = (300.0, 600.0, 900.0, 1200.0),
+) -> list[ReplayPod]:
     """``count`` pods over ``nodes`` (name -> GPU model of :data:`MIXED_KINDS`), arriving in
     ``span_s``, each running one of ``durations``; the same list for the same seed. The
     defaults keep most nodes below saturation, so that most steps choose devices."""
@@ -288,8 +309,11 @@ def mixed_pods(nodes: Mapping[str, str], *, count: int = 60, seed: int = 16,
             specs[key] = claim_spec_for(containers, annotations=annotations)
         arrival = round(rng.uniform(0, span_s))
         duration = rng.choice(tuple(durations))
-        pods.append(ReplayPod(f"mixed-{index:02d}", f"mixed/{model}/{label}", node, arrival,
-                              duration, specs[key]))
+        pods.append(
+            ReplayPod(
+                f"mixed-{index:02d}", f"mixed/{model}/{label}", node, arrival, duration, specs[key]
+            )
+        )
     pods.sort(key=lambda p: (p.arrival, p.name))
     return pods
 
@@ -310,8 +334,9 @@ class Timeline:
     pending: list[ReplayPod] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=dict)
 
-    def run(self, place: Callable[[ReplayPod, int], bool],
-            release: Callable[[ReplayPod], None]) -> None:
+    def run(
+        self, place: Callable[[ReplayPod, int], bool], release: Callable[[ReplayPod], None]
+    ) -> None:
         events: list[tuple[float, int, int, ReplayPod]] = []
         order = 0
         for pod in self.pods:

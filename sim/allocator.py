@@ -50,12 +50,31 @@ class Device:
     """One device of a published pool. Attributes are parsed on first use (most devices are
     only ever matched through cached selector results), then kept with their CEL results."""
 
-    __slots__ = ("driver", "pool", "name", "slice_name", "consumes", "taints", "raw", "_view",
-                 "_qualified", "counter_sets", "needs", "key")
+    __slots__ = (
+        "driver",
+        "pool",
+        "name",
+        "slice_name",
+        "consumes",
+        "taints",
+        "raw",
+        "_view",
+        "_qualified",
+        "counter_sets",
+        "needs",
+        "key",
+    )
 
-    def __init__(self, driver: str, pool: str, name: str, slice_name: str,
-                 consumes: tuple[tuple[CounterKey, int], ...], taints: tuple[Obj, ...],
-                 raw: Obj) -> None:
+    def __init__(
+        self,
+        driver: str,
+        pool: str,
+        name: str,
+        slice_name: str,
+        consumes: tuple[tuple[CounterKey, int], ...],
+        taints: tuple[Obj, ...],
+        raw: Obj,
+    ) -> None:
         self.driver = driver
         self.pool = pool
         self.name = name
@@ -117,8 +136,12 @@ class CandidateList:
 
     __slots__ = ("devices", "bounds", "known_needs", "_shared")
 
-    def __init__(self, devices: list[Device], bounds: dict[int, int],
-                 shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None) -> None:
+    def __init__(
+        self,
+        devices: list[Device],
+        bounds: dict[int, int],
+        shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None,
+    ) -> None:
         self.devices = devices
         self.bounds = bounds
         """start position -> end position of each segment that draws on counters."""
@@ -127,8 +150,11 @@ class CandidateList:
         self._shared = shared if shared is not None else {}
 
     @classmethod
-    def of(cls, devices: list[Device],
-           shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None) -> CandidateList:
+    def of(
+        cls,
+        devices: list[Device],
+        shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None,
+    ) -> CandidateList:
         bounds: dict[int, int] = {}
         start = 0
         count = len(devices)
@@ -139,8 +165,9 @@ class CandidateList:
             end = start + 1
             while end < count:
                 device = devices[end]
-                if device.pool != pool or (device.counter_sets is not sets
-                                           and device.counter_sets != sets):
+                if device.pool != pool or (
+                    device.counter_sets is not sets and device.counter_sets != sets
+                ):
                     break
                 end += 1
             if sets:
@@ -165,8 +192,11 @@ class CandidateList:
                     if merged is None:
                         merged = dict(mine)
                     else:
-                        merged = {c: v if v <= mine.get(c, 0) else mine[c]
-                                  for c, v in merged.items() if c in mine}
+                        merged = {
+                            c: v if v <= mine.get(c, 0) else mine[c]
+                            for c, v in merged.items()
+                            if c in mine
+                        }
                 needs = tuple((c, v) for c, v in (merged or {}).items() if v > 0)
                 self._shared[first.counter_sets] = needs
             found = ((first.driver, first.pool), needs)
@@ -192,7 +222,8 @@ class Pool:
     """Names of the devices passing each set of selectors: the same for every order of the
     same devices, so shared (not copied) by every reordering of the pool."""
     needs: dict[tuple[str, ...], dict[Any, tuple[tuple[CounterKey, int], ...]]] = field(
-        default_factory=dict)
+        default_factory=dict
+    )
     """Per selector set, the least a device on each counter set needs: the same for every
     order of the same devices, and for every identical node."""
 
@@ -210,8 +241,8 @@ class Pool:
         position = {id(d): i for i, d in enumerate(self.devices)}
         for key, matching in self.candidates.items():
             pool.candidates[key] = CandidateList.of(
-                [devices[position[id(d)]] for d in matching.devices],
-                self.needs.setdefault(key, {}))
+                [devices[position[id(d)]] for d in matching.devices], self.needs.setdefault(key, {})
+            )
         return pool
 
     def reordered(self, names: Sequence[str]) -> Pool:
@@ -219,8 +250,15 @@ class Pool:
         generation; selector results carry over (``members``, shared)."""
         by_name = self.by_name
         devices = [by_name[n] for n in names]
-        pool = Pool(self.driver, self.name, self.generation + 1, self.node_name, devices,
-                    self.counters, by_name=by_name)
+        pool = Pool(
+            self.driver,
+            self.name,
+            self.generation + 1,
+            self.node_name,
+            devices,
+            self.counters,
+            by_name=by_name,
+        )
         pool.members = self.members
         pool.needs = self.needs
         return pool
@@ -268,8 +306,9 @@ def _compile_device(driver: str, pool: str, slice_name: str, raw: Obj) -> Device
         for counter, value in (entry.get("counters") or {}).items():
             amount = exact_value(value.get("value") if isinstance(value, Mapping) else value)
             consumes.append(((counter_set, counter), int(amount)))
-    return Device(driver, pool, raw["name"], slice_name, tuple(consumes),
-                  tuple(raw.get("taints") or ()), raw)
+    return Device(
+        driver, pool, raw["name"], slice_name, tuple(consumes), tuple(raw.get("taints") or ()), raw
+    )
 
 
 def compile_pools(slices: Iterable[Obj]) -> list[Pool]:
@@ -304,9 +343,7 @@ def compile_pool(driver: str, name: str, items: Sequence[Obj]) -> Pool | None:
             node_name = spec["nodeName"]
         for counter_set in spec.get("sharedCounters") or []:
             for counter, value in (counter_set.get("counters") or {}).items():
-                amount = exact_value(
-                    value.get("value") if isinstance(value, Mapping) else value
-                )
+                amount = exact_value(value.get("value") if isinstance(value, Mapping) else value)
                 counters[(counter_set["name"], counter)] = int(amount)
         for raw in spec.get("devices") or []:
             devices.append(_compile_device(driver, name, slice_name, raw))
@@ -509,8 +546,9 @@ class Allocator:
                     # Most alternatives of a long chain match nothing on a given node kind.
                     chosen = [d for d in pool.devices if d.name in members] if members else []
                 else:
-                    chosen = [d for d in pool.devices
-                              if all(matches(e, d.view) for e in expressions)]
+                    chosen = [
+                        d for d in pool.devices if all(matches(e, d.view) for e in expressions)
+                    ]
                     pool.members[expressions] = frozenset(d.name for d in chosen)
                 cached = CandidateList.of(chosen, pool.needs.setdefault(expressions, {}))
                 pool.candidates[expressions] = cached
@@ -544,17 +582,23 @@ class _Search:
         self.value_owner: dict[int, int] = {}
         self.picked: list[int] = [0] * len(requests)
         self.steps = 0
-        self._state: dict[tuple[str, str], tuple[dict[CounterKey, int], dict[CounterKey, int],
-                                                 dict[CounterKey, int]]] = {}
+        self._state: dict[
+            tuple[str, str],
+            tuple[dict[CounterKey, int], dict[CounterKey, int], dict[CounterKey, int]],
+        ] = {}
         """Per pool: (capacity, in use before this search, taken in this search); looked up
         once per search rather than once per device (in_use does not change during one)."""
 
-    def _pool_state(self, pool_key: tuple[str, str]) -> tuple[
-            dict[CounterKey, int], dict[CounterKey, int], dict[CounterKey, int]]:
+    def _pool_state(
+        self, pool_key: tuple[str, str]
+    ) -> tuple[dict[CounterKey, int], dict[CounterKey, int], dict[CounterKey, int]]:
         state = self._state.get(pool_key)
         if state is None:
-            state = (self.capacity.get(pool_key, {}), self.in_use.used(*pool_key),
-                     self.extra[pool_key])
+            state = (
+                self.capacity.get(pool_key, {}),
+                self.in_use.used(*pool_key),
+                self.extra[pool_key],
+            )
             self._state[pool_key] = state
         return state
 
@@ -616,8 +660,10 @@ class _Search:
                     closed = False
                     for counter, need in needs:
                         limit = capacity.get(counter)
-                        if limit is None or \
-                                used.get(counter, 0) + extra.get(counter, 0) + need > limit:
+                        if (
+                            limit is None
+                            or used.get(counter, 0) + extra.get(counter, 0) + need > limit
+                        ):
                             closed = True
                             break
                     if closed:

@@ -105,8 +105,10 @@ class _ClusterStrategy(Strategy):
         super().__init__(scenario)
         self.book = book
         self.gpus: dict[str, list[_Gpu]] = {
-            n.name: [_Gpu(n.name, i, m, mode) for i, (m, mode) in
-                     enumerate(zip(n.models, gpu_modes(n), strict=True))]
+            n.name: [
+                _Gpu(n.name, i, m, mode)
+                for i, (m, mode) in enumerate(zip(n.models, gpu_modes(n), strict=True))
+            ]
             for n in scenario.nodes
         }
         self.order = NodeOrder([n.name for n in scenario.nodes], scenario.node_rule)
@@ -122,10 +124,17 @@ class _ClusterStrategy(Strategy):
         if need is None:
             need = 0
             for request in demand:
-                sizes = [alt.count * (m.memory_slices if alt.kind == "gpu" or alt.profile is None
-                                      else m.profile(alt.profile).memory_slices)
-                         for alt in request for m in self._models
-                         if alt.kind == "gpu" or (alt.profile and m.has_profile(alt.profile))]
+                sizes = [
+                    alt.count
+                    * (
+                        m.memory_slices
+                        if alt.kind == "gpu" or alt.profile is None
+                        else m.profile(alt.profile).memory_slices
+                    )
+                    for alt in request
+                    for m in self._models
+                    if alt.kind == "gpu" or (alt.profile and m.has_profile(alt.profile))
+                ]
                 need += min(sizes, default=0)
             self._need[demand] = need
         return self.capacity[node] - self.order.used[node] >= need
@@ -273,8 +282,11 @@ class StaticStrategy(_ClusterStrategy):
                 if need == 0:
                     break
                 if alt.kind == "gpu":
-                    if (self.instances[(node, gpu.index)] is None and gpu.empty()
-                            and gpu.index not in whole_taken):
+                    if (
+                        self.instances[(node, gpu.index)] is None
+                        and gpu.empty()
+                        and gpu.index not in whole_taken
+                    ):
                         whole_taken.add(gpu.index)
                         slots.append(Slot(gpu.index, None))
                         need -= 1
@@ -303,8 +315,11 @@ class StaticStrategy(_ClusterStrategy):
 def _mode_allows(gpu: _Gpu, alt: Alternative) -> bool:
     if alt.kind == "gpu":
         return gpu.mode in ("dynamic", "full")
-    return gpu.mode in ("dynamic", "mig") and alt.profile is not None and \
-        gpu.model.has_profile(alt.profile)
+    return (
+        gpu.mode in ("dynamic", "mig")
+        and alt.profile is not None
+        and gpu.model.has_profile(alt.profile)
+    )
 
 
 class InstaSliceStrategy(_ClusterStrategy):
@@ -343,8 +358,9 @@ class InstaSliceStrategy(_ClusterStrategy):
                 slots.append(slot)
         return slots
 
-    def _first(self, node: str, alt: Alternative, extra: dict[int, list[Placement]],
-               whole: set[int]) -> Slot | None:
+    def _first(
+        self, node: str, alt: Alternative, extra: dict[int, list[Placement]], whole: set[int]
+    ) -> Slot | None:
         for gpu in self.gpus[node]:
             if not _mode_allows(gpu, alt) or gpu.index in whole or gpu.whole_by is not None:
                 continue
@@ -355,8 +371,9 @@ class InstaSliceStrategy(_ClusterStrategy):
                 continue
             assert alt.profile is not None
             present = list(gpu.present()) + extra.get(gpu.index, [])
-            options = [p for p in free_placements(gpu.model, tuple(sorted(present)))
-                       if p[0] == alt.profile]
+            options = [
+                p for p in free_placements(gpu.model, tuple(sorted(present))) if p[0] == alt.profile
+            ]
             if options:
                 chosen = min(options, key=lambda p: p[1])
                 extra.setdefault(gpu.index, []).append(chosen)
@@ -448,8 +465,9 @@ class OracleStrategy(_ClusterStrategy):
                 return None
         return score, adds, wholes
 
-    def _fit_alt(self, node: str, alt: Alternative, adds: dict[int, list[str]],
-                 wholes: list[int]) -> bool:
+    def _fit_alt(
+        self, node: str, alt: Alternative, adds: dict[int, list[str]], wholes: list[int]
+    ) -> bool:
         for _ in range(alt.count):
             choice: tuple[int, int] | None = None
             for gpu in self.gpus[node]:
@@ -465,7 +483,8 @@ class OracleStrategy(_ClusterStrategy):
                 if pack(gpu.model, tuple(sorted(profiles))) is None:
                     continue
                 free_after = gpu.model.memory_slices - sum(
-                    gpu.model.profile(p).memory_slices for p in profiles)
+                    gpu.model.profile(p).memory_slices for p in profiles
+                )
                 if choice is None or free_after < choice[0]:
                     choice = (free_after, gpu.index)
             if choice is None:
@@ -477,8 +496,9 @@ class OracleStrategy(_ClusterStrategy):
                 adds.setdefault(choice[1], []).append(alt.profile)
         return True
 
-    def _apply(self, pod: PodSpec, node: str, adds: dict[int, list[str]],
-               wholes: list[int]) -> Held:
+    def _apply(
+        self, pod: PodSpec, node: str, adds: dict[int, list[str]], wholes: list[int]
+    ) -> Held:
         gpus = self.gpus[node]
         slots: list[Slot] = [Slot(i, None) for i in wholes]
         moves: dict[str, Held] = {}
@@ -487,8 +507,11 @@ class OracleStrategy(_ClusterStrategy):
             present = list(gpu.present())
             placed: list[Placement] = []
             for profile in profiles:
-                options = [p for p in free_placements(gpu.model, tuple(sorted(present + placed)))
-                           if p[0] == profile]
+                options = [
+                    p
+                    for p in free_placements(gpu.model, tuple(sorted(present + placed)))
+                    if p[0] == profile
+                ]
                 if not options:
                     break
                 placed.append(max(options, key=lambda p: p[1]))
@@ -541,6 +564,5 @@ def baseline(name: str, scenario: Scenario, book: DemandBook) -> Strategy:
     if name == "oracle":
         return OracleStrategy(scenario, book)
     if name.startswith("static-"):
-        return StaticStrategy(scenario, book, name[len("static-"):])
+        return StaticStrategy(scenario, book, name[len("static-") :])
     raise KeyError(name)
-

@@ -201,9 +201,7 @@ class DeviceView:
                             bool(self.raw.get("allowMultipleAllocations"))
                         ),
                         celtypes.StringType("attributes"): _domain_map(self.attributes, _cel),
-                        celtypes.StringType("capacity"): _domain_map(
-                            self.capacity, quantity_value
-                        ),
+                        celtypes.StringType("capacity"): _domain_map(self.capacity, quantity_value),
                     }
                 )
             }
@@ -217,7 +215,8 @@ class DeviceView:
     def value(self, kind: str, domain: str, ident: str) -> Any:
         if self._maps is not None:
             source: Mapping[str, Mapping[str, Any]] = (
-                self._maps[0] if kind == "attributes" else self._maps[1])
+                self._maps[0] if kind == "attributes" else self._maps[1]
+            )
             return source.get(domain, {}).get(ident, _MISSING)
         entries = self.raw.get(kind) or {}
         entry = entries.get(f"{domain}/{ident}")

@@ -29,23 +29,45 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             f"churn. Shipped scenarios: {', '.join(builtin_names())}."
         ),
     )
-    p.add_argument("--scenario", default=DEFAULT_SCENARIO, metavar="NAME|FILE",
-                   help=f"a shipped scenario or a YAML file (default: {DEFAULT_SCENARIO})")
-    p.add_argument("--strategies", metavar="LIST",
-                   help="comma-separated strategies (default: every standard one; "
-                        "gpu-slicer-best-fit alone above 5,000 pods)")
+    p.add_argument(
+        "--scenario",
+        default=DEFAULT_SCENARIO,
+        metavar="NAME|FILE",
+        help=f"a shipped scenario or a YAML file (default: {DEFAULT_SCENARIO})",
+    )
+    p.add_argument(
+        "--strategies",
+        metavar="LIST",
+        help="comma-separated strategies (default: every standard one; "
+        "gpu-slicer-best-fit alone above 5,000 pods)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON for tools instead of a table")
-    p.add_argument("--plot", metavar="FILE.png",
-                   help="draw pods waiting, GPU memory needed and start times per strategy "
-                        "(.png, .svg or .pdf)")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw pods waiting, GPU memory needed and start times per strategy "
+        "(.png, .svg or .pdf)",
+    )
     p.add_argument("--seed", type=int, help="seed for the scenario's random generators")
-    p.add_argument("--through-api", dest="through_api", action="store_true", default=None,
-                   help="run gpu-slicer through the in-memory API and the agent's gRPC services "
-                        "(default for scenarios up to 5,000 pods)")
-    p.add_argument("--fast", dest="through_api", action="store_false",
-                   help="run gpu-slicer on the fast path (default for larger scenarios)")
-    p.add_argument("--progress", action="store_true",
-                   help="draw the progress bar even when stderr is not a terminal")
+    p.add_argument(
+        "--through-api",
+        dest="through_api",
+        action="store_true",
+        default=None,
+        help="run gpu-slicer through the in-memory API and the agent's gRPC services "
+        "(default for scenarios up to 5,000 pods)",
+    )
+    p.add_argument(
+        "--fast",
+        dest="through_api",
+        action="store_false",
+        help="run gpu-slicer on the fast path (default for larger scenarios)",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="draw the progress bar even when stderr is not a terminal",
+    )
     p.set_defaults(func=run_simulate)
 
 
@@ -65,9 +87,11 @@ def run_simulate(args: argparse.Namespace) -> int:
         else:
             wanted = default_strategies(scenario)
             if len(wanted) == 1:
-                print(f"gpu-slicer simulate: {len(scenario.pods)} pods: running {wanted[0]} only; "
-                      "name others with --strategies (the baselines take minutes at this scale)",
-                      file=sys.stderr)
+                print(
+                    f"gpu-slicer simulate: {len(scenario.pods)} pods: running {wanted[0]} only; "
+                    "name others with --strategies (the baselines take minutes at this scale)",
+                    file=sys.stderr,
+                )
     except (UnknownNameError, ScenarioError) as exc:
         print(f"gpu-slicer simulate: {exc}", file=sys.stderr)
         return 2
@@ -115,8 +139,10 @@ def _plot_problem(path: str) -> str | None:
         return "is a folder; give a file name such as utilization.png"
     extension = os.path.splitext(path)[1].lstrip(".").lower()
     if extension not in PLOT_FORMATS:
-        return (f"the file name must end in {', '.join('.' + f for f in PLOT_FORMATS)} "
-                "(the extension picks the format)")
+        return (
+            f"the file name must end in {', '.join('.' + f for f in PLOT_FORMATS)} "
+            "(the extension picks the format)"
+        )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"folder {folder} does not exist"

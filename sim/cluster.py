@@ -136,8 +136,9 @@ class GpuOrderCache:
         found = self._blocks.get(key)
         if found is None:
             gpu, present, whole = key
-            local = Occupancy({gpu: present} if present else {},
-                              frozenset({gpu}) if whole else frozenset())
+            local = Occupancy(
+                {gpu: present} if present else {}, frozenset({gpu}) if whole else frozenset()
+            )
             cands = self.by_gpu[gpu]
             names = [c.name for c in self.policy.order(cands, local)]
             found = (self._rank(gpu, cands[0].model, local), names)
@@ -172,9 +173,17 @@ class _Prepared:
 class NodeAgent:
     """One node: a simulated backend, the agent's slices, and (through the API) its services."""
 
-    def __init__(self, node: NodeSpec, *, policy: str, scenario: Scenario, clock: _Clock,
-                 api: InMemoryKubeApi | None, root: Path | None,
-                 templates: dict[Any, tuple[Pool, GpuOrderCache | None]] | None = None) -> None:
+    def __init__(
+        self,
+        node: NodeSpec,
+        *,
+        policy: str,
+        scenario: Scenario,
+        clock: _Clock,
+        api: InMemoryKubeApi | None,
+        root: Path | None,
+        templates: dict[Any, tuple[Pool, GpuOrderCache | None]] | None = None,
+    ) -> None:
         self.node = node
         self.templates = templates if templates is not None else {}
         self.name = node.name
@@ -183,13 +192,16 @@ class NodeAgent:
         self.policy_name = policy
         self.policy = get_policy(policy)
         self.dynamic = policy in DYNAMIC_POLICIES
-        self.backend = SimulatedBackend(list(node.models), node_name=node.name,
-                                        sleep=lambda _s: None)
-        self.modes = {i: effective_mode(node.mode, m)
-                      for i, m in enumerate(node.models)}
+        self.backend = SimulatedBackend(
+            list(node.models), node_name=node.name, sleep=lambda _s: None
+        )
+        self.modes = {i: effective_mode(node.mode, m) for i, m in enumerate(node.models)}
         self.api = api
-        self.limiter = RepublishLimiter(min_interval_s=scenario.republish_min_interval_s,
-                                        quiet_s=scenario.republish_quiet_s, clock=clock)
+        self.limiter = RepublishLimiter(
+            min_interval_s=scenario.republish_min_interval_s,
+            quiet_s=scenario.republish_quiet_s,
+            clock=clock,
+        )
         self.allocated: dict[str, DeviceSpec] = {}
         """Device name -> spec, for every device allocated on this node."""
         self.gpu_keys: dict[int, GpuKey] = {i: (i, (), False) for i in range(len(node.models))}
@@ -230,12 +242,19 @@ class NodeAgent:
             key = (self.node.gpus, self.node.mode)
             template = self.templates.get(key)
             if template is None:
-                plan = plan_pool(self.name, self.gpu_states(),
-                                 server_version=self.scenario.kubernetes, policy=self.policy)
+                plan = plan_pool(
+                    self.name,
+                    self.gpu_states(),
+                    server_version=self.scenario.kubernetes,
+                    policy=self.policy,
+                )
                 pool = compile_pool(DRIVER, self.name, plan.slices)
                 assert pool is not None
-                orders = (GpuOrderCache(self.policy, self._candidates(plan.order))
-                          if self.dynamic else None)
+                orders = (
+                    GpuOrderCache(self.policy, self._candidates(plan.order))
+                    if self.dynamic
+                    else None
+                )
                 template = (pool, orders)
                 self.templates[key] = template
                 self.pool = pool
@@ -255,7 +274,8 @@ class NodeAgent:
             assert before is not None
             self._ranked = ranked = [
                 block if key is before[i] else self.orders.block(key)
-                for i, (key, block) in enumerate(zip(self._snapshot, self._ranked, strict=True))]
+                for i, (key, block) in enumerate(zip(self._snapshot, self._ranked, strict=True))
+            ]
             blocks = [names for _, names in sorted(ranked)]
             if blocks != self._blocks:
                 self.pool = self.pool.reordered([name for names in blocks for name in names])
@@ -297,7 +317,8 @@ class NodeAgent:
     def _changed(self, gpus: Iterable[int]) -> None:
         for gpu in gpus:
             self.gpu_keys[gpu] = gpu_key(
-                gpu, (s for s in self.allocated.values() if s.gpu_index == gpu))
+                gpu, (s for s in self.allocated.values() if s.gpu_index == gpu)
+            )
 
     # --- inventory ------------------------------------------------------------------------
 
@@ -305,8 +326,14 @@ class NodeAgent:
         states = []
         for info in self.backend.gpus():
             instances = tuple(self.backend.instances(info.index)) if info.mig_enabled else ()
-            states.append(GpuState(info=info, mode=self.modes[info.index], instances=instances,
-                                   owned=frozenset(i.spec for i in instances)))
+            states.append(
+                GpuState(
+                    info=info,
+                    mode=self.modes[info.index],
+                    instances=instances,
+                    owned=frozenset(i.spec for i in instances),
+                )
+            )
         return states
 
     def _candidates(self, order: Sequence[str]) -> list[Candidate]:
@@ -329,8 +356,11 @@ class NodeAgent:
     def best_order(self) -> list[str]:
         """The order the policy would publish now."""
         if self.api is not None:
-            return list(self._publisher.plan(self.gpu_states(),
-                                             allocated=list(self.allocated.values())).order)
+            return list(
+                self._publisher.plan(
+                    self.gpu_states(), allocated=list(self.allocated.values())
+                ).order
+            )
         return self.orders.order(self.occupancy())
 
     # --- publishing -----------------------------------------------------------------------
@@ -339,8 +369,9 @@ class NodeAgent:
         assert self.api is not None
         self._publisher.publish(self.gpu_states(), allocated=list(self.allocated.values()))
         self.publishes += 1
-        listed = self.api.list(RESOURCE, "ResourceSlice",
-                               field_selector=f"spec.nodeName={self.name}").items
+        listed = self.api.list(
+            RESOURCE, "ResourceSlice", field_selector=f"spec.nodeName={self.name}"
+        ).items
         pool = compile_pool(DRIVER, self.name, listed)
         if pool is None:
             raise AllocationError(f"the pool of {self.name} is incomplete after publishing")
@@ -389,12 +420,21 @@ class NodeAgent:
         from slicer.state import DeviceState
 
         base = root / self.name
-        self._publisher = SlicePublisher(api, self.name, policy=self.policy,
-                                         server_version=self.scenario.kubernetes,
-                                         sleep=lambda _s: None)
+        self._publisher = SlicePublisher(
+            api,
+            self.name,
+            policy=self.policy,
+            server_version=self.scenario.kubernetes,
+            sleep=lambda _s: None,
+        )
         mig = MigModeManager(self.backend, dict(self.modes))
-        self.state = DeviceState(self.backend, CheckpointStore(base / "checkpoint"),
-                                 CdiDirectory(base / "cdi"), mig=mig, clock=self.clock)
+        self.state = DeviceState(
+            self.backend,
+            CheckpointStore(base / "checkpoint"),
+            CdiDirectory(base / "cdi"),
+            mig=mig,
+            clock=self.clock,
+        )
         claims = ClaimCache(api, pool=self.name)
         self.driver = DraDriver(self.state, claims, pool=self.name, max_parallel=1)
         self._services = _KubeletClient(self.driver, base)
@@ -469,8 +509,9 @@ class _KubeletClient:
         self.pb = dra_v1_pb2
         # unix socket paths are limited to 107 bytes: keep them short.
         self.sockets = Path(tempfile.mkdtemp(prefix="gs-", dir=_scratch_dir()))
-        self.server = PluginServer(driver, plugins_dir=self.sockets / "p",
-                                   registry_dir=self.sockets / "r", workers=2)
+        self.server = PluginServer(
+            driver, plugins_dir=self.sockets / "p", registry_dir=self.sockets / "r", workers=2
+        )
         self.server.start()
         self.channel = grpc.insecure_channel(f"unix://{self.server.dra_path}")
         service = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
@@ -563,8 +604,9 @@ class Scheduler:
         n = len(agents)
         self.enough = max(100, n * max(5, 50 - n // 125) // 100)
         self.attempts = 0
-        self.capacity = {name: sum(m.memory_slices for m in agent.node.models)
-                         for name, agent in agents.items()}
+        self.capacity = {
+            name: sum(m.memory_slices for m in agent.node.models) for name, agent in agents.items()
+        }
         self.largest = max(self.capacity.values(), default=0)
         self.min_slices: dict[Any, int] = {}
         """Per claim shape, the fewest memory slices any solution holds (a lower bound)."""
@@ -591,10 +633,16 @@ class Scheduler:
             pools = [self.agents[n].ensure_pool() for n in self._representatives]
             self._top[shape] = self.allocator.best_possible_score(parsed, pools)
             self._never[shape] = frozenset(
-                self._kind[n] for n, pool in zip(self._representatives, pools, strict=True)
-                if not all(any(self.allocator.candidates([pool], sub).devices
-                               for sub in request.alternatives)
-                           for request in parsed.requests))
+                self._kind[n]
+                for n, pool in zip(self._representatives, pools, strict=True)
+                if not all(
+                    any(
+                        self.allocator.candidates([pool], sub).devices
+                        for sub in request.alternatives
+                    )
+                    for request in parsed.requests
+                )
+            )
         top = self._top[shape]
         never = self._never[shape]
         kind = self._kind
@@ -691,8 +739,9 @@ def _slices_of(spec: DeviceSpec, agent: NodeAgent) -> int:
 class GpuSlicerStrategy(Strategy):
     """gpu-slicer with one device-order policy, on the whole simulated cluster."""
 
-    def __init__(self, scenario: Scenario, book: DemandBook, *, policy: str,
-                 through_api: bool | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, book: DemandBook, *, policy: str, through_api: bool | None = None
+    ) -> None:
         super().__init__(scenario)
         self.name = f"gpu-slicer-{policy}"
         self.description = f"gpu-slicer, device order '{policy}'"
@@ -713,17 +762,30 @@ class GpuSlicerStrategy(Strategy):
                 self.api.create(obj)
             for ns, mode in scenario.namespaces.items():
                 labels = {"gpu-slicer.io/migration": mode} if mode != "disabled" else {}
-                self.api.create({"apiVersion": "v1", "kind": "Namespace",
-                                 "metadata": {"name": ns, "labels": labels}})
+                self.api.create(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Namespace",
+                        "metadata": {"name": ns, "labels": labels},
+                    }
+                )
             for node in scenario.nodes:
-                self.api.create({"apiVersion": "v1", "kind": "Node",
-                                 "metadata": {"name": node.name}})
+                self.api.create(
+                    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}
+                )
         # Fast path: identical nodes (same GPUs and mode) share one inventory run; their
         # slices differ only in names, and no selector gpu-slicer writes reads a GPU's UUID.
         templates: dict[Any, tuple[Pool, GpuOrderCache | None]] = {}
         self.agents = {
-            n.name: NodeAgent(n, policy=policy, scenario=scenario, clock=self.clock,
-                              api=self.api, root=self.root, templates=templates)
+            n.name: NodeAgent(
+                n,
+                policy=policy,
+                scenario=scenario,
+                clock=self.clock,
+                api=self.api,
+                root=self.root,
+                templates=templates,
+            )
             for n in scenario.nodes
         }
         self.scheduler = Scheduler(self.agents, scenario.node_rule)
@@ -731,8 +793,11 @@ class GpuSlicerStrategy(Strategy):
         self.claims: dict[str, list[Obj]] = {}
         self.due: dict[str, float] = {}
         self._uids = itertools.count(1)
-        mode = "through the in-memory API and the agent's gRPC services" if through_api \
+        mode = (
+            "through the in-memory API and the agent's gRPC services"
+            if through_api
             else "fast path: direct backend calls, slices reordered in place"
+        )
         self.notes.append(mode)
 
     # --- demand ---------------------------------------------------------------------------
@@ -764,10 +829,16 @@ class GpuSlicerStrategy(Strategy):
             self.claims[pod.name] = []
             return []
         if self.api is None:
-            claim = {"apiVersion": RESOURCE, "kind": "ResourceClaim",
-                     "metadata": {"name": f"{pod.name}-gpu-slicer", "namespace": pod.namespace,
-                                  "uid": f"uid-{next(self._uids)}"},
-                     "spec": spec}
+            claim = {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceClaim",
+                "metadata": {
+                    "name": f"{pod.name}-gpu-slicer",
+                    "namespace": pod.namespace,
+                    "uid": f"uid-{next(self._uids)}",
+                },
+                "spec": spec,
+            }
             self.claims[pod.name] = [claim]
             return [claim]
         claims = self._admit_through_api(pod, translated.conversion)
@@ -791,24 +862,38 @@ class GpuSlicerStrategy(Strategy):
             template_name = entry.get("resourceClaimTemplateName")
             if not template_name:
                 continue
-            template = self.api.get(RESOURCE, "ResourceClaimTemplate", template_name,
-                                    pod.namespace)
-            claim = self.api.create({
-                "apiVersion": RESOURCE, "kind": "ResourceClaim",
-                "metadata": {
-                    "name": f"{pod.name}-{entry['name']}", "namespace": pod.namespace,
-                    "annotations": {"resource.kubernetes.io/pod-claim-name": entry["name"]},
-                    "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
-                                         "name": pod.name, "uid": stored["metadata"]["uid"],
-                                         "controller": True, "blockOwnerDeletion": True}],
-                },
-                "spec": template["spec"]["spec"],
-            })
+            template = self.api.get(RESOURCE, "ResourceClaimTemplate", template_name, pod.namespace)
+            claim = self.api.create(
+                {
+                    "apiVersion": RESOURCE,
+                    "kind": "ResourceClaim",
+                    "metadata": {
+                        "name": f"{pod.name}-{entry['name']}",
+                        "namespace": pod.namespace,
+                        "annotations": {"resource.kubernetes.io/pod-claim-name": entry["name"]},
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "v1",
+                                "kind": "Pod",
+                                "name": pod.name,
+                                "uid": stored["metadata"]["uid"],
+                                "controller": True,
+                                "blockOwnerDeletion": True,
+                            }
+                        ],
+                    },
+                    "spec": template["spec"]["spec"],
+                }
+            )
             claims.append(claim)
-            statuses.append({"name": entry["name"],
-                             "resourceClaimName": claim["metadata"]["name"]})
-        self.api.patch("v1", "Pod", pod.name, {"status": {"resourceClaimStatuses": statuses}},
-                       namespace=pod.namespace)
+            statuses.append({"name": entry["name"], "resourceClaimName": claim["metadata"]["name"]})
+        self.api.patch(
+            "v1",
+            "Pod",
+            pod.name,
+            {"status": {"resourceClaimStatuses": statuses}},
+            namespace=pod.namespace,
+        )
         return claims
 
     # --- placing --------------------------------------------------------------------------
@@ -818,8 +903,11 @@ class GpuSlicerStrategy(Strategy):
         claims = self._claims_for(pod)
         if not claims:
             return None
-        shape = (pod.namespace, tuple(sorted(pod.resources.items())),
-                 tuple(sorted(pod.annotations.items())))
+        shape = (
+            pod.namespace,
+            tuple(sorted(pod.resources.items())),
+            tuple(sorted(pod.annotations.items())),
+        )
         if shape not in self.scheduler.min_slices:
             self.scheduler.min_slices[shape] = self._min_slices(pod)
         try:
@@ -840,15 +928,21 @@ class GpuSlicerStrategy(Strategy):
             meta = claim["metadata"]
             if self.api is not None:
                 stored = self.api.get(RESOURCE, "ResourceClaim", meta["name"], meta["namespace"])
-                stored["status"] = {"allocation": status, "reservedFor": [
-                    {"resource": "pods", "name": pod.name}]}
+                stored["status"] = {
+                    "allocation": status,
+                    "reservedFor": [{"resource": "pods", "name": pod.name}],
+                }
                 claim = self.api.update(stored)
                 meta = claim["metadata"]
-            prepared_list.append(_Prepared(meta["uid"], meta["name"], meta["namespace"],
-                                           devices))
+            prepared_list.append(_Prepared(meta["uid"], meta["name"], meta["namespace"], devices))
         if self.api is not None:
-            self.api.patch("v1", "Pod", pod.name, {"spec": {"nodeName": allocation.node}},
-                           namespace=pod.namespace)
+            self.api.patch(
+                "v1",
+                "Pod",
+                pod.name,
+                {"spec": {"nodeName": allocation.node}},
+                namespace=pod.namespace,
+            )
         for prepared in prepared_list:
             error = agent.prepare(prepared)
             if error:
@@ -888,12 +982,16 @@ class GpuSlicerStrategy(Strategy):
         """Every prepared MIG device has exactly its instance on the GPU, and nothing else is."""
         gpus = {parse_device_name(d.name).gpu_index for d in allocation.devices}
         for gpu in gpus:
-            wanted = sorted((s.profile, s.start) for s in agent.allocated.values()
-                            if isinstance(s, SliceSpec) and s.gpu_index == gpu)
+            wanted = sorted(
+                (s.profile, s.start)
+                for s in agent.allocated.values()
+                if isinstance(s, SliceSpec) and s.gpu_index == gpu
+            )
             have = agent.instance_placements(gpu)
             if have != wanted:
                 raise AllocationError(
-                    f"{agent.name} gpu {gpu}: instances {have} but prepared claims hold {wanted}")
+                    f"{agent.name} gpu {gpu}: instances {have} but prepared claims hold {wanted}"
+                )
 
     def release(self, pod: PodSpec, held: Held, now: float) -> None:
         self.clock.now = now
@@ -950,19 +1048,26 @@ class GpuSlicerStrategy(Strategy):
                 if left:
                     problems.append(f"{agent.name} gpu {info.index}: {len(left)} instances leaked")
             if agent.api is not None and agent.state.entries():
-                problems.append(f"{agent.name}: checkpoint still holds "
-                                f"{len(agent.state.entries())} claims")
+                problems.append(
+                    f"{agent.name}: checkpoint still holds {len(agent.state.entries())} claims"
+                )
         if self.scheduler.in_use.devices:
-            problems.append(f"the scheduler still counts {len(self.scheduler.in_use.devices)} "
-                            "devices as allocated")
+            problems.append(
+                f"the scheduler still counts {len(self.scheduler.in_use.devices)} "
+                "devices as allocated"
+            )
         if self.api is not None:
-            allocated = [c for c in self.api.list(RESOURCE, "ResourceClaim").items
-                         if (c.get("status") or {}).get("allocation")]
+            allocated = [
+                c
+                for c in self.api.list(RESOURCE, "ResourceClaim").items
+                if (c.get("status") or {}).get("allocation")
+            ]
             if allocated:
                 problems.append(f"{len(allocated)} claims still allocated in the API")
         publishes = sum(a.publishes for a in self.agents.values())
-        self.notes.append(f"{publishes} slice publications, {self.scheduler.attempts} "
-                          "allocator runs")
+        self.notes.append(
+            f"{publishes} slice publications, {self.scheduler.attempts} allocator runs"
+        )
         self.close()
         return problems
 

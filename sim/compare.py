@@ -62,13 +62,15 @@ def default_strategies(scenario: Scenario) -> list[str]:
     return [s for s in DEFAULT_STRATEGIES if s in valid]
 
 
-def make_strategy(name: str, scenario: Scenario, book: DemandBook, *,
-                  through_api: bool | None = None) -> Strategy:
+def make_strategy(
+    name: str, scenario: Scenario, book: DemandBook, *, through_api: bool | None = None
+) -> Strategy:
     if name.startswith("gpu-slicer-"):
         from sim.cluster import GpuSlicerStrategy
 
-        return GpuSlicerStrategy(scenario, book, policy=name[len("gpu-slicer-"):],
-                                 through_api=through_api)
+        return GpuSlicerStrategy(
+            scenario, book, policy=name[len("gpu-slicer-") :], through_api=through_api
+        )
     return baseline(name, scenario, book)
 
 

@@ -68,8 +68,11 @@ def scenario_policy(scenario: Scenario) -> Policy:
 
 
 def _shape(pod: PodSpec) -> tuple[Any, ...]:
-    return (pod.namespace, tuple(sorted(pod.resources.items())),
-            tuple(sorted(pod.annotations.items())))
+    return (
+        pod.namespace,
+        tuple(sorted(pod.resources.items())),
+        tuple(sorted(pod.annotations.items())),
+    )
 
 
 def parse_chains(conversion: Conversion) -> Demand:
@@ -107,8 +110,7 @@ class DemandBook:
         if mode != "enabled":
             return Translated(None, None, ())
         try:
-            conversion = translate_pod(pod.manifest(), namespace=pod.namespace,
-                                       policy=self.policy)
+            conversion = translate_pod(pod.manifest(), namespace=pod.namespace, policy=self.policy)
         except WebhookError as exc:
             return Translated(None, str(exc), ())
         return Translated(conversion, None, parse_chains(conversion))
@@ -125,7 +127,7 @@ class DemandBook:
             if name == "nvidia.com/gpu":
                 requests.append((Alternative("gpu", count),))
             elif name.startswith("nvidia.com/mig-"):
-                requests.append((Alternative("mig", count, name[len("nvidia.com/mig-"):]),))
+                requests.append((Alternative("mig", count, name[len("nvidia.com/mig-") :]),))
         if not requests:
             chains = self.translated(pod).chains
             requests = [(self._available(chain),) for chain in chains[:1]]

@@ -65,10 +65,14 @@ class GpuLedger:
     """pod name -> slots held on this GPU."""
 
     def placements(self) -> tuple[Placement, ...]:
-        return tuple(sorted(
-            (s.profile, s.start) for slots in self.held.values() for s in slots
-            if s.profile is not None
-        ))
+        return tuple(
+            sorted(
+                (s.profile, s.start)
+                for slots in self.held.values()
+                for s in slots
+                if s.profile is not None
+            )
+        )
 
     @property
     def whole(self) -> bool:
@@ -177,17 +181,27 @@ class Result:
         return {
             "strategy": self.strategy,
             "description": self.description,
-            "pods": {"total": self.total, "served": self.served, "pending": self.pending,
-                     "rejected": self.rejected},
+            "pods": {
+                "total": self.total,
+                "served": self.served,
+                "pending": self.pending,
+                "rejected": self.rejected,
+            },
             "waitSeconds": {"mean": round(self.wait_mean_s, 3), "p95": round(self.wait_p95_s, 3)},
             "utilization": {"mean": round(self.utilization_mean, 5)},
-            "fragmentation": {"mean": round(self.fragmentation_mean, 5),
-                              "peak": round(self.fragmentation_peak, 5)},
+            "fragmentation": {
+                "mean": round(self.fragmentation_mean, 5),
+                "peak": round(self.fragmentation_peak, 5),
+            },
             "mig": {"creations": self.creations, "destructions": self.destructions},
-            "byWorkload": {k: {"served": s, "total": t}
-                           for k, (s, t) in sorted(self.served_by_workload.items())},
-            "waitByWorkload": {k: {"mean": round(m, 3), "max": round(x, 3)}
-                               for k, (m, x) in sorted(self.waits_by_workload.items())},
+            "byWorkload": {
+                k: {"served": s, "total": t}
+                for k, (s, t) in sorted(self.served_by_workload.items())
+            },
+            "waitByWorkload": {
+                k: {"mean": round(m, 3), "max": round(x, 3)}
+                for k, (m, x) in sorted(self.waits_by_workload.items())
+            },
             "startedOnArrival": dict(sorted(self.immediate_by_workload.items())),
             "series": [[round(t, 1), round(u, 5), round(f, 5)] for t, u, f in self.series],
             "wallSeconds": round(self.wall_s, 3),
@@ -220,15 +234,22 @@ def _long_lived_heap() -> Iterator[None]:
 
 
 class Engine:
-    def __init__(self, scenario: Scenario, strategy: Strategy, *,
-                 progress: Progress | None = None, check_overlaps: bool = True) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        strategy: Strategy,
+        *,
+        progress: Progress | None = None,
+        check_overlaps: bool = True,
+    ) -> None:
         self.scenario = scenario
         self.strategy = strategy
         self.progress = progress
         self.check_overlaps = check_overlaps
         self.ledgers: dict[tuple[str, int], GpuLedger] = {
             (n.name, i): GpuLedger(n.name, i, m)
-            for n in scenario.nodes for i, m in enumerate(n.models)
+            for n in scenario.nodes
+            for i, m in enumerate(n.models)
         }
         self.total_slices = sum(g.model.memory_slices for g in self.ledgers.values())
         self.used = 0
@@ -271,7 +292,8 @@ class Engine:
                 if problems:
                     raise InvariantError(
                         f"{self.strategy.name}: {name} on {held.node}/gpu-{gpu}: "
-                        + "; ".join(problems))
+                        + "; ".join(problems)
+                    )
             self.used += ledger.used_slices() - before
         record.held = held
         record.node = held.node
@@ -314,8 +336,7 @@ class Engine:
                 free = ledger.model.memory_slices - ledger.used_slices()
                 if free == 0:
                     continue
-                key = (ledger.model.key, ledger.placements(), ledger.whole,
-                       self._state_key(ledger))
+                key = (ledger.model.key, ledger.placements(), ledger.whole, self._state_key(ledger))
                 usable = cache.get(key)
                 if usable is None:
                     usable = any(self.strategy.gpu_can_use(ledger, a) for a in alts)
@@ -324,8 +345,7 @@ class Engine:
                     fragmented += free
         share = fragmented / self.total_slices if self.total_slices else 0.0
         self.fragmentation.append(share)
-        self.series.append((t, self.used / self.total_slices if self.total_slices else 0.0,
-                            share))
+        self.series.append((t, self.used / self.total_slices if self.total_slices else 0.0, share))
 
     def _state_key(self, ledger: GpuLedger) -> Any:
         key = getattr(self.strategy, "state_key", None)
@@ -335,8 +355,11 @@ class Engine:
 
     def _try(self, record: PodRecord, now: float) -> bool:
         pod = record.pod
-        sig = (pod.namespace, tuple(sorted(pod.resources.items())),
-               tuple(sorted(pod.annotations.items())))
+        sig = (
+            pod.namespace,
+            tuple(sorted(pod.resources.items())),
+            tuple(sorted(pod.annotations.items())),
+        )
         if self.failed.get(sig) == self.epoch:
             return False
         held = self.strategy.place(pod, now)
@@ -437,10 +460,12 @@ class Engine:
             total=len(arrived),
             wait_mean_s=sum(waits) / len(waits) if waits else 0.0,
             wait_p95_s=percentile(waits, 0.95),
-            utilization_mean=self.integral / (span * self.total_slices) if self.total_slices
+            utilization_mean=self.integral / (span * self.total_slices)
+            if self.total_slices
             else 0.0,
             fragmentation_mean=sum(self.fragmentation) / len(self.fragmentation)
-            if self.fragmentation else 0.0,
+            if self.fragmentation
+            else 0.0,
             fragmentation_peak=max(self.fragmentation, default=0.0),
             creations=self.strategy.mig_counts()[0],
             destructions=self.strategy.mig_counts()[1],
@@ -448,7 +473,8 @@ class Engine:
             notes=list(self.strategy.notes),
             served_by_workload=by_workload,
             waits_by_workload={k: (sum(v) / len(v), max(v)) for k, v in workload_waits.items()},
-            immediate_by_workload={k: sum(1 for w in v if w == 0)
-                                   for k, v in workload_waits.items()},
+            immediate_by_workload={
+                k: sum(1 for w in v if w == 0) for k, v in workload_waits.items()
+            },
             starts={r.pod.name: r.start for r in started if r.start is not None},
         )

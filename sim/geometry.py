@@ -29,9 +29,7 @@ def resolve_profile(model: GpuModel, name: str) -> Profile | None:
     if not match:
         return None
     compute = int(match["c"])
-    found = [
-        p for p in model.profiles if p.compute_slices == compute and not p.media_exclusive
-    ]
+    found = [p for p in model.profiles if p.compute_slices == compute and not p.media_exclusive]
     found.sort(key=lambda p: p.memory_slices)
     return found[0] if found else None
 

@@ -52,14 +52,18 @@ def as_json(comparison: Comparison, *, series: bool = True) -> dict[str, Any]:
 def table(comparison: Comparison) -> str:
     scenario = comparison.scenario
     out = io.StringIO()
-    out.write(f"scenario {scenario.name}: {len(scenario.nodes)} nodes, {scenario.gpu_count} GPUs, "
-              f"{len(scenario.pods)} pods ({scenario.events} pod events), seed {scenario.seed}\n")
+    out.write(
+        f"scenario {scenario.name}: {len(scenario.nodes)} nodes, {scenario.gpu_count} GPUs, "
+        f"{len(scenario.pods)} pods ({scenario.events} pod events), seed {scenario.seed}\n"
+    )
     if scenario.description:
         out.write(f"  {scenario.description}\n")
     out.write("\n")
     oracle = next((r for r in comparison.results if r.strategy == "oracle"), None)
-    header = (f"{'strategy':<30} {'served':>7} {'pending':>7} {'vs oracle':>9} {'wait mean':>9} "
-              f"{'wait p95':>8} {'util':>6} {'frag':>6} {'MIG +':>6} {'MIG -':>6} {'time':>6}")
+    header = (
+        f"{'strategy':<30} {'served':>7} {'pending':>7} {'vs oracle':>9} {'wait mean':>9} "
+        f"{'wait p95':>8} {'util':>6} {'frag':>6} {'MIG +':>6} {'MIG -':>6} {'time':>6}"
+    )
     out.write(header + "\n" + "-" * len(header) + "\n")
     for r in comparison.results:
         ratio = f"{r.served / oracle.served:.1%}" if oracle and oracle.served else "-"
@@ -69,9 +73,11 @@ def table(comparison: Comparison) -> str:
             f"{r.utilization_mean:>6.1%} {r.fragmentation_mean:>6.1%} {r.creations:>6} "
             f"{r.destructions:>6} {r.wall_s:>5.1f}s\n"
         )
-    out.write("\nutil: memory slices held by running pods, time-weighted. frag: free memory slices "
-              "no pending pod could use, mean of samples.\nMIG +/-: instances created/destroyed "
-              "(static layouts: made up front). time: wall-clock seconds of the run.\n")
+    out.write(
+        "\nutil: memory slices held by running pods, time-weighted. frag: free memory slices "
+        "no pending pod could use, mean of samples.\nMIG +/-: instances created/destroyed "
+        "(static layouts: made up front). time: wall-clock seconds of the run.\n"
+    )
     workloads = sorted({w for r in comparison.results for w in r.served_by_workload})
     if 1 < len(workloads) <= 8:
         out.write("\nserved / total (mean wait) per workload:\n")
@@ -86,9 +92,14 @@ def table(comparison: Comparison) -> str:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
             # Two spaces between columns however long a name or a cell gets.
-            out.write(row[0].ljust(widths[0]) + "".join(
-                "  " + cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True))
-                + "\n")
+            out.write(
+                row[0].ljust(widths[0])
+                + "".join(
+                    "  " + cell.rjust(width)
+                    for cell, width in zip(row[1:], widths[1:], strict=True)
+                )
+                + "\n"
+            )
     for name, problems in comparison.problems.items():
         for problem in problems:
             out.write(f"\nPROBLEM in {name}: {problem}")
@@ -181,14 +192,19 @@ def timelines(comparison: Comparison) -> list[Timeline]:
             waiting.append(count)
             needed.append(max(0.0, need) / capacity)
         label = " = ".join(r.strategy for r in members)
-        out.append(Timeline(
-            label=label,
-            times_h=[(scenario.clock_s + t) / 3600 for t in times],
-            waiting=waiting, needed=needed, on_arrival=on_arrival, later=later,
-            never=len(arrived) - on_arrival - later,
-            held_mean=first.utilization_mean,
-            needed_mean=sum(needed) / len(needed) if needed else 0.0,
-        ))
+        out.append(
+            Timeline(
+                label=label,
+                times_h=[(scenario.clock_s + t) / 3600 for t in times],
+                waiting=waiting,
+                needed=needed,
+                on_arrival=on_arrival,
+                later=later,
+                never=len(arrived) - on_arrival - later,
+                held_mean=first.utilization_mean,
+                needed_mean=sum(needed) / len(needed) if needed else 0.0,
+            )
+        )
     return out
 
 
@@ -208,19 +224,29 @@ def plot(comparison: Comparison, path: str) -> None:
     used_ax = fig.add_subplot(grid[1], sharex=waiting_ax)
     bars_ax = fig.add_subplot(grid[2])
     for n, line in enumerate(lines):
-        style: dict[str, Any] = {"color": colors[n % len(colors)],
-                                 "linestyle": _STYLES[n % len(_STYLES)],
-                 "linewidth": 2.2 - 0.25 * (n % 4)}
+        style: dict[str, Any] = {
+            "color": colors[n % len(colors)],
+            "linestyle": _STYLES[n % len(_STYLES)],
+            "linewidth": 2.2 - 0.25 * (n % 4),
+        }
         waiting_ax.step(line.times_h, line.waiting, where="post", label=line.label, **style)
-        used_ax.step(line.times_h, [u * 100 for u in line.needed], where="post",
-                     label=f"{line.label}: needed {line.needed_mean:.0%}, "
-                           f"held {line.held_mean:.0%} (means)", **style)
-    waiting_ax.set_title(f"{scenario.name}: {len(scenario.nodes)} nodes, {scenario.gpu_count} "
-                         f"GPUs, {len(scenario.pods)} pods — pods waiting for a GPU")
+        used_ax.step(
+            line.times_h,
+            [u * 100 for u in line.needed],
+            where="post",
+            label=f"{line.label}: needed {line.needed_mean:.0%}, held {line.held_mean:.0%} (means)",
+            **style,
+        )
+    waiting_ax.set_title(
+        f"{scenario.name}: {len(scenario.nodes)} nodes, {scenario.gpu_count} "
+        f"GPUs, {len(scenario.pods)} pods — pods waiting for a GPU"
+    )
     waiting_ax.set_ylabel("pods waiting")
     waiting_ax.set_ylim(bottom=0)
-    used_ax.set_title("GPU memory the running pods need (their first choice), % of the "
-                      "cluster's; 'held' counts whole GPUs and oversized slices as in use")
+    used_ax.set_title(
+        "GPU memory the running pods need (their first choice), % of the "
+        "cluster's; 'held' counts whole GPUs and oversized slices as in use"
+    )
     used_ax.set_ylabel("needed (%)")
     used_ax.set_ylim(0, 105)
     used_ax.set_xlabel("hour of day" if scenario.clock_s else "hours")
@@ -234,20 +260,30 @@ def plot(comparison: Comparison, path: str) -> None:
     never = [line.never for line in lines]
     bars_ax.barh(ys, on_arrival, color="#2ca02c", label="started on arrival")
     bars_ax.barh(ys, later, left=on_arrival, color="#ff7f0e", label="started after waiting")
-    bars_ax.barh(ys, never, left=[a + b for a, b in zip(on_arrival, later, strict=True)],
-                 color="#d62728", label="never started")
+    bars_ax.barh(
+        ys,
+        never,
+        left=[a + b for a, b in zip(on_arrival, later, strict=True)],
+        color="#d62728",
+        label="never started",
+    )
     for y, line in zip(ys, lines, strict=True):
-        bars_ax.text(line.on_arrival + line.later + line.never, y,
-                     f"  {line.on_arrival} / {line.later} / {line.never}", va="center",
-                     fontsize=8)
+        bars_ax.text(
+            line.on_arrival + line.later + line.never,
+            y,
+            f"  {line.on_arrival} / {line.later} / {line.never}",
+            va="center",
+            fontsize=8,
+        )
     bars_ax.set_yticks(list(ys), names, fontsize=8)
     bars_ax.invert_yaxis()
     bars_ax.set_xlabel("pods")
     bars_ax.set_title("when pods started (on arrival / after waiting / never)")
     most = max((line.on_arrival + line.later + line.never for line in lines), default=1)
     bars_ax.set_xlim(0, most * 1.15)  # room for the counts after each bar
-    bars_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, fontsize=8,
-                   frameon=False)
+    bars_ax.legend(
+        loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, fontsize=8, frameon=False
+    )
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
@@ -269,8 +305,7 @@ class ProgressBar:
             return
         self.last = percent
         filled = percent * 30 // 100
-        self.stream.write(f"\r{self.label:<30} [{'#' * filled}{'.' * (30 - filled)}] "
-                          f"{percent:3d}%")
+        self.stream.write(f"\r{self.label:<30} [{'#' * filled}{'.' * (30 - filled)}] {percent:3d}%")
         if percent >= 100:
             self.stream.write("\n")
         self.stream.flush()

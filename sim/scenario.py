@@ -38,11 +38,28 @@ BUILTIN_LAYOUTS: dict[str, tuple[str, ...]] = {
 }
 """Static MIG layouts by size kind, resolved per model (``3g`` is 3g.40gb on an A100 80GB)."""
 
-_DURATION = re.compile(r"^(?:(?P<d>\d+(?:\.\d+)?)d)?(?:(?P<h>\d+(?:\.\d+)?)h)?"
-                       r"(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?$")
+_DURATION = re.compile(
+    r"^(?:(?P<d>\d+(?:\.\d+)?)d)?(?:(?P<h>\d+(?:\.\d+)?)h)?"
+    r"(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?$"
+)
 _CLOCK = re.compile(r"^(?P<h>\d{1,2}):(?P<m>\d{2})$")
-_TOP_KEYS = ("name", "description", "clock", "end", "sample", "kubernetes", "scheduler", "agent",
-             "nodes", "namespaces", "policy", "layouts", "pods", "generators", "seed")
+_TOP_KEYS = (
+    "name",
+    "description",
+    "clock",
+    "end",
+    "sample",
+    "kubernetes",
+    "scheduler",
+    "agent",
+    "nodes",
+    "namespaces",
+    "policy",
+    "layouts",
+    "pods",
+    "generators",
+    "seed",
+)
 
 
 @dataclass(frozen=True)
@@ -72,12 +89,19 @@ class PodSpec:
         container: Obj = {"name": "main", "image": "registry.example/app:1"}
         if self.resources:
             container["resources"] = {"limits": {k: v for k, v in self.resources.items()}}
-        metadata: Obj = {"name": self.name, "namespace": self.namespace,
-                         "labels": {"workload": self.workload}}
+        metadata: Obj = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": {"workload": self.workload},
+        }
         if self.annotations:
             metadata["annotations"] = dict(self.annotations)
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-                "spec": {"containers": [container], "restartPolicy": "Never"}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {"containers": [container], "restartPolicy": "Never"},
+        }
 
 
 @dataclass(frozen=True)
@@ -152,8 +176,12 @@ def parse_duration(value: Any, path: str) -> float:
     if not text or not match or not any(match.groupdict().values()):
         raise ScenarioError(f"{path}: {value!r} is not a duration (e.g. 90s, 30m, 2h, 1h30m)")
     parts = {k: float(v) for k, v in match.groupdict().items() if v}
-    return (parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600 + parts.get("m", 0) * 60
-            + parts.get("s", 0))
+    return (
+        parts.get("d", 0) * 86400
+        + parts.get("h", 0) * 3600
+        + parts.get("m", 0) * 60
+        + parts.get("s", 0)
+    )
 
 
 def _time(value: Any, path: str, clock_s: float) -> float:
@@ -316,7 +344,8 @@ def parse_scenario(data: Any, *, seed: int | None = None, source: str = "<scenar
         kubernetes=(1, int(match[1])),
         node_rule=node_rule,
         republish_min_interval_s=parse_duration(
-            agent.get("republishMinInterval", 30), "agent.republishMinInterval"),
+            agent.get("republishMinInterval", 30), "agent.republishMinInterval"
+        ),
         republish_quiet_s=parse_duration(agent.get("republishQuiet", 2), "agent.republishQuiet"),
         nodes=tuple(nodes),
         namespaces=namespaces,
@@ -451,8 +480,17 @@ def _namespace(value: Any, path: str, namespaces: Mapping[str, str]) -> str:
 
 def _pods(value: Any, clock_s: float, namespaces: Mapping[str, str]) -> list[PodSpec]:
     pods: list[PodSpec] = []
-    keys = ("name", "namespace", "at", "duration", "resources", "annotations", "count", "every",
-            "workload")
+    keys = (
+        "name",
+        "namespace",
+        "at",
+        "duration",
+        "resources",
+        "annotations",
+        "count",
+        "every",
+        "workload",
+    )
     for i, raw in enumerate(_list(value, "pods")):
         path = f"pods[{i}]"
         body = _mapping(raw, path)
@@ -470,15 +508,17 @@ def _pods(value: Any, clock_s: float, namespaces: Mapping[str, str]) -> list[Pod
         namespace = _namespace(body.get("namespace"), f"{path}.namespace", namespaces)
         base = str(body["name"])
         for j in range(count):
-            pods.append(PodSpec(
-                name=base if count == 1 else f"{base}-{j}",
-                namespace=namespace,
-                arrival=at + j * every,
-                duration=duration,
-                resources=resources_,
-                annotations=annotations,
-                workload=str(body.get("workload", base)),
-            ))
+            pods.append(
+                PodSpec(
+                    name=base if count == 1 else f"{base}-{j}",
+                    namespace=namespace,
+                    arrival=at + j * every,
+                    duration=duration,
+                    resources=resources_,
+                    annotations=annotations,
+                    workload=str(body.get("workload", base)),
+                )
+            )
     return pods
 
 
@@ -494,8 +534,9 @@ def _sampler(value: Any, path: str) -> Any:
     if kind == "uniform":
         return lambda rng: rng.uniform(low, high)
     if kind not in ("exponential", "lognormal"):
-        raise ScenarioError(f"{path}.distribution: {kind!r} is not exponential, lognormal "
-                            "or uniform")
+        raise ScenarioError(
+            f"{path}.distribution: {kind!r} is not exponential, lognormal or uniform"
+        )
     mean = parse_duration(value.get("mean", 3600), f"{path}.mean")
     if mean <= 0:
         raise ScenarioError(f"{path}.mean: must be longer than zero")
@@ -506,11 +547,22 @@ def _sampler(value: Any, path: str) -> Any:
     return lambda rng: min(high, max(low, rng.expovariate(1.0 / mean)))
 
 
-def _generated(value: Any, clock_s: float, namespaces: Mapping[str, str],
-               seed: int) -> list[PodSpec]:
+def _generated(
+    value: Any, clock_s: float, namespaces: Mapping[str, str], seed: int
+) -> list[PodSpec]:
     pods: list[PodSpec] = []
-    keys = ("name", "count", "from", "to", "arrivals", "duration", "namespace", "namespaces",
-            "mix", "seed")
+    keys = (
+        "name",
+        "count",
+        "from",
+        "to",
+        "arrivals",
+        "duration",
+        "namespace",
+        "namespaces",
+        "mix",
+        "seed",
+    )
     for i, raw in enumerate(_list(value, "generators")):
         path = f"generators[{i}]"
         body = _mapping(raw, path)
@@ -537,11 +589,13 @@ def _generated(value: Any, clock_s: float, namespaces: Mapping[str, str],
             _unknown(entry_body, ("weight", "resources", "annotations", "workload"), entry_path)
             resources_, annotations = _pod_body(entry_body, entry_path)
             weight = entry_body.get("weight", 1)
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or not (
-                    0 < weight < math.inf):
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, int | float)
+                or not (0 < weight < math.inf)
+            ):
                 raise ScenarioError(f"{entry_path}.weight: {weight!r} must be a number > 0")
-            mix.append((weight, resources_, annotations,
-                        str(entry_body.get("workload", name))))
+            mix.append((weight, resources_, annotations, str(entry_body.get("workload", name))))
         if not mix:
             raise ScenarioError(f"{path}.mix: at least one kind of pod is required")
         rng = random.Random(f"{seed}/{body.get('seed', i)}/{name}")
@@ -555,15 +609,17 @@ def _generated(value: Any, clock_s: float, namespaces: Mapping[str, str],
         width = len(str(count - 1))
         for k, t in enumerate(times):
             _, resources_, annotations, workload = rng.choices(mix, weights)[0]
-            pods.append(PodSpec(
-                name=f"{name}-{k:0{width}d}",
-                namespace=ns_list[k % len(ns_list)] if len(ns_list) > 1 else ns_list[0],
-                arrival=t,
-                duration=max(1.0, float(duration(rng))),
-                resources=resources_,
-                annotations=annotations,
-                workload=workload,
-            ))
+            pods.append(
+                PodSpec(
+                    name=f"{name}-{k:0{width}d}",
+                    namespace=ns_list[k % len(ns_list)] if len(ns_list) > 1 else ns_list[0],
+                    arrival=t,
+                    duration=max(1.0, float(duration(rng))),
+                    resources=resources_,
+                    annotations=annotations,
+                    workload=workload,
+                )
+            )
     return pods
 
 

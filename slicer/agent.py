@@ -140,7 +140,9 @@ class NodeAgent:
             static_layout=config.static_layout,
         )
         self.claims = ClaimCache(
-            api, pool=config.node, on_change=self._nudge,
+            api,
+            pool=config.node,
+            on_change=self._nudge,
             on_error=lambda _error: self.metrics.api_errors.labels("watch-claims").inc(),
         )
         self.health = HealthTracker(backend, on_change=self._nudge, metrics=self.metrics)
@@ -151,7 +153,9 @@ class NodeAgent:
                 clock=clock,
             )
             self.publisher: SlicePublisher | None = SlicePublisher(
-                api, config.node, policy=config.policy,
+                api,
+                config.node,
+                policy=config.policy,
                 metrics=PublisherMetrics(self.metrics.registry),
                 limiter=self.limiter,
                 recheck_interval_s=config.reprobe_interval_s or None,
@@ -163,8 +167,13 @@ class NodeAgent:
             self.limiter = None
             self.publisher = None
         self.reconciler = Reconciler(
-            self.state, self.claims, pool=config.node, health=self.health,
-            republish=republish, stale_after_s=config.stale_prepare_s, clock=clock,
+            self.state,
+            self.claims,
+            pool=config.node,
+            health=self.health,
+            republish=republish,
+            stale_after_s=config.stale_prepare_s,
+            clock=clock,
         )
         self.driver = DraDriver(self.state, self.claims, pool=config.node)
         self.plugin = PluginServer(
@@ -176,17 +185,21 @@ class NodeAgent:
         common = self.config.cdi_common
         self.metrics.cdi_toolkit_edits.set(1 if common.from_toolkit else 0)
         if common.from_toolkit:
-            log.info("claim CDI specs carry the NVIDIA Container Toolkit's edits",
-                     extra={"source": common.source})
+            log.info(
+                "claim CDI specs carry the NVIDIA Container Toolkit's edits",
+                extra={"source": common.source},
+            )
         else:
             log.warning(
                 "no NVIDIA Container Toolkit CDI spec found (--toolkit-cdi-spec, --nvidia-ctk, "
                 "/etc/cdi/nvidia.yaml, /var/run/cdi/nvidia.yaml): pods get their GPU's device "
                 "nodes but not the driver's libraries, so CUDA will not run in them; run "
-                "'nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml' on the node")
+                "'nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml' on the node"
+            )
         for info in self.backend.gpus():
             self.metrics.catalog_differences.labels(str(info.index)).set(
-                len(info.catalog_differences))
+                len(info.catalog_differences)
+            )
 
     def _publish(self, view: NodeView) -> float | None:
         """Publish; returns when to publish again although nothing changed (or None)."""
@@ -205,25 +218,30 @@ class NodeAgent:
 
     def start(self) -> None:
         if self.state.load_problem:
-            log.error("started with an unusable checkpoint; reconciling against the GPUs",
-                      extra={"problem": self.state.load_problem})
+            log.error(
+                "started with an unusable checkpoint; reconciling against the GPUs",
+                extra={"problem": self.state.load_problem},
+            )
         self._report_facts()
         self.claims.start()
         self._spawn("health", lambda: self.health.run(self._stop))
-        self._spawn("reconciler", lambda: self.reconciler.run(
-            self._stop, self.config.reconcile_interval_s))
+        self._spawn(
+            "reconciler", lambda: self.reconciler.run(self._stop, self.config.reconcile_interval_s)
+        )
         self.plugin.start()
         if self.config.metrics_bind:
             host, _, port = self.config.metrics_bind.rpartition(":")
             try:
                 self._metrics_server, _ = start_http_server(
-                    int(port), addr=host or "0.0.0.0", registry=self.metrics.registry)
+                    int(port), addr=host or "0.0.0.0", registry=self.metrics.registry
+                )
             except OSError as exc:
                 raise OSError(
                     exc.errno, f"--metrics-bind {self.config.metrics_bind}: {exc.strerror}"
                 ) from exc
-        log.info("node agent running", extra={"node": self.config.node,
-                                              "gpus": len(self.backend.gpus())})
+        log.info(
+            "node agent running", extra={"node": self.config.node, "gpus": len(self.backend.gpus())}
+        )
 
     def stop(self) -> None:
         """Stop serving, then stop the threads; safe to call twice."""
@@ -275,74 +293,134 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     agent = subparsers.add_parser("agent", help="the node agent (DRA kubelet plugin for MIG)")
     commands = agent.add_subparsers(dest="agent_command", metavar="COMMAND", required=True)
     run = commands.add_parser(
-        "run", help="run the node agent: publish slices, serve the kubelet, reconcile",
+        "run",
+        help="run the node agent: publish slices, serve the kubelet, reconcile",
         description="Every flag has an environment-variable twin, shown in brackets.",
     )
-    run.add_argument("--node", default=_env("GPU_SLICER_NODE", "NODE_NAME"),
-                     help="this node's name, the pool name [GPU_SLICER_NODE or NODE_NAME]")
-    run.add_argument("--backend", choices=["nvml", "simulated"],
-                     default=_env("GPU_SLICER_BACKEND", default="nvml"),
-                     help="GPU access: NVML, or simulated GPUs [GPU_SLICER_BACKEND]")
-    run.add_argument("--simulate-gpus", metavar="SPEC",
-                     default=_env("GPU_SLICER_SIMULATE_GPUS", default="H100-80GB:2"),
-                     help="simulated GPUs, e.g. H100-80GB:2,A100-80GB:1 "
-                          "[GPU_SLICER_SIMULATE_GPUS]")
-    run.add_argument("--simulate-state", metavar="FILE", type=Path,
-                     default=_env("GPU_SLICER_SIMULATE_STATE"),
-                     help="with --backend simulated: keep the simulated GPUs' MIG state in "
-                          "FILE, so that it outlives a restart of the agent as on real GPUs "
-                          "[GPU_SLICER_SIMULATE_STATE]")
-    run.add_argument("--kubeconfig", default=_env("GPU_SLICER_KUBECONFIG", "KUBECONFIG"),
-                     help="kubeconfig file; default: in-cluster [GPU_SLICER_KUBECONFIG]")
-    run.add_argument("--kube", choices=["cluster", "memory"],
-                     default=_env("GPU_SLICER_KUBE", default="cluster"),
-                     help="'memory': an empty in-process API, for trying the agent without a "
-                          "cluster [GPU_SLICER_KUBE]")
+    run.add_argument(
+        "--node",
+        default=_env("GPU_SLICER_NODE", "NODE_NAME"),
+        help="this node's name, the pool name [GPU_SLICER_NODE or NODE_NAME]",
+    )
+    run.add_argument(
+        "--backend",
+        choices=["nvml", "simulated"],
+        default=_env("GPU_SLICER_BACKEND", default="nvml"),
+        help="GPU access: NVML, or simulated GPUs [GPU_SLICER_BACKEND]",
+    )
+    run.add_argument(
+        "--simulate-gpus",
+        metavar="SPEC",
+        default=_env("GPU_SLICER_SIMULATE_GPUS", default="H100-80GB:2"),
+        help="simulated GPUs, e.g. H100-80GB:2,A100-80GB:1 [GPU_SLICER_SIMULATE_GPUS]",
+    )
+    run.add_argument(
+        "--simulate-state",
+        metavar="FILE",
+        type=Path,
+        default=_env("GPU_SLICER_SIMULATE_STATE"),
+        help="with --backend simulated: keep the simulated GPUs' MIG state in "
+        "FILE, so that it outlives a restart of the agent as on real GPUs "
+        "[GPU_SLICER_SIMULATE_STATE]",
+    )
+    run.add_argument(
+        "--kubeconfig",
+        default=_env("GPU_SLICER_KUBECONFIG", "KUBECONFIG"),
+        help="kubeconfig file; default: in-cluster [GPU_SLICER_KUBECONFIG]",
+    )
+    run.add_argument(
+        "--kube",
+        choices=["cluster", "memory"],
+        default=_env("GPU_SLICER_KUBE", default="cluster"),
+        help="'memory': an empty in-process API, for trying the agent without a "
+        "cluster [GPU_SLICER_KUBE]",
+    )
     for flag, env, default, what in (
         ("--checkpoint-dir", "GPU_SLICER_CHECKPOINT_DIR", CHECKPOINT_DIR, "checkpoint directory"),
         ("--cdi-dir", "GPU_SLICER_CDI_DIR", CDI_DIR, "CDI spec directory"),
-        ("--plugins-dir", "GPU_SLICER_PLUGINS_DIR", KUBELET_PLUGINS_DIR,
-         "kubelet plugins directory (dra.sock goes in <dir>/gpu-slicer.io/)"),
-        ("--registry-dir", "GPU_SLICER_REGISTRY_DIR", KUBELET_REGISTRY_DIR,
-         "kubelet plugin registry directory"),
+        (
+            "--plugins-dir",
+            "GPU_SLICER_PLUGINS_DIR",
+            KUBELET_PLUGINS_DIR,
+            "kubelet plugins directory (dra.sock goes in <dir>/gpu-slicer.io/)",
+        ),
+        (
+            "--registry-dir",
+            "GPU_SLICER_REGISTRY_DIR",
+            KUBELET_REGISTRY_DIR,
+            "kubelet plugin registry directory",
+        ),
     ):
-        run.add_argument(flag, type=Path, default=Path(_env(env, default=default) or default),
-                         help=f"{what} [{env}]")
-    run.add_argument("--metrics-bind", default=_env("GPU_SLICER_METRICS_BIND", default=":9464"),
-                     help="host:port for /metrics; empty to disable [GPU_SLICER_METRICS_BIND]")
-    run.add_argument("--reconcile-interval", type=_float_or_text,
-                     default=_env("GPU_SLICER_RECONCILE_INTERVAL", default="30"),
-                     help="seconds between reconcile passes [GPU_SLICER_RECONCILE_INTERVAL]")
-    run.add_argument("--policy", default=_env("GPU_SLICER_POLICY", default="best-fit"),
-                     help="device order policy: best-fit, anti-fragmentation, name "
-                          "[GPU_SLICER_POLICY]")
-    run.add_argument("--republish-interval", type=_float_or_text,
-                     default=_env("GPU_SLICER_REPUBLISH_INTERVAL", default="10"),
-                     help="minimum seconds between two ResourceSlice rewrites that only change "
-                          "the device order (best-fit) [GPU_SLICER_REPUBLISH_INTERVAL]")
-    run.add_argument("--reprobe-interval", type=_float_or_text,
-                     default=_env("GPU_SLICER_REPROBE_INTERVAL", default="600"),
-                     help="seconds between checks of the apiserver version and, after a "
-                          "fallback to the static layout, probes for partitionable devices; "
-                          "0 disables [GPU_SLICER_REPROBE_INTERVAL]")
-    run.add_argument("--toolkit-cdi-spec", metavar="FILE", type=Path,
-                     default=_env("GPU_SLICER_TOOLKIT_CDI_SPEC"),
-                     help="the NVIDIA Container Toolkit's CDI spec (nvidia-ctk cdi generate "
-                          "output) whose common edits every claim's spec carries; default: "
-                          "the first of /etc/cdi/nvidia.yaml|json, /var/run/cdi/nvidia.yaml|json "
-                          "[GPU_SLICER_TOOLKIT_CDI_SPEC]")
-    run.add_argument("--nvidia-ctk", metavar="PATH", default=_env("GPU_SLICER_NVIDIA_CTK"),
-                     help="instead of a spec file, run '<PATH> cdi generate --format=json' at "
-                          "start-up [GPU_SLICER_NVIDIA_CTK]")
-    run.add_argument("--static-layout", metavar="FILE", type=Path,
-                     default=_env("GPU_SLICER_STATIC_LAYOUT"),
-                     help="static layout file (the format of 'gpu-slicer slices "
-                          "--static-layout'): the existing instances advertised when the "
-                          "apiserver has no partitionable devices [GPU_SLICER_STATIC_LAYOUT]")
-    run.add_argument("--lock-wait", type=_float_or_text,
-                     default=_env("GPU_SLICER_LOCK_WAIT", default="0"),
-                     help="seconds to wait for another agent on the same --checkpoint-dir to "
-                          "exit (a rolling update); 0 exits 2 at once [GPU_SLICER_LOCK_WAIT]")
+        run.add_argument(
+            flag,
+            type=Path,
+            default=Path(_env(env, default=default) or default),
+            help=f"{what} [{env}]",
+        )
+    run.add_argument(
+        "--metrics-bind",
+        default=_env("GPU_SLICER_METRICS_BIND", default=":9464"),
+        help="host:port for /metrics; empty to disable [GPU_SLICER_METRICS_BIND]",
+    )
+    run.add_argument(
+        "--reconcile-interval",
+        type=_float_or_text,
+        default=_env("GPU_SLICER_RECONCILE_INTERVAL", default="30"),
+        help="seconds between reconcile passes [GPU_SLICER_RECONCILE_INTERVAL]",
+    )
+    run.add_argument(
+        "--policy",
+        default=_env("GPU_SLICER_POLICY", default="best-fit"),
+        help="device order policy: best-fit, anti-fragmentation, name [GPU_SLICER_POLICY]",
+    )
+    run.add_argument(
+        "--republish-interval",
+        type=_float_or_text,
+        default=_env("GPU_SLICER_REPUBLISH_INTERVAL", default="10"),
+        help="minimum seconds between two ResourceSlice rewrites that only change "
+        "the device order (best-fit) [GPU_SLICER_REPUBLISH_INTERVAL]",
+    )
+    run.add_argument(
+        "--reprobe-interval",
+        type=_float_or_text,
+        default=_env("GPU_SLICER_REPROBE_INTERVAL", default="600"),
+        help="seconds between checks of the apiserver version and, after a "
+        "fallback to the static layout, probes for partitionable devices; "
+        "0 disables [GPU_SLICER_REPROBE_INTERVAL]",
+    )
+    run.add_argument(
+        "--toolkit-cdi-spec",
+        metavar="FILE",
+        type=Path,
+        default=_env("GPU_SLICER_TOOLKIT_CDI_SPEC"),
+        help="the NVIDIA Container Toolkit's CDI spec (nvidia-ctk cdi generate "
+        "output) whose common edits every claim's spec carries; default: "
+        "the first of /etc/cdi/nvidia.yaml|json, /var/run/cdi/nvidia.yaml|json "
+        "[GPU_SLICER_TOOLKIT_CDI_SPEC]",
+    )
+    run.add_argument(
+        "--nvidia-ctk",
+        metavar="PATH",
+        default=_env("GPU_SLICER_NVIDIA_CTK"),
+        help="instead of a spec file, run '<PATH> cdi generate --format=json' at "
+        "start-up [GPU_SLICER_NVIDIA_CTK]",
+    )
+    run.add_argument(
+        "--static-layout",
+        metavar="FILE",
+        type=Path,
+        default=_env("GPU_SLICER_STATIC_LAYOUT"),
+        help="static layout file (the format of 'gpu-slicer slices "
+        "--static-layout'): the existing instances advertised when the "
+        "apiserver has no partitionable devices [GPU_SLICER_STATIC_LAYOUT]",
+    )
+    run.add_argument(
+        "--lock-wait",
+        type=_float_or_text,
+        default=_env("GPU_SLICER_LOCK_WAIT", default="0"),
+        help="seconds to wait for another agent on the same --checkpoint-dir to "
+        "exit (a rolling update); 0 exits 2 at once [GPU_SLICER_LOCK_WAIT]",
+    )
     run.set_defaults(func=run_agent)
 
 
@@ -362,8 +440,13 @@ def _seconds(flag: str, value: object, *, zero: bool) -> float | str:
     """A valid number of seconds, or the usage message naming the flag."""
     if isinstance(value, str):
         value = _float_or_text(value)
-    if (not isinstance(value, float) or not math.isfinite(value) or value < 0
-            or (not zero and value == 0) or value > _MAX_SECONDS):
+    if (
+        not isinstance(value, float)
+        or not math.isfinite(value)
+        or value < 0
+        or (not zero and value == 0)
+        or value > _MAX_SECONDS
+    ):
         bound = (">= 0" if zero else "> 0") + f" and <= {_MAX_SECONDS:,.0f}"
         return f"{flag} must be a number of seconds {bound}, not {value!r}"
     return value
@@ -382,8 +465,10 @@ def _flag_problem(args: argparse.Namespace) -> str | None:
     if not args.node:
         return "--node is required (or set GPU_SLICER_NODE / NODE_NAME)"
     if len(args.node) > 253 or not _NODE_NAME.fullmatch(args.node):
-        return (f"--node {args.node!r} is not a valid node name: lower-case letters, digits, "
-                "'-' and '.', at most 253 characters")
+        return (
+            f"--node {args.node!r} is not a valid node name: lower-case letters, digits, "
+            "'-' and '.', at most 253 characters"
+        )
     for flag, value, choices in (
         ("--backend", args.backend, ("nvml", "simulated")),
         ("--kube", args.kube, ("cluster", "memory")),
@@ -398,8 +483,10 @@ def _flag_problem(args: argparse.Namespace) -> str | None:
     if args.metrics_bind:
         host, sep, port = args.metrics_bind.rpartition(":")
         if not sep or not port.isdigit() or int(port) > 65535:
-            return (f"--metrics-bind {args.metrics_bind!r} is not host:port with a port "
-                    "0-65535 (e.g. :9464)")
+            return (
+                f"--metrics-bind {args.metrics_bind!r} is not host:port with a port "
+                "0-65535 (e.g. :9464)"
+            )
     return None
 
 
@@ -433,8 +520,13 @@ def run_agent(args: argparse.Namespace) -> int:
         print(f"gpu-slicer agent run: --nvidia-ctk: {exc}", file=sys.stderr)
         return 1
     try:  # before anything touches the GPUs, sockets, checkpoint or CDI specs
-        lock = agent_lock.acquire(args.checkpoint_dir, wait_s=lock_wait, on_wait=lambda holder: (
-            log.info("waiting for the agent lock", extra={"holder": holder, "wait_s": lock_wait})))
+        lock = agent_lock.acquire(
+            args.checkpoint_dir,
+            wait_s=lock_wait,
+            on_wait=lambda holder: log.info(
+                "waiting for the agent lock", extra={"holder": holder, "wait_s": lock_wait}
+            ),
+        )
     except agent_lock.AgentLockHeld as exc:
         return _usage(str(exc))
     except OSError as exc:
@@ -450,8 +542,12 @@ def run_agent(args: argparse.Namespace) -> int:
     try:
         api = _api(args)
     except KubeError as exc:
-        hint = ("; to run without a cluster, add --kube memory (an in-memory API, with "
-                "--backend simulated)" if args.kube == "cluster" else "")
+        hint = (
+            "; to run without a cluster, add --kube memory (an in-memory API, with "
+            "--backend simulated)"
+            if args.kube == "cluster"
+            else ""
+        )
         print(f"gpu-slicer agent run: {exc}{hint}", file=sys.stderr)
         return 1
     if layout is not None:
@@ -463,11 +559,18 @@ def run_agent(args: argparse.Namespace) -> int:
             print(f"gpu-slicer agent run: cannot open the GPUs: {exc}", file=sys.stderr)
             return 1
     config = AgentConfig(
-        node=args.node, checkpoint_dir=args.checkpoint_dir, cdi_dir=args.cdi_dir,
-        plugins_dir=args.plugins_dir, registry_dir=args.registry_dir,
-        metrics_bind=args.metrics_bind, reconcile_interval_s=reconcile_interval,
-        policy=args.policy, republish_interval_s=republish_interval,
-        reprobe_interval_s=reprobe_interval, cdi_common=common, static_layout=layout,
+        node=args.node,
+        checkpoint_dir=args.checkpoint_dir,
+        cdi_dir=args.cdi_dir,
+        plugins_dir=args.plugins_dir,
+        registry_dir=args.registry_dir,
+        metrics_bind=args.metrics_bind,
+        reconcile_interval_s=reconcile_interval,
+        policy=args.policy,
+        republish_interval_s=republish_interval,
+        reprobe_interval_s=reprobe_interval,
+        cdi_common=common,
+        static_layout=layout,
     )
     try:
         agent = NodeAgent(config, backend=backend, api=api)
@@ -490,8 +593,11 @@ def run_agent(args: argparse.Namespace) -> int:
         agent.stop()
         print(f"gpu-slicer agent run: cannot start: {exc}", file=sys.stderr)
         return 1
-    print(f"gpu-slicer agent: serving {agent.plugin.dra_path} and "
-          f"{agent.plugin.registration_path}", file=sys.stderr, flush=True)
+    print(
+        f"gpu-slicer agent: serving {agent.plugin.dra_path} and {agent.plugin.registration_path}",
+        file=sys.stderr,
+        flush=True,
+    )
     while not stop.wait(1.0):
         pass
     agent.stop()
@@ -508,15 +614,18 @@ def _toolkit_edits(args: argparse.Namespace) -> CommonEdits:
         return load_toolkit_spec(args.toolkit_cdi_spec)
     if args.nvidia_ctk:
         return toolkit_spec_from_ctk(args.nvidia_ctk)
-    found = find_toolkit_spec((*TOOLKIT_SPEC_PATHS, args.cdi_dir / "nvidia.yaml",
-                               args.cdi_dir / "nvidia.json"))
+    found = find_toolkit_spec(
+        (*TOOLKIT_SPEC_PATHS, args.cdi_dir / "nvidia.yaml", args.cdi_dir / "nvidia.json")
+    )
     if found is None:
         return FALLBACK_EDITS
     try:
         return load_toolkit_spec(found)
     except CdiError as exc:
-        log.error("the toolkit CDI spec found is unusable; claim specs get no driver libraries",
-                  extra={"problem": str(exc)})
+        log.error(
+            "the toolkit CDI spec found is unusable; claim specs get no driver libraries",
+            extra={"problem": str(exc)},
+        )
         return FALLBACK_EDITS
 
 

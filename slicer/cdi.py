@@ -48,14 +48,21 @@ _VENDOR_RE = re.compile(r"^[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _CLASS_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?$")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
-_EDIT_KEYS = {"env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids",
-              "netDevices"}
-_HOOK_NAMES = {"prestart", "createRuntime", "createContainer", "startContainer", "poststart",
-               "poststop"}
+_EDIT_KEYS = {"env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids", "netDevices"}
+_HOOK_NAMES = {
+    "prestart",
+    "createRuntime",
+    "createContainer",
+    "startContainer",
+    "poststart",
+    "poststop",
+}
 _CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 TOOLKIT_SPEC_PATHS = (
-    Path("/etc/cdi/nvidia.yaml"), Path("/etc/cdi/nvidia.json"),
-    Path("/var/run/cdi/nvidia.yaml"), Path("/var/run/cdi/nvidia.json"),
+    Path("/etc/cdi/nvidia.yaml"),
+    Path("/etc/cdi/nvidia.json"),
+    Path("/var/run/cdi/nvidia.yaml"),
+    Path("/var/run/cdi/nvidia.json"),
 )
 """Where the NVIDIA Container Toolkit keeps its generated spec (``nvidia-ctk cdi generate``)."""
 
@@ -91,8 +98,10 @@ def common_edits_from_spec(spec: Any, source: str) -> CommonEdits:
         raise CdiError(f"{source} is not a valid CDI spec: " + "; ".join(problems[:3]))
     edits = dict(spec.get("containerEdits") or {})
     if not edits:
-        raise CdiError(f"{source} has no spec-level containerEdits; regenerate it with "
-                       "'nvidia-ctk cdi generate'")
+        raise CdiError(
+            f"{source} has no spec-level containerEdits; regenerate it with "
+            "'nvidia-ctk cdi generate'"
+        )
     env = [e for e in edits.get("env", []) if not e.startswith("NVIDIA_VISIBLE_DEVICES=")]
     if env:
         edits["env"] = env
@@ -137,8 +146,8 @@ def find_toolkit_spec(candidates: Sequence[Path] = TOOLKIT_SPEC_PATHS) -> Path |
     """The first toolkit spec that exists among the usual places, or None."""
     return next((p for p in candidates if p.is_file()), None)
 
-_NODE_KEYS = {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid",
-              "gid"}
+
+_NODE_KEYS = {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"}
 
 
 @dataclass(frozen=True)
@@ -211,13 +220,17 @@ def validate_spec(spec: Any, *, min_version: tuple[int, int, int] = (0, 5, 0)) -
     if not isinstance(version, str) or not _VERSION_RE.match(version):
         problems.append(f"cdiVersion {version!r} is not a semantic version")
     elif _version(version) < min_version:
-        problems.append(f"cdiVersion {version} predates {'.'.join(map(str, min_version))}, "
-                        "which the fields used need")
+        problems.append(
+            f"cdiVersion {version} predates {'.'.join(map(str, min_version))}, "
+            "which the fields used need"
+        )
     kind = spec.get("kind")
     vendor, _, klass = str(kind).partition("/")
     if not isinstance(kind, str) or not _VENDOR_RE.match(vendor) or not _CLASS_RE.match(klass):
-        problems.append(f"kind {kind!r} is not <vendor>/<class> (vendor: letters first, "
-                        "then [A-Za-z0-9_.-]; class: [A-Za-z0-9_-])")
+        problems.append(
+            f"kind {kind!r} is not <vendor>/<class> (vendor: letters first, "
+            "then [A-Za-z0-9_.-]; class: [A-Za-z0-9_-])"
+        )
     devices = spec.get("devices")
     if not isinstance(devices, list) or not devices:
         problems.append("devices must be a non-empty list")
@@ -272,8 +285,11 @@ def _edit_problems(where: str, edits: Any) -> list[str]:
             problems.append(f"{where}.hooks[{j}].path must be absolute")
     mounts = edits.get("mounts", [])
     for j, mount in enumerate(mounts if isinstance(mounts, list) else [None]):
-        if (not isinstance(mount, dict) or not mount.get("hostPath")
-                or not mount.get("containerPath")):
+        if (
+            not isinstance(mount, dict)
+            or not mount.get("hostPath")
+            or not mount.get("containerPath")
+        ):
             problems.append(f"{where}.mounts[{j}] needs hostPath and containerPath")
     return problems
 
@@ -313,7 +329,7 @@ class CdiDirectory:
         if not self.directory.is_dir():
             return set()
         return {
-            p.name[len(self.PREFIX):-len(".json")]
+            p.name[len(self.PREFIX) : -len(".json")]
             for p in self.directory.iterdir()
             if p.name.startswith(self.PREFIX) and p.name.endswith(".json")
         }

@@ -186,8 +186,13 @@ def encode(
         f'{{"bootId":{json.dumps(checkpoint.boot_id)},"claims":{{{",".join(parts)}}}}}'
     ).encode()
     checksum = "sha256:" + hashlib.sha256(canonical).hexdigest()
-    return b'{"checksum":"' + checksum.encode() + b'","data":' + canonical + (
-        b',"version":' + str(VERSION).encode() + b"}\n")
+    return (
+        b'{"checksum":"'
+        + checksum.encode()
+        + b'","data":'
+        + canonical
+        + (b',"version":' + str(VERSION).encode() + b"}\n")
+    )
 
 
 def decode(raw: bytes) -> Checkpoint:

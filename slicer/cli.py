@@ -81,8 +81,10 @@ def run_catalog(args: argparse.Namespace) -> int:
             f"{m.key}: {m.architecture}, {m.memory_bytes / catalog.GIB:.1f} GiB, "
             f"{m.memory_slices} memory slices, {m.compute_slices} compute slices{note}"
         )
-        print(f"  {'profile':<12} {'memory':>9} {'mem sl':>6} {'comp sl':>7} {'SMs':>4} "
-              f"{'max':>3}  starts")
+        print(
+            f"  {'profile':<12} {'memory':>9} {'mem sl':>6} {'comp sl':>7} {'SMs':>4} "
+            f"{'max':>3}  starts"
+        )
         for p in m.profiles:
             mark = "" if p.confirmed else " *"
             print(
@@ -112,21 +114,42 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "would publish for a node with simulated GPUs, without a cluster or a GPU.",
     )
     p.add_argument("--node", required=True, metavar="NAME", help="node name (also the pool)")
-    p.add_argument("--gpus", required=True, metavar="SPEC",
-                   help="simulated GPUs, e.g. H200-141GB:8 or H100-80GB:2,A100-80GB:1")
-    p.add_argument("--k8s-version", default="1.36", choices=K8S_VERSIONS,
-                   help="apiserver version whose layout and limits to follow (default 1.36)")
-    p.add_argument("--mode", choices=MODES,
-                   help="per-GPU mode (default: dynamic on Hopper and newer, mig on Ampere)")
-    p.add_argument("--order", default="best-fit", choices=list(POLICIES),
-                   help="device-order policy (default best-fit)")
-    p.add_argument("--static-layout", metavar="FILE",
-                   help="advertise the static layout (no counters): create the instances this "
-                   "YAML file names on the simulated GPUs and list only those")
+    p.add_argument(
+        "--gpus",
+        required=True,
+        metavar="SPEC",
+        help="simulated GPUs, e.g. H200-141GB:8 or H100-80GB:2,A100-80GB:1",
+    )
+    p.add_argument(
+        "--k8s-version",
+        default="1.36",
+        choices=K8S_VERSIONS,
+        help="apiserver version whose layout and limits to follow (default 1.36)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        help="per-GPU mode (default: dynamic on Hopper and newer, mig on Ampere)",
+    )
+    p.add_argument(
+        "--order",
+        default="best-fit",
+        choices=list(POLICIES),
+        help="device-order policy (default best-fit)",
+    )
+    p.add_argument(
+        "--static-layout",
+        metavar="FILE",
+        help="advertise the static layout (no counters): create the instances this "
+        "YAML file names on the simulated GPUs and list only those",
+    )
     p.add_argument("--generation", type=int, default=1, help="pool generation (default 1)")
     p.add_argument("--device-classes", action="store_true", help="also print the DeviceClasses")
-    p.add_argument("--extended-resources", action="store_true",
-                   help="with --device-classes: the GPU class serves nvidia.com/gpu (KEP-5004)")
+    p.add_argument(
+        "--extended-resources",
+        action="store_true",
+        help="with --device-classes: the GPU class serves nvidia.com/gpu (KEP-5004)",
+    )
     p.add_argument("-o", "--output", default="yaml", choices=("yaml", "json"))
     p.set_defaults(func=run_slices)
 
@@ -137,8 +160,10 @@ def run_slices(args: argparse.Namespace) -> int:
         return 2
 
     if len(args.node) > 253 or not _NODE_NAME.fullmatch(args.node):
-        return fail(f"--node {args.node!r} is not a valid node name: lower-case letters, "
-                    "digits, '-' and '.', at most 253 characters")
+        return fail(
+            f"--node {args.node!r} is not a valid node name: lower-case letters, "
+            "digits, '-' and '.', at most 253 characters"
+        )
     if not 0 <= args.generation < 2**63:
         return fail(f"--generation {args.generation} must be >= 0 and fit in 64 bits")
     try:
@@ -168,9 +193,15 @@ def run_slices(args: argparse.Namespace) -> int:
         for info in infos
     ]
     try:
-        plan = plan_pool(args.node, states, server_version=(major, minor),
-                         generation=args.generation, policy=args.order,
-                         static=layout is not None, static_layout=layout)
+        plan = plan_pool(
+            args.node,
+            states,
+            server_version=(major, minor),
+            generation=args.generation,
+            policy=args.order,
+            static=layout is not None,
+            static_layout=layout,
+        )
     except InventoryError as exc:
         return fail(str(exc))
     objects = list(plan.slices)

@@ -75,7 +75,12 @@ def gpu_totals(model: GpuModel) -> Consumption:
     e = model.engines
     totals.update(
         _budgets(
-            model.multiprocessors, e.copy, e.decoders, e.encoders, e.jpeg, e.ofa,
+            model.multiprocessors,
+            e.copy,
+            e.decoders,
+            e.encoders,
+            e.jpeg,
+            e.ofa,
             model.memory_bytes,
         )
     )
@@ -93,16 +98,19 @@ def profile_consumption(profile: Profile, start: int) -> Consumption:
     e = profile.engines
     used.update(
         _budgets(
-            profile.multiprocessors, e.copy, e.decoders, e.encoders, e.jpeg, e.ofa,
+            profile.multiprocessors,
+            e.copy,
+            e.decoders,
+            e.encoders,
+            e.jpeg,
+            e.ofa,
             profile.memory_bytes,
         )
     )
     return {name: value for name, value in used.items() if value}
 
 
-def counter_values(
-    model: GpuModel, foreign: Iterable[tuple[Profile, int]] = ()
-) -> Consumption:
+def counter_values(model: GpuModel, foreign: Iterable[tuple[Profile, int]] = ()) -> Consumption:
     """The counter set to publish: the GPU's totals less what ``foreign`` instances hold.
 
     Values never go below zero: a foreign set the catalog calls invalid (which NVML would not

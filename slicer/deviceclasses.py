@@ -27,10 +27,7 @@ EXTENDED_RESOURCE_NAME = "nvidia.com/gpu"
 
 def type_selector(device_type: str) -> str:
     """CEL that matches our driver's devices of one ``type`` attribute."""
-    return (
-        f'device.driver == "{DRIVER}" && '
-        f'device.attributes["{DRIVER}"].type == "{device_type}"'
-    )
+    return f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{device_type}"'
 
 
 GPU_SELECTOR = type_selector("gpu")

@@ -17,8 +17,13 @@ from dataclasses import dataclass
 
 from slicer.errors import DeviceNameError
 
-SUFFIX_TOKENS: dict[str, str] = {"": "", "+me": "me", "+me.all": "meall", "-me": "nome",
-                                 "+gfx": "gfx"}
+SUFFIX_TOKENS: dict[str, str] = {
+    "": "",
+    "+me": "me",
+    "+me.all": "meall",
+    "-me": "nome",
+    "+gfx": "gfx",
+}
 """Profile variant suffix -> its token in device names (a bijection, so names round-trip)."""
 _SUFFIXES = {token: suffix for suffix, token in SUFFIX_TOKENS.items()}
 _PROFILE_RE = re.compile(r"^(?P<c>\d+)g\.(?P<m>\d+)gb(?P<suffix>[-+.a-z]*)$")

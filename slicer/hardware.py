@@ -127,8 +127,9 @@ def model_from_facts(
         source="nvml",
     )
     sms, engines, memory = budget_totals(draft)
-    return replace(draft, multiprocessors=sms, engines=engines,
-                   memory_bytes=max(memory_bytes, memory)), skipped
+    return replace(
+        draft, multiprocessors=sms, engines=engines, memory_bytes=max(memory_bytes, memory)
+    ), skipped
 
 
 def _unusable(f: ProfileFacts, name: str) -> str:
@@ -157,10 +158,19 @@ def _budget_totals(
     profiles: tuple[Profile, ...], memory_slices: int, compute_slices: int
 ) -> tuple[int, Engines, int]:
     model = GpuModel(
-        key="budget", aliases=(), product_names=(), pci_device_ids=(), architecture="",
-        cuda_compute_capability="", memory_bytes=0, memory_slices=memory_slices,
-        compute_slices=compute_slices, multiprocessors=0, engines=Engines(0, 0, 0, 0, 0),
-        profiles=profiles, confirmed=True,
+        key="budget",
+        aliases=(),
+        product_names=(),
+        pci_device_ids=(),
+        architecture="",
+        cuda_compute_capability="",
+        memory_bytes=0,
+        memory_slices=memory_slices,
+        compute_slices=compute_slices,
+        multiprocessors=0,
+        engines=Engines(0, 0, 0, 0, 0),
+        profiles=profiles,
+        confirmed=True,
     )
     by_name = {p.name: p for p in profiles}
     placements = catalog.all_placements(model)
@@ -171,8 +181,9 @@ def _budget_totals(
         for name, _start in chosen:
             p = by_name[name]
             e = p.engines
-            for i, v in enumerate((p.multiprocessors, e.copy, e.decoders, e.encoders, e.jpeg,
-                                   e.ofa, p.memory_bytes)):
+            for i, v in enumerate(
+                (p.multiprocessors, e.copy, e.decoders, e.encoders, e.jpeg, e.ofa, p.memory_bytes)
+            ):
                 totals[i] += v
         for i, v in enumerate(totals):
             best[i] = max(best[i], v)
@@ -199,8 +210,10 @@ def differences(catalog_model: GpuModel, hardware: GpuModel) -> list[str]:
     for name in sorted(set(ours) & set(theirs)):
         a, b = ours[name], theirs[name]
         if a.memory_bytes != b.memory_bytes:
-            found.append(f"{where} {name}: memory {a.memory_bytes / catalog.GIB:.2f} GiB in the "
-                         f"catalog, {b.memory_bytes / catalog.GIB:.2f} GiB on the GPU")
+            found.append(
+                f"{where} {name}: memory {a.memory_bytes / catalog.GIB:.2f} GiB in the "
+                f"catalog, {b.memory_bytes / catalog.GIB:.2f} GiB on the GPU"
+            )
         for label, x, y in (
             ("multiprocessors", a.multiprocessors, b.multiprocessors),
             ("engines", vars(a.engines), vars(b.engines)),

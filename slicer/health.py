@@ -83,8 +83,14 @@ class HealthTracker:
                     if self._unhealthy.get(event.gpu_index) != reason:
                         self._unhealthy[event.gpu_index] = reason
                         changed = True
-                        log.warning("GPU unhealthy", extra={
-                            "gpu": event.gpu_index, "reason": reason, "detail": event.message})
+                        log.warning(
+                            "GPU unhealthy",
+                            extra={
+                                "gpu": event.gpu_index,
+                                "reason": reason,
+                                "detail": event.message,
+                            },
+                        )
                 else:
                     log.info("non-critical Xid", extra={"gpu": event.gpu_index, "xid": event.xid})
             count = len(self._unhealthy)

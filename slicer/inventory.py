@@ -238,9 +238,13 @@ def _device(
         capacity["multiprocessors"] = {"value": str(sms)}
     if engines is not None:
         # NVIDIA's DRA driver's capacity names, so that selectors carry over.
-        for name, value in (("copyEngines", engines.copy), ("decoders", engines.decoders),
-                            ("encoders", engines.encoders), ("jpegEngines", engines.jpeg),
-                            ("ofaEngines", engines.ofa)):
+        for name, value in (
+            ("copyEngines", engines.copy),
+            ("decoders", engines.decoders),
+            ("encoders", engines.encoders),
+            ("jpegEngines", engines.jpeg),
+            ("ofaEngines", engines.ofa),
+        ):
             capacity[name] = {"value": str(value)}
     body: Obj = {
         "name": spec.device_name,
@@ -261,9 +265,19 @@ def _device(
 
 
 _UNKNOWN = catalog.GpuModel(
-    key="unknown", aliases=(), product_names=(), pci_device_ids=(), architecture="",
-    cuda_compute_capability="", memory_bytes=0, memory_slices=0, compute_slices=0,
-    multiprocessors=0, engines=catalog.Engines(0, 0, 0, 0, 0), profiles=(), confirmed=False,
+    key="unknown",
+    aliases=(),
+    product_names=(),
+    pci_device_ids=(),
+    architecture="",
+    cuda_compute_capability="",
+    memory_bytes=0,
+    memory_slices=0,
+    compute_slices=0,
+    multiprocessors=0,
+    engines=catalog.Engines(0, 0, 0, 0, 0),
+    profiles=(),
+    confirmed=False,
 )
 
 
@@ -294,8 +308,11 @@ def advertise_gpu(
 
     devices: list[AdvertisedDevice] = []
     if mode == "dynamic" and not state.foreign:
-        devices.append(_device(state, WholeGpu(state.index), model, None,
-                               whole_gpu_consumption(model), set_name))
+        devices.append(
+            _device(
+                state, WholeGpu(state.index), model, None, whole_gpu_consumption(model), set_name
+            )
+        )
     for profile in model.profiles:
         for start in profile.starts:
             if blocked.intersection(profile.covers(start)):
@@ -305,8 +322,9 @@ def advertise_gpu(
             ):
                 continue
             spec = SliceSpec(state.index, profile.name, start)
-            devices.append(_device(state, spec, model, profile,
-                                   profile_consumption(profile, start), set_name))
+            devices.append(
+                _device(state, spec, model, profile, profile_consumption(profile, start), set_name)
+            )
     return GpuAdvert(state.index, counters, tuple(devices))
 
 
@@ -314,8 +332,9 @@ def _advertise_static(
     state: GpuState, model: GpuModel | None, mode: Mode, layout: StaticLayout
 ) -> GpuAdvert:
     if not state.instances and (mode == "full" or not state.info.mig_enabled or model is None):
-        return GpuAdvert(state.index, None, (_device(state, WholeGpu(state.index), model, None,
-                                                     {}, None),))
+        return GpuAdvert(
+            state.index, None, (_device(state, WholeGpu(state.index), model, None, {}, None),)
+        )
     if model is None:
         return GpuAdvert(state.index, None, ())
     wanted = set(layout.for_gpu(state.index) or ())
@@ -513,12 +532,14 @@ def plan_pool(
             ]
         if devices:
             spec["devices"] = [d.body for d in devices]
-        slices.append({
-            "apiVersion": API_VERSION,
-            "kind": "ResourceSlice",
-            "metadata": {"name": slice_name(node, seq, width), "labels": dict(labels)},
-            "spec": spec,
-        })
+        slices.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceSlice",
+                "metadata": {"name": slice_name(node, seq, width), "labels": dict(labels)},
+                "spec": spec,
+            }
+        )
     return PoolPlan(slices, layout, static, order_policy.name, tuple(d.name for d in ordered))
 
 
@@ -590,15 +611,19 @@ def check_limits(slices: Sequence[Obj], server_version: tuple[int, int]) -> list
                 problems.append(f"{name}: {dn} has {len(entries)} consumesCounters entries")
             consumed = sum(len(e["counters"]) for e in entries)
             consumed_in_slice += consumed
-            if (limits.counters_consumed_per_device is not None
-                    and consumed > limits.counters_consumed_per_device):
+            if (
+                limits.counters_consumed_per_device is not None
+                and consumed > limits.counters_consumed_per_device
+            ):
                 problems.append(f"{name}: {dn} consumes {consumed} counters")
             for e in entries:
                 visible = slice_sets if layout == "combined" else None
                 if visible is not None and e["counterSet"] not in visible:
                     problems.append(f"{name}: {dn} uses {e['counterSet']} from another slice")
-        if (limits.counters_consumed_per_slice is not None
-                and consumed_in_slice > limits.counters_consumed_per_slice):
+        if (
+            limits.counters_consumed_per_slice is not None
+            and consumed_in_slice > limits.counters_consumed_per_slice
+        ):
             problems.append(f"{name}: {consumed_in_slice} counter consumptions in one slice")
     for s in slices:
         for d in s["spec"].get("devices") or []:

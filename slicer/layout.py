@@ -53,8 +53,10 @@ class StaticLayout:
             if not wanted:
                 continue
             if model is None:
-                raise LayoutError(f"static layout names MIG instances for GPU {index}, which "
-                                  "has no MIG profiles; give it [] (the whole GPU)")
+                raise LayoutError(
+                    f"static layout names MIG instances for GPU {index}, which "
+                    "has no MIG profiles; give it [] (the whole GPU)"
+                )
             problems = catalog.violations(model, wanted)
             if problems:
                 where = f"gpus.{index}" if index in self.gpus else "default"

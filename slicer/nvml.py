@@ -87,9 +87,23 @@ ARCHITECTURES = {7: "Ampere", 8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell", 1
 """``nvmlDeviceGetArchitecture`` values of MIG-era GPUs -> names."""
 
 BRANDS = {
-    0: "Unknown", 1: "Quadro", 2: "Tesla", 3: "NVS", 4: "Grid", 5: "GeForce", 6: "Titan",
-    7: "NvidiaVApps", 8: "NvidiaVPC", 9: "NvidiaVCS", 10: "NvidiaVWS", 11: "NvidiaCloudGaming",
-    12: "QuadroRTX", 13: "NvidiaRTX", 14: "Nvidia", 15: "GeForceRTX", 16: "TitanRTX",
+    0: "Unknown",
+    1: "Quadro",
+    2: "Tesla",
+    3: "NVS",
+    4: "Grid",
+    5: "GeForce",
+    6: "Titan",
+    7: "NvidiaVApps",
+    8: "NvidiaVPC",
+    9: "NvidiaVCS",
+    10: "NvidiaVWS",
+    11: "NvidiaCloudGaming",
+    12: "QuadroRTX",
+    13: "NvidiaRTX",
+    14: "Nvidia",
+    15: "GeForceRTX",
+    16: "TitanRTX",
 }
 """``nvmlDeviceGetBrand`` values -> the names NVIDIA's DRA driver publishes as ``brand``."""
 
@@ -172,8 +186,12 @@ class NvmlBackend:
             if info is None:
                 continue
             for gi in self._list(
-                gpu_index, "nvmlDeviceGetGpuInstances", handle, info.id,
-                self._nvml.c_nvmlGpuInstance_t, info.instanceCount,
+                gpu_index,
+                "nvmlDeviceGetGpuInstances",
+                handle,
+                info.id,
+                self._nvml.c_nvmlGpuInstance_t,
+                info.instanceCount,
             ):
                 gi_info = self._call(gpu_index, "nvmlGpuInstanceGetInfo", gi)
                 cis = self._compute_instances(gpu_index, gi, profile)
@@ -203,8 +221,11 @@ class NvmlBackend:
         info = self._gi_profile(gpu_index, prof)
         placement = self._nvml.c_nvmlGpuInstancePlacement_t(start, prof.memory_slices)
         gi = self._call(
-            gpu_index, "nvmlDeviceCreateGpuInstanceWithPlacement",
-            self._handle(gpu_index), info.id, byref(placement),
+            gpu_index,
+            "nvmlDeviceCreateGpuInstanceWithPlacement",
+            self._handle(gpu_index),
+            info.id,
+            byref(placement),
             doing=f"create {profile} at memory slice {start}",
         )
         return int(self._call(gpu_index, "nvmlGpuInstanceGetInfo", gi).id)
@@ -215,7 +236,10 @@ class NvmlBackend:
         profile = self._profile_by_id(gpu_index, int(gi_info.profileId))
         ci_profile = self._ci_profile(gpu_index, gi, profile, profile.ci_nvml_constant)
         ci = self._call(
-            gpu_index, "nvmlGpuInstanceCreateComputeInstance", gi, ci_profile.id,
+            gpu_index,
+            "nvmlGpuInstanceCreateComputeInstance",
+            gi,
+            ci_profile.id,
             doing=f"create the compute instance of GPU instance {gi_id}",
         )
         ci_info = self._call(gpu_index, "nvmlComputeInstanceGetInfo", ci)
@@ -233,18 +257,22 @@ class NvmlBackend:
     def destroy_compute_instance(self, gpu_index: int, gi_id: int, ci_id: int) -> None:
         gi = self._gpu_instance(gpu_index, gi_id)
         ci = self._call(
-            gpu_index, "nvmlGpuInstanceGetComputeInstanceById", gi, ci_id,
+            gpu_index,
+            "nvmlGpuInstanceGetComputeInstanceById",
+            gi,
+            ci_id,
             doing=f"find compute instance {ci_id} of GPU instance {gi_id}",
         )
         self._call(
-            gpu_index, "nvmlComputeInstanceDestroy", ci,
+            gpu_index,
+            "nvmlComputeInstanceDestroy",
+            ci,
             doing=f"destroy compute instance {ci_id} of GPU instance {gi_id}",
         )
 
     def destroy_gpu_instance(self, gpu_index: int, gi_id: int) -> None:
         gi = self._gpu_instance(gpu_index, gi_id)
-        self._call(gpu_index, "nvmlGpuInstanceDestroy", gi,
-                   doing=f"destroy GPU instance {gi_id}")
+        self._call(gpu_index, "nvmlGpuInstanceDestroy", gi, doing=f"destroy GPU instance {gi_id}")
 
     def processes(self, gpu_index: int, gi_id: int | None = None) -> list[int]:
         handle = self._handle(gpu_index)
@@ -340,17 +368,13 @@ class NvmlBackend:
                 return
             self._call(None, "nvmlInit", doing="initialise NVML (is the driver loaded?)")
             count = int(self._call(None, "nvmlDeviceGetCount"))
-            self._handles = [
-                self._call(i, "nvmlDeviceGetHandleByIndex", i) for i in range(count)
-            ]
+            self._handles = [self._call(i, "nvmlDeviceGetHandleByIndex", i) for i in range(count)]
             self._started = True
 
     def _handle(self, gpu_index: int) -> Any:
         self._start()
         if not 0 <= gpu_index < len(self._handles):
-            raise NotFound(
-                f"no GPU {gpu_index}: NVML sees {len(self._handles)}", gpu=gpu_index
-            )
+            raise NotFound(f"no GPU {gpu_index}: NVML sees {len(self._handles)}", gpu=gpu_index)
         return self._handles[gpu_index]
 
     def _call(self, gpu: int | None, name: str, *args: Any, doing: str = "") -> Any:
@@ -408,14 +432,22 @@ class NvmlBackend:
         architecture = known.architecture if known else self._architecture(index)
         key = known.key if known else hardware.model_key(name)
         hw_model, differences = self._hardware_model(
-            index, key=key, product_name=name, architecture=architecture,
-            cc=f"{major}.{minor_cc}", memory=memory, base=known,
+            index,
+            key=key,
+            product_name=name,
+            architecture=architecture,
+            cc=f"{major}.{minor_cc}",
+            memory=memory,
+            base=known,
         )
         if known is None and hw_model is None:
             log.warning(
                 "GPU %d (%s, PCI device %#010x) is not in the catalog and NVML reports no MIG "
                 "profile for it (no MIG, or MIG mode off on a driver that lists profiles only "
-                "with MIG on); leaving it out", index, name, int(pci.pciDeviceId),
+                "with MIG on); leaving it out",
+                index,
+                name,
+                int(pci.pciDeviceId),
             )
             self._foreign.add(index)
             return None
@@ -448,43 +480,69 @@ class NvmlBackend:
         return info
 
     def _hardware_model(
-        self, index: int, *, key: str, product_name: str, architecture: str, cc: str,
-        memory: int, base: catalog.GpuModel | None,
+        self,
+        index: int,
+        *,
+        key: str,
+        product_name: str,
+        architecture: str,
+        cc: str,
+        memory: int,
+        base: catalog.GpuModel | None,
     ) -> tuple[catalog.GpuModel | None, list[str]]:
         """The GPU's model from its own profile facts, and where the catalog disagrees."""
         facts = self._profile_facts(index)
         if not facts:
             if base is not None:
-                log.warning("GPU %d (%s): NVML reports no MIG profile facts (MIG mode off?); "
-                            "using the catalog's values until it does", index, base.key)
+                log.warning(
+                    "GPU %d (%s): NVML reports no MIG profile facts (MIG mode off?); "
+                    "using the catalog's values until it does",
+                    index,
+                    base.key,
+                )
             return None, []
         model, skipped = hardware.model_from_facts(
-            facts, key=key, product_name=product_name, architecture=architecture,
-            cuda_compute_capability=cc, memory_bytes=memory, base=base,
+            facts,
+            key=key,
+            product_name=product_name,
+            architecture=architecture,
+            cuda_compute_capability=cc,
+            memory_bytes=memory,
+            base=base,
         )
         for line in skipped:
             log.warning("GPU %d: %s", index, line)
         differences = hardware.differences(base, model) if base and model else []
         for line in differences:
-            log.warning("GPU %d: catalog and GPU disagree: %s (publishing the GPU's value)",
-                        index, line)
+            log.warning(
+                "GPU %d: catalog and GPU disagree: %s (publishing the GPU's value)", index, line
+            )
         if base is None and model is not None:
-            log.info("GPU %d (%s) is not in the catalog; advertising the %d MIG profiles NVML "
-                     "reports", index, product_name, len(model.profiles))
+            log.info(
+                "GPU %d (%s) is not in the catalog; advertising the %d MIG profiles NVML reports",
+                index,
+                product_name,
+                len(model.profiles),
+            )
         if model is not None:
             with self._lock:
                 for f in facts:
                     self._profile_info[(index, hardware.profile_name(f))] = _ProfileRef(
-                        f.profile_id, f.instance_count)
+                        f.profile_id, f.instance_count
+                    )
         return model, differences
 
     def _refresh_facts(self, info: GpuInfo) -> GpuInfo:
         """MIG mode came on: read the profile facts NVML did not report while it was off."""
         base = self._models.get(info.index)
         model, differences = self._hardware_model(
-            info.index, key=info.model, product_name=info.product_name,
-            architecture=info.architecture, cc=info.cuda_compute_capability,
-            memory=info.memory_bytes, base=base,
+            info.index,
+            key=info.model,
+            product_name=info.product_name,
+            architecture=info.architecture,
+            cc=info.cuda_compute_capability,
+            memory=info.memory_bytes,
+            base=base,
         )
         if model is None:
             return info
@@ -498,15 +556,21 @@ class NvmlBackend:
         handle = self._handle(index)
         count = int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0))
         names = {
-            int(getattr(nvml, n)): n for n in dir(nvml)
+            int(getattr(nvml, n)): n
+            for n in dir(nvml)
             if n.startswith("NVML_GPU_INSTANCE_PROFILE_") and n != "NVML_GPU_INSTANCE_PROFILE_COUNT"
         }
         found: list[hardware.ProfileFacts] = []
         for value in range(count):
             constant = names.get(value, f"NVML_GPU_INSTANCE_PROFILE_{value}")
             try:
-                info = self._call(index, "nvmlDeviceGetGpuInstanceProfileInfo", handle, value,
-                                  doing=f"read MIG profile {constant}")
+                info = self._call(
+                    index,
+                    "nvmlDeviceGetGpuInstanceProfileInfo",
+                    handle,
+                    value,
+                    doing=f"read MIG profile {constant}",
+                )
             except BackendError as exc:
                 if self._is(exc, *_ABSENT):
                     continue
@@ -515,24 +579,36 @@ class NvmlBackend:
                 continue
             array = (nvml.c_nvmlGpuInstancePlacement_t * _PLACEMENTS_CAPACITY)()
             placed = c_uint(len(array))
-            self._call(index, "nvmlDeviceGetGpuInstancePossiblePlacements", handle, int(info.id),
-                       array, byref(placed), doing=f"list the placements of {constant}")
-            found.append(hardware.ProfileFacts(
-                constant=constant,
-                profile_id=int(info.id),
-                name=_text(getattr(info, "name", b"")),
-                slice_count=int(info.sliceCount),
-                instance_count=int(info.instanceCount),
-                multiprocessors=int(info.multiprocessorCount),
-                engines=catalog.Engines(
-                    int(info.copyEngineCount), int(info.decoderCount), int(info.encoderCount),
-                    int(info.jpegCount), int(info.ofaCount),
-                ),
-                memory_mib=int(info.memorySizeMB),
-                placements=tuple(
-                    (int(array[k].start), int(array[k].size)) for k in range(placed.value)
-                ),
-            ))
+            self._call(
+                index,
+                "nvmlDeviceGetGpuInstancePossiblePlacements",
+                handle,
+                int(info.id),
+                array,
+                byref(placed),
+                doing=f"list the placements of {constant}",
+            )
+            found.append(
+                hardware.ProfileFacts(
+                    constant=constant,
+                    profile_id=int(info.id),
+                    name=_text(getattr(info, "name", b"")),
+                    slice_count=int(info.sliceCount),
+                    instance_count=int(info.instanceCount),
+                    multiprocessors=int(info.multiprocessorCount),
+                    engines=catalog.Engines(
+                        int(info.copyEngineCount),
+                        int(info.decoderCount),
+                        int(info.encoderCount),
+                        int(info.jpegCount),
+                        int(info.ofaCount),
+                    ),
+                    memory_mib=int(info.memorySizeMB),
+                    placements=tuple(
+                        (int(array[k].start), int(array[k].size)) for k in range(placed.value)
+                    ),
+                )
+            )
         return found
 
     def _architecture(self, index: int) -> str:
@@ -646,9 +722,7 @@ class NvmlBackend:
             domains[index] = f"nvlink-{digest[:16]}"
         return domains
 
-    def _gi_profile(
-        self, gpu: int, profile: catalog.Profile, *, missing_ok: bool = False
-    ) -> Any:
+    def _gi_profile(self, gpu: int, profile: catalog.Profile, *, missing_ok: bool = False) -> Any:
         """NVML's profile info (id, instanceCount) for a catalog profile, by its constant."""
         key = (gpu, profile.name)
         if key in self._profile_info:
@@ -660,7 +734,10 @@ class NvmlBackend:
             raise NotSupported(f"this NVML binding has no {profile.nvml_constant}", gpu=gpu)
         try:
             info = self._call(
-                gpu, "nvmlDeviceGetGpuInstanceProfileInfo", self._handle(gpu), constant,
+                gpu,
+                "nvmlDeviceGetGpuInstanceProfileInfo",
+                self._handle(gpu),
+                constant,
                 doing=f"look up profile {profile.name} ({profile.nvml_constant})",
             )
         except BackendError as exc:
@@ -684,8 +761,13 @@ class NvmlBackend:
         )
 
     def _ci_profile(
-        self, gpu: int, gi: Any, profile: catalog.Profile, constant: str,
-        *, missing_ok: bool = False,
+        self,
+        gpu: int,
+        gi: Any,
+        profile: catalog.Profile,
+        constant: str,
+        *,
+        missing_ok: bool = False,
     ) -> Any:
         key = (gpu, profile.name, constant)
         if key in self._ci_profile_info:
@@ -695,7 +777,10 @@ class NvmlBackend:
         if value is not None:
             try:
                 info = self._call(
-                    gpu, "nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, value,
+                    gpu,
+                    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+                    gi,
+                    value,
                     self._nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
                     doing=f"look up compute profile {constant} in {profile.name}",
                 )
@@ -723,8 +808,12 @@ class NvmlBackend:
             if info is None:
                 continue
             for ci in self._list(
-                gpu, "nvmlGpuInstanceGetComputeInstances", gi, info.id,
-                self._nvml.c_nvmlComputeInstance_t, info.instanceCount,
+                gpu,
+                "nvmlGpuInstanceGetComputeInstances",
+                gi,
+                info.id,
+                self._nvml.c_nvmlComputeInstance_t,
+                info.instanceCount,
             ):
                 ci_info = self._call(gpu, "nvmlComputeInstanceGetInfo", ci)
                 found[int(ci_info.id)] = ci_info
@@ -734,7 +823,10 @@ class NvmlBackend:
 
     def _gpu_instance(self, gpu: int, gi_id: int) -> Any:
         return self._call(
-            gpu, "nvmlDeviceGetGpuInstanceById", self._handle(gpu), gi_id,
+            gpu,
+            "nvmlDeviceGetGpuInstanceById",
+            self._handle(gpu),
+            gi_id,
             doing=f"find GPU instance {gi_id}",
         )
 

@@ -136,16 +136,25 @@ def destroyed_placements(
 def _possible(model: GpuModel, present: Sequence[Placement]) -> list[tuple[Profile, Placement]]:
     """Every placement still possible next to ``present``, with its profile."""
     base = list(present)
-    return [(other, (other.name, start)) for other in model.profiles for start in other.starts
-            if is_valid(model, [*base, (other.name, start)])]
+    return [
+        (other, (other.name, start))
+        for other in model.profiles
+        for start in other.starts
+        if is_valid(model, [*base, (other.name, start)])
+    ]
 
 
-def _destroyed(model: GpuModel, placement: Placement, present: Sequence[Placement],
-               possible: Sequence[tuple[Profile, Placement]]) -> int:
+def _destroyed(
+    model: GpuModel,
+    placement: Placement,
+    present: Sequence[Placement],
+    possible: Sequence[tuple[Profile, Placement]],
+) -> int:
     profile = model.profile(placement[0])
     base = [*present, placement]
-    return sum(1 for other, q in possible
-               if _larger(profile, other) and not is_valid(model, [*base, q]))
+    return sum(
+        1 for other, q in possible if _larger(profile, other) and not is_valid(model, [*base, q])
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -217,9 +226,9 @@ class BestFitPolicy:
             if gpu in ranks:
                 continue
             ranks[gpu] = self.gpu_rank(gpu, c.model, occupancy)
-            present = tuple(sorted(
-                p for p in occupancy.placements.get(gpu, ()) if c.model.has_profile(p[0])
-            ))
+            present = tuple(
+                sorted(p for p in occupancy.placements.get(gpu, ()) if c.model.has_profile(p[0]))
+            )
             costs[gpu] = _costs(c.model, present)
 
         def key(c: Candidate) -> tuple[object, ...]:
@@ -227,8 +236,7 @@ class BestFitPolicy:
             placement = c.placement
             if placement is None:
                 return (ranks[c.gpu_index], rank, 0, 0)
-            return (ranks[c.gpu_index], rank, costs[c.gpu_index].get(placement, 0),
-                    -placement[1])
+            return (ranks[c.gpu_index], rank, costs[c.gpu_index].get(placement, 0), -placement[1])
 
         return sorted(candidates, key=key)
 

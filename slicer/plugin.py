@@ -101,19 +101,23 @@ class DraDriver:
             claim = self.claims.get(ref.namespace, ref.name, ref.uid)
             results = our_results(claim, pool=self.pool, driver=self.driver)
             if not results:
-                return PrepareOutcome(error=(
-                    f"ResourceClaim {ref.namespace}/{ref.name} has no allocation for driver "
-                    f"{self.driver} in pool {self.pool} (not allocated yet, or to another node)"
-                ))
+                return PrepareOutcome(
+                    error=(
+                        f"ResourceClaim {ref.namespace}/{ref.name} has no allocation for driver "
+                        f"{self.driver} in pool {self.pool} (not allocated yet, or to another node)"
+                    )
+                )
             devices = self.state.prepare(ref.uid, ref.namespace, ref.name, results)
         except (ClaimError, PrepareError) as exc:
             return PrepareOutcome(error=str(exc))
         except kerrors.KubeError as exc:
             self.state.metrics.api_errors.labels("get-claim").inc()
-            return PrepareOutcome(error=(
-                f"cannot read ResourceClaim {ref.namespace}/{ref.name} from the apiserver: "
-                f"{exc}; the kubelet will retry"
-            ))
+            return PrepareOutcome(
+                error=(
+                    f"cannot read ResourceClaim {ref.namespace}/{ref.name} from the apiserver: "
+                    f"{exc}; the kubelet will retry"
+                )
+            )
         return PrepareOutcome(devices=tuple(devices))
 
     def unprepare_one(self, ref: ClaimRef) -> str:
@@ -174,14 +178,17 @@ def dra_handler(service: str, pb: ModuleType, driver: DraDriver) -> grpc.Generic
             response.claims[uid].error = error
         return response
 
-    return grpc.method_handlers_generic_handler(service, {
-        "NodePrepareResources": _unary(
-            prepare, pb.NodePrepareResourcesRequest, pb.NodePrepareResourcesResponse
-        ),
-        "NodeUnprepareResources": _unary(
-            unprepare, pb.NodeUnprepareResourcesRequest, pb.NodeUnprepareResourcesResponse
-        ),
-    })
+    return grpc.method_handlers_generic_handler(
+        service,
+        {
+            "NodePrepareResources": _unary(
+                prepare, pb.NodePrepareResourcesRequest, pb.NodePrepareResourcesResponse
+            ),
+            "NodeUnprepareResources": _unary(
+                unprepare, pb.NodeUnprepareResourcesRequest, pb.NodeUnprepareResourcesResponse
+            ),
+        },
+    )
 
 
 class RegistrationState:
@@ -199,7 +206,9 @@ def registration_handler(
 
     def get_info(request: Any, context: grpc.ServicerContext) -> Any:
         return pb.PluginInfo(
-            type="DRAPlugin", name=driver, endpoint=endpoint,
+            type="DRAPlugin",
+            name=driver,
+            endpoint=endpoint,
             supported_versions=list(SUPPORTED_VERSIONS),
         )
 
@@ -214,12 +223,15 @@ def registration_handler(
             log.error("kubelet refused the plugin registration", extra={"error": request.error})
         return pb.RegistrationStatusResponse()
 
-    return grpc.method_handlers_generic_handler(REGISTRATION_SERVICE, {
-        "GetInfo": _unary(get_info, pb.InfoRequest, pb.PluginInfo),
-        "NotifyRegistrationStatus": _unary(
-            notify, pb.RegistrationStatus, pb.RegistrationStatusResponse
-        ),
-    })
+    return grpc.method_handlers_generic_handler(
+        REGISTRATION_SERVICE,
+        {
+            "GetInfo": _unary(get_info, pb.InfoRequest, pb.PluginInfo),
+            "NotifyRegistrationStatus": _unary(
+                notify, pb.RegistrationStatus, pb.RegistrationStatusResponse
+            ),
+        },
+    )
 
 
 class PluginServer:
@@ -262,8 +274,13 @@ class PluginServer:
         _bind(reg, self.registration_path)
         reg.start()
         self._servers.append(reg)
-        log.info("kubelet plugin serving", extra={
-            "dra_socket": str(self.dra_path), "registration_socket": str(self.registration_path)})
+        log.info(
+            "kubelet plugin serving",
+            extra={
+                "dra_socket": str(self.dra_path),
+                "registration_socket": str(self.registration_path),
+            },
+        )
 
     def stop(self, grace_s: float = 5.0) -> None:
         # Registration first, so the kubelet stops sending work before the service goes.

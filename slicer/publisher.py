@@ -78,29 +78,49 @@ class PublisherMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.publishes = Counter(
-            "gpu_slicer_slices_publishes", "Pool publications by result (written, unchanged, "
-            "deferred: an order-only change held back by the rate limiter, error)", ["result"],
-            registry=r)
+            "gpu_slicer_slices_publishes",
+            "Pool publications by result (written, unchanged, "
+            "deferred: an order-only change held back by the rate limiter, error)",
+            ["result"],
+            registry=r,
+        )
         self.conflicts = Counter(
-            "gpu_slicer_slices_conflicts", "Slice writes retried after a Conflict or an "
-            "unavailable apiserver", registry=r)
+            "gpu_slicer_slices_conflicts",
+            "Slice writes retried after a Conflict or an unavailable apiserver",
+            registry=r,
+        )
         self.counters_dropped = Counter(
-            "gpu_slicer_slices_counters_dropped", "Times the apiserver dropped shared counters "
-            "from written slices (no partitionable devices)", registry=r)
+            "gpu_slicer_slices_counters_dropped",
+            "Times the apiserver dropped shared counters "
+            "from written slices (no partitionable devices)",
+            registry=r,
+        )
         self.static_layout = Gauge(
-            "gpu_slicer_slices_static_layout", "1 while only existing instances are advertised "
-            "because the apiserver has no partitionable devices", registry=r)
+            "gpu_slicer_slices_static_layout",
+            "1 while only existing instances are advertised "
+            "because the apiserver has no partitionable devices",
+            registry=r,
+        )
         self.devices = Gauge(
-            "gpu_slicer_slices_devices", "Devices in the published pool", registry=r)
+            "gpu_slicer_slices_devices", "Devices in the published pool", registry=r
+        )
         self.generation = Gauge(
-            "gpu_slicer_slices_generation", "Generation of the published pool", registry=r)
+            "gpu_slicer_slices_generation", "Generation of the published pool", registry=r
+        )
         self.probes = Counter(
-            "gpu_slicer_slices_partitionable_probes", "Dry-run probes, while in the static "
+            "gpu_slicer_slices_partitionable_probes",
+            "Dry-run probes, while in the static "
             "fallback, of whether the apiserver keeps counters now, by result (dropped, kept, "
-            "error)", ["result"], registry=r)
+            "error)",
+            ["result"],
+            registry=r,
+        )
         self.restored = Counter(
-            "gpu_slicer_slices_partitionable_restored", "Switches from the static fallback back "
-            "to partitionable devices after a probe found counters kept", registry=r)
+            "gpu_slicer_slices_partitionable_restored",
+            "Switches from the static fallback back "
+            "to partitionable devices after a probe found counters kept",
+            registry=r,
+        )
 
 
 @dataclass(frozen=True)
@@ -231,8 +251,9 @@ class SlicePublisher:
     def _publish(self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]) -> PublishResult:
         self._recheck(gpus, allocated)
         existing = self._existing()
-        current = max((s["spec"]["pool"].get("generation", 0) for s in existing.values()),
-                      default=0)
+        current = max(
+            (s["spec"]["pool"].get("generation", 0) for s in existing.values()), default=0
+        )
         plan = self.plan(gpus, allocated=allocated, generation=max(current, 1))
         if self._same(existing, plan.slices):
             self.metrics.publishes.labels("unchanged").inc()
@@ -244,8 +265,9 @@ class SlicePublisher:
             wait = self._limiter.due_in()
             if wait:
                 self.metrics.publishes.labels("deferred").inc()
-                return PublishResult(False, current, tuple(existing), (), self._static, False,
-                                     plan, deferred_s=wait)
+                return PublishResult(
+                    False, current, tuple(existing), (), self._static, False, plan, deferred_s=wait
+                )
 
         generation = max(current, self._generation) + 1
         self._generation = generation
@@ -265,9 +287,16 @@ class SlicePublisher:
         self._record(plan, generation)
         log.info(
             "published ResourceSlices",
-            extra={"node": self._node, "generation": generation, "slices": len(plan.slices),
-                   "deleted": len(stale), "layout": plan.layout, "static": plan.static,
-                   "policy": plan.policy, "devices": len(plan.order)},
+            extra={
+                "node": self._node,
+                "generation": generation,
+                "slices": len(plan.slices),
+                "deleted": len(stale),
+                "layout": plan.layout,
+                "static": plan.static,
+                "policy": plan.policy,
+                "devices": len(plan.order),
+            },
         )
         if not self._static and self._counters_dropped(plan.slices):
             contradicted = self._just_restored
@@ -278,14 +307,21 @@ class SlicePublisher:
                 self._probe_backoff = min(self._probe_backoff * 2, MAX_PROBE_BACKOFF)
                 self._next_check = self._clock() + self._interval()
             result = self._publish(gpus, allocated)
-            return PublishResult(result.changed, result.generation, result.slices,
-                                 tuple(sorted({*stale, *result.deleted})), True, True,
-                                 result.plan)
+            return PublishResult(
+                result.changed,
+                result.generation,
+                result.slices,
+                tuple(sorted({*stale, *result.deleted})),
+                True,
+                True,
+                result.plan,
+            )
         if self._just_restored and not self._static:
             self._just_restored = False
             self._probe_backoff = 1  # the switch back held
-        return PublishResult(True, generation, tuple(sorted(wanted)), stale, self._static, False,
-                             plan)
+        return PublishResult(
+            True, generation, tuple(sorted(wanted)), stale, self._static, False, plan
+        )
 
     def _existing(self) -> dict[str, Obj]:
         try:
@@ -338,12 +374,17 @@ class SlicePublisher:
         uid = node.get("metadata", {}).get("uid")
         if not uid:
             return None
-        return {"apiVersion": "v1", "kind": "Node", "name": self._node, "uid": uid,
-                "controller": True}
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": self._node,
+            "uid": uid,
+            "controller": True,
+        }
 
     def _backoff(self, attempt: int) -> None:
         self.metrics.conflicts.inc()
-        self._sleep(min(self._max_delay_s, self._base_delay_s * (2 ** attempt)))
+        self._sleep(min(self._max_delay_s, self._base_delay_s * (2**attempt)))
 
     def _write(self, obj: Obj, current: Obj | None) -> Obj:
         name = obj["metadata"]["name"]
@@ -352,10 +393,13 @@ class SlicePublisher:
             try:
                 if current is None:
                     return self._api.create(obj)
-                body = {**obj, "metadata": {
-                    **obj["metadata"],
-                    "resourceVersion": current["metadata"].get("resourceVersion"),
-                }}
+                body = {
+                    **obj,
+                    "metadata": {
+                        **obj["metadata"],
+                        "resourceVersion": current["metadata"].get("resourceVersion"),
+                    },
+                }
                 return self._api.update(body)
             except kerr.AlreadyExists as exc:
                 last = exc
@@ -412,7 +456,9 @@ class SlicePublisher:
         if taints_dropped:
             log.warning(
                 "the apiserver dropped device taints (DRADeviceTaints off); unhealthy devices "
-                "stay schedulable", extra={"node": self._node})
+                "stay schedulable",
+                extra={"node": self._node},
+            )
         return dropped
 
     @staticmethod
@@ -439,7 +485,8 @@ class SlicePublisher:
             self._next_check = self._clock() + self._interval()
         again = (
             f"gpu-slicer probes again every {self._interval():g} s and switches back by "
-            "itself once the gate is on" if self._recheck_s is not None
+            "itself once the gate is on"
+            if self._recheck_s is not None
             else "enable the gate and restart the agent"
         )
         note = (
@@ -482,13 +529,20 @@ class SlicePublisher:
         try:
             self._version = self._api.server_version()
         except kerr.KubeError as exc:
-            log.warning("cannot re-read the apiserver version; keeping the last one",
-                        extra={"error": str(exc), "version": old})
+            log.warning(
+                "cannot re-read the apiserver version; keeping the last one",
+                extra={"error": str(exc), "version": old},
+            )
             return False
         if old is not None and self._version != old:
-            log.info("apiserver version changed; the pool layout follows it",
-                     extra={"node": self._node, "from": ".".join(map(str, old)),
-                            "to": ".".join(map(str, self._version))})
+            log.info(
+                "apiserver version changed; the pool layout follows it",
+                extra={
+                    "node": self._node,
+                    "from": ".".join(map(str, old)),
+                    "to": ".".join(map(str, self._version)),
+                },
+            )
             return True
         return False
 
@@ -497,33 +551,54 @@ class SlicePublisher:
     ) -> bool:
         """Would the apiserver keep counters now? A dry-run create stores nothing."""
         try:
-            plan = plan_pool(self._node, gpus, server_version=self.server_version(),
-                             generation=max(self._generation, 1), policy=self._policy,
-                             allocated=allocated, static=False,
-                             static_layout=self._static_layout)
+            plan = plan_pool(
+                self._node,
+                gpus,
+                server_version=self.server_version(),
+                generation=max(self._generation, 1),
+                policy=self._policy,
+                allocated=allocated,
+                static=False,
+                static_layout=self._static_layout,
+            )
         except PublishError:
             return False
         sets = [obj for obj in plan.slices if obj["spec"].get("sharedCounters")]
-        users = [obj for obj in plan.slices
-                 if any(d.get("consumesCounters") for d in obj["spec"].get("devices") or [])]
+        users = [
+            obj
+            for obj in plan.slices
+            if any(d.get("consumesCounters") for d in obj["spec"].get("devices") or [])
+        ]
         probes = sets[:1] + [obj for obj in users[:1] if obj not in sets[:1]]
         if not probes:
             return False  # nothing carries counters: nothing to learn
         for obj in probes:
-            body = {**obj, "metadata": {"generateName": PROBE_NAME_PREFIX,
-                                        "labels": obj["metadata"].get("labels", {})}}
+            body = {
+                **obj,
+                "metadata": {
+                    "generateName": PROBE_NAME_PREFIX,
+                    "labels": obj["metadata"].get("labels", {}),
+                },
+            }
             try:
                 back = self._api.create(body, dry_run=True)
             except kerr.KubeError as exc:
                 self.metrics.probes.labels("error").inc()
-                log.warning("partitionable-devices probe failed; trying again later",
-                            extra={"node": self._node, "error": str(exc)})
+                log.warning(
+                    "partitionable-devices probe failed; trying again later",
+                    extra={"node": self._node, "error": str(exc)},
+                )
                 return False
             if self._dropped(obj, back)[0]:
                 self.metrics.probes.labels("dropped").inc()
-                log.info("partitionable devices still unavailable; staying on the static layout",
-                         extra={"node": self._node, "version_changed": version_changed,
-                                "next_probe_s": self._interval()})
+                log.info(
+                    "partitionable devices still unavailable; staying on the static layout",
+                    extra={
+                        "node": self._node,
+                        "version_changed": version_changed,
+                        "next_probe_s": self._interval(),
+                    },
+                )
                 return False
         self.metrics.probes.labels("kept").inc()
         return True

@@ -66,7 +66,9 @@ class NodeView:
     def fingerprint(self) -> str:
         def gpu_key(g: GpuState) -> list[object]:
             return [
-                g.info.index, g.info.mig_enabled, g.mode,
+                g.info.index,
+                g.info.mig_enabled,
+                g.mode,
                 sorted((i.profile, i.start, i.ci_id is not None) for i in g.instances),
                 sorted((s.profile, s.start) for s in g.owned),
                 [t.render() for t in g.taints],
@@ -179,10 +181,17 @@ class Reconciler:
             outcome = "error" if report.errors else "ok"
             self.state.metrics.reconciles.labels(outcome).inc()
             if report.rolled_back or report.vanished or report.drift or report.rebooted:
-                log.info("reconciled", extra={
-                    "rolled_back": report.rolled_back, "vanished": report.vanished,
-                    "orphans_destroyed": report.orphans_destroyed, "drift": report.drift,
-                    "busy": report.busy, "rebooted": report.rebooted})
+                log.info(
+                    "reconciled",
+                    extra={
+                        "rolled_back": report.rolled_back,
+                        "vanished": report.vanished,
+                        "orphans_destroyed": report.orphans_destroyed,
+                        "drift": report.drift,
+                        "busy": report.busy,
+                        "rebooted": report.rebooted,
+                    },
+                )
             self.last_report = report
             return report
 
@@ -202,8 +211,9 @@ class Reconciler:
         for uid, claim in self.claims.allocated().items():
             meta = claim["metadata"]
             try:
-                if self.state.adopt(uid, meta.get("namespace", ""), meta["name"],
-                                    our_results(claim, pool=self.pool)):
+                if self.state.adopt(
+                    uid, meta.get("namespace", ""), meta["name"], our_results(claim, pool=self.pool)
+                ):
                     report.adopted.append(uid)
             except (BackendError, OSError, SlicerError) as exc:
                 report.errors.append(f"adopt {uid}: {exc}")
@@ -249,16 +259,19 @@ class Reconciler:
                 return False  # changed meanwhile (completed or unprepared): next pass decides
         except InstanceBusy as exc:
             report.busy.append(entry.uid)
-            log.warning("not destroying busy instance", extra={"claim": entry.uid, "why": why,
-                                                                "error": str(exc)})
+            log.warning(
+                "not destroying busy instance",
+                extra={"claim": entry.uid, "why": why, "error": str(exc)},
+            )
             return False
         except (BackendError, OSError, SlicerError) as exc:
             report.errors.append(f"release {entry.uid} ({why}): {exc}")
             return False
         report.orphans_destroyed += present
         self.state.metrics.orphans_destroyed.inc(present)
-        log.info("released claim", extra={"claim": entry.uid, "why": why,
-                                          "instances_destroyed": present})
+        log.info(
+            "released claim", extra={"claim": entry.uid, "why": why, "instances_destroyed": present}
+        )
         return True
 
     def _present_instances(self, entry: ClaimEntry) -> int:
@@ -304,8 +317,12 @@ class Reconciler:
         counts: dict[tuple[str, str], int] = {}
         states: list[GpuState] = []
         for info in infos:
-            gpu_entries = [d for e in entries.values() for d in e.devices
-                           if d.gpu_index == info.index and d.is_mig]
+            gpu_entries = [
+                d
+                for e in entries.values()
+                for d in e.devices
+                if d.gpu_index == info.index and d.is_mig
+            ]
             listed = self._instances(info, report)
             instances = listed or []
             owned: set[SliceSpec] = set()
@@ -314,8 +331,12 @@ class Reconciler:
                 if inst is not None:
                     owned.add(inst.spec)
             for device in gpu_entries:
-                completed = any(d is device for e in entries.values()
-                                if e.state == PREPARE_COMPLETED for d in e.devices)
+                completed = any(
+                    d is device
+                    for e in entries.values()
+                    if e.state == PREPARE_COMPLETED
+                    for d in e.devices
+                )
                 if completed and listed is not None and instance_at(instances, device) is None:
                     report.drift.append(f"{device.device_name}: instance missing")
                     key = f"{device.device_name}/{device.gi_id}"
@@ -328,15 +349,18 @@ class Reconciler:
                     report.foreign.append(inst)
                 counts[(inst.profile, owner)] = counts.get((inst.profile, owner), 0) + 1
             metrics.free_memory_slices.labels(str(info.index)).set(
-                _free_memory_slices(info, instances))
+                _free_memory_slices(info, instances)
+            )
             taints = self.health.taints(info.index) if self.health is not None else ()
-            states.append(GpuState(
-                info=info,
-                mode=self.state.mig.mode(info.index),
-                instances=tuple(instances),
-                owned=frozenset(owned),
-                taints=taints,
-            ))
+            states.append(
+                GpuState(
+                    info=info,
+                    mode=self.state.mig.mode(info.index),
+                    instances=tuple(instances),
+                    owned=frozenset(owned),
+                    taints=taints,
+                )
+            )
         for (profile, owner), n in counts.items():
             metrics.instances.labels(profile, owner).set(n)
         allocated: list[DeviceSpec] = []

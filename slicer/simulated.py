@@ -162,12 +162,12 @@ class SimulatedBackend:
         if isinstance(spec_or_models, str):
             models = parse_gpu_spec(spec_or_models)
         else:
-            models = [m if isinstance(m, catalog.GpuModel) else catalog.get_model(m)
-                      for m in spec_or_models]
+            models = [
+                m if isinstance(m, catalog.GpuModel) else catalog.get_model(m)
+                for m in spec_or_models
+            ]
         if isinstance(mig_enabled, Sequence) and len(mig_enabled) != len(models):
-            raise ValueError(
-                f"mig_enabled lists {len(mig_enabled)} values for {len(models)} GPUs"
-            )
+            raise ValueError(f"mig_enabled lists {len(mig_enabled)} values for {len(models)} GPUs")
         self._node_name = node_name
         self._driver_version = driver_version
         self._cuda_driver_version = cuda_driver_version
@@ -198,7 +198,8 @@ class SimulatedBackend:
                     uuid="GPU-" + _uuid(node_name, "gpu", index),
                     pci_bus_id=bus_id,
                     pcie_root=root,
-                    nvlink_domain=_nvlink_domain(node_name, model, index, models) if nvlink
+                    nvlink_domain=_nvlink_domain(node_name, model, index, models)
+                    if nvlink
                     else None,
                     mig_current=enabled,
                     mig_pending=enabled,
@@ -421,8 +422,13 @@ class SimulatedBackend:
                         "migCurrent": gpu.mig_current,
                         "migPending": gpu.mig_pending,
                         "instances": [
-                            {"giId": gi.gi_id, "profile": gi.profile.name, "start": gi.start,
-                             "ciId": gi.ci_id, "uuid": gi.uuid}
+                            {
+                                "giId": gi.gi_id,
+                                "profile": gi.profile.name,
+                                "start": gi.start,
+                                "ciId": gi.ci_id,
+                                "uuid": gi.uuid,
+                            }
                             for gi in sorted(gpu.instances.values(), key=lambda g: g.gi_id)
                         ],
                     }
@@ -438,7 +444,8 @@ class SimulatedBackend:
             if models != [gpu.model.key for gpu in self._gpus]:
                 raise ValueError(
                     f"the saved GPUs {models} are not these GPUs "
-                    f"{[gpu.model.key for gpu in self._gpus]}")
+                    f"{[gpu.model.key for gpu in self._gpus]}"
+                )
             self._boot_id = str(state["bootId"])
             self._serial = int(state["serial"])
             for gpu, saved in zip(self._gpus, gpus, strict=True):
@@ -448,8 +455,12 @@ class SimulatedBackend:
                 for item in saved["instances"]:
                     profile = catalog.check_placement(gpu.model, item["profile"], item["start"])
                     gpu.instances[item["giId"]] = _GpuInstance(
-                        gi_id=item["giId"], profile=profile, start=item["start"],
-                        ci_id=item["ciId"], uuid=item["uuid"])
+                        gi_id=item["giId"],
+                        profile=profile,
+                        start=item["start"],
+                        ci_id=item["ciId"],
+                        uuid=item["uuid"],
+                    )
 
     # --- test hooks ------------------------------------------------------------------------
 
@@ -611,9 +622,7 @@ class SimulatedBackend:
         try:
             return gpu.instances[gi_id]
         except KeyError:
-            raise NotFound(
-                f"no GPU instance {gi_id} on GPU {gpu.index}", gpu=gpu.index
-            ) from None
+            raise NotFound(f"no GPU instance {gi_id} on GPU {gpu.index}", gpu=gpu.index) from None
 
     @classmethod
     def _gi_with_ci(cls, gpu: _Gpu, gi_id: int, ci_id: int) -> _GpuInstance:

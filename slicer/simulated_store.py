@@ -37,7 +37,8 @@ class PersistedBackend:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise StateFileError(
                     f"--simulate-state {path}: cannot take over the saved GPUs: {exc}; "
-                    "remove the file to start with idle GPUs") from exc
+                    "remove the file to start with idle GPUs"
+                ) from exc
         self._save()
 
     def _save(self) -> None:

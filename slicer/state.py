@@ -164,8 +164,10 @@ class DeviceState:
         boot_id = backend.boot_id()
         self.checkpoint, self.load_problem = store.load_or_recover(boot_id)
         if self.load_problem is not None:
-            log.error("checkpoint unusable; recovering by reconciling",
-                      extra={"problem": self.load_problem})
+            log.error(
+                "checkpoint unusable; recovering by reconciling",
+                extra={"problem": self.load_problem},
+            )
             self.metrics.checkpoint_problems.inc()
         self.recovering = self.load_problem is not None
         """True until the reconciler adopted the claims after an unusable checkpoint."""
@@ -250,9 +252,7 @@ class DeviceState:
             self._put(completed, durable=False)
         except (BackendError, OSError, SlicerError) as exc:
             cleanup = self._undo_failed(entry)
-            raise PrepareError(
-                f"cannot prepare claim {namespace}/{name}: {exc}{cleanup}"
-            ) from exc
+            raise PrepareError(f"cannot prepare claim {namespace}/{name}: {exc}{cleanup}") from exc
         self._changed()
         log.info("claim prepared", extra={"claim": uid, "devices": [d.device_name for d in done]})
         return done
@@ -271,13 +271,21 @@ class DeviceState:
         """
         others = [e for e in self.entries().values() if e.uid != entry.uid]
         for device in entry.devices:
-            other = next((
-                e for e in others for held in e.devices
-                if held.gpu_index == device.gpu_index
-                # the same slice, or a whole GPU against anything on it
-                and (held.device_name == device.device_name or not held.is_mig
-                     or not device.is_mig)
-            ), None)
+            other = next(
+                (
+                    e
+                    for e in others
+                    for held in e.devices
+                    if held.gpu_index == device.gpu_index
+                    # the same slice, or a whole GPU against anything on it
+                    and (
+                        held.device_name == device.device_name
+                        or not held.is_mig
+                        or not device.is_mig
+                    )
+                ),
+                None,
+            )
             if other is not None:
                 raise PrepareError(
                     f"{device.device_name} is still held by ResourceClaim {other.namespace}/"
@@ -327,7 +335,8 @@ class DeviceState:
         if device.provided and inst is None:
             raise PrepareError(
                 f"{device.device_name}: the static layout's instance it was lent is gone from "
-                f"GPU {gpu}; recreate the layout (mig-parted) or let the scheduler choose again")
+                f"GPU {gpu}; recreate the layout (mig-parted) or let the scheduler choose again"
+            )
         if inst is None:
             gi_id = self.backend.create_gpu_instance(gpu, device.profile, device.start)
             self.metrics.mig_created.labels(device.profile).inc()
@@ -354,8 +363,10 @@ class DeviceState:
         try:
             self._release(current)
         except (BackendError, OSError, SlicerError) as exc:
-            log.warning("rollback of failed prepare incomplete; the reconciler will finish it",
-                        extra={"claim": entry.uid, "error": str(exc)})
+            log.warning(
+                "rollback of failed prepare incomplete; the reconciler will finish it",
+                extra={"claim": entry.uid, "error": str(exc)},
+            )
             return f" (rollback incomplete, the reconciler will finish it: {exc})"
         return ""
 
@@ -434,16 +445,20 @@ class DeviceState:
             # Only a GPU reset or a reboot brings a lost GPU back, and either wipes every MIG
             # instance on it: there is nothing left to destroy, and refusing would keep the
             # kubelet retrying (the pod stuck terminating) until someone resets the GPU.
-            log.warning("GPU lost; its instance goes with the reset it needs", extra={
-                "device": device.device_name, "gpu": gpu, "error": str(exc)})
+            log.warning(
+                "GPU lost; its instance goes with the reset it needs",
+                extra={"device": device.device_name, "gpu": gpu, "error": str(exc)},
+            )
             return False
         except NotFound:
             if self.gpu_exists(gpu):
                 raise
             # The GPU is gone from the node (unbound, removed) without a reboot: so is every
             # instance it held. Keeping the entry would fail the claim's unprepare forever.
-            log.warning("GPU no longer on the node; nothing left to destroy", extra={
-                "device": device.device_name, "gpu": gpu})
+            log.warning(
+                "GPU no longer on the node; nothing left to destroy",
+                extra={"device": device.device_name, "gpu": gpu},
+            )
             return False
         inst = instance_at(listed, device)
         if inst is None:
@@ -451,8 +466,10 @@ class DeviceState:
         pids = self.backend.processes(gpu, inst.gi_id)
         if pids:
             self.metrics.busy_refusals.inc()
-            log.warning("instance busy; not destroying", extra={
-                "device": device.device_name, "gpu": gpu, "gi": inst.gi_id, "pids": pids})
+            log.warning(
+                "instance busy; not destroying",
+                extra={"device": device.device_name, "gpu": gpu, "gi": inst.gi_id, "pids": pids},
+            )
             raise InstanceBusy(
                 f"{device.device_name} (GPU {gpu}, GPU instance {inst.gi_id}) still runs "
                 f"processes {pids}; it is destroyed once they exit (the kubelet retries)"
@@ -486,13 +503,13 @@ class DeviceState:
             self.store.save(fresh)
             self.checkpoint = fresh
         self.rebooted = True
-        log.warning("node rebooted since the checkpoint was written; prepared state cleared",
-                    extra={"claims": uids})
+        log.warning(
+            "node rebooted since the checkpoint was written; prepared state cleared",
+            extra={"claims": uids},
+        )
         return uids
 
-    def adopt(
-        self, uid: str, namespace: str, name: str, results: list[AllocatedDevice]
-    ) -> bool:
+    def adopt(self, uid: str, namespace: str, name: str, results: list[AllocatedDevice]) -> bool:
         """Record a claim as prepared when every device's instance already exists.
 
         Used after an unusable checkpoint: claims that the API says are allocated here and whose

@@ -37,27 +37,33 @@ def read_status(api: KubeApi, *, node: str | None = None) -> ClusterStatus:
 
     Raises StatusReadError with a one-line reason when the cluster cannot be read."""
     lists = {}
-    for api_version, kind in (("resource.k8s.io/v1", "ResourceSlice"),
-                              ("resource.k8s.io/v1", "ResourceClaim"),
-                              ("v1", "Pod"), ("v1", "Namespace")):
+    for api_version, kind in (
+        ("resource.k8s.io/v1", "ResourceSlice"),
+        ("resource.k8s.io/v1", "ResourceClaim"),
+        ("v1", "Pod"),
+        ("v1", "Namespace"),
+    ):
         field_selector = None
         if kind == "ResourceSlice":
-            field_selector = "spec.driver=gpu-slicer.io" + (f",spec.nodeName={node}" if node
-                                                             else "")
+            field_selector = "spec.driver=gpu-slicer.io" + (
+                f",spec.nodeName={node}" if node else ""
+            )
         try:
             lists[kind] = api.list(api_version, kind, field_selector=field_selector).items
         except NotFound as exc:
-            raise StatusReadError(f"the apiserver does not serve {kind} in {api_version} "
-                                  f"(Kubernetes 1.34 or later is needed): {exc}") from exc
+            raise StatusReadError(
+                f"the apiserver does not serve {kind} in {api_version} "
+                f"(Kubernetes 1.34 or later is needed): {exc}"
+            ) from exc
         except Forbidden as exc:
-            raise StatusReadError(f"not allowed to list {kind}s in every namespace: "
-                                  f"{exc}") from exc
+            raise StatusReadError(f"not allowed to list {kind}s in every namespace: {exc}") from exc
         except Unavailable as exc:
             raise StatusReadError(f"cannot reach the cluster: {exc}") from exc
         except KubeError as exc:
             raise StatusReadError(f"listing {kind}s failed: {exc}") from exc
-    return build_status(lists["ResourceSlice"], lists["ResourceClaim"], lists["Pod"],
-                        lists["Namespace"], node=node)
+    return build_status(
+        lists["ResourceSlice"], lists["ResourceClaim"], lists["Pod"], lists["Namespace"], node=node
+    )
 
 
 def _default_api(kubeconfig: str | None) -> KubeApi:
@@ -84,20 +90,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "webhook converted."
         ),
     )
-    p.add_argument("--kubeconfig", metavar="FILE",
-                   help="kubeconfig file (default: KUBECONFIG, the in-cluster account, then "
-                        "~/.kube/config)")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig file (default: KUBECONFIG, the in-cluster account, then ~/.kube/config)",
+    )
     p.add_argument("--node", metavar="NAME", help="only this node's GPUs")
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.set_defaults(func=run_status)
 
 
-def run_status(args: argparse.Namespace, *,
-               api_factory: Callable[[str | None], KubeApi] = _default_api,
-               width: int | None = None) -> int:
+def run_status(
+    args: argparse.Namespace,
+    *,
+    api_factory: Callable[[str | None], KubeApi] = _default_api,
+    width: int | None = None,
+) -> int:
     if args.node is not None and (len(args.node) > 253 or not _NODE_NAME.fullmatch(args.node)):
-        print(f"{PREFIX}: --node {args.node!r} is not a node name (lower-case letters, digits, "
-              "'-' and '.')", file=sys.stderr)
+        print(
+            f"{PREFIX}: --node {args.node!r} is not a node name (lower-case letters, digits, "
+            "'-' and '.')",
+            file=sys.stderr,
+        )
         return 2
     problem = documents.file_problem("--kubeconfig", args.kubeconfig)
     if problem:
@@ -114,8 +128,11 @@ def run_status(args: argparse.Namespace, *,
         print(f"{PREFIX}: {exc}", file=sys.stderr)
         return 1
     if args.node is not None and not status.nodes:
-        print(f"{PREFIX}: node {args.node} publishes no gpu-slicer.io ResourceSlices and no "
-              "claim holds a device there", file=sys.stderr)
+        print(
+            f"{PREFIX}: node {args.node} publishes no gpu-slicer.io ResourceSlices and no "
+            "claim holds a device there",
+            file=sys.stderr,
+        )
         return 1
     if args.output == "json":
         json.dump(as_json(status), sys.stdout, indent=2)

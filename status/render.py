@@ -33,17 +33,28 @@ def as_json(status: ClusterStatus) -> Obj:
     """The document ``-o json`` prints (its schema is in docs/status.md)."""
     return {
         "nodes": [_node_json(n) for n in status.nodes],
-        "namespaces": [{"name": ns.name, "migration": ns.migration or None,
-                        "convertedPods": ns.converted, "podsHoldingDevices": ns.holding,
-                        "legacyPods": ns.legacy} for ns in status.namespaces],
+        "namespaces": [
+            {
+                "name": ns.name,
+                "migration": ns.migration or None,
+                "convertedPods": ns.converted,
+                "podsHoldingDevices": ns.holding,
+                "legacyPods": ns.legacy,
+            }
+            for ns in status.namespaces
+        ],
         "notes": list(status.notes),
     }
 
 
 def _node_json(node: Node) -> Obj:
-    return {"name": node.name, "generation": node.generation,
-            "memorySlices": node.memory_slices, "freeMemorySlices": node.free,
-            "gpus": [_gpu_json(g) for g in node.gpus]}
+    return {
+        "name": node.name,
+        "generation": node.generation,
+        "memorySlices": node.memory_slices,
+        "freeMemorySlices": node.free,
+        "gpus": [_gpu_json(g) for g in node.gpus],
+    }
 
 
 def _gpu_json(gpu: Gpu) -> Obj:
@@ -55,8 +66,9 @@ def _gpu_json(gpu: Gpu) -> Obj:
         "memorySlices": gpu.memory_slices,
         "freeSlices": list(gpu.free),
         "blockedSlices": list(gpu.blocked),
-        "idleInstances": [{"profile": p, "placementStart": s, "placementSize": n}
-                          for p, s, n in gpu.idle],
+        "idleInstances": [
+            {"profile": p, "placementStart": s, "placementSize": n} for p, s, n in gpu.idle
+        ],
         "instances": [_instance_json(i) for i in gpu.instances],
     }
 
@@ -90,8 +102,10 @@ def table(status: ClusterStatus, *, width: int = 80) -> str:
     out.write("\n")
     if status.namespaces:
         rows = [("NAMESPACE", "MIGRATION", "CONVERTED PODS", "HOLDING A DEVICE", "LEGACY PODS")]
-        rows += [(ns.name, ns.migration or "-", str(ns.converted), str(ns.holding),
-                  str(ns.legacy)) for ns in status.namespaces]
+        rows += [
+            (ns.name, ns.migration or "-", str(ns.converted), str(ns.holding), str(ns.legacy))
+            for ns in status.namespaces
+        ]
         out.write(_columns(rows))
     else:
         out.write("no namespace is labelled gpu-slicer.io/migration\n")
@@ -122,8 +136,10 @@ def picture(nodes: Sequence[Node], *, width: int = 80) -> str:
             out.write(head + top + "\n" + " " * len(head) + bottom + "\n")
             blocked = blocked or bool(gpu.blocked)
     if blocked:
-        out.write(f"{BLOCKED * 3}: blocked (a MIG instance gpu-slicer did not make, or outside "
-                  "every device)\n")
+        out.write(
+            f"{BLOCKED * 3}: blocked (a MIG instance gpu-slicer did not make, or outside "
+            "every device)\n"
+        )
     return out.getvalue()
 
 
@@ -141,13 +157,17 @@ def node_header(node: Node, *, width: int = 80) -> str:
                 runs[-1] = (runs[-1][0], gpu.index, product)
             else:
                 runs.append((gpu.index, gpu.index, product))
-        models = ", ".join(f"{a}{'' if a == b else f'-{b}'} {product}"
-                           for a, b, product in runs)
-    line = (f"{node.name}: {count} GPU{'' if count == 1 else 's'}" + (f" {models}" if count else "")
-            + f", {node.free} of {node.memory_slices} memory slices free")
+        models = ", ".join(f"{a}{'' if a == b else f'-{b}'} {product}" for a, b, product in runs)
+    line = (
+        f"{node.name}: {count} GPU{'' if count == 1 else 's'}"
+        + (f" {models}" if count else "")
+        + f", {node.free} of {node.memory_slices} memory slices free"
+    )
     if len(line) > width and len(set(products)) > 1:
-        line = (f"{node.name}: {count} GPUs of {len(set(products))} models, {node.free} of "
-                f"{node.memory_slices} memory slices free")
+        line = (
+            f"{node.name}: {count} GPUs of {len(set(products))} models, {node.free} of "
+            f"{node.memory_slices} memory slices free"
+        )
     return line
 
 
@@ -229,7 +249,7 @@ def _pod_label(inst: Instance, room: int) -> str:
     keep = room - len(more) - 1
     if keep < 1:
         return pod[:room]
-    tail = pod[len(pod) - keep:]
+    tail = pod[len(pod) - keep :]
     if "-" in tail[:-1]:
         tail = tail.split("-", 1)[1]  # start at a word: ~dlqzb, not ~r-dlqzb
     return "~" + tail + more
@@ -241,11 +261,22 @@ def instance_rows(nodes: Sequence[Node]) -> list[tuple[str, ...]]:
     for node in nodes:
         for gpu in node.gpus:
             for inst in gpu.instances:
-                slices = (str(inst.start) if inst.size == 1
-                          else f"{inst.start}-{inst.start + inst.size - 1}")
+                slices = (
+                    str(inst.start)
+                    if inst.size == 1
+                    else f"{inst.start}-{inst.start + inst.size - 1}"
+                )
                 pods = ", ".join(str(p) for p in inst.pods) or f"none (claim {inst.claim})"
-                rows.append((node.name, str(gpu.index), inst.device,
-                             inst.profile or "whole GPU", slices, pods))
+                rows.append(
+                    (
+                        node.name,
+                        str(gpu.index),
+                        inst.device,
+                        inst.profile or "whole GPU",
+                        slices,
+                        pods,
+                    )
+                )
     return rows
 
 

@@ -96,8 +96,11 @@ class Gpu:
 
     @property
     def held(self) -> tuple[int, ...]:
-        return tuple(sorted({i for inst in self.instances for i in inst.slices
-                             if 0 <= i < self.memory_slices}))
+        return tuple(
+            sorted(
+                {i for inst in self.instances for i in inst.slices if 0 <= i < self.memory_slices}
+            )
+        )
 
     @property
     def free(self) -> tuple[int, ...]:
@@ -217,7 +220,8 @@ def _gpu_facts(pool_slices: Sequence[Obj]) -> dict[int, _GpuFacts]:
         for counter_set in spec.get("sharedCounters") or []:
             counter_sets[str(counter_set.get("name"))] = {
                 str(k): _count((v or {}).get("value"))
-                for k, v in (counter_set.get("counters") or {}).items()}
+                for k, v in (counter_set.get("counters") or {}).items()
+            }
         for device in spec.get("devices") or []:
             index = _int(_attr(device, "index"))
             if index < 0:
@@ -263,8 +267,11 @@ def _memory_slices(gpu: _GpuFacts) -> int:
     model = _model(gpu.product)
     if model is not None:
         return model.memory_slices
-    ends = [_int(_attr(d, "placementStart"), 0) + _int(_attr(d, "placementSize"), 1)
-            for d in gpu.devices.values() if _attr(d, "type") != "gpu"]
+    ends = [
+        _int(_attr(d, "placementStart"), 0) + _int(_attr(d, "placementSize"), 1)
+        for d in gpu.devices.values()
+        if _attr(d, "type") != "gpu"
+    ]
     return max(ends, default=1)
 
 
@@ -276,8 +283,9 @@ def _mode(gpu: _GpuFacts) -> Mode:
     return "static" if gpu.mig else "full"
 
 
-def _placement(device_name: str, published: Obj | None,
-               product: str) -> tuple[int, str | None, int, int] | None:
+def _placement(
+    device_name: str, published: Obj | None, product: str
+) -> tuple[int, str | None, int, int] | None:
     """(gpu index, profile, start, size) of a device: from its published attributes, else from
     its name and the catalog; None for a name that is not gpu-slicer's. The whole GPU's size
     (0 here) is its memory-slice count, filled in by the caller."""
@@ -286,8 +294,10 @@ def _placement(device_name: str, published: Obj | None,
         if _attr(published, "type") == "gpu":
             return index, None, 0, 0
         profile = _attr(published, "profile")
-        start, size = _int(_attr(published, "placementStart")), _int(
-            _attr(published, "placementSize"))
+        start, size = (
+            _int(_attr(published, "placementStart")),
+            _int(_attr(published, "placementSize")),
+        )
         if profile and start >= 0 and size > 0:
             return index, str(profile), start, size
     try:
@@ -328,15 +338,24 @@ def _held_devices(claims: Iterable[Obj]) -> list[_Held]:
         status = claim.get("status") or {}
         results = (((status.get("allocation") or {}).get("devices") or {}).get("results")) or []
         namespace = str(meta.get("namespace") or "")
-        pods = tuple(PodRef(namespace, str(r.get("name")))
-                     for r in status.get("reservedFor") or []
-                     if (r or {}).get("resource") == "pods" and r.get("name"))
+        pods = tuple(
+            PodRef(namespace, str(r.get("name")))
+            for r in status.get("reservedFor") or []
+            if (r or {}).get("resource") == "pods" and r.get("name")
+        )
         ref = PodRef(namespace, str(meta.get("name") or ""))
         for result in results:
             if (result or {}).get("driver") != DRIVER:
                 continue
-            held.append(_Held(str(result.get("pool") or ""), str(result.get("device") or ""),
-                              ref, str(result.get("request") or ""), pods))
+            held.append(
+                _Held(
+                    str(result.get("pool") or ""),
+                    str(result.get("device") or ""),
+                    ref,
+                    str(result.get("request") or ""),
+                    pods,
+                )
+            )
     return held
 
 
@@ -344,10 +363,13 @@ def _is_legacy(pod: Obj) -> bool:
     spec = pod.get("spec") or {}
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         resources = (container or {}).get("resources") or {}
-        for name, value in {**(resources.get("requests") or {}),
-                            **(resources.get("limits") or {})}.items():
-            legacy = name == LEGACY_GPU or (name.startswith(LEGACY_MIG_PREFIX)
-                                            and len(name) > len(LEGACY_MIG_PREFIX))
+        for name, value in {
+            **(resources.get("requests") or {}),
+            **(resources.get("limits") or {}),
+        }.items():
+            legacy = name == LEGACY_GPU or (
+                name.startswith(LEGACY_MIG_PREFIX) and len(name) > len(LEGACY_MIG_PREFIX)
+            )
             if legacy and _count(value) > 0:
                 return True
     return False
@@ -368,8 +390,13 @@ def build_status(
     is labelled ``gpu-slicer.io/migration`` or still has converted pods."""
     pools = newest_slices(slices)
     pod_list = list(pods)
-    by_ref = {PodRef(str((p.get("metadata") or {}).get("namespace") or ""),
-                     str((p.get("metadata") or {}).get("name") or "")): p for p in pod_list}
+    by_ref = {
+        PodRef(
+            str((p.get("metadata") or {}).get("namespace") or ""),
+            str((p.get("metadata") or {}).get("name") or ""),
+        ): p
+        for p in pod_list
+    }
     held = _held_devices(claims)
     held_by_node: dict[str, list[_Held]] = {}
     for item in held:
@@ -391,13 +418,17 @@ def build_status(
             product = gpu_facts.product if gpu_facts else ""
             placed = _placement(item.device, published, product)
             if placed is None:
-                notes.append(f"claim {item.claim} holds device {item.device} on {name}, which "
-                             "is not a gpu-slicer device name")
+                notes.append(
+                    f"claim {item.claim} holds device {item.device} on {name}, which "
+                    "is not a gpu-slicer device name"
+                )
                 continue
             index, profile, start, size = placed
             if published is None:
-                notes.append(f"claim {item.claim} holds device {item.device}, which {name} "
-                             "does not publish now")
+                notes.append(
+                    f"claim {item.claim} holds device {item.device}, which {name} "
+                    "does not publish now"
+                )
             facts.setdefault(index, _GpuFacts(index))
             placed_here.setdefault(index, []).append((item, profile, start, size))
         gpus: list[Gpu] = []
@@ -405,24 +436,42 @@ def build_status(
             gpu = facts[index]
             count = _memory_slices(gpu)
             held_here = sorted(
-                (Instance(device=item.device, profile=profile, start=start,
-                          size=count if profile is None else size, claim=item.claim,
-                          request=item.request, pods=item.pods,
-                          short_pods=tuple(short_pod_name(by_ref.get(p), p.name)
-                                           for p in item.pods))
-                 for item, profile, start, size in placed_here.get(index, [])),
-                key=lambda i: (i.start, i.device))
+                (
+                    Instance(
+                        device=item.device,
+                        profile=profile,
+                        start=start,
+                        size=count if profile is None else size,
+                        claim=item.claim,
+                        request=item.request,
+                        pods=item.pods,
+                        short_pods=tuple(short_pod_name(by_ref.get(p), p.name) for p in item.pods),
+                    )
+                    for item, profile, start, size in placed_here.get(index, [])
+                ),
+                key=lambda i: (i.start, i.device),
+            )
             _overlaps(name, index, held_here, notes)
             covered = {i for inst in held_here for i in inst.slices}
             mode = _mode(gpu)
-            gpus.append(Gpu(index=index, product=gpu.product, mode=mode,
-                            memory_slices=count, instances=tuple(held_here),
-                            blocked=_blocked(gpu, count, covered), unhealthy=gpu.unhealthy,
-                            idle=_idle(gpu, covered) if mode == "static" else ()))
+            gpus.append(
+                Gpu(
+                    index=index,
+                    product=gpu.product,
+                    mode=mode,
+                    memory_slices=count,
+                    instances=tuple(held_here),
+                    blocked=_blocked(gpu, count, covered),
+                    unhealthy=gpu.unhealthy,
+                    idle=_idle(gpu, covered) if mode == "static" else (),
+                )
+            )
         nodes.append(Node(name, generation, tuple(gpus)))
         if not pool_slices:
-            notes.append(f"node {name} publishes no gpu-slicer.io ResourceSlices, but claims "
-                         "hold devices there (is its agent running?)")
+            notes.append(
+                f"node {name} publishes no gpu-slicer.io ResourceSlices, but claims "
+                "hold devices there (is its agent running?)"
+            )
     return ClusterStatus(tuple(nodes), _namespaces(namespaces, pod_list, held), tuple(notes))
 
 
@@ -436,8 +485,11 @@ def parse_device_name_index(device: str) -> int | None:
 
 def _blocked(gpu: _GpuFacts, count: int, covered: set[int]) -> tuple[int, ...]:
     if gpu.counters is not None and gpu.with_counters:
-        return tuple(i for i in range(count)
-                     if i not in covered and gpu.counters.get(f"memory-slice-{i}", 1) <= 0)
+        return tuple(
+            i
+            for i in range(count)
+            if i not in covered and gpu.counters.get(f"memory-slice-{i}", 1) <= 0
+        )
     if not gpu.devices or gpu.whole:
         return ()  # no counters: the whole GPU (full mode) covers every slice
     reachable: set[int] = set()
@@ -465,14 +517,17 @@ def _overlaps(node: str, index: int, instances: Sequence[Instance], notes: list[
         for i in inst.slices:
             other = seen.get(i)
             if other is not None:
-                notes.append(f"{node} gpu {index}: memory slice {i} is held twice "
-                             f"({other.device} by {other.claim}, {inst.device} by {inst.claim})")
+                notes.append(
+                    f"{node} gpu {index}: memory slice {i} is held twice "
+                    f"({other.device} by {other.claim}, {inst.device} by {inst.claim})"
+                )
                 break
             seen[i] = inst
 
 
-def _namespaces(namespaces: Iterable[Obj], pods: Sequence[Obj],
-                held: Sequence[_Held]) -> tuple[NamespaceStatus, ...]:
+def _namespaces(
+    namespaces: Iterable[Obj], pods: Sequence[Obj], held: Sequence[_Held]
+) -> tuple[NamespaceStatus, ...]:
     labels: dict[str, str] = {}
     for namespace in namespaces:
         meta = namespace.get("metadata") or {}
@@ -492,5 +547,9 @@ def _namespaces(namespaces: Iterable[Obj], pods: Sequence[Obj],
         elif _is_legacy(pod):
             legacy[ns] = legacy.get(ns, 0) + 1
     shown = sorted({n for n, v in labels.items() if v} | set(converted))
-    return tuple(NamespaceStatus(n, labels.get(n, ""), converted.get(n, 0), holding.get(n, 0),
-                                 legacy.get(n, 0)) for n in shown)
+    return tuple(
+        NamespaceStatus(
+            n, labels.get(n, ""), converted.get(n, 0), holding.get(n, 0), legacy.get(n, 0)
+        )
+        for n in shown
+    )

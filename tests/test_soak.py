@@ -19,5 +19,8 @@ def test_killed_workers_and_a_restarted_agent_lose_nothing() -> None:
     assert figures.failed_other == 0, figures.problems
     assert figures.lost_claims == 0, figures.problems
     assert figures.prepares_ok == figures.unprepares_ok  # every cycle ends before the stop
-    assert (figures.leaked_instances, figures.leftover_checkpoint_entries,
-            figures.leftover_cdi_specs) == (0, 0, 0)
+    assert (
+        figures.leaked_instances,
+        figures.leftover_checkpoint_entries,
+        figures.leftover_cdi_specs,
+    ) == (0, 0, 0)

@@ -76,7 +76,8 @@ def mutate_pods() -> Response:
         return _error(413, "too_large", f"request body over {MAX_BODY_BYTES} bytes", started)
     if not _is_json(request.content_type):
         return _error(
-            415, "unsupported_media_type",
+            415,
+            "unsupported_media_type",
             f"expected Content-Type application/json, got {request.content_type or 'none'!r}",
             started,
         )
@@ -90,8 +91,13 @@ def mutate_pods() -> Response:
     except (ValueError, UnicodeDecodeError) as exc:
         return _error(400, "bad_request", f"the body is not JSON: {exc}", started)
     except RecursionError:
-        return _error(400, "bad_request", "the body is not JSON this server accepts: nested "
-                      "too deeply (an AdmissionReview nests a few dozen levels)", started)
+        return _error(
+            400,
+            "bad_request",
+            "the body is not JSON this server accepts: nested "
+            "too deeply (an AdmissionReview nests a few dozen levels)",
+            started,
+        )
     rt = runtime()
     try:
         result = rt.reviewer.review(body)

@@ -117,9 +117,7 @@ class WatchCache(Generic[T]):
     def start(self) -> None:
         """Lists and watches in a daemon thread until :meth:`stop`."""
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self.run, name=f"watch-{self.kind}", daemon=True
-            )
+            self._thread = threading.Thread(target=self.run, name=f"watch-{self.kind}", daemon=True)
             self._thread.start()
 
     def stop(self, timeout_s: float = 0.0) -> None:

@@ -38,18 +38,24 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         ),
     )
     parser.add_argument(
-        "file", metavar="FILE|DIR",
+        "file",
+        metavar="FILE|DIR",
         help="YAML or JSON manifests; '-' reads stdin; a folder is read recursively (every "
-             ".yaml, .yml and .json file, hidden folders such as .git left out)")
+        ".yaml, .yml and .json file, hidden folders such as .git left out)",
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
-        "--out-dir", metavar="DIR",
+        "--out-dir",
+        metavar="DIR",
         help="with a folder: write each converted file to DIR at the same relative path "
-             "(files with nothing to convert are not written)")
+        "(files with nothing to convert are not written)",
+    )
     where.add_argument(
-        "--beside", action="store_true",
+        "--beside",
+        action="store_true",
         help="with a folder: write each converted file next to its source as "
-             "<name>.gpu-slicer.yaml (or .json)")
+        "<name>.gpu-slicer.yaml (or .json)",
+    )
     parser.add_argument("--policy", metavar="FILE", help="policy file (default: built-in policy)")
     parser.add_argument(
         "--mode",
@@ -57,8 +63,13 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         default="enabled",
         help="enabled: convert; audit: print the objects unchanged, report on stderr",
     )
-    parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml",
-                        help="format of what is printed or written (default yaml)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=["yaml", "json"],
+        default="yaml",
+        help="format of what is printed or written (default yaml)",
+    )
     parser.add_argument(
         "-n",
         "--namespace",
@@ -108,8 +119,9 @@ def _policy_check(args: argparse.Namespace) -> int:
         return 2
     except PolicyError as exc:
         count = len(exc.problems)
-        return _report(f"{source}: invalid policy ({count} problem{'s' if count != 1 else ''}):",
-                       exc.problems)
+        return _report(
+            f"{source}: invalid policy ({count} problem{'s' if count != 1 else ''}):", exc.problems
+        )
     print(f"{source}: valid: {policy.describe()}")
     return 0
 
@@ -121,8 +133,10 @@ def _manifest_files(folder: Path) -> list[Path]:
     """Every manifest under ``folder``, recursively, in a stable order; hidden folders (``.git``)
     are left out."""
     return sorted(
-        f for f in folder.rglob("*")
-        if f.is_file() and f.suffix.lower() in MANIFEST_SUFFIXES
+        f
+        for f in folder.rglob("*")
+        if f.is_file()
+        and f.suffix.lower() in MANIFEST_SUFFIXES
         and not any(part.startswith(".") for part in f.relative_to(folder).parts)
     )
 
@@ -138,14 +152,19 @@ def _convert(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         return _report(f"{prefix}: invalid policy {exc.source}:", exc.problems)
     if args.namespace is not None and not _NAMESPACE.fullmatch(args.namespace):
-        print(f"{prefix}: --namespace {args.namespace!r} is not a valid namespace name: at most "
-              "63 lower-case letters, digits and '-', starting and ending with a letter or digit",
-              file=sys.stderr)
+        print(
+            f"{prefix}: --namespace {args.namespace!r} is not a valid namespace name: at most "
+            "63 lower-case letters, digits and '-', starting and ending with a letter or digit",
+            file=sys.stderr,
+        )
         return 2
     folder = Path(args.file) if args.file != "-" and Path(args.file).is_dir() else None
     if (args.out_dir or args.beside) and folder is None:
-        print(f"{prefix}: --out-dir and --beside write one file per input file: give a folder "
-              "(FILE writes to standard output)", file=sys.stderr)
+        print(
+            f"{prefix}: --out-dir and --beside write one file per input file: give a folder "
+            "(FILE writes to standard output)",
+            file=sys.stderr,
+        )
         return 2
     if args.out_dir and Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
         print(f"{prefix}: --out-dir {args.out_dir} is a file, not a folder", file=sys.stderr)
@@ -162,8 +181,11 @@ def _convert(args: argparse.Namespace) -> int:
         try:
             text = documents.read_text(args.file if args.file == "-" else path)
             result = convert.convert_objects(
-                convert.load_documents(text, source), policy=policy, mode=args.mode,
-                namespace=args.namespace, native_extended=native,
+                convert.load_documents(text, source),
+                policy=policy,
+                mode=args.mode,
+                namespace=args.namespace,
+                native_extended=native,
             )
         except documents.DocumentError as exc:
             print(f"{prefix}: {source}: {exc}", file=sys.stderr)
@@ -226,23 +248,29 @@ def _register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     serve.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM)")
     serve.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
     serve.add_argument(
-        "--dev", action="store_true", default=None,
+        "--dev",
+        action="store_true",
+        default=None,
         help="self-signed certificate, no cluster: for trying the webhook locally",
     )
     serve.add_argument("--policy", metavar="FILE", help="policy YAML (default: built-in policy)")
     serve.add_argument("--workers", type=int, metavar="N", help="gunicorn worker processes")
     serve.add_argument(
-        "--connections", type=int, metavar="N",
+        "--connections",
+        type=int,
+        metavar="N",
         help="connections each worker serves at once (default 1000)",
     )
     serve.add_argument(
-        "--client-ca", metavar="FILE",
+        "--client-ca",
+        metavar="FILE",
         help="CA bundle (PEM): require client certificates it signed (mutual TLS with the "
-             "apiserver)",
+        "apiserver)",
     )
     serve.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster credentials")
     serve.add_argument(
-        "--namespace-mode", choices=["enabled", "audit"],
+        "--namespace-mode",
+        choices=["enabled", "audit"],
         help="with --dev: the mode of every namespace (default enabled)",
     )
     serve.set_defaults(func=_serve)
@@ -267,8 +295,16 @@ def _tls_file_problems(cert: str | None, key: str | None, client_ca: str | None)
 
 
 _SERVE_FLAGS = (
-    "bind", "tls_cert", "tls_key", "dev", "policy", "workers", "connections", "client_ca",
-    "kubeconfig", "namespace_mode",
+    "bind",
+    "tls_cert",
+    "tls_key",
+    "dev",
+    "policy",
+    "workers",
+    "connections",
+    "client_ca",
+    "kubeconfig",
+    "namespace_mode",
 )
 
 
@@ -280,8 +316,9 @@ def _serve(args: argparse.Namespace) -> int:
     flags = {name: getattr(args, name) for name in _SERVE_FLAGS if getattr(args, name) is not None}
     try:
         base = ServerConfig.from_file(args.config) if args.config else None
-        config = ServerConfig.from_mapping(flags, base=ServerConfig.from_env(base=base),
-                                           source="flags")
+        config = ServerConfig.from_mapping(
+            flags, base=ServerConfig.from_env(base=base), source="flags"
+        )
         problems = config.problems() + _tls_file_problems(
             config.tls_cert, config.tls_key, config.client_ca
         )

@@ -129,8 +129,13 @@ class ServerConfig:
 
     # ------------------------------------------------------------------ sources
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, base: ServerConfig | None = None,
-                     source: str = "settings") -> ServerConfig:
+    def from_mapping(
+        cls,
+        values: Mapping[str, Any],
+        *,
+        base: ServerConfig | None = None,
+        source: str = "settings",
+    ) -> ServerConfig:
         """``base`` with ``values`` (keys: field names, ``-`` or ``_``) converted and applied."""
         base = base or cls()
         types = {f.name: f.type for f in fields(cls)}
@@ -150,8 +155,9 @@ class ServerConfig:
         return dataclasses.replace(base, **changes)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *,
-                 base: ServerConfig | None = None) -> ServerConfig:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, base: ServerConfig | None = None
+    ) -> ServerConfig:
         """Settings from ``GPU_SLICER_*`` (and the file ``GPU_SLICER_CONFIG`` names, beneath)."""
         env = os.environ if environ is None else environ
         if base is None:

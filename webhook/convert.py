@@ -124,8 +124,10 @@ def _convert_any(
     if not isinstance(template, dict):
         raise Denied(f"{'.'.join(path)}: no pod template (a mapping with a spec)")
     if not isinstance(template.get("spec"), dict):
-        raise Denied(f"{where + '.' if path else ''}spec: must be a mapping with containers, "
-                     f"not {_yaml_type(template.get('spec'))}")
+        raise Denied(
+            f"{where + '.' if path else ''}spec: must be a mapping with containers, "
+            f"not {_yaml_type(template.get('spec'))}"
+        )
     if path:
         _check_metadata(template.get("metadata"), f"{where}.metadata")
     prefix = f"{where}.spec" if path else "spec"
@@ -137,8 +139,9 @@ def _convert_any(
             raise Denied(f"{prefix}.{key}: must be a list of containers, not {_yaml_type(listed)}")
         for i, item in enumerate(listed):
             if not isinstance(item, dict):
-                raise Denied(f"{prefix}.{key}[{i}]: must be a container (a mapping), "
-                             f"not {_yaml_type(item)}")
+                raise Denied(
+                    f"{prefix}.{key}[{i}]: must be a container (a mapping), not {_yaml_type(item)}"
+                )
             _check_resources(item.get("resources"), f"{prefix}.{key}[{i}].resources")
     raw = obj.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}

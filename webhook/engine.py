@@ -113,8 +113,12 @@ def _kind(value: Any) -> str:
     if value is None:
         return "null"
     return {
-        bool: "a boolean", int: "a number", float: "a number", str: "a string",
-        list: "a list", dict: "an object",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
     }.get(type(value), type(value).__name__)
 
 
@@ -137,9 +141,14 @@ def request_of(body: Any) -> dict[str, Any]:
 def _is_pod_create(request: Mapping[str, Any]) -> bool:
     kind = request.get("kind")
     resource = request.get("resource")
-    is_pod = (isinstance(kind, dict) and kind.get("group", "") == "" and kind.get("kind") == "Pod"
-              and kind.get("version") == "v1") or (
-        isinstance(resource, dict) and resource.get("group", "") == ""
+    is_pod = (
+        isinstance(kind, dict)
+        and kind.get("group", "") == ""
+        and kind.get("kind") == "Pod"
+        and kind.get("version") == "v1"
+    ) or (
+        isinstance(resource, dict)
+        and resource.get("group", "") == ""
         and resource.get("resource") == "pods"
     )
     return bool(is_pod and not request.get("subResource") and request.get("operation") == "CREATE")
@@ -284,8 +293,12 @@ def denied(uid: str, message: str) -> AdmissionReviewOut:
         {
             "uid": uid,
             "allowed": False,
-            "status": {"status": "Failure", "code": 403, "reason": "Forbidden",
-                       "message": _cut(_clean(message), DENIAL_MAX_BYTES)},
+            "status": {
+                "status": "Failure",
+                "code": 403,
+                "reason": "Forbidden",
+                "message": _cut(_clean(message), DENIAL_MAX_BYTES),
+            },
         }
     )
 
@@ -323,7 +336,9 @@ def review(
         return ReviewResult(allowed(uid), "skipped", mode)
     try:
         conversion = translate(
-            pod_req.pod, namespace=pod_req.namespace, policy=policy,
+            pod_req.pod,
+            namespace=pod_req.namespace,
+            policy=policy,
             native_extended=native_extended,
         )
     except Denied as exc:
@@ -419,8 +434,13 @@ class TranslationMemo:
     least recently used entries go once the keys add up to more than ``max_bytes``.
     """
 
-    def __init__(self, maxsize: int = 256, *, max_bytes: int = MEMO_MAX_BYTES,
-                 entry_max_bytes: int = MEMO_ENTRY_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        maxsize: int = 256,
+        *,
+        max_bytes: int = MEMO_MAX_BYTES,
+        entry_max_bytes: int = MEMO_ENTRY_MAX_BYTES,
+    ) -> None:
         self.maxsize = maxsize
         self.max_bytes = max_bytes
         self.entry_max_bytes = entry_max_bytes

@@ -96,13 +96,18 @@ class Line:
     def message(self) -> str:
         driver = _DRIVER_OF_CLASS.get(self.device_class)
         served = f"DeviceClass {self.device_class}" + (f" ({driver})" if driver else "")
-        also = f"; also claimed by {', '.join(self.shadowed)}, which the scheduler does not use" \
-            if self.shadowed else ""
+        also = (
+            f"; also claimed by {', '.join(self.shadowed)}, which the scheduler does not use"
+            if self.shadowed
+            else ""
+        )
         if self.handling == "not-a-gpu-resource":
             what = "not a GPU resource gpu-slicer converts"
         elif self.handling == "defer":
-            what = ("nativeExtendedResources=defer: the webhook leaves pods asking for it "
-                    "unchanged and the scheduler allocates them from that class")
+            what = (
+                "nativeExtendedResources=defer: the webhook leaves pods asking for it "
+                "unchanged and the scheduler allocates them from that class"
+            )
         else:
             what = "nativeExtendedResources=convert: the webhook converts pods asking for it"
         return f"{self.resource} is served by {served}{also}; {what}"
@@ -141,8 +146,9 @@ class Reporter:
         self._series: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
 
-    def update(self, policy: Policy, classes: Iterable[ExtendedClass], *, reason: str,
-               force: bool = False) -> list[Line]:
+    def update(
+        self, policy: Policy, classes: Iterable[ExtendedClass], *, reason: str, force: bool = False
+    ) -> list[Line]:
         lines = report(policy, classes)
         with self._lock:
             if lines == self._last and not force:

@@ -71,7 +71,9 @@ def ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
     reloading = _contexts.get(key)
     if reloading is None:
         reloading = ReloadingSSLContext(
-            conf.certfile, conf.keyfile, check_interval_s=_config.tls_check_s,
+            conf.certfile,
+            conf.keyfile,
+            check_interval_s=_config.tls_check_s,
             client_ca=_config.client_ca,
         )
         _contexts[key] = reloading
@@ -97,8 +99,11 @@ logconfig_dict = {
     },
     "root": {"level": _config.log_level.upper(), "handlers": ["stderr"]},
     "loggers": {
-        "gunicorn.error": {"level": _config.log_level.upper(), "handlers": ["stderr"],
-                           "propagate": False},
+        "gunicorn.error": {
+            "level": _config.log_level.upper(),
+            "handlers": ["stderr"],
+            "propagate": False,
+        },
         "gunicorn.access": {"level": "WARNING", "handlers": ["stderr"], "propagate": False},
     },
 }

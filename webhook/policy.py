@@ -171,9 +171,7 @@ def model_profiles(gpu_models: tuple[str, ...]) -> tuple[str, ...]:
     Cached: a policy has a handful of model sets and the translation asks on every pod.
     """
     return tuple(
-        dict.fromkeys(
-            p.name for m in catalog.MODELS if m.key in gpu_models for p in m.profiles
-        )
+        dict.fromkeys(p.name for m in catalog.MODELS if m.key in gpu_models for p in m.profiles)
     )
 
 

@@ -86,8 +86,9 @@ class PolicyStore:
             self.last_error = None
             if changed:
                 self._on_reload("loaded")
-                log.info("policy loaded", extra={"policy": str(self.path),
-                                                 "summary": policy.describe()})
+                log.info(
+                    "policy loaded", extra={"policy": str(self.path), "summary": policy.describe()}
+                )
             return changed
 
     def start(self) -> None:

@@ -55,9 +55,7 @@ RBAC_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "namespaces"): frozenset({"get", "list", "watch"}),
     ("", "pods"): frozenset({"list"}),
     ("resource.k8s.io", "deviceclasses"): frozenset({"list", "watch"}),
-    ("resource.k8s.io", "resourceclaimtemplates"): frozenset(
-        {"create", "patch", "list", "delete"}
-    ),
+    ("resource.k8s.io", "resourceclaimtemplates"): frozenset({"create", "patch", "list", "delete"}),
 }
 """(API group, resource) -> verbs the webhook's service account needs (a ClusterRole)."""
 
@@ -243,8 +241,9 @@ def prepare(config: ServerConfig) -> ServerConfig:
     config = replace(config, runtime_dir=runtime_dir)
     if config.dev and not (config.tls_cert and config.tls_key):
         host, _port = config.host_port()
-        hosts = ["localhost", "127.0.0.1", "::1"] + ([host] if host not in ("", "0.0.0.0", "::")
-                                                      else [])
+        hosts = ["localhost", "127.0.0.1", "::1"] + (
+            [host] if host not in ("", "0.0.0.0", "::") else []
+        )
         cert, key = make_dev_certificate(runtime_dir, hosts)
         config = replace(config, tls_cert=str(cert), tls_key=str(key))
         log.info(
@@ -285,11 +284,16 @@ def check_bind(config: ServerConfig) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            reason = ("the port is already in use" if exc.errno == errno.EADDRINUSE
-                      else exc.strerror or str(exc))
+            reason = (
+                "the port is already in use"
+                if exc.errno == errno.EADDRINUSE
+                else exc.strerror or str(exc)
+            )
             raise ConfigError(
-                [f"--bind {config.bind}: cannot listen there: {reason}; choose another with "
-                 "--bind HOST:PORT"]
+                [
+                    f"--bind {config.bind}: cannot listen there: {reason}; choose another with "
+                    "--bind HOST:PORT"
+                ]
             ) from exc
 
 
@@ -356,4 +360,3 @@ def _run_gunicorn() -> int:
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     return 0
-

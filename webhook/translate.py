@@ -209,7 +209,7 @@ def translate_pod(
     if len(requests) > MAX_CLAIM_REQUESTS:
         raise Denied(
             f"the pod needs {len(requests)} requests in its claim ("
-            f"{', '.join(r.name for r in requests[:MAX_CLAIM_REQUESTS + 1])}...); a claim holds "
+            f"{', '.join(r.name for r in requests[: MAX_CLAIM_REQUESTS + 1])}...); a claim holds "
             f"at most {MAX_CLAIM_REQUESTS}"
         )
     devices = sum(r.alternatives[0].count for r in requests)
@@ -642,8 +642,9 @@ def _need(
                 )
             )
         full = full_gpu_profiles(rules.gpu_models) if rules.full_gpu_mig else ()
-        build = functools.partial(_gpu_chain, rules.nvlink, target.nvlink_attribute is not None,
-                                  full)
+        build = functools.partial(
+            _gpu_chain, rules.nvlink, target.nvlink_attribute is not None, full
+        )
         return _Need(container, legacy_count, what, via, ("gpu",), build)
     models = rules.gpu_models
     profile = _profile_of_resource(legacy_name[len(LEGACY_MIG_PREFIX) :], models)
@@ -785,9 +786,7 @@ def _plan(needs: Sequence[_Need]) -> _Plan:
             placed[id(member)].append((start, name))
     # A container lists its requests in the order its devices lie on the line.
     uses = {k: [name for _start, name in sorted(v)] for k, v in placed.items()}
-    nvlink_sets = tuple(
-        dict.fromkeys(tuple(uses[id(n)]) for n in needs if n.count > 1)
-    )
+    nvlink_sets = tuple(dict.fromkeys(tuple(uses[id(n)]) for n in needs if n.count > 1))
     return _Plan(
         requests=tuple(requests),
         uses={k: tuple(v) for k, v in uses.items()},

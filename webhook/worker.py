@@ -69,8 +69,9 @@ class DeadlineSocket:
 
     def start_tls(self, context: Any) -> bool:
         """Wraps the socket in TLS and completes the handshake before the deadline."""
-        self._sock = context.wrap_socket(self._sock, server_side=True,
-                                         do_handshake_on_connect=False)
+        self._sock = context.wrap_socket(
+            self._sock, server_side=True, do_handshake_on_connect=False
+        )
         try:
             self._within(self._deadline - time.monotonic(), self._sock.do_handshake)
         except (_Expired, OSError):  # ssl.SSLError is an OSError
@@ -139,8 +140,11 @@ class DeadlineGeventWorker(GeventWorker):  # type: ignore[misc]
         servers = []
         for listener in self.sockets:
             listener.setblocking(1)
-            server = StreamServer(listener, handle=functools.partial(self.handle, listener),
-                                  spawn=Pool(self.worker_connections))
+            server = StreamServer(
+                listener,
+                handle=functools.partial(self.handle, listener),
+                spawn=Pool(self.worker_connections),
+            )
             if self.cfg.workers > 1:
                 server.max_accept = 1  # spread connections over the workers
             server.start()
@@ -164,8 +168,9 @@ class DeadlineGeventWorker(GeventWorker):  # type: ignore[misc]
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         client.setblocking(1)
-        conn = DeadlineSocket(client, read_timeout_s=self.read_timeout_s,
-                              idle_timeout_s=self.cfg.keepalive)
+        conn = DeadlineSocket(
+            client, read_timeout_s=self.read_timeout_s, idle_timeout_s=self.cfg.keepalive
+        )
         if self.cfg.is_ssl and not conn.start_tls(ssl_context(self.cfg)):
             util.close(conn)  # the TLS socket owns the descriptor now
             return

@@ -27,11 +27,21 @@ def webhook_configuration(*names: str) -> Obj:
                 "failurePolicy": "Ignore",
                 "timeoutSeconds": 5,
                 "clientConfig": {
-                    "service": {"name": SERVICE, "namespace": NAMESPACE, "path": "/mutate-pods",
-                                "port": 443},
+                    "service": {
+                        "name": SERVICE,
+                        "namespace": NAMESPACE,
+                        "path": "/mutate-pods",
+                        "port": 443,
+                    },
                 },
-                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                           "resources": ["pods"]}],
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
             }
             for name in (names or ("pods.gpu-slicer.io",))
         ],

@@ -19,12 +19,28 @@ def test_issue_writes_the_three_files_and_prints_a_summary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "tls"
-    code = main(["certs", "issue", "--service", SERVICE, "--namespace", NAMESPACE,
-                 "--out", str(out), "--days", "7", "--ca-days", "30"])
+    code = main(
+        [
+            "certs",
+            "issue",
+            "--service",
+            SERVICE,
+            "--namespace",
+            NAMESPACE,
+            "--out",
+            str(out),
+            "--days",
+            "7",
+            "--ca-days",
+            "30",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["dnsNames"] == [f"{SERVICE}.{NAMESPACE}.svc",
-                                   f"{SERVICE}.{NAMESPACE}.svc.cluster.local"]
+    assert summary["dnsNames"] == [
+        f"{SERVICE}.{NAMESPACE}.svc",
+        f"{SERVICE}.{NAMESPACE}.svc.cluster.local",
+    ]
     ca = certs_issue.load_certificate((out / "ca.crt").read_bytes())
     assert summary["caFingerprintSHA256"] == certs_issue.fingerprint(ca)
     leaf = certs_issue.load_certificate((out / "tls.crt").read_bytes())
@@ -35,8 +51,22 @@ def test_issue_with_hosts_covers_a_webhook_reached_by_url(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "tls"
-    code = main(["certs", "issue", "--service", SERVICE, "--namespace", NAMESPACE,
-                 "--out", str(out), "--host", "127.0.0.1", "--host", "webhook.example.org"])
+    code = main(
+        [
+            "certs",
+            "issue",
+            "--service",
+            SERVICE,
+            "--namespace",
+            NAMESPACE,
+            "--out",
+            str(out),
+            "--host",
+            "127.0.0.1",
+            "--host",
+            "webhook.example.org",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["ipAddresses"] == ["127.0.0.1"]
@@ -57,8 +87,17 @@ def test_issue_with_hosts_covers_a_webhook_reached_by_url(
 def test_issue_refuses_bad_input_with_exit_code_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
 ) -> None:
-    args = ["certs", "issue", "--service", SERVICE, "--namespace", NAMESPACE,
-            "--out", str(tmp_path / "tls"), *extra]
+    args = [
+        "certs",
+        "issue",
+        "--service",
+        SERVICE,
+        "--namespace",
+        NAMESPACE,
+        "--out",
+        str(tmp_path / "tls"),
+        *extra,
+    ]
     assert main(args) == 2
     assert fragment in capsys.readouterr().err
     assert not (tmp_path / "tls").exists()
@@ -68,23 +107,54 @@ def test_issue_reports_an_unwritable_folder_with_exit_code_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "file").write_text("")
-    args = ["certs", "issue", "--service", SERVICE, "--namespace", NAMESPACE,
-            "--out", str(tmp_path / "file" / "tls")]
+    args = [
+        "certs",
+        "issue",
+        "--service",
+        SERVICE,
+        "--namespace",
+        NAMESPACE,
+        "--out",
+        str(tmp_path / "file" / "tls"),
+    ]
     assert main(args) == 1
     assert "cannot write" in capsys.readouterr().err
 
 
 def test_a_non_numeric_days_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["certs", "issue", "--service", SERVICE, "--namespace", NAMESPACE,
-              "--out", "x", "--days", "soon"])
+        main(
+            [
+                "certs",
+                "issue",
+                "--service",
+                SERVICE,
+                "--namespace",
+                NAMESPACE,
+                "--out",
+                "x",
+                "--days",
+                "soon",
+            ]
+        )
     assert exit_info.value.code == 2
     assert "'soon' is not a whole number" in capsys.readouterr().err
 
 
 def _ensure_args(*extra: str) -> list[str]:
-    return ["certs", "ensure", "--namespace", NAMESPACE, "--secret", SECRET,
-            "--webhook-config", CONFIG, "--service", SERVICE, *extra]
+    return [
+        "certs",
+        "ensure",
+        "--namespace",
+        NAMESPACE,
+        "--secret",
+        SECRET,
+        "--webhook-config",
+        CONFIG,
+        "--service",
+        SERVICE,
+        *extra,
+    ]
 
 
 def test_ensure_runs_once_against_the_api_it_is_given(

@@ -86,8 +86,23 @@ def test_ensure_names_a_kubeconfig_the_client_cannot_parse(
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["certs", "issue", "--service", "s", "--namespace", "n", "--out", "{out}",
-          "--days", "99999999", "--ca-days", "99999999"], "argument --days: 99999999 days"),
+        (
+            [
+                "certs",
+                "issue",
+                "--service",
+                "s",
+                "--namespace",
+                "n",
+                "--out",
+                "{out}",
+                "--days",
+                "99999999",
+                "--ca-days",
+                "99999999",
+            ],
+            "argument --days: 99999999 days",
+        ),
         ([*ENSURE, "--rotation-grace", "1e300"], "argument --rotation-grace: 1e300 is more"),
         ([*ENSURE, "--interval", "inf"], "argument --interval: inf is more"),
         ([*ENSURE, "--interval", "nan"], "argument --interval: nan must be more than 0"),

@@ -196,22 +196,33 @@ def test_a_ca_without_a_subject_key_identifier_still_signs_the_serving_certifica
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "site CA")])
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - DAY).not_valid_after(NOW + 3000 * DAY)
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - DAY)
+        .not_valid_after(NOW + 3000 * DAY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .sign(key, hashes.SHA256())
     )
     key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    api.create({
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": f"{SECRET}-ca", "namespace": NAMESPACE},
-        "data": {"tls.crt": base64.b64encode(cert.public_bytes(serialization.Encoding.PEM))
-                 .decode(), "tls.key": base64.b64encode(key_pem).decode()},
-    })
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": f"{SECRET}-ca", "namespace": NAMESPACE},
+            "data": {
+                "tls.crt": base64.b64encode(cert.public_bytes(serialization.Encoding.PEM)).decode(),
+                "tls.key": base64.b64encode(key_pem).decode(),
+            },
+        }
+    )
     result = ensure(api, settings, now=NOW)
     assert not result.ca_created and result.leaf_issued
     assert certs_issue.is_signed_by(_leaf(api), cert)
@@ -278,7 +289,8 @@ def test_a_missing_webhook_configuration_still_gets_the_secrets_made(
     with pytest.raises(EnsureError, match="MutatingWebhookConfiguration 'gpu-slicer' not found"):
         ensure(api, settings, now=NOW)
     assert {s["metadata"]["name"] for s in api.objects("v1", "Secret")} == {
-        SECRET, f"{SECRET}-ca",
+        SECRET,
+        f"{SECRET}-ca",
     }
 
 
@@ -329,7 +341,12 @@ def test_the_periodic_loop_retries_a_failed_run_and_stops_when_asked(
             stop.set()
 
     run_periodically(
-        api, settings, interval_s=0.001, retry_s=0.001, stop=stop, clock=lambda: NOW,
+        api,
+        settings,
+        interval_s=0.001,
+        retry_s=0.001,
+        stop=stop,
+        clock=lambda: NOW,
         on_result=record,
     )
     assert isinstance(outcomes[0], EnsureError)
@@ -345,9 +362,15 @@ def test_over_years_of_periodic_runs_the_served_leaf_is_always_trusted_and_valid
     """Short lifetimes, a run every 12 hours: every run leaves a valid leaf that the caBundle
     trusts, and the bundle still trusts the leaf from before the run (pods that have not yet
     reloaded keep serving it), across many leaf renewals and several CA rotations."""
-    settings = EnsureSettings(namespace=NAMESPACE, secret=SECRET, webhook_config=CONFIG,
-                              days=10, ca_days=30, renew_before=dt.timedelta(days=3),
-                              rotation_grace=dt.timedelta(days=1))
+    settings = EnsureSettings(
+        namespace=NAMESPACE,
+        secret=SECRET,
+        webhook_config=CONFIG,
+        days=10,
+        ca_days=30,
+        renew_before=dt.timedelta(days=3),
+        rotation_grace=dt.timedelta(days=1),
+    )
     api = InMemoryKubeApi()
     api.create(webhook_configuration())
     ensure(api, settings, now=NOW)

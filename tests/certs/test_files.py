@@ -15,8 +15,11 @@ from certs.files import DATA_LINK, KEY_MODE, replace_files, write_atomically
 
 
 def _versions(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith("..") and p.is_dir()
-                  and not p.is_symlink())
+    return sorted(
+        p.name
+        for p in folder.iterdir()
+        if p.name.startswith("..") and p.is_dir() and not p.is_symlink()
+    )
 
 
 def test_a_single_file_is_replaced_whole_with_its_mode(tmp_path: Path) -> None:

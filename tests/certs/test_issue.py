@@ -116,7 +116,9 @@ def test_garbage_is_not_taken_for_a_certificate_or_key() -> None:
 
 def test_the_files_are_written_with_the_key_readable_by_its_owner_only(folder: Path) -> None:
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("..")) == [
-        "ca.crt", "tls.crt", "tls.key",
+        "ca.crt",
+        "tls.crt",
+        "tls.key",
     ]
     assert (folder / "tls.key").stat().st_mode & 0o777 == 0o600
     assert (folder / "tls.crt").stat().st_mode & 0o777 == 0o644

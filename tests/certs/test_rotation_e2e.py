@@ -45,8 +45,9 @@ def _get(port: int, context: ssl.SSLContext, path: str = "/healthz") -> tuple[in
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         with context.wrap_socket(raw, server_hostname=HOST) as tls:
             leaf = tls.getpeercert(binary_form=True) or b""
-            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"
-                        .encode())
+            tls.sendall(
+                f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode()
+            )
             response = http.client.HTTPResponse(tls)  # type: ignore[arg-type]
             response.begin()
             response.read()
@@ -56,16 +57,31 @@ def _get(port: int, context: ssl.SSLContext, path: str = "/healthz") -> tuple[in
 @contextmanager
 def _serve(folder: Path, log: Path) -> Iterator[int]:
     port = _free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"
+    }
     env["GPU_SLICER_TLS_CHECK_S"] = "0.2"
     env["GPU_SLICER_RUNTIME_DIR"] = str(log.parent / "runtime")
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "webhook", "serve", "--dev",
-             f"--bind=127.0.0.1:{port}", f"--tls-cert={folder / 'tls.crt'}",
-             f"--tls-key={folder / 'tls.key'}", "--workers=1"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "webhook",
+                "serve",
+                "--dev",
+                f"--bind=127.0.0.1:{port}",
+                f"--tls-cert={folder / 'tls.crt'}",
+                f"--tls-key={folder / 'tls.key'}",
+                "--workers=1",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
         try:
             deadline = time.monotonic() + 60

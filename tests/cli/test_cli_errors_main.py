@@ -11,9 +11,20 @@ import pytest
 from cli.main import main
 
 COMMANDS = [
-    [], ["catalog"], ["slices"], ["convert"], ["policy"], ["policy", "check"], ["webhook"],
-    ["webhook", "serve"], ["agent"], ["agent", "run"], ["certs"], ["certs", "issue"],
-    ["certs", "ensure"], ["simulate"],
+    [],
+    ["catalog"],
+    ["slices"],
+    ["convert"],
+    ["policy"],
+    ["policy", "check"],
+    ["webhook"],
+    ["webhook", "serve"],
+    ["agent"],
+    ["agent", "run"],
+    ["certs"],
+    ["certs", "issue"],
+    ["certs", "ensure"],
+    ["simulate"],
 ]
 
 

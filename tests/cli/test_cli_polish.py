@@ -26,18 +26,34 @@ def test_log_level_is_accepted_after_the_subcommand_and_before_it() -> None:
     assert parser.parse_args(["catalog", "--log-level", "DEBUG"]).log_level == "DEBUG"
     assert parser.parse_args(["--log-level", "ERROR", "catalog"]).log_level == "ERROR"
     assert parser.parse_args(["catalog"]).log_level == "INFO"
-    assert parser.parse_args(["certs", "issue", "--out", "x", "--service", "s", "--namespace",
-                              "n", "--log-level",
-                              "WARNING"]).log_level == "WARNING"
+    assert (
+        parser.parse_args(
+            [
+                "certs",
+                "issue",
+                "--out",
+                "x",
+                "--service",
+                "s",
+                "--namespace",
+                "n",
+                "--log-level",
+                "WARNING",
+            ]
+        ).log_level
+        == "WARNING"
+    )
 
 
 @pytest.mark.parametrize(
     ("argv", "usage", "prefix"),
     [
         (["simulate", "--sed", "3"], "usage: gpu-slicer simulate", "gpu-slicer simulate: "),
-        (["certs", "issue", "--out", "x", "--service", "s", "--namespace", "n", "--dayz", "3"],
-         "usage: gpu-slicer certs issue",
-         "gpu-slicer certs issue: "),
+        (
+            ["certs", "issue", "--out", "x", "--service", "s", "--namespace", "n", "--dayz", "3"],
+            "usage: gpu-slicer certs issue",
+            "gpu-slicer certs issue: ",
+        ),
         (["catalog", "--gpu"], "usage: gpu-slicer catalog", "gpu-slicer catalog: "),
     ],
     ids=["unknown-flag", "nested-unknown-flag", "missing-value"],
@@ -57,12 +73,21 @@ def test_a_flag_typo_prints_that_subcommands_usage_and_one_error_line(
 def test_every_command_that_runs_something_is_in_the_completion_tree() -> None:
     parser = build_parser()
     paths = {" ".join(c.path) for c in completion.leaves(parser)}
-    assert {"simulate", "plan", "completion", "certs issue", "policy check",
-            "agent run", "webhook serve"} <= paths
+    assert {
+        "simulate",
+        "plan",
+        "completion",
+        "certs issue",
+        "policy check",
+        "agent run",
+        "webhook serve",
+    } <= paths
     script = completion.bash_script(parser)
     for path in paths:
-        assert f"_gpu_slicer_opts['gpu-slicer {path}']" in script or \
-            f"_gpu_slicer_opts[\"gpu-slicer {path}\"]" in script
+        assert (
+            f"_gpu_slicer_opts['gpu-slicer {path}']" in script
+            or f'_gpu_slicer_opts["gpu-slicer {path}"]' in script
+        )
 
 
 def _complete(script: Path, words: list[str]) -> list[str]:
@@ -71,9 +96,17 @@ def _complete(script: Path, words: list[str]) -> list[str]:
         pytest.skip("bash is not installed")
     quoted = " ".join(f"'{w}'" for w in words)
     result = subprocess.run(
-        [bash, "-c", f"source {script}; COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; "
-                     "_gpu_slicer; printf '%s\\n' \"${COMPREPLY[@]}\""],
-        capture_output=True, text=True, check=True, timeout=30)
+        [
+            bash,
+            "-c",
+            f"source {script}; COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; "
+            "_gpu_slicer; printf '%s\\n' \"${COMPREPLY[@]}\"",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
     assert result.stderr == ""
     return [line for line in result.stdout.splitlines() if line]
 
@@ -88,7 +121,9 @@ def test_bash_completes_commands_flags_and_flag_choices(
     assert _complete(script, ["gpu-slicer", "certs", ""]) == ["ensure", "issue"]
     assert "--strategies" in _complete(script, ["gpu-slicer", "simulate", "--st"])
     assert _complete(script, ["gpu-slicer", "--log-level", "DEBUG", "plan", "-o", ""]) == [
-        "table", "json"]
+        "table",
+        "json",
+    ]
     assert _complete(script, ["gpu-slicer", "completion", ""]) == ["bash", "zsh"]
 
 

@@ -26,12 +26,23 @@ def _pod_spec(limits: dict[str, Any] | None, annotations: dict[str, str] | None 
     return {"metadata": meta, "spec": {"containers": [container]}}
 
 
-def _deployment(ns: str, name: str, replicas: int, limits: dict[str, Any] | None,
-                annotations: dict[str, str] | None = None) -> Obj:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "x"}},
-                     "template": _pod_spec(limits, annotations)}}
+def _deployment(
+    ns: str,
+    name: str,
+    replicas: int,
+    limits: dict[str, Any] | None,
+    annotations: dict[str, str] | None = None,
+) -> Obj:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": _pod_spec(limits, annotations),
+        },
+    }
 
 
 def _node(name: str, product: str, count: int, mig: dict[str, int] | None = None) -> Obj:
@@ -40,10 +51,15 @@ def _node(name: str, product: str, count: int, mig: dict[str, int] | None = None
         capacity.update({f"nvidia.com/mig-{p}": str(n) for p, n in mig.items()})
     else:
         capacity["nvidia.com/gpu"] = str(count)
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product,
-                                                  "nvidia.com/gpu.count": str(count)}},
-            "status": {"capacity": capacity}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(count)},
+        },
+        "status": {"capacity": capacity},
+    }
 
 
 @pytest.fixture
@@ -55,27 +71,44 @@ def cluster() -> InMemoryKubeApi:
             meta["labels"] = {"gpu-slicer.io/migration": label}
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-slicer"}})
-    api.create({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "gpu-slicer-policy", "namespace": "gpu-slicer"},
-                "data": {"policy.yaml": "namespaces:\n  inference:\n"
-                                        "    gpu: [1g.10gb, 2g.20gb]\n"}})
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "gpu-slicer-policy", "namespace": "gpu-slicer"},
+            "data": {"policy.yaml": "namespaces:\n  inference:\n    gpu: [1g.10gb, 2g.20gb]\n"},
+        }
+    )
     # One A100 80GB whole (device plugin), one cut into seven 1g.10gb by mig-parted.
     api.create(_node("gpu-a", "NVIDIA-A100-SXM4-80GB", 1))
     api.create(_node("gpu-b", "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", 1, {"1g.10gb": 7}))
     api.create(_node("cpu-1", "", 0) | {"metadata": {"name": "cpu-1"}})
     api.create(_deployment("inference", "embed", 6, {"nvidia.com/gpu": 1}))
     api.create(_deployment("inference", "frontend", 2, None))
-    api.create(_deployment("training", "bad", 1, None,
-                           {"gpu-slicer.io/profiles": "9g.999gb"}))
-    api.create({"apiVersion": "batch/v1", "kind": "CronJob",
-                "metadata": {"name": "nightly", "namespace": "training"},
-                "spec": {"schedule": "0 1 * * *", "jobTemplate": {"spec": {
-                    "template": _pod_spec({"nvidia.com/mig-3g.40gb": 1})}}}})
-    owned = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "embed-abc", "namespace": "inference",
-                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                               "name": "embed-1", "uid": "u"}]},
-             **{k: v for k, v in _pod_spec({"nvidia.com/gpu": 1}).items() if k == "spec"}}
+    api.create(_deployment("training", "bad", 1, None, {"gpu-slicer.io/profiles": "9g.999gb"}))
+    api.create(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "nightly", "namespace": "training"},
+            "spec": {
+                "schedule": "0 1 * * *",
+                "jobTemplate": {"spec": {"template": _pod_spec({"nvidia.com/mig-3g.40gb": 1})}},
+            },
+        }
+    )
+    owned = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "embed-abc",
+            "namespace": "inference",
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "embed-1", "uid": "u"}
+            ],
+        },
+        **{k: v for k, v in _pod_spec({"nvidia.com/gpu": 1}).items() if k == "spec"},
+    }
     api.create(owned)
     api.calls.clear()
     return api
@@ -94,9 +127,11 @@ def test_plan_reports_each_workloads_verdict_with_the_installed_policy(
     report = json.loads(capsys.readouterr().out)
     assert report["policy"] == "ConfigMap gpu-slicer/gpu-slicer-policy"
     verdicts = {(w["namespace"], w["kind"], w["name"]): w for w in report["workloads"]}
-    assert set(verdicts) == {("inference", "Deployment", "embed"),
-                             ("training", "Deployment", "bad"),
-                             ("training", "CronJob", "nightly")}
+    assert set(verdicts) == {
+        ("inference", "Deployment", "embed"),
+        ("training", "Deployment", "bad"),
+        ("training", "CronJob", "nightly"),
+    }
     embed = verdicts[("inference", "Deployment", "embed")]
     assert (embed["outcome"], embed["replicas"]) == ("convert", 6)
     assert embed["requests"] == {"nvidia.com/gpu": 1}
@@ -105,7 +140,9 @@ def test_plan_reports_each_workloads_verdict_with_the_installed_policy(
     assert bad["outcome"] == "deny" and "9g.999gb" in bad["detail"]
     assert verdicts[("training", "CronJob", "nightly")]["becomes"] == ["1 x 3g.40gb"]
     assert {n["name"]: n["migrationLabel"] for n in report["namespaces"]} == {
-        "inference": "-", "training": "audit"}
+        "inference": "-",
+        "training": "audit",
+    }
     assert {n["name"] for n in report["gpuNodes"]} == {"gpu-a", "gpu-b"}
 
 

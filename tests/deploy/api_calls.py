@@ -26,8 +26,11 @@ VERBS = frozenset({"get", "list", "watch", "create", "update", "apply", "patch",
 RECEIVERS = frozenset({"api", "_api"})
 # Which packages hold each component's code, and the ServiceAccount it runs as.
 COMPONENTS: dict[str, tuple[str, ...]] = {"webhook": ("webhook",), "agent": ("slicer",)}
-SERVICE_ACCOUNTS = {"webhook": "gpu-slicer-webhook", "agent": "gpu-slicer-agent",
-                    "certs": "gpu-slicer-certs"}
+SERVICE_ACCOUNTS = {
+    "webhook": "gpu-slicer-webhook",
+    "agent": "gpu-slicer-agent",
+    "certs": "gpu-slicer-certs",
+}
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,9 @@ def _constants(tree: ast.Module, seen: frozenset[str] = frozenset()) -> dict[str
             source = _module_file(node.module)
             if source is None or node.module in seen:
                 continue
-            imported = _constants(ast.parse(source.read_text(encoding="utf-8")),
-                                  seen | {node.module})
+            imported = _constants(
+                ast.parse(source.read_text(encoding="utf-8")), seen | {node.module}
+            )
             for alias in node.names:
                 if alias.name in imported:
                     found[alias.asname or alias.name] = imported[alias.name]

@@ -30,8 +30,13 @@ SCHEMALESS = {
     ("cert-manager.io/v1", "Certificate"),
 }
 CLUSTER_SCOPED = {
-    "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass",
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "DeviceClass",
     "SecurityContextConstraints",
 }
 
@@ -45,7 +50,10 @@ def _render_text(target: str) -> str:
         raise RuntimeError("kubectl (with kustomize) is needed to render deploy/; install it")
     result = subprocess.run(
         [kubectl, "kustomize", str(DEPLOY / target)],
-        capture_output=True, text=True, check=False, timeout=60,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     if result.returncode != 0:
         raise RuntimeError(f"kubectl kustomize deploy/{target} failed:\n{result.stderr}")

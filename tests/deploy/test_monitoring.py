@@ -27,10 +27,23 @@ BUILTIN = {"up": set[str]()}
 # Labels that come from the scrape, not from the code: the target's (job, instance, namespace,
 # pod, container, endpoint, service), "node" from the PodMonitor's relabeling, and "le" of
 # histogram buckets.
-TARGET_LABELS = {"job", "instance", "namespace", "pod", "container", "endpoint", "service",
-                 "node", "le"}
-SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
-            "gauge": ("",), "summary": ("_sum", "_count", "")}
+TARGET_LABELS = {
+    "job",
+    "instance",
+    "namespace",
+    "pod",
+    "container",
+    "endpoint",
+    "service",
+    "node",
+    "le",
+}
+SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "gauge": ("",),
+    "summary": ("_sum", "_count", ""),
+}
 
 
 def exported() -> dict[str, set[str]]:
@@ -74,8 +87,7 @@ def used(expr: str) -> tuple[dict[str, set[str]], set[str]]:
     for node in _walk(tree):
         if isinstance(node, promql_parser.VectorSelector):
             assert node.name, f"a selector without a metric name in {expr!r}"
-            metrics.setdefault(node.name, set()).update(
-                m.name for m in node.matchers.matchers)
+            metrics.setdefault(node.name, set()).update(m.name for m in node.matchers.matchers)
         if isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
             grouping.update(node.modifier.labels)
     return metrics, grouping
@@ -127,10 +139,13 @@ def test_the_checker_catches_unknown_metrics_labels_and_syntax_errors() -> None:
 
 def test_the_code_exports_the_metrics_the_alerts_are_about() -> None:
     series = exported()
-    for name in ("gpu_slicer_webhook_certificate_expiry_timestamp_seconds",
-                 "gpu_slicer_agent_mig_created_total", "gpu_slicer_agent_mig_destroyed_total",
-                 "gpu_slicer_agent_prepare_seconds_bucket",
-                 "gpu_slicer_webhook_request_duration_seconds_bucket"):
+    for name in (
+        "gpu_slicer_webhook_certificate_expiry_timestamp_seconds",
+        "gpu_slicer_agent_mig_created_total",
+        "gpu_slicer_agent_mig_destroyed_total",
+        "gpu_slicer_agent_prepare_seconds_bucket",
+        "gpu_slicer_webhook_request_duration_seconds_bucket",
+    ):
         assert name in series
     assert series["gpu_slicer_agent_instances"] == {"profile", "owner"}
 
@@ -179,9 +194,13 @@ def test_every_dashboard_query_parses_and_names_exported_metrics_and_labels() ->
 
 @pytest.mark.parametrize(
     "needed",
-    ["gpu_slicer_webhook_requests_total", "gpu_slicer_agent_free_memory_slices",
-     "gpu_slicer_agent_prepare_seconds_bucket", "gpu_slicer_agent_mig_created_total",
-     "gpu_slicer_agent_mig_destroyed_total"],
+    [
+        "gpu_slicer_webhook_requests_total",
+        "gpu_slicer_agent_free_memory_slices",
+        "gpu_slicer_agent_prepare_seconds_bucket",
+        "gpu_slicer_agent_mig_created_total",
+        "gpu_slicer_agent_mig_destroyed_total",
+    ],
 )
 def test_the_dashboard_shows_admissions_slices_prepare_latency_and_mig_churn(
     needed: str,
@@ -198,8 +217,11 @@ def test_panels_do_not_overlap_and_have_unique_ids() -> None:
     for panel in panels:
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24, panel["title"]
-        mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
-                for y in range(grid["y"], grid["y"] + grid["h"])}
+        mine = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
         assert not mine & cells, f"panel {panel['title']} overlaps another"
         cells |= mine
 

@@ -46,9 +46,7 @@ def test_self_managed_runs_certs_ensure_for_the_objects_base_defines(
     certs = find(self_managed, "Deployment", "gpu-slicer-certs")
     args = container(certs, "certs")["args"]
     assert args[:2] == ["certs", "ensure"]
-    parsed = build_parser().parse_args(
-        [a.replace("$(POD_NAMESPACE)", NAMESPACE) for a in args]
-    )
+    parsed = build_parser().parse_args([a.replace("$(POD_NAMESPACE)", NAMESPACE) for a in args])
     settings = certs_cli.settings_from(parsed)
     settings.check()  # the CLI would accept these flags
     assert settings.secret == _webhook_secret(self_managed)
@@ -77,10 +75,14 @@ def test_cert_manager_issues_the_serving_secret_for_the_service_names(
     certificate = find(cert_manager, "Certificate", "gpu-slicer-webhook")["spec"]
     assert certificate["secretName"] == _webhook_secret(cert_manager)
     assert certificate["dnsNames"] == list(
-        certs_issue.serving_names("gpu-slicer-webhook", NAMESPACE))
+        certs_issue.serving_names("gpu-slicer-webhook", NAMESPACE)
+    )
     assert "server auth" in certificate["usages"]
-    assert certificate["privateKey"] == {"algorithm": "ECDSA", "size": 256,
-                                         "rotationPolicy": "Always"}
+    assert certificate["privateKey"] == {
+        "algorithm": "ECDSA",
+        "size": 256,
+        "rotationPolicy": "Always",
+    }
     issuer = find(cert_manager, "Issuer", certificate["issuerRef"]["name"])
     ca_cert = find(cert_manager, "Certificate", "gpu-slicer-ca")["spec"]
     assert issuer["spec"]["ca"]["secretName"] == ca_cert["secretName"]
@@ -107,7 +109,8 @@ def test_cert_manager_durations_renew_well_before_expiry(cert_manager: list[Obj]
 def test_openshift_service_ca_writes_the_secret_the_webhook_mounts(openshift: list[Obj]) -> None:
     service = find(openshift, "Service", "gpu-slicer-webhook")
     annotation = service["metadata"]["annotations"][
-        "service.beta.openshift.io/serving-cert-secret-name"]
+        "service.beta.openshift.io/serving-cert-secret-name"
+    ]
     assert annotation == _webhook_secret(openshift)
     config = find(openshift, "MutatingWebhookConfiguration", "gpu-slicer")
     assert config["metadata"]["annotations"]["service.beta.openshift.io/inject-cabundle"] == "true"
@@ -118,7 +121,8 @@ def test_openshift_webhook_leaves_the_uid_to_restricted_v2(openshift: list[Obj])
     assert {"runAsUser", "runAsGroup", "fsGroup"}.isdisjoint(pod["securityContext"])
     assert pod["securityContext"]["runAsNonRoot"] is True
     ctx = container(find(openshift, "Deployment", "gpu-slicer-webhook"), "webhook")[
-        "securityContext"]
+        "securityContext"
+    ]
     assert "runAsUser" not in ctx and ctx["capabilities"]["drop"] == ["ALL"]
 
 
@@ -139,12 +143,18 @@ def test_openshift_agent_constraints_allow_what_the_daemonset_asks_and_no_more(
     for field in ("runAsUser", "seLinuxContext", "fsGroup", "supplementalGroups"):
         assert scc[field]["type"] in ("RunAsAny", "MustRunAs", "MustRunAsRange"), field
     role = find(openshift, "ClusterRole", "gpu-slicer-agent-scc")
-    assert role["rules"] == [{"apiGroups": ["security.openshift.io"],
-                              "resources": ["securitycontextconstraints"],
-                              "resourceNames": ["gpu-slicer-agent"], "verbs": ["use"]}]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["security.openshift.io"],
+            "resources": ["securitycontextconstraints"],
+            "resourceNames": ["gpu-slicer-agent"],
+            "verbs": ["use"],
+        }
+    ]
     binding = find(openshift, "ClusterRoleBinding", "gpu-slicer-agent-scc")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-slicer-agent",
-                                    "namespace": NAMESPACE}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-slicer-agent", "namespace": NAMESPACE}
+    ]
 
 
 def test_openshift_keeps_the_namespace_pod_security_labels(openshift: list[Obj]) -> None:
@@ -154,8 +164,12 @@ def test_openshift_keeps_the_namespace_pod_security_labels(openshift: list[Obj])
 
 # ------------------------------------------------------------------ DeviceClasses
 def _device(driver: str, device_type: str) -> Obj:
-    return {"driver": driver, "attributes": {driver: {"type": device_type, "index": 0}},
-            "capacity": {}, "allowMultipleAllocations": False}
+    return {
+        "driver": driver,
+        "attributes": {driver: {"type": device_type, "index": 0}},
+        "capacity": {},
+        "allowMultipleAllocations": False,
+    }
 
 
 @pytest.mark.parametrize(
@@ -168,8 +182,14 @@ def _device(driver: str, device_type: str) -> Obj:
         ("mig.gpu-slicer.io", _device("gpu-slicer.io", "gpu"), False),
         ("mig.gpu-slicer.io", _device("gpu.nvidia.com", "mig"), False),
     ],
-    ids=["gpu/whole GPU", "gpu/MIG slice", "gpu/NVIDIA's driver", "mig/MIG slice",
-         "mig/whole GPU", "mig/NVIDIA's driver"],
+    ids=[
+        "gpu/whole GPU",
+        "gpu/MIG slice",
+        "gpu/NVIDIA's driver",
+        "mig/MIG slice",
+        "mig/whole GPU",
+        "mig/NVIDIA's driver",
+    ],
 )
 def test_device_classes_select_their_type_of_our_driver_only(
     base: list[Obj], class_name: str, device: Obj, selected: bool
@@ -184,8 +204,10 @@ def test_device_classes_match_the_ones_the_agent_code_defines(
     base: list[Obj], extended: list[Obj]
 ) -> None:
     for objects, extended_resources in ((base, False), (extended, True)):
-        expected = {c["metadata"]["name"]: c["spec"]
-                    for c in deviceclasses.device_classes(extended_resources=extended_resources)}
+        expected = {
+            c["metadata"]["name"]: c["spec"]
+            for c in deviceclasses.device_classes(extended_resources=extended_resources)
+        }
         rendered = {c["metadata"]["name"]: c["spec"] for c in of_kind(objects, "DeviceClass")}
         assert rendered == expected
 
@@ -209,8 +231,13 @@ def test_the_extended_resources_component_combines_with_other_overlays(
         f"components:\n  - {deploy / 'components' / 'extended-resources'}\n",
         encoding="utf-8",
     )
-    result = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True,
-                            text=True, check=False, timeout=60)
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     objects = [d for d in yaml.safe_load_all(result.stdout) if d]
     gpu = find(objects, "DeviceClass", "gpu.gpu-slicer.io")
@@ -227,8 +254,9 @@ def test_certs_ensure_fills_the_rendered_configuration_and_it_stays_valid(
     certs = find(self_managed, "Deployment", "gpu-slicer-certs")
     args = [a.replace("$(POD_NAMESPACE)", NAMESPACE) for a in container(certs, "certs")["args"]]
     ensure(api, certs_cli.settings_from(build_parser().parse_args(args)))
-    patched = api.get("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
-                      "gpu-slicer")
+    patched = api.get(
+        "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "gpu-slicer"
+    )
     bundle = base64.b64decode(patched["webhooks"][0]["clientConfig"]["caBundle"])
     assert len(certs_issue.load_certificates(bundle)) == 1
     secret = api.get("v1", "Secret", _webhook_secret(self_managed), NAMESPACE)

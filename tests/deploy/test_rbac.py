@@ -40,12 +40,14 @@ class Need:
     name: str | None
 
 
-def _need(verb: str, api_version: str, kind: str, namespace: str | None = None,
-          name: str | None = None) -> Need:
+def _need(
+    verb: str, api_version: str, kind: str, namespace: str | None = None, name: str | None = None
+) -> Need:
     res = resource_for(api_version, kind)
     named = name if verb in ("get", "update", "patch", "delete") else None
-    return Need(res.group, res.plural, RBAC_VERB[verb], namespace if res.namespaced else None,
-                named)
+    return Need(
+        res.group, res.plural, RBAC_VERB[verb], namespace if res.namespaced else None, named
+    )
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,12 @@ def _grants(objects: list[Obj], service_account: str) -> list[Grant]:
         if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
             continue
         subjects = binding.get("subjects") or []
-        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == service_account
-                   and s.get("namespace") == NAMESPACE for s in subjects):
+        if not any(
+            s.get("kind") == "ServiceAccount"
+            and s.get("name") == service_account
+            and s.get("namespace") == NAMESPACE
+            for s in subjects
+        ):
             continue
         ref = binding["roleRef"]
         role = find(objects, ref["kind"], ref["name"])
@@ -94,13 +100,20 @@ def _check(objects: list[Obj], service_account: str, needs: set[Need]) -> None:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
-                    users = [n for n in needs if (n.group, n.resource, n.verb)
-                             == (group, resource, verb) and _allows(grant, n)]
-                    assert users, (f"{service_account} is granted {verb} on {group}/{resource}"
-                                   " but its code never needs it: remove the grant")
+                    users = [
+                        n
+                        for n in needs
+                        if (n.group, n.resource, n.verb) == (group, resource, verb)
+                        and _allows(grant, n)
+                    ]
+                    assert users, (
+                        f"{service_account} is granted {verb} on {group}/{resource}"
+                        " but its code never needs it: remove the grant"
+                    )
                     for name in rule.get("resourceNames") or []:
                         assert any(n.name == name for n in users), (
-                            f"{service_account}: resourceName {name} is never used")
+                            f"{service_account}: resourceName {name} is never used"
+                        )
 
 
 # ------------------------------------------------------------------ declared vs code
@@ -111,8 +124,12 @@ def test_every_api_call_site_in_the_code_is_declared(component: str) -> None:
     assert sites, f"no KubeApi calls found in {COMPONENTS[component]}; has the seam changed?"
     for site in sites:
         if site.kind is not None:
-            matches = [d for d in declared if (d.module, d.verb, d.api_version, d.kind)
-                       == (site.module, site.verb, site.api_version, site.kind)]
+            matches = [
+                d
+                for d in declared
+                if (d.module, d.verb, d.api_version, d.kind)
+                == (site.module, site.verb, site.api_version, site.kind)
+            ]
         else:
             matches = [d for d in declared if (d.module, d.verb) == (site.module, site.verb)]
         assert matches, (
@@ -127,26 +144,45 @@ def test_every_declared_call_is_still_made_by_the_code(component: str) -> None:
     sites = call_sites(COMPONENTS[component])
     for entry in DECLARED[component]:
         same_verb = [s for s in sites if (s.module, s.verb) == (entry.module, entry.verb)]
-        assert any(s.kind is None or (s.api_version, s.kind) == (entry.api_version, entry.kind)
-                   for s in same_verb), (
-            f"{entry} is declared but {entry.module} makes no such call: remove it (and its grant)"
-        )
+        assert any(
+            s.kind is None or (s.api_version, s.kind) == (entry.api_version, entry.kind)
+            for s in same_verb
+        ), f"{entry} is declared but {entry.module} makes no such call: remove it (and its grant)"
 
 
 def test_the_webhook_template_code_makes_only_declared_calls_when_run() -> None:
     api = InMemoryKubeApi()
-    api.create({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "user", "namespace": "ml"},
-                "spec": {"containers": [{"name": "c", "image": "x"}],
-                         "resourceClaims": [{"name": "gpu-slicer",
-                                             "resourceClaimTemplateName": "gpu-slicer-a"}]}})
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "user", "namespace": "ml"},
+            "spec": {
+                "containers": [{"name": "c", "image": "x"}],
+                "resourceClaims": [
+                    {"name": "gpu-slicer", "resourceClaimTemplateName": "gpu-slicer-a"}
+                ],
+            },
+        }
+    )
     api.clear_calls()
     template = {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "gpu-slicer-a", "namespace": "ml",
-                     "labels": {"app.kubernetes.io/managed-by": "gpu-slicer"}},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
-            "deviceClassName": "gpu.gpu-slicer.io"}}]}}},
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": "gpu-slicer-a",
+            "namespace": "ml",
+            "labels": {"app.kubernetes.io/managed-by": "gpu-slicer"},
+        },
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": "gpu.gpu-slicer.io"}}
+                    ]
+                }
+            }
+        },
     }
     unused = {**template, "metadata": {**template["metadata"], "name": "gpu-slicer-b"}}
     ensurer = templates.ApiTemplates(api, gc_after_s=lambda: 60)
@@ -170,15 +206,24 @@ def test_rbac_grants_exactly_the_declared_calls(component: str) -> None:
 
 # ------------------------------------------------------------------ certs: derived by running
 def _certs_calls() -> set[Need]:
-    settings = EnsureSettings(namespace=NAMESPACE, secret="gpu-slicer-webhook-tls",
-                              webhook_config="gpu-slicer", service="gpu-slicer-webhook")
+    settings = EnsureSettings(
+        namespace=NAMESPACE,
+        secret="gpu-slicer-webhook-tls",
+        webhook_config="gpu-slicer",
+        service="gpu-slicer-webhook",
+    )
     api = InMemoryKubeApi()
     with pytest.raises(EnsureError):
         ensure(api, settings, now=NOW)  # before the configuration exists
     calls = list(api.calls)
-    api.create({"apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration", "metadata": {"name": "gpu-slicer"},
-                "webhooks": [{"name": "pods.gpu-slicer.io", "clientConfig": {}}]})
+    api.create(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "gpu-slicer"},
+            "webhooks": [{"name": "pods.gpu-slicer.io", "clientConfig": {}}],
+        }
+    )
     api.clear_calls()  # the test made that one, not certs ensure
     ensure(api, settings, now=NOW)
     ensure(api, settings, now=NOW)  # idempotent
@@ -186,8 +231,11 @@ def _certs_calls() -> set[Need]:
     api.fail_next("update", kube_errors.Conflict("stale"), kind="Secret")
     ensure(api, settings, now=NOW + dt.timedelta(days=settings.ca_days - 100))  # CA rotation
     calls += api.calls
-    needs = {_need(c.verb, c.api_version, c.kind, c.namespace, c.name) for c in calls
-             if c.verb in RBAC_VERB}
+    needs = {
+        _need(c.verb, c.api_version, c.kind, c.namespace, c.name)
+        for c in calls
+        if c.verb in RBAC_VERB
+    }
     return needs
 
 
@@ -201,7 +249,9 @@ def test_certs_ensure_needs_only_secrets_and_its_webhook_configuration() -> None
         "mutatingwebhookconfigurations": {"get", "patch"},
     }
     assert {n.name for n in needs if n.resource == "secrets" and n.name} == {
-        "gpu-slicer-webhook-tls", "gpu-slicer-webhook-tls-ca"}
+        "gpu-slicer-webhook-tls",
+        "gpu-slicer-webhook-tls-ca",
+    }
 
 
 def test_certs_rbac_grants_exactly_what_ensure_called_by_name() -> None:

@@ -62,8 +62,10 @@ def test_every_rendered_object_validates_strictly_against_the_schema(version: st
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"deploy/{target}: {obj['kind']} {obj['metadata']['name']} invalid in "
-                        f"{version}: {exc.message} at {list(exc.absolute_path)}")
+            pytest.fail(
+                f"deploy/{target}: {obj['kind']} {obj['metadata']['name']} invalid in "
+                f"{version}: {exc.message} at {list(exc.absolute_path)}"
+            )
         checked += 1
     assert checked >= 25  # about 30 distinct objects with a schema across the five targets
 
@@ -113,13 +115,16 @@ def test_each_installable_overlay_provides_the_serving_certificate_and_ca_bundle
     providers = [
         "cert-manager.io/inject-ca-from" in annotations,
         annotations.get("service.beta.openshift.io/inject-cabundle") == "true",
-        any(o["kind"] == "Deployment" and o["metadata"]["name"] == "gpu-slicer-certs"
-            for o in objects),
+        any(
+            o["kind"] == "Deployment" and o["metadata"]["name"] == "gpu-slicer-certs"
+            for o in objects
+        ),
     ]
     assert providers.count(True) == 1
     if providers[1]:
         assert (service["metadata"].get("annotations") or {}).get(
-            "service.beta.openshift.io/serving-cert-secret-name") == "gpu-slicer-webhook-tls"
+            "service.beta.openshift.io/serving-cert-secret-name"
+        ) == "gpu-slicer-webhook-tls"
 
 
 def test_the_extended_resource_field_needs_a_kubernetes_that_serves_it(

@@ -22,11 +22,16 @@ def _pod(
     container: Obj = {"name": "main", "image": "app"}
     if resources is not None:
         container["resources"] = resources
-    pod: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "job-"},
-                "spec": {"containers": [container]}}
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "job-"},
+        "spec": {"containers": [container]},
+    }
     if init_resources is not None:
-        pod["spec"]["initContainers"] = [{"name": "init", "image": "app",
-                                          "resources": init_resources}]
+        pod["spec"]["initContainers"] = [
+            {"name": "init", "image": "app", "resources": init_resources}
+        ]
     if annotations is not None:
         pod["metadata"]["annotations"] = annotations
     return pod
@@ -75,8 +80,15 @@ def hook(request: pytest.FixtureRequest) -> Obj:
 
 
 def test_only_pod_creation_is_intercepted(hook: Obj) -> None:
-    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                              "resources": ["pods"], "scope": "Namespaced"}]
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
 
 
 def test_failures_admit_pods_unchanged_and_calls_stay_short(hook: Obj) -> None:
@@ -89,7 +101,10 @@ def test_failures_admit_pods_unchanged_and_calls_stay_short(hook: Obj) -> None:
 
 def test_the_webhook_is_reached_through_its_service(hook: Obj) -> None:
     assert hook["clientConfig"]["service"] == {
-        "name": "gpu-slicer-webhook", "namespace": NAMESPACE, "path": "/mutate-pods", "port": 443,
+        "name": "gpu-slicer-webhook",
+        "namespace": NAMESPACE,
+        "path": "/mutate-pods",
+        "port": 443,
     }
     assert "url" not in hook["clientConfig"]
 
@@ -101,8 +116,10 @@ def test_the_webhook_is_reached_through_its_service(hook: Obj) -> None:
         ({"gpu-slicer.io/migration": "audit", "kubernetes.io/metadata.name": "ml"}, True),
         ({"gpu-slicer.io/migration": "disabled", "kubernetes.io/metadata.name": "ml"}, False),
         ({"kubernetes.io/metadata.name": "ml"}, False),
-        ({"gpu-slicer.io/migration": "enabled", "kubernetes.io/metadata.name": "kube-system"},
-         False),
+        (
+            {"gpu-slicer.io/migration": "enabled", "kubernetes.io/metadata.name": "kube-system"},
+            False,
+        ),
         ({"gpu-slicer.io/migration": "enabled", "kubernetes.io/metadata.name": NAMESPACE}, False),
     ],
     ids=["enabled", "audit", "other value", "unlabelled", "kube-system", "own namespace"],
@@ -137,13 +154,23 @@ def test_pods_labelled_skip_are_left_alone(
         (_pod(resources={"limits": {"amd.com/gpu": "1"}}), False),
         (_pod(resources={"limits": {"cpu": "1"}}, annotations={"team": "ml"}), False),
         (_pod(resources=GPU, annotations={"kubernetes.io/config.mirror": "abc"}), False),
-        (_pod(annotations={"kubernetes.io/config.mirror": "x", "gpu-slicer.io/profiles": "7g"}),
-         False),
+        (
+            _pod(annotations={"kubernetes.io/config.mirror": "x", "gpu-slicer.io/profiles": "7g"}),
+            False,
+        ),
     ],
     ids=[
-        "GPU limit", "MIG request", "GPU in an init container", "memory annotation",
-        "profiles annotation only", "no resources", "cpu and memory", "another vendor",
-        "unrelated annotation", "mirror pod with a GPU", "mirror pod with an annotation",
+        "GPU limit",
+        "MIG request",
+        "GPU in an init container",
+        "memory annotation",
+        "profiles annotation only",
+        "no resources",
+        "cpu and memory",
+        "another vendor",
+        "unrelated annotation",
+        "mirror pod with a GPU",
+        "mirror pod with an annotation",
     ],
 )
 def test_match_conditions_pass_only_pods_that_mention_a_gpu_and_never_mirror_pods(

@@ -57,7 +57,8 @@ def test_the_webhook_has_two_replicas_spread_over_nodes(objects: list[Obj]) -> N
     assert deployment["spec"]["replicas"] >= 2
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     term = pod_spec(deployment)["affinity"]["podAntiAffinity"][
-        "preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ][0]["podAffinityTerm"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
 
@@ -72,8 +73,11 @@ def test_the_disruption_budget_keeps_one_webhook_replica(objects: list[Obj]) -> 
 def test_webhook_probes_use_healthz_and_readyz_over_https(objects: list[Obj]) -> None:
     webhook = container(find(objects, *WEBHOOK), "webhook")
     port_names = {p["name"] for p in webhook["ports"]}
-    for probe, path in (("livenessProbe", "/healthz"), ("startupProbe", "/healthz"),
-                        ("readinessProbe", "/readyz")):
+    for probe, path in (
+        ("livenessProbe", "/healthz"),
+        ("startupProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ):
         get = webhook[probe]["httpGet"]
         assert (get["path"], get["scheme"]) == (path, "HTTPS")
         assert get["port"] in port_names
@@ -103,8 +107,11 @@ def test_webhook_arguments_point_into_its_mounts(objects: list[Obj]) -> None:
     mounts = _mounts(deployment, "webhook")
     volumes = _volumes(deployment)
     assert webhook["args"][:2] == ["webhook", "serve"]
-    for flag, volume_kind in (("--tls-cert", "secret"), ("--tls-key", "secret"),
-                              ("--policy", "configMap")):
+    for flag, volume_kind in (
+        ("--tls-cert", "secret"),
+        ("--tls-key", "secret"),
+        ("--policy", "configMap"),
+    ):
         path = arg_value(webhook["args"], flag)
         folder, _, file_name = path.rpartition("/")
         assert folder in mounts, flag
@@ -191,7 +198,8 @@ def test_network_policies_deny_ingress_except_the_admission_and_metrics_ports(
     assert webhook_rule == [{"ports": [{"port": "https", "protocol": "TCP"}]}]  # any source
     metrics = policies["gpu-slicer-agent-metrics"]["spec"]["ingress"][0]
     assert metrics["from"][0]["namespaceSelector"]["matchLabels"] == {
-        "gpu-slicer.io/metrics-scraper": "true"}
+        "gpu-slicer.io/metrics-scraper": "true"
+    }
     agent_ports = {p["name"] for p in container(find(objects, *AGENT), "agent")["ports"]}
     assert {p["port"] for p in metrics["ports"]} <= agent_ports
     for name, policy in policies.items():

@@ -50,7 +50,8 @@ def kube_binaries() -> binaries.Binaries:
 
     assert not monkey.is_module_patched("socket"), (
         "an earlier test ran `webhook serve` in this process and gevent patched it; the "
-        "sandbox's clients cannot run in a patched process")
+        "sandbox's clients cannot run in a patched process"
+    )
     try:
         return binaries.ensure(binaries.DEFAULT_MINOR, progress=_progress)
     except BuildError as exc:
@@ -76,5 +77,3 @@ def sandbox(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
     leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
     assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
     assert not list(folder.glob("**/*.sock")), "sockets left behind"
-
-

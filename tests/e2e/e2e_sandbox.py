@@ -20,13 +20,13 @@ Obj = dict[str, Any]
 
 NODES = {
     # name: GPUs; each test pins its pods to the node it is about.
-    "a100": "A100-80GB:1",        # seven 1g.10gb slices, a 3g.40gb that waits
+    "a100": "A100-80GB:1",  # seven 1g.10gb slices, a 3g.40gb that waits
     "a100-fallback": "A100-80GB:1",  # a fallback chain that takes its second subrequest
     "a100-whole": "A100-80GB:1",  # nvidia.com/gpu: 1 on a MIG-mode GPU
-    "h100x4": "H100-80GB:4",      # nvidia.com/gpu: 4
-    "h100": "H100-80GB:1",        # gpu-memory annotation, init containers
-    "h100-life": "H100-80GB:1",   # deletion, reuse and agent restart
-    "one-gpu": "H100-80GB:1",     # an init container and an app container share one GPU
+    "h100x4": "H100-80GB:4",  # nvidia.com/gpu: 4
+    "h100": "H100-80GB:1",  # gpu-memory annotation, init containers
+    "h100-life": "H100-80GB:1",  # deletion, reuse and agent restart
+    "one-gpu": "H100-80GB:1",  # an init container and an app container share one GPU
 }
 ENABLED = "e2e-enabled"
 AUDIT = "e2e-audit"
@@ -63,18 +63,24 @@ class Sandbox:
     def create_pod(self, namespace: str, pod: Obj) -> tuple[Obj, list[str]]:
         """Creates ``pod``; returns the stored pod and the admission warnings of the reply."""
         response = self.core.create_namespaced_pod(namespace, pod, _preload_content=False)
-        warnings = response.headers.getlist("Warning") if hasattr(
-            response.headers, "getlist") else []
+        warnings = (
+            response.headers.getlist("Warning") if hasattr(response.headers, "getlist") else []
+        )
         return json.loads(response.data), warnings
 
     def pod(self, namespace: str, name: str) -> Obj:
         return self.obj(self.core.read_namespaced_pod(name, namespace))
 
     def claims_of(self, pod: Obj) -> list[Obj]:
-        names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get(
-            "resourceClaimStatuses") or []]
-        return [self.obj(self.resource.read_namespaced_resource_claim(
-            n, pod["metadata"]["namespace"])) for n in names if n]
+        names = [
+            s.get("resourceClaimName")
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        ]
+        return [
+            self.obj(self.resource.read_namespaced_resource_claim(n, pod["metadata"]["namespace"]))
+            for n in names
+            if n
+        ]
 
     def wait(self, check: Callable[[], Any], *, what: str, timeout_s: float = 60) -> Any:
         deadline = time.monotonic() + timeout_s
@@ -89,13 +95,16 @@ class Sandbox:
             if last:
                 return last
             time.sleep(0.25)
-        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}"
-                             f"\n{self.diagnose()}")
+        raise AssertionError(
+            f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.diagnose()}"
+        )
 
     def wait_running(self, namespace: str, name: str, timeout_s: float = 60) -> Obj:
         pod: Obj = self.wait(
             lambda: (p := self.pod(namespace, name))["status"].get("phase") == "Running" and p,
-            what=f"pod {namespace}/{name} to run", timeout_s=timeout_s)
+            what=f"pod {namespace}/{name} to run",
+            timeout_s=timeout_s,
+        )
         return pod
 
     def wait_gone(self, namespace: str, name: str, timeout_s: float = 60) -> None:
@@ -114,7 +123,8 @@ class Sandbox:
 
     def events(self, namespace: str, name: str) -> list[str]:
         listed = self.core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name}")
+            namespace, field_selector=f"involvedObject.name={name}"
+        )
         return [f"{e.reason}: {e.message}" for e in listed.items]
 
     # --- what the stand-ins recorded ---------------------------------------------------
@@ -122,8 +132,11 @@ class Sandbox:
     def instances(self, node: str) -> list[tuple[int, str, int]]:
         """(GPU index, profile, placement start) of every MIG instance on the node's GPUs."""
         state = json.loads(Path(self.ready["nodes"][node]["gpuState"]).read_text())
-        return sorted((gpu["index"], i["profile"], i["start"])
-                      for gpu in state["gpus"] for i in gpu["instances"])
+        return sorted(
+            (gpu["index"], i["profile"], i["start"])
+            for gpu in state["gpus"]
+            for i in gpu["instances"]
+        )
 
     def mig_modes(self, node: str) -> list[bool]:
         state = json.loads(Path(self.ready["nodes"][node]["gpuState"]).read_text())
@@ -154,20 +167,30 @@ class Sandbox:
         return "sandbox output (tail):\n" + "\n".join(text.splitlines()[-15:])
 
 
-def pod_manifest(name: str, *, node: str | None = None, limits: dict[str, str] | None = None,
-                 annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-                 init: list[Obj] | None = None) -> Obj:
+def pod_manifest(
+    name: str,
+    *,
+    node: str | None = None,
+    limits: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    init: list[Obj] | None = None,
+) -> Obj:
     """A pod with one container (``main``) asking for ``limits``, pinned to ``node``."""
-    spec: Obj = {"containers": [{"name": "main", "image": "busybox",
-                                 "resources": {"limits": limits or {}}}],
-                 "terminationGracePeriodSeconds": 0}
+    spec: Obj = {
+        "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits or {}}}],
+        "terminationGracePeriodSeconds": 0,
+    }
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     if init:
         spec["initContainers"] = init
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
+        "spec": spec,
+    }
 
 
 def start_sandbox(folder: Path, nodes: dict[str, str], *extra: str) -> Sandbox:
@@ -196,8 +219,8 @@ def start_with_enabled_namespace(prefix: str, nodes: dict[str, str], *extra: str
     import tempfile
 
     running = start_sandbox(Path(tempfile.mkdtemp(prefix=prefix)) / "sb", nodes, *extra)
-    running.core.create_namespace({"metadata": {
-        "name": ENABLED, "labels": {"gpu-slicer.io/migration": "enabled"}}})
+    running.core.create_namespace(
+        {"metadata": {"name": ENABLED, "labels": {"gpu-slicer.io/migration": "enabled"}}}
+    )
     wait_webhook_knows(running)
     return running
-

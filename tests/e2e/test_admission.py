@@ -12,9 +12,11 @@ LIMITS = {"nvidia.com/mig-1g.10gb": "1"}
 def _untouched(pod: dict[str, object]) -> bool:
     spec = pod["spec"]
     container = spec["containers"][0]  # type: ignore[index]
-    return (not spec.get("resourceClaims")  # type: ignore[union-attr]
-            and container["resources"]["limits"] == LIMITS
-            and "gpu-slicer.io/converted" not in (pod["metadata"].get("annotations") or {}))  # type: ignore[union-attr]
+    return (
+        not spec.get("resourceClaims")  # type: ignore[union-attr]
+        and container["resources"]["limits"] == LIMITS
+        and "gpu-slicer.io/converted" not in (pod["metadata"].get("annotations") or {})
+    )  # type: ignore[union-attr]
 
 
 def test_an_audit_namespace_admits_the_pod_unchanged_with_a_warning(sandbox: Sandbox) -> None:
@@ -32,8 +34,9 @@ def test_a_namespace_that_did_not_opt_in_is_not_converted(sandbox: Sandbox) -> N
 
 
 def test_a_pod_with_the_skip_label_is_not_converted(sandbox: Sandbox) -> None:
-    pod, _ = sandbox.create_pod(ENABLED, pod_manifest(
-        "skipped", limits=LIMITS, labels={"gpu-slicer.io/skip": "true"}))
+    pod, _ = sandbox.create_pod(
+        ENABLED, pod_manifest("skipped", limits=LIMITS, labels={"gpu-slicer.io/skip": "true"})
+    )
     assert _untouched(pod)
     sandbox.core.delete_namespaced_pod("skipped", ENABLED, grace_period_seconds=0)
 
@@ -42,10 +45,12 @@ def test_a_converted_pod_names_a_template_that_exists(sandbox: Sandbox) -> None:
     pod, _ = sandbox.create_pod(ENABLED, pod_manifest("converted", limits=LIMITS))
     [claim_ref] = pod["spec"]["resourceClaims"]
     template = sandbox.resource.read_namespaced_resource_claim_template(
-        claim_ref["resourceClaimTemplateName"], ENABLED)
+        claim_ref["resourceClaimTemplateName"], ENABLED
+    )
     assert template.metadata.labels["app.kubernetes.io/managed-by"] == "gpu-slicer"
-    assert "nvidia.com/mig-1g.10gb" not in (pod["spec"]["containers"][0]["resources"].get(
-        "limits") or {})
+    assert "nvidia.com/mig-1g.10gb" not in (
+        pod["spec"]["containers"][0]["resources"].get("limits") or {}
+    )
     sandbox.core.delete_namespaced_pod("converted", ENABLED, grace_period_seconds=0)
 
 
@@ -79,5 +84,6 @@ def _webhook_down(box: Sandbox) -> bool:
 
 def _converts(box: Sandbox) -> bool:
     created = box.core.create_namespaced_pod(
-        ENABLED, pod_manifest("probe", limits=LIMITS), dry_run="All")
+        ENABLED, pod_manifest("probe", limits=LIMITS), dry_run="All"
+    )
     return bool(created.spec.resource_claims)

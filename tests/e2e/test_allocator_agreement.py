@@ -25,10 +25,23 @@ def test_the_model_agrees_with_the_real_scheduler_on_every_noon_burst_step(
     folder = Path(tempfile.mkdtemp(prefix="gs-agr-"))
     steps = folder / "steps.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_allocator_agreement.py"), "--only",
-         "noon-burst", "--state-dir", str(folder / "sb"), "--json", str(steps),
-         "--timeout", "300"],
-        capture_output=True, text=True, timeout=420, cwd=ROOT)
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_allocator_agreement.py"),
+            "--only",
+            "noon-burst",
+            "--state-dir",
+            str(folder / "sb"),
+            "--json",
+            str(steps),
+            "--timeout",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     recorded = json.loads(steps.read_text())["noon-burst"]
     assert len(recorded) >= 13

@@ -9,14 +9,15 @@ def test_an_init_container_and_an_app_container_share_the_one_gpu_of_a_node(
     sandbox: Sandbox,
 ) -> None:
     node = "one-gpu"
-    init = [{"name": "warmup", "image": "busybox",
-             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
-    sandbox.create_pod(ENABLED, pod_manifest("staged", node=node,
-                                             limits={"nvidia.com/gpu": "1"}, init=init))
+    init = [
+        {"name": "warmup", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    ]
+    sandbox.create_pod(
+        ENABLED, pod_manifest("staged", node=node, limits={"nvidia.com/gpu": "1"}, init=init)
+    )
     pod = sandbox.wait_running(ENABLED, "staged")
     [claim] = sandbox.claims_of(pod)
-    assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == [
-        "gpu-0"]
+    assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["gpu-0"]
     warmup = sandbox.container_runtime(node, ENABLED, "staged", "warmup")["cdiDevices"]
     main = sandbox.container_runtime(node, ENABLED, "staged", "main")["cdiDevices"]
     assert warmup == main and len(main) == 1
@@ -26,8 +27,7 @@ def test_an_init_container_and_an_app_container_share_the_one_gpu_of_a_node(
 def test_a_whole_gpu_on_a_mig_mode_a100_runs_on_the_full_gpu_instance(sandbox: Sandbox) -> None:
     node = "a100-whole"
     assert sandbox.mig_modes(node) == [True]  # Ampere: MIG mode, no whole-GPU device
-    sandbox.create_pod(ENABLED, pod_manifest("whole", node=node,
-                                             limits={"nvidia.com/gpu": "1"}))
+    sandbox.create_pod(ENABLED, pod_manifest("whole", node=node, limits={"nvidia.com/gpu": "1"}))
     pod = sandbox.wait_running(ENABLED, "whole")
     [claim] = sandbox.claims_of(pod)
     [result] = claim["status"]["allocation"]["devices"]["results"]

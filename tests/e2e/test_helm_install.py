@@ -29,15 +29,28 @@ def helm_sandbox(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
 
 def test_the_chart_installs_as_a_release_and_a_converted_pod_runs(helm_sandbox: Sandbox) -> None:
     releases = subprocess.run(
-        [str(helm_binary()), "list", "-n", "gpu-slicer", "--kubeconfig",
-         str(helm_sandbox.kubeconfig), "-o", "json"], capture_output=True, text=True, check=True)
+        [
+            str(helm_binary()),
+            "list",
+            "-n",
+            "gpu-slicer",
+            "--kubeconfig",
+            str(helm_sandbox.kubeconfig),
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert '"name":"gpu-slicer"' in releases.stdout and '"status":"deployed"' in releases.stdout
     for cls in ("gpu.gpu-slicer.io", "mig.gpu-slicer.io"):
         labels = helm_sandbox.resource.read_device_class(cls).metadata.labels
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
 
-    helm_sandbox.create_pod("e2e-enabled", pod_manifest(
-        "from-helm", node=NODE, limits={"nvidia.com/mig-1g.10gb": "1"}))
+    helm_sandbox.create_pod(
+        "e2e-enabled", pod_manifest("from-helm", node=NODE, limits={"nvidia.com/mig-1g.10gb": "1"})
+    )
     pod = helm_sandbox.wait_running("e2e-enabled", "from-helm")
     assert pod["spec"]["resourceClaims"], "the chart's webhook configuration did not convert"
     assert [p for _, p, _ in helm_sandbox.instances(NODE)] == ["1g.10gb"]

@@ -24,12 +24,19 @@ def test_deleting_a_pod_unprepares_destroys_releases_and_the_next_pod_reuses_the
     sandbox.delete_pod(ENABLED, "first")
     sandbox.wait(lambda: sandbox.instances(NODE) == [], what="the instance destroyed")
     claim_name = claim["metadata"]["name"]
-    sandbox.wait(lambda: not any(
-        c.metadata.name == claim_name
-        for c in sandbox.resource.list_namespaced_resource_claim(ENABLED).items),
-        what="the claim released and deleted")
-    assert not any(f"claim_{claim['metadata']['uid']}" in p.name
-                   for p in (sandbox.dir / "nodes" / NODE / "cdi").iterdir())
+    sandbox.wait(
+        lambda: (
+            not any(
+                c.metadata.name == claim_name
+                for c in sandbox.resource.list_namespaced_resource_claim(ENABLED).items
+            )
+        ),
+        what="the claim released and deleted",
+    )
+    assert not any(
+        f"claim_{claim['metadata']['uid']}" in p.name
+        for p in (sandbox.dir / "nodes" / NODE / "cdi").iterdir()
+    )
 
     sandbox.create_pod(ENABLED, pod_manifest("second", node=NODE, limits=LIMITS))
     pod = sandbox.wait_running(ENABLED, "second")
@@ -64,23 +71,45 @@ def test_an_agent_restart_under_running_pods_loses_and_leaks_nothing(sandbox: Sa
 
     for name in [*names, "after-restart"]:
         sandbox.delete_pod(ENABLED, name)
-    sandbox.wait(lambda: sandbox.instances(NODE) == [], what="every instance destroyed",
-                 timeout_s=90)
+    sandbox.wait(
+        lambda: sandbox.instances(NODE) == [], what="every instance destroyed", timeout_s=90
+    )
 
 
 def test_a_claim_shared_by_two_pods_is_unprepared_only_after_the_last_one(
     sandbox: Sandbox,
 ) -> None:
     node = "h100"
-    sandbox.resource.create_namespaced_resource_claim(ENABLED, {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": "shared"},
-        "spec": {"devices": {"requests": [{"name": "slice", "exactly": {
-            "deviceClassName": "mig.gpu-slicer.io",
-            "selectors": [{"cel": {"expression":
-                                   'device.attributes["gpu-slicer.io"].profile == "1g.10gb"'}}],
-        }}]}},
-    })
+    sandbox.resource.create_namespaced_resource_claim(
+        ENABLED,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "slice",
+                            "exactly": {
+                                "deviceClassName": "mig.gpu-slicer.io",
+                                "selectors": [
+                                    {
+                                        "cel": {
+                                            "expression": (
+                                                'device.attributes["gpu-slicer.io"]'
+                                                '.profile == "1g.10gb"'
+                                            )
+                                        }
+                                    }
+                                ],
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    )
     for name in ("user-a", "user-b"):
         manifest = pod_manifest(name, node=node)
         manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]

@@ -16,23 +16,28 @@ NODE = "a100"
 
 def _deployment(replicas: int) -> dict[str, object]:
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": {"name": "infer", "namespace": ENABLED},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": "infer"}},
             "template": {
                 "metadata": {"labels": {"app": "infer"}},
-                "spec": {**pod_manifest("x", node=NODE,
-                                        limits={"nvidia.com/mig-1g.10gb": "1"})["spec"]},
+                "spec": {
+                    **pod_manifest("x", node=NODE, limits={"nvidia.com/mig-1g.10gb": "1"})["spec"]
+                },
             },
         },
     }
 
 
 def _allocated(box: Sandbox, pod: dict[str, object]) -> list[tuple[str, str]]:
-    return [(r["request"], r["device"]) for claim in box.claims_of(pod)  # type: ignore[arg-type]
-            for r in claim["status"]["allocation"]["devices"]["results"]]
+    return [
+        (r["request"], r["device"])
+        for claim in box.claims_of(pod)  # type: ignore[arg-type]
+        for r in claim["status"]["allocation"]["devices"]["results"]
+    ]
 
 
 def test_seven_small_slices_then_a_large_one_that_waits_for_room(sandbox: Sandbox) -> None:
@@ -42,8 +47,10 @@ def test_seven_small_slices_then_a_large_one_that_waits_for_room(sandbox: Sandbo
     apps.create_namespaced_deployment(ENABLED, _deployment(7))
 
     def running() -> list[dict[str, object]]:
-        pods = [sandbox.obj(p) for p in sandbox.core.list_namespaced_pod(
-            ENABLED, label_selector="app=infer").items]
+        pods = [
+            sandbox.obj(p)
+            for p in sandbox.core.list_namespaced_pod(ENABLED, label_selector="app=infer").items
+        ]
         ok = [p for p in pods if p["status"].get("phase") == "Running"]  # type: ignore[union-attr]
         return ok if len(ok) == 7 and len(pods) == 7 else []
 
@@ -76,27 +83,46 @@ def test_seven_small_slices_then_a_large_one_that_waits_for_room(sandbox: Sandbo
     view = read_status(RealKubeApi.from_config(str(sandbox.kubeconfig)), node=NODE)
     gpu = view.node(NODE).gpus[0]
     assert sorted((i.profile, i.start) for i in gpu.instances) == [
-        ("1g.10gb", start) for start in range(7)]
-    assert {p.name for i in gpu.instances for p in i.pods} == {
-        p["metadata"]["name"] for p in pods}  # type: ignore[index]
+        ("1g.10gb", start) for start in range(7)
+    ]
+    assert {p.name for i in gpu.instances for p in i.pods} == {p["metadata"]["name"] for p in pods}  # type: ignore[index]
     [enabled] = [n for n in view.namespaces if n.name == ENABLED]
     assert enabled.migration == "enabled" and enabled.holding >= 7
-    shown = subprocess.run([sys.executable, "-m", "cli.main", "status", "--kubeconfig",
-                            str(sandbox.kubeconfig), "--node", NODE],
-                           capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "status",
+            "--kubeconfig",
+            str(sandbox.kubeconfig),
+            "--node",
+            NODE,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "1g.10gb" in shown.stdout
 
-    large, _ = sandbox.create_pod(ENABLED, pod_manifest(
-        "train", node=NODE, limits={"nvidia.com/mig-3g.40gb": "1"}))
-    sandbox.wait(lambda: any(
-        c.get("reason") == "Unschedulable"
-        for c in sandbox.pod(ENABLED, "train")["status"].get("conditions") or []),
-        what="the 3g.40gb pod to be unschedulable while seven 1g.10gb slices run")
+    large, _ = sandbox.create_pod(
+        ENABLED, pod_manifest("train", node=NODE, limits={"nvidia.com/mig-3g.40gb": "1"})
+    )
+    sandbox.wait(
+        lambda: any(
+            c.get("reason") == "Unschedulable"
+            for c in sandbox.pod(ENABLED, "train")["status"].get("conditions") or []
+        ),
+        what="the 3g.40gb pod to be unschedulable while seven 1g.10gb slices run",
+    )
 
     apps.patch_namespaced_deployment_scale("infer", ENABLED, {"spec": {"replicas": 0}})
-    sandbox.wait(lambda: not sandbox.core.list_namespaced_pod(
-        ENABLED, label_selector="app=infer").items, what="replicas gone", timeout_s=90)
+    sandbox.wait(
+        lambda: not sandbox.core.list_namespaced_pod(ENABLED, label_selector="app=infer").items,
+        what="replicas gone",
+        timeout_s=90,
+    )
     pod = sandbox.wait_running(ENABLED, "train", timeout_s=90)
     [(request, device)] = _allocated(sandbox, pod)
     assert device.startswith("gpu-0-mig-3g40gb-")
@@ -111,11 +137,14 @@ def test_a_fallback_chain_takes_its_second_alternative_when_the_first_is_exhaust
     sandbox: Sandbox,
 ) -> None:
     node = "a100-fallback"
-    sandbox.create_pod(ENABLED, pod_manifest("big", node=node,
-                                             limits={"nvidia.com/mig-4g.40gb": "1"}))
+    sandbox.create_pod(
+        ENABLED, pod_manifest("big", node=node, limits={"nvidia.com/mig-4g.40gb": "1"})
+    )
     sandbox.wait_running(ENABLED, "big")
-    sandbox.create_pod(ENABLED, pod_manifest(
-        "chain", node=node, annotations={"gpu-slicer.io/profiles": "4g.40gb,3g.40gb"}))
+    sandbox.create_pod(
+        ENABLED,
+        pod_manifest("chain", node=node, annotations={"gpu-slicer.io/profiles": "4g.40gb,3g.40gb"}),
+    )
     pod = sandbox.wait_running(ENABLED, "chain")
     [(request, device)] = _allocated(sandbox, pod)
     claim = sandbox.claims_of(pod)[0]

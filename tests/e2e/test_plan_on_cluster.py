@@ -12,19 +12,48 @@ from kubernetes import client as k8s
 
 def test_plan_reports_a_legacy_deployment_and_changes_nothing(sandbox: Sandbox) -> None:
     apps = k8s.AppsV1Api(sandbox.client)
-    apps.create_namespaced_deployment(PLAIN, {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "legacy-infer"},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "legacy-infer"}},
-                 "template": {"metadata": {"labels": {"app": "legacy-infer"}},
-                              "spec": {"containers": [{
-                                  "name": "main", "image": "busybox",
-                                  "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}}},
-    })
+    apps.create_namespaced_deployment(
+        PLAIN,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "legacy-infer"},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": "legacy-infer"}},
+                "template": {
+                    "metadata": {"labels": {"app": "legacy-infer"}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "busybox",
+                                "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}},
+                            }
+                        ]
+                    },
+                },
+            },
+        },
+    )
     before = apps.read_namespaced_deployment("legacy-infer", PLAIN).metadata.generation
     result = subprocess.run(
-        [sys.executable, "-m", "cli.main", "plan", "--kubeconfig", str(sandbox.kubeconfig),
-         "-n", PLAIN, "-o", "json"], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "plan",
+            "--kubeconfig",
+            str(sandbox.kubeconfig),
+            "-n",
+            PLAIN,
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     [workload] = [w for w in plan["workloads"] if w["name"] == "legacy-infer"]

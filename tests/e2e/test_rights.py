@@ -12,17 +12,27 @@ from sandbox.cluster import api_client
 
 
 def _slice(node: str, driver: str = "gpu-slicer.io") -> dict[str, object]:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"intruder-{node}-{driver.replace('.', '-')}"},
-            "spec": {"driver": driver, "nodeName": node,
-                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                     "devices": []}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"intruder-{node}-{driver.replace('.', '-')}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
 
 
-@pytest.mark.parametrize(("target", "driver", "message"), [
-    ("h100", "gpu-slicer.io", "may only write ResourceSlices of that node"),
-    ("a100", "gpu.nvidia.com", "may only write ResourceSlices of driver gpu-slicer.io"),
-], ids=["another node", "another driver"])
+@pytest.mark.parametrize(
+    ("target", "driver", "message"),
+    [
+        ("h100", "gpu-slicer.io", "may only write ResourceSlices of that node"),
+        ("a100", "gpu.nvidia.com", "may only write ResourceSlices of driver gpu-slicer.io"),
+    ],
+    ids=["another node", "another driver"],
+)
 def test_an_agent_cannot_write_slices_it_does_not_own(
     sandbox: Sandbox, target: str, driver: str, message: str
 ) -> None:

@@ -22,8 +22,9 @@ def sandbox_135(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
     binaries.ensure("1.35", progress=lambda m: print(f"[e2e] {m}", flush=True))
     layout = Path(tempfile.mkdtemp(prefix="gs-layout-")) / "layout.yaml"
     layout.write_text(LAYOUT)
-    running = start_with_enabled_namespace("gs-135-", {NODE: "A100-80GB:1"}, "--k8s-version",
-                                           "1.35", "--static-layout", str(layout))
+    running = start_with_enabled_namespace(
+        "gs-135-", {NODE: "A100-80GB:1"}, "--k8s-version", "1.35", "--static-layout", str(layout)
+    )
     yield running
     running.client.close()
     assert stop_sandbox(running.process) == 0
@@ -36,24 +37,31 @@ def test_on_135_the_agent_falls_back_to_the_static_layout_and_pods_run(
     assert box.ready["kubernetes"].startswith("v1.35.")
 
     def published() -> list[str]:
-        slices = box.obj(box.resource.list_resource_slice(
-            field_selector=f"spec.nodeName={NODE}"))["items"]
+        slices = box.obj(box.resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}"))[
+            "items"
+        ]
         if any(s["spec"].get("sharedCounters") for s in slices):
             return []
         return sorted(d["name"] for s in slices for d in s["spec"].get("devices") or [])
 
     devices = box.wait(published, what="the static layout published without counters")
-    assert devices == ["gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1", "gpu-0-mig-2g20gb-2",
-                       "gpu-0-mig-3g40gb-4"]
+    assert devices == [
+        "gpu-0-mig-1g10gb-0",
+        "gpu-0-mig-1g10gb-1",
+        "gpu-0-mig-2g20gb-2",
+        "gpu-0-mig-3g40gb-4",
+    ]
     assert "PartitionableDevicesUnavailable" in box.log(f"agent-{NODE}")
     layout = box.instances(NODE)
 
-    box.create_pod("e2e-enabled", pod_manifest("static", node=NODE,
-                                               limits={"nvidia.com/mig-2g.20gb": "1"}))
+    box.create_pod(
+        "e2e-enabled", pod_manifest("static", node=NODE, limits={"nvidia.com/mig-2g.20gb": "1"})
+    )
     pod = box.wait_running("e2e-enabled", "static")
     [claim] = box.claims_of(pod)
     assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == [
-        "gpu-0-mig-2g20gb-2"]
+        "gpu-0-mig-2g20gb-2"
+    ]
     assert box.instances(NODE) == layout  # the layout's instance was used, none was made
     box.delete_pod("e2e-enabled", "static")
     assert box.instances(NODE) == layout  # and it stays for the next pod

@@ -34,21 +34,29 @@ def test_a_gpu_memory_annotation_gets_the_smallest_slice_with_that_much_memory(
     sandbox: Sandbox,
 ) -> None:
     node = "h100"
-    sandbox.create_pod(ENABLED, pod_manifest(
-        "sized", node=node, annotations={"gpu-slicer.io/gpu-memory": "15Gi"}))
+    sandbox.create_pod(
+        ENABLED, pod_manifest("sized", node=node, annotations={"gpu-slicer.io/gpu-memory": "15Gi"})
+    )
     pod = sandbox.wait_running(ENABLED, "sized")
     [claim] = sandbox.claims_of(pod)
     [result] = claim["status"]["allocation"]["devices"]["results"]
-    slices = sandbox.obj(sandbox.resource.list_resource_slice(
-        field_selector=f"spec.nodeName={node}"))["items"]
-    device = next(d for s in slices for d in s["spec"].get("devices") or []
-                  if d["name"] == result["device"])
+    slices = sandbox.obj(
+        sandbox.resource.list_resource_slice(field_selector=f"spec.nodeName={node}")
+    )["items"]
+    device = next(
+        d for s in slices for d in s["spec"].get("devices") or [] if d["name"] == result["device"]
+    )
     memory = parse_quantity(device["capacity"]["memory"]["value"])
     assert memory >= parse_quantity("15Gi")
     # Smallest first: no profile of this GPU with less memory but at least 15Gi was skipped.
-    offered = sorted({parse_quantity(d["capacity"]["memory"]["value"])
-                      for s in slices for d in s["spec"].get("devices") or []
-                      if _attribute(d, "type") == "mig"})
+    offered = sorted(
+        {
+            parse_quantity(d["capacity"]["memory"]["value"])
+            for s in slices
+            for d in s["spec"].get("devices") or []
+            if _attribute(d, "type") == "mig"
+        }
+    )
     assert memory == min(m for m in offered if m >= parse_quantity("15Gi"))
     [(_, profile, _)] = sandbox.instances(node)
     assert result["device"].startswith(f"gpu-0-mig-{profile.replace('.', '')}")

@@ -200,9 +200,7 @@ class _Handler(BaseHTTPRequestHandler):
                 line = json.dumps({"type": "ERROR", "object": _status_of(exc)})
                 self._stream_lines(iter([line]))
                 return
-            self._stream_lines(
-                json.dumps({"type": e.type, "object": e.object}) for e in events
-            )
+            self._stream_lines(json.dumps({"type": e.type, "object": e.object}) for e in events)
         elif name is None and method == "GET":
             listed = api.list(
                 res.api_version,

@@ -23,13 +23,25 @@ from kube.api import resource_for
 from kube.client import RealKubeApi, collection_path, error_from_api_exception, object_path
 
 RES = "resource.k8s.io/v1"
-CLAIM = {"apiVersion": RES, "kind": "ResourceClaim",
-         "metadata": {"name": "c", "namespace": "ml"}, "spec": {}}
-SLICE = {"apiVersion": RES, "kind": "ResourceSlice", "metadata": {"name": "s"},
-         "spec": {"nodeName": "n"}}
+CLAIM = {
+    "apiVersion": RES,
+    "kind": "ResourceClaim",
+    "metadata": {"name": "c", "namespace": "ml"},
+    "spec": {},
+}
+SLICE = {
+    "apiVersion": RES,
+    "kind": "ResourceSlice",
+    "metadata": {"name": "s"},
+    "spec": {"nodeName": "n"},
+}
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}
-EVENT = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
-         "metadata": {"name": "e", "namespace": "ml"}, "note": "x"}
+EVENT = {
+    "apiVersion": "events.k8s.io/v1",
+    "kind": "Event",
+    "metadata": {"name": "e", "namespace": "ml"},
+    "note": "x",
+}
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -54,27 +66,73 @@ for label, obj, collection, namespace in KINDS:
         return lambda api: fn(api, *args, **kwargs)
 
     WIRE_CASES += [
-        (f"{label}-get", bind(RealKubeApi.get, api_version, kind, name, namespace),
-         "GET", item, None),
-        (f"{label}-list", bind(RealKubeApi.list, api_version, kind, namespace),
-         "GET", collection, None),
-        (f"{label}-create", bind(RealKubeApi.create, obj), "POST", collection,
-         "application/json"),
+        (
+            f"{label}-get",
+            bind(RealKubeApi.get, api_version, kind, name, namespace),
+            "GET",
+            item,
+            None,
+        ),
+        (
+            f"{label}-list",
+            bind(RealKubeApi.list, api_version, kind, namespace),
+            "GET",
+            collection,
+            None,
+        ),
+        (f"{label}-create", bind(RealKubeApi.create, obj), "POST", collection, "application/json"),
         (f"{label}-update", bind(RealKubeApi.update, obj), "PUT", item, "application/json"),
-        (f"{label}-apply", bind(RealKubeApi.apply, obj, field_manager="gpu-slicer"),
-         "PATCH", item, "application/apply-patch+yaml"),
-        (f"{label}-merge", bind(RealKubeApi.patch, api_version, kind, name, {"x": 1},
-                                namespace=namespace),
-         "PATCH", item, "application/merge-patch+json"),
-        (f"{label}-strategic", bind(RealKubeApi.patch, api_version, kind, name, {"x": 1},
-                                    namespace=namespace, patch_type="strategic"),
-         "PATCH", item, "application/strategic-merge-patch+json"),
-        (f"{label}-json", bind(RealKubeApi.patch, api_version, kind, name,
-                               [{"op": "add", "path": "/x", "value": 1}],
-                               namespace=namespace, patch_type="json"),
-         "PATCH", item, "application/json-patch+json"),
-        (f"{label}-delete", bind(RealKubeApi.delete, api_version, kind, name, namespace),
-         "DELETE", item, None),
+        (
+            f"{label}-apply",
+            bind(RealKubeApi.apply, obj, field_manager="gpu-slicer"),
+            "PATCH",
+            item,
+            "application/apply-patch+yaml",
+        ),
+        (
+            f"{label}-merge",
+            bind(RealKubeApi.patch, api_version, kind, name, {"x": 1}, namespace=namespace),
+            "PATCH",
+            item,
+            "application/merge-patch+json",
+        ),
+        (
+            f"{label}-strategic",
+            bind(
+                RealKubeApi.patch,
+                api_version,
+                kind,
+                name,
+                {"x": 1},
+                namespace=namespace,
+                patch_type="strategic",
+            ),
+            "PATCH",
+            item,
+            "application/strategic-merge-patch+json",
+        ),
+        (
+            f"{label}-json",
+            bind(
+                RealKubeApi.patch,
+                api_version,
+                kind,
+                name,
+                [{"op": "add", "path": "/x", "value": 1}],
+                namespace=namespace,
+                patch_type="json",
+            ),
+            "PATCH",
+            item,
+            "application/json-patch+json",
+        ),
+        (
+            f"{label}-delete",
+            bind(RealKubeApi.delete, api_version, kind, name, namespace),
+            "DELETE",
+            item,
+            None,
+        ),
     ]
 
 
@@ -84,7 +142,11 @@ for label, obj, collection, namespace in KINDS:
     ids=[case[0] for case in WIRE_CASES],
 )
 def test_each_verb_uses_the_right_method_path_and_content_type(
-    stub: StubApiServer, real: RealKubeApi, call: Call, method: str, path: str,
+    stub: StubApiServer,
+    real: RealKubeApi,
+    call: Call,
+    method: str,
+    path: str,
     content_type: str | None,
 ) -> None:
     stub.respond_next(200, {"metadata": {"name": "x"}, "items": []})  # fits every verb
@@ -113,20 +175,24 @@ def test_dry_run_create_asks_the_apiserver_for_dry_run_all(
     assert stub.backend.objects(RES, "ResourceClaim") == []
 
 
-def test_delete_with_a_version_sends_a_precondition(
-    stub: StubApiServer, real: RealKubeApi
-) -> None:
+def test_delete_with_a_version_sends_a_precondition(stub: StubApiServer, real: RealKubeApi) -> None:
     stub.respond_next(200, status_body(200, "", "ok"))
     real.delete(RES, "ResourceSlice", "s", resource_version="42")
-    assert stub.last().body == {"apiVersion": "v1", "kind": "DeleteOptions",
-                                "preconditions": {"resourceVersion": "42"}}
+    assert stub.last().body == {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"resourceVersion": "42"},
+    }
 
 
 def test_list_sends_selectors_as_query_parameters(stub: StubApiServer, real: RealKubeApi) -> None:
-    real.list(RES, "ResourceSlice", label_selector="tier in (a,b),!x",
-              field_selector="spec.nodeName=n")
-    assert stub.last().query == {"labelSelector": ["tier in (a,b),!x"],
-                                 "fieldSelector": ["spec.nodeName=n"]}
+    real.list(
+        RES, "ResourceSlice", label_selector="tier in (a,b),!x", field_selector="spec.nodeName=n"
+    )
+    assert stub.last().query == {
+        "labelSelector": ["tier in (a,b),!x"],
+        "fieldSelector": ["spec.nodeName=n"],
+    }
 
 
 def test_a_namespaced_kind_listed_without_namespace_spans_all_namespaces(
@@ -153,12 +219,17 @@ def test_a_json_patch_that_is_not_a_list_fails_before_any_request(
 # ---------------------------------------------------------------- watch
 def test_watch_sends_its_parameters(stub: StubApiServer, real: RealKubeApi) -> None:
     stub.respond_next(200, None, stream=[])
-    events = real.watch(RES, "ResourceClaim", "ml", resource_version="12",
-                        label_selector="a=b", timeout_s=30)
+    events = real.watch(
+        RES, "ResourceClaim", "ml", resource_version="12", label_selector="a=b", timeout_s=30
+    )
     assert list(events) == []
     assert stub.last().path == CLAIMS
-    assert stub.last().query == {"watch": ["true"], "labelSelector": ["a=b"],
-                                 "resourceVersion": ["12"], "timeoutSeconds": ["30"]}
+    assert stub.last().query == {
+        "watch": ["true"],
+        "labelSelector": ["a=b"],
+        "resourceVersion": ["12"],
+        "timeoutSeconds": ["30"],
+    }
 
 
 def test_watch_streams_events_line_by_line(stub: StubApiServer, real: RealKubeApi) -> None:
@@ -178,10 +249,14 @@ def test_an_error_event_in_the_stream_raises_the_mapped_error(
     stub: StubApiServer, real: RealKubeApi
 ) -> None:
     expired = status_body(410, "Expired", "too old resource version: 1 (5)")
-    stub.respond_next(200, None, stream=[
-        json.dumps({"type": "ADDED", "object": SLICE}),
-        json.dumps({"type": "ERROR", "object": expired}),
-    ])
+    stub.respond_next(
+        200,
+        None,
+        stream=[
+            json.dumps({"type": "ADDED", "object": SLICE}),
+            json.dumps({"type": "ERROR", "object": expired}),
+        ],
+    )
     events = real.watch(RES, "ResourceSlice", resource_version="1", timeout_s=5)
     assert next(events).type == "ADDED"
     with pytest.raises(errors.ApiError) as caught:
@@ -229,9 +304,7 @@ def test_409_without_already_exists_is_a_conflict_not_already_exists(
     assert not isinstance(caught.value, errors.AlreadyExists)
 
 
-def test_other_client_errors_keep_status_and_reason(
-    stub: StubApiServer, real: RealKubeApi
-) -> None:
+def test_other_client_errors_keep_status_and_reason(stub: StubApiServer, real: RealKubeApi) -> None:
     stub.respond_next(400, status_body(400, "BadRequest", "unable to parse selector"))
     with pytest.raises(errors.ApiError) as caught:
         real.list(RES, "ResourceSlice", label_selector="((")
@@ -272,12 +345,18 @@ def test_from_config_reads_a_kubeconfig_and_sends_its_token(
     stub: StubApiServer, tmp_path: Path
 ) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "stub",
-        "clusters": [{"name": "stub", "cluster": {"server": stub.url}}],
-        "users": [{"name": "agent", "user": {"token": "secret-token"}}],
-        "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "agent"}}],
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "stub",
+                "clusters": [{"name": "stub", "cluster": {"server": stub.url}}],
+                "users": [{"name": "agent", "user": {"token": "secret-token"}}],
+                "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "agent"}}],
+            }
+        )
+    )
     api = RealKubeApi.from_config(str(kubeconfig))
     assert api.server_version() == (1, 36)
     assert stub.last().headers.get("authorization") == "Bearer secret-token"

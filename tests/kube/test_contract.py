@@ -70,8 +70,9 @@ def test_create_fills_server_managed_metadata(seam: Seam) -> None:
 def test_resource_versions_increase_with_every_write(seam: Seam) -> None:
     first = seam.api.create(claim("a"))
     second = seam.api.create(resource_slice("s", "node-a"))
-    patched = seam.api.patch(RES, "ResourceClaim", "a", {"metadata": {"labels": {"x": "1"}}},
-                             namespace="ml")
+    patched = seam.api.patch(
+        RES, "ResourceClaim", "a", {"metadata": {"labels": {"x": "1"}}}, namespace="ml"
+    )
     assert rv(first) < rv(second) < rv(patched)
 
 
@@ -124,8 +125,7 @@ def test_update_with_the_current_resource_version_succeeds(seam: Seam) -> None:
 
 def test_update_with_a_stale_resource_version_raises_conflict(seam: Seam) -> None:
     stale = seam.api.create(claim("a"))
-    seam.api.patch(RES, "ResourceClaim", "a", {"metadata": {"labels": {"x": "1"}}},
-                   namespace="ml")
+    seam.api.patch(RES, "ResourceClaim", "a", {"metadata": {"labels": {"x": "1"}}}, namespace="ml")
     with pytest.raises(errors.Conflict):
         seam.api.update(stale)
 
@@ -156,9 +156,7 @@ def test_a_label_change_does_not_bump_generation(seam: Seam) -> None:
     ],
     ids=lambda value: str(value),
 )
-def test_list_filters_by_label_selector(
-    seam: Seam, selector: str, expected: set[str]
-) -> None:
+def test_list_filters_by_label_selector(seam: Seam, selector: str, expected: set[str]) -> None:
     seam.api.create(claim("a", tier="gold", team="ml"))
     seam.api.create(claim("b", tier="silver"))
     seam.api.create(claim("c"))
@@ -193,9 +191,7 @@ def test_list_reports_the_latest_resource_version(seam: Seam) -> None:
 def test_list_in_one_namespace_leaves_out_the_others(seam: Seam) -> None:
     seam.api.create(claim("a", "ml"))
     seam.api.create(claim("b", "other"))
-    assert [o["metadata"]["name"] for o in seam.api.list(RES, "ResourceClaim", "ml").items] == [
-        "a"
-    ]
+    assert [o["metadata"]["name"] for o in seam.api.list(RES, "ResourceClaim", "ml").items] == ["a"]
 
 
 # ---------------------------------------------------------------- patch and apply
@@ -227,7 +223,9 @@ def test_a_failing_json_patch_test_operation_is_invalid(seam: Seam) -> None:
     seam.api.create(resource_slice("s1", "node-a"))
     with pytest.raises(errors.Invalid):
         seam.api.patch(
-            RES, "ResourceSlice", "s1",
+            RES,
+            "ResourceSlice",
+            "s1",
             [{"op": "test", "path": "/spec/nodeName", "value": "node-b"}],
             patch_type="json",
         )
@@ -236,7 +234,10 @@ def test_a_failing_json_patch_test_operation_is_invalid(seam: Seam) -> None:
 def test_strategic_patch_merges_maps(seam: Seam) -> None:
     seam.api.create(resource_slice("s1", "node-a"))
     patched = seam.api.patch(
-        RES, "ResourceSlice", "s1", {"spec": {"pool": {"generation": 3}}},
+        RES,
+        "ResourceSlice",
+        "s1",
+        {"spec": {"pool": {"generation": 3}}},
         patch_type="strategic",
     )
     assert patched["spec"]["pool"] == {"name": "node-a", "generation": 3, "resourceSliceCount": 1}
@@ -244,11 +245,12 @@ def test_strategic_patch_merges_maps(seam: Seam) -> None:
 
 def test_patch_with_a_stale_resource_version_raises_conflict(seam: Seam) -> None:
     first = seam.api.create(claim("a"))
-    seam.api.patch(RES, "ResourceClaim", "a", {"metadata": {"labels": {"x": "1"}}},
-                   namespace="ml")
+    seam.api.patch(RES, "ResourceClaim", "a", {"metadata": {"labels": {"x": "1"}}}, namespace="ml")
     with pytest.raises(errors.Conflict):
         seam.api.patch(
-            RES, "ResourceClaim", "a",
+            RES,
+            "ResourceClaim",
+            "a",
             {"metadata": {"resourceVersion": first["metadata"]["resourceVersion"]}},
             namespace="ml",
         )
@@ -262,8 +264,12 @@ def test_patching_a_missing_object_raises_not_found(seam: Seam) -> None:
 def test_apply_creates_then_merges_over_the_stored_object(seam: Seam) -> None:
     created = seam.api.apply(resource_slice("s1", "node-a"), field_manager="gpu-slicer")
     applied = seam.api.apply(
-        {"apiVersion": RES, "kind": "ResourceSlice", "metadata": {"name": "s1"},
-         "spec": {"devices": [{"name": "gpu-0"}]}},
+        {
+            "apiVersion": RES,
+            "kind": "ResourceSlice",
+            "metadata": {"name": "s1"},
+            "spec": {"devices": [{"name": "gpu-0"}]},
+        },
         field_manager="gpu-slicer",
         force=True,
     )
@@ -287,18 +293,19 @@ def test_deleting_a_missing_object_raises_not_found(seam: Seam) -> None:
 
 def test_delete_with_a_stale_resource_version_raises_conflict_and_keeps_it(seam: Seam) -> None:
     stale = seam.api.create(claim("a"))
-    seam.api.patch(RES, "ResourceClaim", "a", {"metadata": {"labels": {"x": "1"}}},
-                   namespace="ml")
+    seam.api.patch(RES, "ResourceClaim", "a", {"metadata": {"labels": {"x": "1"}}}, namespace="ml")
     with pytest.raises(errors.Conflict):
-        seam.api.delete(RES, "ResourceClaim", "a", "ml",
-                        resource_version=stale["metadata"]["resourceVersion"])
+        seam.api.delete(
+            RES, "ResourceClaim", "a", "ml", resource_version=stale["metadata"]["resourceVersion"]
+        )
     assert seam.api.get(RES, "ResourceClaim", "a", "ml")["metadata"]["name"] == "a"
 
 
 def test_delete_with_the_current_resource_version_succeeds(seam: Seam) -> None:
     current = seam.api.create(claim("a"))
-    seam.api.delete(RES, "ResourceClaim", "a", "ml",
-                    resource_version=current["metadata"]["resourceVersion"])
+    seam.api.delete(
+        RES, "ResourceClaim", "a", "ml", resource_version=current["metadata"]["resourceVersion"]
+    )
     assert seam.api.list(RES, "ResourceClaim").items == []
 
 
@@ -324,8 +331,11 @@ def test_watch_without_a_version_starts_with_the_current_objects(seam: Seam) -> 
 def test_watch_sees_only_objects_matching_its_selectors(seam: Seam) -> None:
     listed = seam.api.list(RES, "ResourceSlice")
     events = seam.api.watch(
-        RES, "ResourceSlice", resource_version=listed.resource_version,
-        field_selector="spec.nodeName=node-b", timeout_s=5,
+        RES,
+        "ResourceSlice",
+        resource_version=listed.resource_version,
+        field_selector="spec.nodeName=node-b",
+        timeout_s=5,
     )
     seam.api.create(resource_slice("s1", "node-a"))
     seam.api.create(resource_slice("s2", "node-b"))
@@ -334,12 +344,20 @@ def test_watch_sees_only_objects_matching_its_selectors(seam: Seam) -> None:
 
 def test_watch_reports_an_object_leaving_its_label_selection_as_deleted(seam: Seam) -> None:
     start = seam.api.create(claim("a", tier="gold"))
-    events = seam.api.watch(RES, "ResourceClaim", "ml", label_selector="tier=gold",
-                            resource_version=start["metadata"]["resourceVersion"], timeout_s=5)
-    seam.api.patch(RES, "ResourceClaim", "a", {"metadata": {"labels": {"tier": "lead"}}},
-                   namespace="ml")
-    seam.api.patch(RES, "ResourceClaim", "a", {"metadata": {"labels": {"tier": "gold"}}},
-                   namespace="ml")
+    events = seam.api.watch(
+        RES,
+        "ResourceClaim",
+        "ml",
+        label_selector="tier=gold",
+        resource_version=start["metadata"]["resourceVersion"],
+        timeout_s=5,
+    )
+    seam.api.patch(
+        RES, "ResourceClaim", "a", {"metadata": {"labels": {"tier": "lead"}}}, namespace="ml"
+    )
+    seam.api.patch(
+        RES, "ResourceClaim", "a", {"metadata": {"labels": {"tier": "gold"}}}, namespace="ml"
+    )
     assert take(events, 2) == [("DELETED", "a"), ("ADDED", "a")]
 
 
@@ -362,8 +380,11 @@ def test_watch_from_a_version_older_than_the_history_raises_expired(seam: Seam) 
 # ---------------------------------------------------------------- failures and version
 @pytest.mark.parametrize(
     "error",
-    [errors.Unavailable("apiserver restarting"), errors.Forbidden("no RBAC"),
-     errors.Invalid("bad spec")],
+    [
+        errors.Unavailable("apiserver restarting"),
+        errors.Forbidden("no RBAC"),
+        errors.Invalid("bad spec"),
+    ],
     ids=lambda e: type(e).__name__,
 )
 def test_injected_failures_reach_the_caller_as_the_same_error_type(
@@ -376,8 +397,9 @@ def test_injected_failures_reach_the_caller_as_the_same_error_type(
 
 
 def test_fields_an_apiserver_drops_are_missing_when_read_back(seam: Seam) -> None:
-    seam.store.drop_fields("ResourceSlice", ["spec.sharedCounters",
-                                             "spec.devices[].consumesCounters"])
+    seam.store.drop_fields(
+        "ResourceSlice", ["spec.sharedCounters", "spec.devices[].consumesCounters"]
+    )
     obj = resource_slice("s1", "node-a")
     obj["spec"]["sharedCounters"] = [{"name": "gpu-0-counters", "counters": {}}]
     obj["spec"]["devices"] = [{"name": "gpu-0", "consumesCounters": [{"counterSet": "x"}]}]

@@ -57,16 +57,28 @@ def test_an_update_that_changes_nothing_keeps_the_resource_version(
     obj = memory.create(config_map("a", key="v"))
     again = memory.update(obj)
     assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
-    assert list(memory.watch(*CM, resource_version=obj["metadata"]["resourceVersion"],
-                             timeout_s=0)) == []
+    assert (
+        list(memory.watch(*CM, resource_version=obj["metadata"]["resourceVersion"], timeout_s=0))
+        == []
+    )
 
 
 def test_a_status_change_does_not_bump_generation(memory: InMemoryKubeApi) -> None:
-    memory.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                   "metadata": {"name": "c", "namespace": "ml"}, "spec": {}})
-    patched = memory.patch("resource.k8s.io/v1", "ResourceClaim", "c",
-                           {"status": {"allocation": {"devices": {"results": []}}}},
-                           namespace="ml")
+    memory.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "ml"},
+            "spec": {},
+        }
+    )
+    patched = memory.patch(
+        "resource.k8s.io/v1",
+        "ResourceClaim",
+        "c",
+        {"status": {"allocation": {"devices": {"results": []}}}},
+        namespace="ml",
+    )
     assert patched["metadata"]["generation"] == 1
 
 
@@ -80,8 +92,9 @@ def test_create_refuses_an_object_that_already_has_a_resource_version(
 
 
 def test_a_cluster_scoped_object_loses_a_namespace_it_was_given(memory: InMemoryKubeApi) -> None:
-    created = memory.create({"apiVersion": "v1", "kind": "Node",
-                             "metadata": {"name": "n", "namespace": "ml"}})
+    created = memory.create(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "namespace": "ml"}}
+    )
     assert "namespace" not in created["metadata"]
     assert memory.get("v1", "Node", "n")["metadata"]["name"] == "n"
 
@@ -114,8 +127,7 @@ def test_an_object_with_finalizers_stays_until_they_are_removed(memory: InMemory
     memory.patch(*CM, "a", {"metadata": {"finalizers": None}}, namespace="default")
     with pytest.raises(errors.NotFound):
         memory.get(*CM, "a", "default")
-    events = memory.watch(*CM, resource_version=start["metadata"]["resourceVersion"],
-                          timeout_s=0)
+    events = memory.watch(*CM, resource_version=start["metadata"]["resourceVersion"], timeout_s=0)
     assert [e.type for e in events] == ["MODIFIED", "DELETED"]
 
 
@@ -179,8 +191,9 @@ def test_fail_next_rejects_an_unknown_verb(memory: InMemoryKubeApi) -> None:
 
 def test_calls_record_verb_resource_and_object(memory: InMemoryKubeApi) -> None:
     memory.create(config_map("a"))
-    memory.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}},
-                 field_manager="gpu-slicer")
+    memory.apply(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}, field_manager="gpu-slicer"
+    )
     memory.list(*CM)
     assert memory.calls == [
         ("create", "v1", "ConfigMap", "default", "a"),
@@ -191,8 +204,15 @@ def test_calls_record_verb_resource_and_object(memory: InMemoryKubeApi) -> None:
 
 
 def test_rbac_verbs_translate_calls_into_rules(memory: InMemoryKubeApi) -> None:
-    memory.apply({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                  "metadata": {"name": "s"}, "spec": {}}, field_manager="gpu-slicer")
+    memory.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "s"},
+            "spec": {},
+        },
+        field_manager="gpu-slicer",
+    )
     list(memory.watch("resource.k8s.io/v1", "ResourceClaim", timeout_s=0))
     assert memory.rbac_verbs() == {
         ("resource.k8s.io", "resourceslices"): {"patch"},
@@ -238,13 +258,24 @@ def test_concurrent_read_modify_write_loops_lose_no_update(memory: InMemoryKubeA
 # ---------------------------------------------------------------- helpers
 def test_merge_patch_follows_rfc_7386_examples() -> None:
     # The example from RFC 7386 section 3.
-    target = {"title": "Goodbye!", "author": {"givenName": "John", "familyName": "Doe"},
-              "tags": ["example", "sample"], "content": "This will be unchanged"}
-    patch = {"title": "Hello!", "phoneNumber": "+01-123-456-7890",
-             "author": {"familyName": None}, "tags": ["example"]}
+    target = {
+        "title": "Goodbye!",
+        "author": {"givenName": "John", "familyName": "Doe"},
+        "tags": ["example", "sample"],
+        "content": "This will be unchanged",
+    }
+    patch = {
+        "title": "Hello!",
+        "phoneNumber": "+01-123-456-7890",
+        "author": {"familyName": None},
+        "tags": ["example"],
+    }
     assert merge_patch(target, patch) == {
-        "title": "Hello!", "author": {"givenName": "John"}, "tags": ["example"],
-        "content": "This will be unchanged", "phoneNumber": "+01-123-456-7890",
+        "title": "Hello!",
+        "author": {"givenName": "John"},
+        "tags": ["example"],
+        "content": "This will be unchanged",
+        "phoneNumber": "+01-123-456-7890",
     }
 
 

@@ -39,8 +39,25 @@ counts = st.one_of(
     st.from_regex(r"[0-9]{1,70}", fullmatch=True),
     st.integers(min_value=-5, max_value=2**40),
     st.booleans(),
-    st.sampled_from(["", " 1", "1 ", "+1", "-1", "01", "1.0", "1e3", "2k", "500m", "1Ki",
-                     "\u0663", "\u00b2", "\uff11", "1\u0663"]),
+    st.sampled_from(
+        [
+            "",
+            " 1",
+            "1 ",
+            "+1",
+            "-1",
+            "01",
+            "1.0",
+            "1e3",
+            "2k",
+            "500m",
+            "1Ki",
+            "\u0663",
+            "\u00b2",
+            "\uff11",
+            "1\u0663",
+        ]
+    ),
     st.text(alphabet="0123456789+-. eEkmMGi\u0663", max_size=8),
 )
 
@@ -80,8 +97,9 @@ def test_exact_values_are_ints_when_whole_and_fractions_otherwise(
     assert isinstance(value, int) == (Fraction(expected).denominator == 1)
 
 
-@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")],
-                         ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize(
+    "number", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"]
+)
 def test_json_numbers_that_are_not_finite_are_quantity_errors(number: float) -> None:
     """JSON NaN, Infinity and 1e400 decode to these floats; they are bad input, not a crash."""
     for parse in (parse_count, parse_bytes, parse_quantity):

@@ -36,7 +36,9 @@ def test_malformed_label_selectors_are_a_bad_request(selector: str) -> None:
 def test_a_prefixed_key_and_set_operators_parse() -> None:
     (first, second) = parse_label_selector("gpu-slicer.io/migration in (enabled, audit),!skip")
     assert (first.key, first.op, first.values) == (
-        "gpu-slicer.io/migration", "in", frozenset({"enabled", "audit"})
+        "gpu-slicer.io/migration",
+        "in",
+        frozenset({"enabled", "audit"}),
     )
     assert (second.key, second.op) == ("skip", "!exists")
 

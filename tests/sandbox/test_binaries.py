@@ -26,12 +26,15 @@ replace (
 """
 
 
-@pytest.mark.parametrize(("given", "release"), [
-    ("1.36", binaries.RELEASES["1.36"]),
-    ("v1.35", binaries.RELEASES["1.35"]),
-    ("1.37.2", "v1.37.2"),
-    ("v1.36.1", "v1.36.1"),
-])
+@pytest.mark.parametrize(
+    ("given", "release"),
+    [
+        ("1.36", binaries.RELEASES["1.36"]),
+        ("v1.35", binaries.RELEASES["1.35"]),
+        ("1.37.2", "v1.37.2"),
+        ("v1.36.1", "v1.36.1"),
+    ],
+)
 def test_a_minor_version_names_its_pinned_patch_release(given: str, release: str) -> None:
     assert binaries.release_for(given) == release
 
@@ -44,16 +47,24 @@ def test_an_unsupported_version_is_a_usage_error_naming_the_choices(given: str) 
 
 def test_the_staging_modules_come_from_the_release_go_mod() -> None:
     assert binaries.staging_modules(RELEASE_GO_MOD) == [
-        "k8s.io/api", "k8s.io/cri-streaming", "k8s.io/dynamic-resource-allocation"]
+        "k8s.io/api",
+        "k8s.io/cri-streaming",
+        "k8s.io/dynamic-resource-allocation",
+    ]
 
 
 def test_the_committed_module_replaces_every_staging_module_of_the_pinned_release() -> None:
     go_mod = (binaries.KUBE_MODULE / "go.mod").read_text()
-    assert f"require k8s.io/kubernetes {binaries.PINNED}" in go_mod or \
-        f"k8s.io/kubernetes {binaries.PINNED}" in go_mod
+    assert (
+        f"require k8s.io/kubernetes {binaries.PINNED}" in go_mod
+        or f"k8s.io/kubernetes {binaries.PINNED}" in go_mod
+    )
     staged = "v0." + binaries.PINNED.removeprefix("v1.")
-    replaced = [line.split("=>")[0].replace("replace", "").strip()
-                for line in go_mod.splitlines() if "=>" in line]
+    replaced = [
+        line.split("=>")[0].replace("replace", "").strip()
+        for line in go_mod.splitlines()
+        if "=>" in line
+    ]
     assert replaced, "no replace directives"
     for module in replaced:
         assert f"{module} => {module} {staged}" in go_mod
@@ -63,22 +74,22 @@ def test_user_binaries_must_include_the_three_commands(tmp_path: Path) -> None:
     (tmp_path / "kube-apiserver").write_text("#!/bin/sh\n")
     (tmp_path / "kube-apiserver").chmod(0o755)
     with pytest.raises(UsageError, match="kube-controller-manager, kube-scheduler"):
-        binaries.ensure(kube_bin=tmp_path, cache=tmp_path / "cache",
-                        progress=lambda _m: None)
+        binaries.ensure(kube_bin=tmp_path, cache=tmp_path / "cache", progress=lambda _m: None)
 
 
-def test_without_go_the_build_error_says_how_to_do_without(monkeypatch: pytest.MonkeyPatch,
-                                                           tmp_path: Path) -> None:
+def test_without_go_the_build_error_says_how_to_do_without(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(binaries.BuildError, match="--kube-bin"):
         binaries.ensure(cache=tmp_path / "cache", progress=lambda _m: None)
 
 
-def test_a_complete_cached_build_is_reused_without_go(monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
+def test_a_complete_cached_build_is_reused_without_go(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     cache = tmp_path / "cache"
-    for folder in (cache / "kube" / binaries.PINNED,
-                   cache / "tools" / binaries._sources_digest()):
+    for folder in (cache / "kube" / binaries.PINNED, cache / "tools" / binaries._sources_digest()):
         folder.mkdir(parents=True)
         (folder / "build.json").write_text("{}")
     monkeypatch.setenv("PATH", str(tmp_path))

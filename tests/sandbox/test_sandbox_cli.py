@@ -15,15 +15,20 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
     return ["sandbox", "up", "--state-dir", str(tmp_path / "sb"), *extra]
 
 
-@pytest.mark.parametrize(("extra", "fragment"), [
-    (["--node", "gpu-node"], "is not NAME=GPUSPEC"),
-    (["--node", "Big_Node=H100-80GB:1"], "is not a valid node name"),
-    (["--node", "n=H999:1"], "--node 'n=H999:1'"),
-    (["--node", "a=H100-80GB:1", "--node", "a=A100-80GB:1"], "names a more than once"),
-    (["--k8s-version", "1.20"], "is not supported"),
-], ids=["no spec", "bad node name", "unknown model", "duplicate node", "old version"])
-def test_bad_flags_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                        extra: list[str], fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--node", "gpu-node"], "is not NAME=GPUSPEC"),
+        (["--node", "Big_Node=H100-80GB:1"], "is not a valid node name"),
+        (["--node", "n=H999:1"], "--node 'n=H999:1'"),
+        (["--node", "a=H100-80GB:1", "--node", "a=A100-80GB:1"], "names a more than once"),
+        (["--k8s-version", "1.20"], "is not supported"),
+    ],
+    ids=["no spec", "bad node name", "unknown model", "duplicate node", "old version"],
+)
+def test_bad_flags_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
+) -> None:
     assert main(_up(tmp_path, *extra)) == 2
     err = capsys.readouterr().err.strip()
     assert fragment in err
@@ -52,8 +57,9 @@ def test_a_folder_that_is_not_a_sandbox_is_never_cleared(
     assert (folder / "precious.txt").read_text() == "keep me"
 
 
-def test_a_state_dir_that_is_a_file_is_named(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_state_dir_that_is_a_file_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "sb").write_text("")
     assert main(_up(tmp_path)) == 2
     assert "is a file, not a folder" in capsys.readouterr().err

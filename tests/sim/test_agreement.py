@@ -44,20 +44,30 @@ def test_outcome_of_allocation_reads_results_and_absence() -> None:
 def test_steps_agree_only_on_same_subrequest_and_devices() -> None:
     same = Step("w", "c", "n1", allocated(result("r/a", "d1")), allocated(result("r/a", "d1")))
     assert same.agrees and same.difference() == ""
-    order = Step("w", "c", "n1", allocated(result("r", "d1"), result("r", "d2")),
-                 allocated(result("r", "d2"), result("r", "d1")))
+    order = Step(
+        "w",
+        "c",
+        "n1",
+        allocated(result("r", "d1"), result("r", "d2")),
+        allocated(result("r", "d2"), result("r", "d1")),
+    )
     assert order.agrees  # result order is not a decision
     devices = Step("w", "c", "n1", allocated(result("r/a", "d1")), allocated(result("r/a", "d2")))
     assert devices.subrequests_agree and not devices.agrees
     assert "devices differs" in devices.difference()
     sub = Step("w", "c", "n1", allocated(result("r/a", "d1")), allocated(result("r/b", "d1")))
     assert not sub.subrequests_agree and "subrequest differs" in sub.difference()
-    status = Step("w", "c", "n1", Outcome(UNSCHEDULABLE), allocated(result("r", "d1")),
-                  note="allocated on a retry")
+    status = Step(
+        "w",
+        "c",
+        "n1",
+        Outcome(UNSCHEDULABLE),
+        allocated(result("r", "d1")),
+        note="allocated on a retry",
+    )
     assert "status differs" in status.difference()
     assert status.difference().endswith("[allocated on a retry]")
-    both_failed = Step("w", "c", "n1", Outcome(UNSCHEDULABLE, message="x"),
-                       Outcome(UNSCHEDULABLE))
+    both_failed = Step("w", "c", "n1", Outcome(UNSCHEDULABLE, message="x"), Outcome(UNSCHEDULABLE))
     assert both_failed.agrees
 
     figures = agreement([same, order, devices, sub, status, both_failed])
@@ -69,32 +79,88 @@ def test_steps_agree_only_on_same_subrequest_and_devices() -> None:
 
 
 def test_model_outcome_on_slices_with_allocated_claims() -> None:
-    devices = [mig("gpu-0-mig-3g-4", "3g.40gb", [4, 5, 6, 7]),
-               mig("gpu-0-mig-3g-0", "3g.40gb", [0, 1, 2, 3]),
-               mig("gpu-0-mig-1g-0", "1g.10gb", [0])]
+    devices = [
+        mig("gpu-0-mig-3g-4", "3g.40gb", [4, 5, 6, 7]),
+        mig("gpu-0-mig-3g-0", "3g.40gb", [0, 1, 2, 3]),
+        mig("gpu-0-mig-1g-0", "1g.10gb", [0]),
+    ]
     slices = [slice_obj("n1-000", "n1", devices)]
-    claim = {"spec": {"devices": {"requests": [{"name": "main", "firstAvailable": [
-        {"name": "big", "deviceClassName": "mig.gpu-slicer.io", "selectors": [{"cel": {
-            "expression": 'device.attributes["gpu-slicer.io"].profile == "3g.40gb"'}}]},
-        {"name": "small", "deviceClassName": "mig.gpu-slicer.io", "selectors": [{"cel": {
-            "expression": 'device.attributes["gpu-slicer.io"].profile == "1g.10gb"'}}]},
-    ]}]}}}
-    free = model_outcome(claim, node="n1", slices=slices, device_classes=CLASSES,
-                         allocated_claims=[])
+    claim = {
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "main",
+                        "firstAvailable": [
+                            {
+                                "name": "big",
+                                "deviceClassName": "mig.gpu-slicer.io",
+                                "selectors": [
+                                    {
+                                        "cel": {
+                                            "expression": (
+                                                'device.attributes["gpu-slicer.io"]'
+                                                '.profile == "3g.40gb"'
+                                            )
+                                        }
+                                    }
+                                ],
+                            },
+                            {
+                                "name": "small",
+                                "deviceClassName": "mig.gpu-slicer.io",
+                                "selectors": [
+                                    {
+                                        "cel": {
+                                            "expression": (
+                                                'device.attributes["gpu-slicer.io"]'
+                                                '.profile == "1g.10gb"'
+                                            )
+                                        }
+                                    }
+                                ],
+                            },
+                        ],
+                    }
+                ]
+            }
+        }
+    }
+    free = model_outcome(
+        claim, node="n1", slices=slices, device_classes=CLASSES, allocated_claims=[]
+    )
     assert free.describe() == "main/big: gpu-0-mig-3g-4"
-    holder = {"status": {"allocation": {"devices": {"results": [
-        result("x", "gpu-0-mig-3g-4"), result("y", "gpu-0-mig-1g-0")]}}}}
+    holder = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [result("x", "gpu-0-mig-3g-4"), result("y", "gpu-0-mig-1g-0")]
+                }
+            }
+        }
+    }
     # 3g-0 is free but slice 0 is taken by the allocated 1g: no 3g, and no 1g left either.
-    assert model_outcome(claim, node="n1", slices=slices, device_classes=CLASSES,
-                         allocated_claims=[holder]).status == UNSCHEDULABLE
-    assert model_outcome(claim, node="n1", slices=slices, device_classes={},
-                         allocated_claims=[]).status == ERROR
+    assert (
+        model_outcome(
+            claim, node="n1", slices=slices, device_classes=CLASSES, allocated_claims=[holder]
+        ).status
+        == UNSCHEDULABLE
+    )
+    assert (
+        model_outcome(
+            claim, node="n1", slices=slices, device_classes={}, allocated_claims=[]
+        ).status
+        == ERROR
+    )
 
 
 def test_timeline_retries_pending_pods_after_departures_from_their_node() -> None:
     spec: Obj = {"devices": {"requests": []}}
-    pods = [ReplayPod("a", "w", "n1", 0, 100, spec), ReplayPod("b", "w", "n1", 10, 100, spec),
-            ReplayPod("c", "w", "n2", 20, 50, spec)]
+    pods = [
+        ReplayPod("a", "w", "n1", 0, 100, spec),
+        ReplayPod("b", "w", "n1", 10, 100, spec),
+        ReplayPod("c", "w", "n2", 20, 50, spec),
+    ]
     free = {"n1": 1, "n2": 1}
     log: list[str] = []
 

@@ -19,10 +19,34 @@ from slicer.inventory import GpuState, plan_pool
 from slicer.simulated import SimulatedBackend
 
 CLASSES = {
-    "mig.gpu-slicer.io": {"spec": {"selectors": [{"cel": {"expression":
-        'device.driver == "gpu-slicer.io" && device.attributes["gpu-slicer.io"].type == "mig"'}}]}},
-    "gpu.gpu-slicer.io": {"spec": {"selectors": [{"cel": {"expression":
-        'device.driver == "gpu-slicer.io" && device.attributes["gpu-slicer.io"].type == "gpu"'}}]}},
+    "mig.gpu-slicer.io": {
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": (
+                            'device.driver == "gpu-slicer.io" && '
+                            'device.attributes["gpu-slicer.io"].type == "mig"'
+                        )
+                    }
+                }
+            ]
+        }
+    },
+    "gpu.gpu-slicer.io": {
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": (
+                            'device.driver == "gpu-slicer.io" && '
+                            'device.attributes["gpu-slicer.io"].type == "gpu"'
+                        )
+                    }
+                }
+            ]
+        }
+    },
 }
 PROFILES = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
 
@@ -31,15 +55,25 @@ def _request(rng: random.Random, name: str) -> dict[str, Any]:
     def sub(profile: str | None) -> dict[str, Any]:
         if profile is None:
             return {"deviceClassName": "gpu.gpu-slicer.io", "count": rng.choice([1, 1, 2])}
-        return {"deviceClassName": "mig.gpu-slicer.io", "count": rng.choice([1, 1, 2]),
-                "selectors": [{"cel": {"expression":
-                               f'device.attributes["gpu-slicer.io"].profile == "{profile}"'}}]}
+        return {
+            "deviceClassName": "mig.gpu-slicer.io",
+            "count": rng.choice([1, 1, 2]),
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": f'device.attributes["gpu-slicer.io"].profile == "{profile}"'
+                    }
+                }
+            ],
+        }
 
     choices = [rng.choice(PROFILES + [None]) for _ in range(rng.randint(1, 3))]
     if len(choices) == 1:
         return {"name": name, "exactly": sub(choices[0])}
-    return {"name": name, "firstAvailable": [
-        {"name": f"s{i}", **sub(c)} for i, c in enumerate(choices)]}
+    return {
+        "name": name,
+        "firstAvailable": [{"name": f"s{i}", **sub(c)} for i, c in enumerate(choices)],
+    }
 
 
 def _reference(claim: dict[str, Any], pool: Any, in_use: InUse, allocator: Allocator) -> Any:
@@ -98,7 +132,8 @@ def test_the_model_finds_the_same_first_solution_as_brute_force(seed: int) -> No
         # a random set of devices already held by other claims
         for _ in range(rng.randint(0, 4)):
             warm = allocator.allocate(
-                [{"spec": {"devices": {"requests": [_request(rng, "w")]}}}], "n", [pool], in_use)
+                [{"spec": {"devices": {"requests": [_request(rng, "w")]}}}], "n", [pool], in_use
+            )
             if warm is not None:
                 for device in warm.devices:
                     in_use.add(device)
@@ -108,6 +143,9 @@ def test_the_model_finds_the_same_first_solution_as_brute_force(seed: int) -> No
             devices["constraints"] = [{"matchAttribute": "gpu-slicer.io/parentUUID"}]
         claim = {"spec": {"devices": devices}}
         found = allocator.allocate([claim], "n", [pool], in_use)
-        got = None if found is None else [
-            (r["request"], r["device"]) for r in found.allocations[0]["devices"]["results"]]
+        got = (
+            None
+            if found is None
+            else [(r["request"], r["device"]) for r in found.allocations[0]["devices"]["results"]]
+        )
         assert got == _reference(claim, pool, in_use, allocator)

@@ -65,17 +65,30 @@ def _set_pod(key: str, value: Any) -> Any:
         (lambda d: d["nodes"][0].__setitem__("gpus", "A100-80GB:100000"), "at most 64 GPUs"),
         (lambda d: d.update(sample="1s", end="9999h"), "sample: '1s' over 9999 h"),
         (
-            lambda d: d.__setitem__("generators", [{
-                "count": 3, "namespace": "ml",
-                "mix": [{"weight": "x", "resources": {"nvidia.com/gpu": 1}}],
-            }]),
+            lambda d: d.__setitem__(
+                "generators",
+                [
+                    {
+                        "count": 3,
+                        "namespace": "ml",
+                        "mix": [{"weight": "x", "resources": {"nvidia.com/gpu": 1}}],
+                    }
+                ],
+            ),
             "generators[0].mix[0].weight: 'x'",
         ),
         (
-            lambda d: d.__setitem__("generators", [{
-                "count": 3, "namespace": "ml", "duration": {"mean": 0},
-                "mix": [{"resources": {"nvidia.com/gpu": 1}}],
-            }]),
+            lambda d: d.__setitem__(
+                "generators",
+                [
+                    {
+                        "count": 3,
+                        "namespace": "ml",
+                        "duration": {"mean": 0},
+                        "mix": [{"resources": {"nvidia.com/gpu": 1}}],
+                    }
+                ],
+            ),
             "generators[0].duration.mean",
         ),
     ],

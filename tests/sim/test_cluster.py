@@ -24,14 +24,28 @@ SMALL: dict[str, Any] = {
     "namespaces": {"inference": "enabled", "research": "enabled"},
     "policy": {"namespaces": {"inference": {"gpu": ["1g.10gb", "2g.20gb", "3g.40gb"]}}},
     "generators": [
-        {"name": "inference", "count": 40, "from": 0, "to": "6h", "namespace": "inference",
-         "duration": {"distribution": "exponential", "mean": "90m", "min": "5m", "max": "5h"},
-         "mix": [{"resources": {"nvidia.com/gpu": 1}}]},
-        {"name": "notebooks", "count": 12, "from": 0, "to": "6h", "namespace": "research",
-         "duration": "2h",
-         "mix": [{"resources": {"nvidia.com/mig-2g.20gb": 1}},
-                 {"resources": {"nvidia.com/mig-3g.40gb": 1}},
-                 {"resources": {"nvidia.com/gpu": 1}}]},
+        {
+            "name": "inference",
+            "count": 40,
+            "from": 0,
+            "to": "6h",
+            "namespace": "inference",
+            "duration": {"distribution": "exponential", "mean": "90m", "min": "5m", "max": "5h"},
+            "mix": [{"resources": {"nvidia.com/gpu": 1}}],
+        },
+        {
+            "name": "notebooks",
+            "count": 12,
+            "from": 0,
+            "to": "6h",
+            "namespace": "research",
+            "duration": "2h",
+            "mix": [
+                {"resources": {"nvidia.com/mig-2g.20gb": 1}},
+                {"resources": {"nvidia.com/mig-3g.40gb": 1}},
+                {"resources": {"nvidia.com/gpu": 1}},
+            ],
+        },
     ],
 }
 
@@ -55,8 +69,17 @@ def test_the_fast_path_decides_exactly_like_the_api_path(small: Scenario, policy
 
 def test_every_strategy_ends_clean_and_never_overlaps_slices(small: Scenario) -> None:
     # The engine raises InvariantError on any overlap; drain() reports leaks.
-    comparison = compare(small, ["device-plugin", "static-balanced", "instaslice",
-                                 "gpu-slicer-anti-fragmentation", "oracle"], through_api=False)
+    comparison = compare(
+        small,
+        [
+            "device-plugin",
+            "static-balanced",
+            "instaslice",
+            "gpu-slicer-anti-fragmentation",
+            "oracle",
+        ],
+        through_api=False,
+    )
     assert all(problems == [] for problems in comparison.problems.values())
     for result in comparison.results:
         assert result.served + result.pending == result.total == len(small.pods)
@@ -70,21 +93,27 @@ def test_the_api_path_leaves_no_claim_instance_or_checkpoint_entry(small: Scenar
     engine.run()
     assert strategy.api is not None
     running = [name for name, record in engine.records.items() if record.held is not None]
-    allocated = [c for c in strategy.api.list("resource.k8s.io/v1", "ResourceClaim").items
-                 if (c.get("status") or {}).get("allocation")]
+    allocated = [
+        c
+        for c in strategy.api.list("resource.k8s.io/v1", "ResourceClaim").items
+        if (c.get("status") or {}).get("allocation")
+    ]
     assert len(allocated) == len(running)
     for agent in strategy.agents.values():
         prepared = agent.state.entries()
-        instances = sum(len(agent.backend.instances(g.index)) for g in agent.backend.gpus()
-                        if g.mig_enabled)
+        instances = sum(
+            len(agent.backend.instances(g.index)) for g in agent.backend.gpus() if g.mig_enabled
+        )
         mig_devices = sum(1 for d in agent.allocated if "-mig-" in d)
         assert instances == mig_devices
-        assert len(prepared) == len({p.uid for a, ps in strategy.running.values()
-                                     if a.node == agent.name for p in ps})
+        assert len(prepared) == len(
+            {p.uid for a, ps in strategy.running.values() if a.node == agent.name for p in ps}
+        )
     assert engine.drain() == []
     for agent in strategy.agents.values():
-        assert all(not agent.backend.instances(g.index) for g in agent.backend.gpus()
-                   if g.mig_enabled)
+        assert all(
+            not agent.backend.instances(g.index) for g in agent.backend.gpus() if g.mig_enabled
+        )
 
 
 def test_noon_burst_serves_the_whole_burst_at_noon_where_the_static_layout_serves_two() -> None:
@@ -100,15 +129,27 @@ def test_noon_burst_serves_the_whole_burst_at_noon_where_the_static_layout_serve
 
 
 def test_a_pod_the_webhook_denies_is_counted_as_rejected_and_never_placed() -> None:
-    scenario = parse_scenario({
-        "nodes": [{"name": "n", "gpus": "H100-80GB:1"}],
-        "namespaces": {"ml": "enabled"},
-        "pods": [
-            {"name": "bad", "namespace": "ml", "at": 0, "duration": "1h",
-             "annotations": {"gpu-slicer.io/profiles": "9g.1tb"}},
-            {"name": "good", "namespace": "ml", "at": 0, "duration": "1h",
-             "resources": {"nvidia.com/mig-1g.10gb": 1}},
-        ],
-    })
+    scenario = parse_scenario(
+        {
+            "nodes": [{"name": "n", "gpus": "H100-80GB:1"}],
+            "namespaces": {"ml": "enabled"},
+            "pods": [
+                {
+                    "name": "bad",
+                    "namespace": "ml",
+                    "at": 0,
+                    "duration": "1h",
+                    "annotations": {"gpu-slicer.io/profiles": "9g.1tb"},
+                },
+                {
+                    "name": "good",
+                    "namespace": "ml",
+                    "at": 0,
+                    "duration": "1h",
+                    "resources": {"nvidia.com/mig-1g.10gb": 1},
+                },
+            ],
+        }
+    )
     result = compare(scenario, ["gpu-slicer-best-fit"]).results[0]
     assert (result.served, result.pending, result.rejected) == (1, 1, 1)

@@ -33,23 +33,53 @@ PINNED_SCENARIO: dict[str, Any] = {
         {"namePrefix": "a100-", "count": 3, "gpus": "A100-80GB:4"},
     ],
     "namespaces": {"inference": "enabled", "research": "enabled", "training": "enabled"},
-    "policy": {"gpuModels": ["H100-80GB", "A100-80GB"],
-               "namespaces": {"inference": {"gpu": ["1g.10gb", "2g.20gb", "3g.40gb"]}}},
+    "policy": {
+        "gpuModels": ["H100-80GB", "A100-80GB"],
+        "namespaces": {"inference": {"gpu": ["1g.10gb", "2g.20gb", "3g.40gb"]}},
+    },
     "generators": [
-        {"name": "inference", "count": 500, "from": 0, "to": "12h", "namespace": "inference",
-         "duration": {"distribution": "lognormal", "mean": "50m", "min": "2m", "max": "6h"},
-         "mix": [{"resources": {"nvidia.com/gpu": 1}}]},
-        {"name": "notebooks", "count": 120, "from": "1h", "to": "11h", "namespace": "research",
-         "duration": {"distribution": "lognormal", "mean": "2h", "min": "10m", "max": "8h"},
-         "mix": [{"weight": 3, "resources": {"nvidia.com/mig-2g.20gb": 1}},
-                 {"weight": 1, "resources": {"nvidia.com/mig-1g.20gb": 1}}]},
-        {"name": "finetune", "count": 120, "from": "1h", "to": "12h", "namespace": "training",
-         "duration": {"distribution": "lognormal", "mean": "3h", "min": "30m", "max": "10h"},
-         "mix": [{"weight": 3, "resources": {"nvidia.com/mig-3g.40gb": 1}},
-                 {"weight": 1, "resources": {"nvidia.com/mig-4g.40gb": 1}}]},
-        {"name": "training", "count": 50, "from": 0, "to": "12h", "namespace": "training",
-         "duration": {"distribution": "uniform", "min": "1h", "max": "4h"},
-         "mix": [{"resources": {"nvidia.com/gpu": 1}}]},
+        {
+            "name": "inference",
+            "count": 500,
+            "from": 0,
+            "to": "12h",
+            "namespace": "inference",
+            "duration": {"distribution": "lognormal", "mean": "50m", "min": "2m", "max": "6h"},
+            "mix": [{"resources": {"nvidia.com/gpu": 1}}],
+        },
+        {
+            "name": "notebooks",
+            "count": 120,
+            "from": "1h",
+            "to": "11h",
+            "namespace": "research",
+            "duration": {"distribution": "lognormal", "mean": "2h", "min": "10m", "max": "8h"},
+            "mix": [
+                {"weight": 3, "resources": {"nvidia.com/mig-2g.20gb": 1}},
+                {"weight": 1, "resources": {"nvidia.com/mig-1g.20gb": 1}},
+            ],
+        },
+        {
+            "name": "finetune",
+            "count": 120,
+            "from": "1h",
+            "to": "12h",
+            "namespace": "training",
+            "duration": {"distribution": "lognormal", "mean": "3h", "min": "30m", "max": "10h"},
+            "mix": [
+                {"weight": 3, "resources": {"nvidia.com/mig-3g.40gb": 1}},
+                {"weight": 1, "resources": {"nvidia.com/mig-4g.40gb": 1}},
+            ],
+        },
+        {
+            "name": "training",
+            "count": 50,
+            "from": 0,
+            "to": "12h",
+            "namespace": "training",
+            "duration": {"distribution": "uniform", "min": "1h", "max": "4h"},
+            "mix": [{"resources": {"nvidia.com/gpu": 1}}],
+        },
     ],
 }
 
@@ -69,8 +99,14 @@ class RecordingEngine(Engine):
     def _hold(self, record: PodRecord, held: Held) -> None:
         if not hasattr(self, "log"):
             self.log = []
-        self.log.append((record.pod.name, held.node,
-                         [(s.gpu, s.profile, s.start) for s in held.slots], self.last_t))
+        self.log.append(
+            (
+                record.pod.name,
+                held.node,
+                [(s.gpu, s.profile, s.start) for s in held.slots],
+                self.last_t,
+            )
+        )
         super()._hold(record, held)
 
 
@@ -80,10 +116,8 @@ def pinned() -> Scenario:
 
 
 @pytest.mark.parametrize("policy", sorted(PINS))
-def test_the_fast_path_places_every_pod_where_it_always_did(pinned: Scenario,
-                                                            policy: str) -> None:
-    strategy = make_strategy(f"gpu-slicer-{policy}", pinned, DemandBook(pinned),
-                             through_api=False)
+def test_the_fast_path_places_every_pod_where_it_always_did(pinned: Scenario, policy: str) -> None:
+    strategy = make_strategy(f"gpu-slicer-{policy}", pinned, DemandBook(pinned), through_api=False)
     try:
         engine = RecordingEngine(pinned, strategy)
         result = engine.run()

@@ -16,8 +16,11 @@ from sim.scenario import load_scenario, parse_scenario
 @pytest.fixture(scope="module")
 def noon() -> object:
     scenario = load_scenario("noon-burst")
-    return compare(scenario, ["device-plugin", "static-1g", "gpu-slicer-name",
-                              "gpu-slicer-best-fit", "oracle"], through_api=False)
+    return compare(
+        scenario,
+        ["device-plugin", "static-1g", "gpu-slicer-name", "gpu-slicer-best-fit", "oracle"],
+        through_api=False,
+    )
 
 
 def test_strategies_that_start_every_pod_at_the_same_moment_share_one_labelled_line(
@@ -52,11 +55,18 @@ def test_the_plot_is_written_in_the_format_its_extension_names(
 ) -> None:
     pytest.importorskip("matplotlib")
     target = tmp_path / name
-    assert main(["simulate", "--strategies", "device-plugin,gpu-slicer-best-fit",
-                 "--plot", str(target)]) == 0
+    assert (
+        main(
+            ["simulate", "--strategies", "device-plugin,gpu-slicer-best-fit", "--plot", str(target)]
+        )
+        == 0
+    )
     head = target.read_bytes()[:200]
-    assert head.startswith(b"\x89PNG") if name.endswith(".png") else b"<svg" in head or \
-        b"<?xml" in head
+    assert (
+        head.startswith(b"\x89PNG")
+        if name.endswith(".png")
+        else b"<svg" in head or b"<?xml" in head
+    )
     assert f"plot written to {target}" in capsys.readouterr().out
 
 
@@ -73,15 +83,27 @@ def test_a_plot_name_without_a_known_extension_is_refused_before_the_run(
 
 def test_per_workload_columns_stay_apart_whatever_the_names() -> None:
     long_a, long_b = "a-workload-with-a-very-long-name-indeed", "b"
-    scenario = parse_scenario({
-        "nodes": [{"name": "n", "gpus": "A100-80GB:1"}],
-        "pods": [
-            {"name": "p1", "workload": long_a, "at": "0s", "duration": "1h",
-             "resources": {"nvidia.com/mig-1g.10gb": 1}},
-            {"name": "p2", "workload": long_b, "at": "0s", "duration": "1h",
-             "resources": {"nvidia.com/mig-1g.10gb": 1}},
-        ],
-    })
+    scenario = parse_scenario(
+        {
+            "nodes": [{"name": "n", "gpus": "A100-80GB:1"}],
+            "pods": [
+                {
+                    "name": "p1",
+                    "workload": long_a,
+                    "at": "0s",
+                    "duration": "1h",
+                    "resources": {"nvidia.com/mig-1g.10gb": 1},
+                },
+                {
+                    "name": "p2",
+                    "workload": long_b,
+                    "at": "0s",
+                    "duration": "1h",
+                    "resources": {"nvidia.com/mig-1g.10gb": 1},
+                },
+            ],
+        }
+    )
     text = table(compare(scenario, ["gpu-slicer-best-fit"], through_api=False))
     lines = text.split("served / total (mean wait) per workload:\n")[1].splitlines()
     header, row = lines[0], lines[1]

@@ -9,8 +9,10 @@ import pytest
 from sim.errors import ScenarioError, UnknownNameError
 from sim.scenario import builtin_names, load_scenario, parse_duration, parse_scenario
 
-BASE: dict[str, Any] = {"nodes": [{"name": "n", "gpus": "A100-80GB:1"}],
-                        "namespaces": {"ml": "enabled"}}
+BASE: dict[str, Any] = {
+    "nodes": [{"name": "n", "gpus": "A100-80GB:1"}],
+    "namespaces": {"ml": "enabled"},
+}
 
 
 def with_(**extra: Any) -> dict[str, Any]:
@@ -39,37 +41,84 @@ def test_generators_give_the_same_trace_for_the_same_seed_and_another_for_anothe
     assert [p.arrival for p in first.pods] != [p.arrival for p in other.pods]
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    (90, 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0), ("1h30m", 5400.0),
-    ("1d", 86400.0),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        (90, 90.0),
+        ("90s", 90.0),
+        ("30m", 1800.0),
+        ("2h", 7200.0),
+        ("1h30m", 5400.0),
+        ("1d", 86400.0),
+    ],
+)
 def test_durations_read_as_people_write_them(text: Any, seconds: float) -> None:
     assert parse_duration(text, "x") == seconds
 
 
 def test_clock_times_count_from_the_scenario_clock() -> None:
-    scenario = parse_scenario(with_(clock="08:00", pods=[
-        {"name": "p", "namespace": "ml", "at": "12:00", "duration": "1h",
-         "resources": {"nvidia.com/mig-1g.10gb": 1}}]))
+    scenario = parse_scenario(
+        with_(
+            clock="08:00",
+            pods=[
+                {
+                    "name": "p",
+                    "namespace": "ml",
+                    "at": "12:00",
+                    "duration": "1h",
+                    "resources": {"nvidia.com/mig-1g.10gb": 1},
+                }
+            ],
+        )
+    )
     assert scenario.pods[0].arrival == 4 * 3600
     assert scenario.clock(4 * 3600) == "12:00"
 
 
-@pytest.mark.parametrize(("data", "key"), [
-    (with_(nodez=[]), "nodez"),
-    ({"namespaces": {}}, "nodes"),
-    (with_(nodes=[{"name": "n", "gpus": "Z100:1"}]), "nodes[0].gpus"),
-    (with_(pods=[{"name": "p", "at": 0, "duration": "soon",
-                  "resources": {"nvidia.com/gpu": 1}, "namespace": "ml"}]), "pods[0].duration"),
-    (with_(pods=[{"name": "p", "at": 0, "duration": 1, "namespace": "other",
-                  "resources": {"nvidia.com/gpu": 1}}]), "pods[0].namespace"),
-    (with_(pods=[{"name": "p", "at": 0, "duration": 1, "namespace": "ml"}]), "pods[0]"),
-    (with_(layouts={"bad": ["4g", "4g"]}), "layouts.bad"),
-    (with_(scheduler={"nodeRule": "random"}), "scheduler.nodeRule"),
-    (with_(generators=[{"count": 0, "mix": []}]), "generators[0].count"),
-    (with_(generators=[{"count": 3, "namespace": "ml",
-                        "mix": [{"resources": {"cpu": 1}}]}]), "generators[0].mix[0].resources"),
-])
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        (with_(nodez=[]), "nodez"),
+        ({"namespaces": {}}, "nodes"),
+        (with_(nodes=[{"name": "n", "gpus": "Z100:1"}]), "nodes[0].gpus"),
+        (
+            with_(
+                pods=[
+                    {
+                        "name": "p",
+                        "at": 0,
+                        "duration": "soon",
+                        "resources": {"nvidia.com/gpu": 1},
+                        "namespace": "ml",
+                    }
+                ]
+            ),
+            "pods[0].duration",
+        ),
+        (
+            with_(
+                pods=[
+                    {
+                        "name": "p",
+                        "at": 0,
+                        "duration": 1,
+                        "namespace": "other",
+                        "resources": {"nvidia.com/gpu": 1},
+                    }
+                ]
+            ),
+            "pods[0].namespace",
+        ),
+        (with_(pods=[{"name": "p", "at": 0, "duration": 1, "namespace": "ml"}]), "pods[0]"),
+        (with_(layouts={"bad": ["4g", "4g"]}), "layouts.bad"),
+        (with_(scheduler={"nodeRule": "random"}), "scheduler.nodeRule"),
+        (with_(generators=[{"count": 0, "mix": []}]), "generators[0].count"),
+        (
+            with_(generators=[{"count": 3, "namespace": "ml", "mix": [{"resources": {"cpu": 1}}]}]),
+            "generators[0].mix[0].resources",
+        ),
+    ],
+)
 def test_a_mistake_is_reported_with_its_key(data: dict[str, Any], key: str) -> None:
     with pytest.raises(ScenarioError, match=key.replace("[", r"\[").replace("]", r"\]")):
         parse_scenario(data)
@@ -81,9 +130,12 @@ def test_an_unknown_scenario_name_lists_the_shipped_ones() -> None:
 
 
 def test_a_layout_of_kinds_resolves_per_model() -> None:
-    scenario = parse_scenario(with_(nodes=[{"name": "a", "gpus": "A100-80GB:1"},
-                                           {"name": "h", "gpus": "H100-NVL-94GB:1"}],
-                                    layouts={"mine": ["3g", "3g"]}))
+    scenario = parse_scenario(
+        with_(
+            nodes=[{"name": "a", "gpus": "A100-80GB:1"}, {"name": "h", "gpus": "H100-NVL-94GB:1"}],
+            layouts={"mine": ["3g", "3g"]},
+        )
+    )
     assert scenario.layouts["mine"].for_gpu("h", 0) == ("3g", "3g")
 
 
@@ -106,8 +158,9 @@ def test_a_layout_in_the_agents_file_format_places_exactly_those_instances() -> 
     scenario = _noon_burst_with(exact)
     assert scenario.layouts["balanced"].placements is not None
     (placed,) = compare(scenario, ["static-balanced"]).results
-    (packed,) = compare(_noon_burst_with(["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]),
-                        ["static-balanced"]).results
+    (packed,) = compare(
+        _noon_burst_with(["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]), ["static-balanced"]
+    ).results
     assert placed.starts == packed.starts  # the layout the packer makes, given exactly
     assert placed.creations == packed.creations == 4
 

@@ -53,26 +53,48 @@ def allocate_claim(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [
-            {"name": request, "exactly": {"deviceClassName": "mig.gpu-slicer.io", "count": 1}}
-        ]}},
-        "status": {"allocation": {"devices": {"results": [
-            {"request": request, "driver": DRIVER, "pool": pool, "device": d} for d in devices
-        ]}}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": request,
+                        "exactly": {"deviceClassName": "mig.gpu-slicer.io", "count": 1},
+                    }
+                ]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": request, "driver": DRIVER, "pool": pool, "device": d}
+                        for d in devices
+                    ]
+                }
+            }
+        },
     }
     return api.create(claim)
 
 
 def deallocate(api: InMemoryKubeApi, claim: dict[str, Any]) -> None:
-    stored = api.get("resource.k8s.io/v1", "ResourceClaim", claim["metadata"]["name"],
-                     claim["metadata"]["namespace"])
+    stored = api.get(
+        "resource.k8s.io/v1",
+        "ResourceClaim",
+        claim["metadata"]["name"],
+        claim["metadata"]["namespace"],
+    )
     stored["status"] = {}
     api.update(stored)
 
 
 def delete_claim(api: InMemoryKubeApi, claim: dict[str, Any]) -> None:
-    api.delete("resource.k8s.io/v1", "ResourceClaim", claim["metadata"]["name"],
-               claim["metadata"]["namespace"])
+    api.delete(
+        "resource.k8s.io/v1",
+        "ResourceClaim",
+        claim["metadata"]["name"],
+        claim["metadata"]["namespace"],
+    )
 
 
 def ref(claim: dict[str, Any]) -> tuple[str, str, str]:
@@ -126,14 +148,21 @@ def build_agent(
         kwargs["clock"] = clock
     if static_layout is not None:
         kwargs["static_layout"] = static_layout
-    state = DeviceState(backend, CheckpointStore(root / "checkpoint"), CdiDirectory(root / "cdi"),
-                        **kwargs)
+    state = DeviceState(
+        backend, CheckpointStore(root / "checkpoint"), CdiDirectory(root / "cdi"), **kwargs
+    )
     claims = ClaimCache(api, pool=NODE)
     claims.sync_once()
     health = HealthTracker(backend, metrics=metrics)
     published: list[NodeView] = []
-    reconciler = Reconciler(state, claims, pool=NODE, health=health,
-                            republish=published.append, stale_after_s=stale_after_s)
+    reconciler = Reconciler(
+        state,
+        claims,
+        pool=NODE,
+        health=health,
+        republish=published.append,
+        stale_after_s=stale_after_s,
+    )
     return Agent(backend, api, state, claims, reconciler, health, metrics, published)
 
 

@@ -100,7 +100,6 @@ class PoolView:
                         return False
         return True
 
-
     def admitted_sets(self) -> set[frozenset[str]]:
         """Every set of devices the counters admit together: a DFS that adds devices in name
         order and prunes as soon as one does not fit (a subset of an admitted set is admitted)."""
@@ -109,8 +108,9 @@ class PoolView:
             n: [((cs, c), int(a)) for cs, counters in self.consumes[n] for c, a in counters.items()]
             for n in names
         }
-        limit = {(cs, c): int(v) for cs, counters in self.available.items()
-                 for c, v in counters.items()}
+        limit = {
+            (cs, c): int(v) for cs, counters in self.available.items() for c, v in counters.items()
+        }
         used: dict[tuple[str, str], int] = dict.fromkeys(limit, 0)
         found: set[frozenset[str]] = {frozenset()}
 

@@ -38,8 +38,11 @@ def drifted(model: catalog.GpuModel) -> catalog.GpuModel:
     compute slice; placements, counts and engines stay.
     """
     profiles = tuple(
-        replace(p, memory_bytes=p.memory_bytes + 128 * catalog.MIB * p.memory_slices,
-                multiprocessors=p.multiprocessors - p.compute_slices)
+        replace(
+            p,
+            memory_bytes=p.memory_bytes + 128 * catalog.MIB * p.memory_slices,
+            multiprocessors=p.multiprocessors - p.compute_slices,
+        )
         for p in model.profiles
     )
     return replace(model, profiles=profiles)
@@ -386,8 +389,9 @@ class FakeNvml:
     def nvmlDeviceGetGpuInstancePossiblePlacements(
         self, handle: Any, profile_id: int, array: Any, count_ref: Any
     ) -> int:
-        self._enter("nvmlDeviceGetGpuInstancePossiblePlacements", handle, profile_id, array,
-                    count_ref)
+        self._enter(
+            "nvmlDeviceGetGpuInstancePossiblePlacements", handle, profile_id, array, count_ref
+        )
         index, _ = self._gpu(handle)
         prof = self._gi_profile_by_id(index, profile_id)
         count = self._by_ref(count_ref, ctypes.c_uint)
@@ -438,9 +442,7 @@ class FakeNvml:
         self._enter("nvmlDeviceGetGpuInstances", handle, profile_id, array, count_ref)
         index, _ = self._gpu(handle)
         prof = self._gi_profile_by_id(index, profile_id)
-        handles = [
-            gi.handle for _, gi in sorted(self._gis[index].items()) if gi.profile is prof
-        ]
+        handles = [gi.handle for _, gi in sorted(self._gis[index].items()) if gi.profile is prof]
         self._fill(array, count_ref, handles)
         return int(real.NVML_SUCCESS)
 
@@ -601,4 +603,3 @@ class FakeNvml:
             gpuInstanceId=0xFFFFFFFF,
             computeInstanceId=0xFFFFFFFF,
         )
-

@@ -52,27 +52,49 @@ def test_defaults_are_the_kubelets_directories(monkeypatch: pytest.MonkeyPatch) 
 
 def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {
-        "NODE_NAME": "from-downward-api", "GPU_SLICER_BACKEND": "simulated",
-        "GPU_SLICER_SIMULATE_GPUS": "A100-80GB:1", "GPU_SLICER_CHECKPOINT_DIR": "/c",
-        "GPU_SLICER_CDI_DIR": "/d", "GPU_SLICER_PLUGINS_DIR": "/p",
-        "GPU_SLICER_REGISTRY_DIR": "/r", "GPU_SLICER_METRICS_BIND": "127.0.0.1:1",
-        "GPU_SLICER_RECONCILE_INTERVAL": "7", "GPU_SLICER_KUBECONFIG": "/k",
-        "GPU_SLICER_KUBE": "memory", "GPU_SLICER_REPUBLISH_INTERVAL": "4",
-        "GPU_SLICER_REPROBE_INTERVAL": "0", "GPU_SLICER_TOOLKIT_CDI_SPEC": "/t.yaml",
-        "GPU_SLICER_NVIDIA_CTK": "/usr/bin/nvidia-ctk", "GPU_SLICER_STATIC_LAYOUT": "/l.yaml",
+        "NODE_NAME": "from-downward-api",
+        "GPU_SLICER_BACKEND": "simulated",
+        "GPU_SLICER_SIMULATE_GPUS": "A100-80GB:1",
+        "GPU_SLICER_CHECKPOINT_DIR": "/c",
+        "GPU_SLICER_CDI_DIR": "/d",
+        "GPU_SLICER_PLUGINS_DIR": "/p",
+        "GPU_SLICER_REGISTRY_DIR": "/r",
+        "GPU_SLICER_METRICS_BIND": "127.0.0.1:1",
+        "GPU_SLICER_RECONCILE_INTERVAL": "7",
+        "GPU_SLICER_KUBECONFIG": "/k",
+        "GPU_SLICER_KUBE": "memory",
+        "GPU_SLICER_REPUBLISH_INTERVAL": "4",
+        "GPU_SLICER_REPROBE_INTERVAL": "0",
+        "GPU_SLICER_TOOLKIT_CDI_SPEC": "/t.yaml",
+        "GPU_SLICER_NVIDIA_CTK": "/usr/bin/nvidia-ctk",
+        "GPU_SLICER_STATIC_LAYOUT": "/l.yaml",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     args = build_parser().parse_args(["agent", "run"])
     assert (args.node, args.backend, args.simulate_gpus) == (
-        "from-downward-api", "simulated", "A100-80GB:1")
+        "from-downward-api",
+        "simulated",
+        "A100-80GB:1",
+    )
     assert (args.checkpoint_dir, args.cdi_dir, args.plugins_dir, args.registry_dir) == (
-        Path("/c"), Path("/d"), Path("/p"), Path("/r"))
+        Path("/c"),
+        Path("/d"),
+        Path("/p"),
+        Path("/r"),
+    )
     assert (args.metrics_bind, args.reconcile_interval, args.kubeconfig, args.kube) == (
-        "127.0.0.1:1", 7.0, "/k", "memory")
+        "127.0.0.1:1",
+        7.0,
+        "/k",
+        "memory",
+    )
     assert (args.republish_interval, args.reprobe_interval) == (4.0, 0.0)
     assert (args.toolkit_cdi_spec, args.nvidia_ctk, args.static_layout) == (
-        Path("/t.yaml"), "/usr/bin/nvidia-ctk", Path("/l.yaml"))
+        Path("/t.yaml"),
+        "/usr/bin/nvidia-ctk",
+        Path("/l.yaml"),
+    )
     monkeypatch.setenv("GPU_SLICER_NODE", "explicit")
     assert build_parser().parse_args(["agent", "run"]).node == "explicit"
 
@@ -88,46 +110,100 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         (["--node", "n", "--republish-interval", "0"], "--republish-interval"),
         (["--node", "n", "--republish-interval", "soon"], "--republish-interval"),
         (["--node", "n", "--reprobe-interval", "-1"], "--reprobe-interval"),
-        (["--node", "n", "--toolkit-cdi-spec", "/nonexistent/nvidia.yaml"],
-         "--toolkit-cdi-spec: toolkit CDI spec /nonexistent/nvidia.yaml"),
-        (["--node", "n", "--toolkit-cdi-spec", str(TOOLKIT_SPEC), "--nvidia-ctk", "nvidia-ctk"],
-         "not both"),
+        (
+            ["--node", "n", "--toolkit-cdi-spec", "/nonexistent/nvidia.yaml"],
+            "--toolkit-cdi-spec: toolkit CDI spec /nonexistent/nvidia.yaml",
+        ),
+        (
+            ["--node", "n", "--toolkit-cdi-spec", str(TOOLKIT_SPEC), "--nvidia-ctk", "nvidia-ctk"],
+            "not both",
+        ),
         (["--node", "n", "--static-layout", "/nonexistent/layout.yaml"], "--static-layout"),
     ],
-    ids=["no-node", "bad-gpu-spec", "bad-bind", "bad-interval", "long-socket-path",
-         "zero-republish-interval", "text-republish-interval", "negative-reprobe-interval",
-         "missing-toolkit-spec", "two-toolkit-sources", "missing-layout"],
+    ids=[
+        "no-node",
+        "bad-gpu-spec",
+        "bad-bind",
+        "bad-interval",
+        "long-socket-path",
+        "zero-republish-interval",
+        "text-republish-interval",
+        "negative-reprobe-interval",
+        "missing-toolkit-spec",
+        "two-toolkit-sources",
+        "missing-layout",
+    ],
 )
 def test_bad_input_exits_2_naming_the_problem(
-    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], short_dir: Path,
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    short_dir: Path,
 ) -> None:
     monkeypatch.delenv("GPU_SLICER_NODE", raising=False)
     monkeypatch.delenv("NODE_NAME", raising=False)
-    base = ["agent", "run", "--backend", "simulated", "--kube", "memory", "--metrics-bind", "",
-            "--checkpoint-dir", str(short_dir / "c"), "--cdi-dir", str(short_dir / "d"),
-            "--registry-dir", str(short_dir / "r"), "--plugins-dir", str(short_dir / "p")]
+    base = [
+        "agent",
+        "run",
+        "--backend",
+        "simulated",
+        "--kube",
+        "memory",
+        "--metrics-bind",
+        "",
+        "--checkpoint-dir",
+        str(short_dir / "c"),
+        "--cdi-dir",
+        str(short_dir / "d"),
+        "--registry-dir",
+        str(short_dir / "r"),
+        "--plugins-dir",
+        str(short_dir / "p"),
+    ]
     assert main([*base, *argv]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_a_static_layout_that_does_not_fit_the_gpus_exits_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], short_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    short_dir: Path,
 ) -> None:
     layout = tmp_path / "layout.yaml"
     layout.write_text('default: ["3g.40gb@0", "4g.40gb@0"]\n')
-    argv = ["agent", "run", "--node", "n", "--backend", "simulated", "--simulate-gpus",
-            "A100-80GB:1", "--kube", "memory", "--metrics-bind", "",
-            "--checkpoint-dir", str(short_dir / "c"), "--cdi-dir", str(short_dir / "d"),
-            "--registry-dir", str(short_dir / "r"), "--plugins-dir", str(short_dir / "p"),
-            "--static-layout", str(layout)]
+    argv = [
+        "agent",
+        "run",
+        "--node",
+        "n",
+        "--backend",
+        "simulated",
+        "--simulate-gpus",
+        "A100-80GB:1",
+        "--kube",
+        "memory",
+        "--metrics-bind",
+        "",
+        "--checkpoint-dir",
+        str(short_dir / "c"),
+        "--cdi-dir",
+        str(short_dir / "d"),
+        "--registry-dir",
+        str(short_dir / "r"),
+        "--plugins-dir",
+        str(short_dir / "p"),
+        "--static-layout",
+        str(layout),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--static-layout" in err and "overlaps" in err
 
 
 def test_without_a_toolkit_spec_the_agent_says_pods_get_no_cuda_libraries(
-    short_dir: Path, caplog: pytest.LogCaptureFixture,
+    short_dir: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from kube.memory import InMemoryKubeApi
     from slicer.agent import AgentConfig, NodeAgent
@@ -137,15 +213,28 @@ def test_without_a_toolkit_spec_the_agent_says_pods_get_no_cuda_libraries(
     def agent(config: AgentConfig) -> NodeAgent:
         return NodeAgent(config, backend=SimulatedBackend("A30:1"), api=InMemoryKubeApi())
 
-    bare = agent(AgentConfig(node="n", checkpoint_dir=short_dir / "c", cdi_dir=short_dir / "d",
-                             plugins_dir=short_dir / "p", registry_dir=short_dir / "r"))
+    bare = agent(
+        AgentConfig(
+            node="n",
+            checkpoint_dir=short_dir / "c",
+            cdi_dir=short_dir / "d",
+            plugins_dir=short_dir / "p",
+            registry_dir=short_dir / "r",
+        )
+    )
     bare._report_facts()
     assert bare.metrics.value("gpu_slicer_agent_cdi_toolkit_edits") == 0
     assert "CUDA will not run" in caplog.text
-    with_toolkit = agent(AgentConfig(
-        node="n", checkpoint_dir=short_dir / "c2", cdi_dir=short_dir / "d2",
-        plugins_dir=short_dir / "p2", registry_dir=short_dir / "r2",
-        cdi_common=load_toolkit_spec(TOOLKIT_SPEC)))
+    with_toolkit = agent(
+        AgentConfig(
+            node="n",
+            checkpoint_dir=short_dir / "c2",
+            cdi_dir=short_dir / "d2",
+            plugins_dir=short_dir / "p2",
+            registry_dir=short_dir / "r2",
+            cdi_common=load_toolkit_spec(TOOLKIT_SPEC),
+        )
+    )
     with_toolkit._report_facts()
     assert with_toolkit.metrics.value("gpu_slicer_agent_cdi_toolkit_edits") == 1
 
@@ -162,13 +251,39 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
     port = _free_port()
     registry, plugins = short_dir / "reg", short_dir / "plugins"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "agent", "run", "--node", "n1",
-         "--backend", "simulated", "--simulate-gpus", "H100-80GB:1", "--kube", "memory",
-         "--checkpoint-dir", str(short_dir / "ckpt"), "--cdi-dir", str(short_dir / "cdi"),
-         "--plugins-dir", str(plugins), "--registry-dir", str(registry),
-         "--metrics-bind", f"127.0.0.1:{port}", "--reconcile-interval", "0.5",
-         "--toolkit-cdi-spec", str(TOOLKIT_SPEC)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "agent",
+            "run",
+            "--node",
+            "n1",
+            "--backend",
+            "simulated",
+            "--simulate-gpus",
+            "H100-80GB:1",
+            "--kube",
+            "memory",
+            "--checkpoint-dir",
+            str(short_dir / "ckpt"),
+            "--cdi-dir",
+            str(short_dir / "cdi"),
+            "--plugins-dir",
+            str(plugins),
+            "--registry-dir",
+            str(registry),
+            "--metrics-bind",
+            f"127.0.0.1:{port}",
+            "--reconcile-interval",
+            "0.5",
+            "--toolkit-cdi-spec",
+            str(TOOLKIT_SPEC),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     reg_sock = registry / "gpu-slicer.io-reg.sock"
     try:
@@ -179,14 +294,18 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
             time.sleep(0.1)
         with grpc.insecure_channel(f"unix://{reg_sock}") as channel:
             registration = pluginregistration_pb2_grpc.RegistrationStub(  # type: ignore[no-untyped-call]
-                channel)
+                channel
+            )
             info = registration.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=20)
         assert info.endpoint == str(plugins / "gpu-slicer.io" / "dra.sock")
         with grpc.insecure_channel(f"unix://{info.endpoint}") as channel:
             dra = dra_v1_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
             response = dra.NodePrepareResources(
-                dra_v1_pb2.NodePrepareResourcesRequest(claims=[
-                    dra_v1_pb2.Claim(namespace="ml", uid="u-1", name="nothing")]), timeout=20)
+                dra_v1_pb2.NodePrepareResourcesRequest(
+                    claims=[dra_v1_pb2.Claim(namespace="ml", uid="u-1", name="nothing")]
+                ),
+                timeout=20,
+            )
         assert "does not exist" in response.claims["u-1"].error
         metrics = ""
         while "gpu_slicer_agent_free_memory_slices" not in metrics:

@@ -83,13 +83,18 @@ SMALLEST_GIB = {"A100-40GB": 4.75, "A100-80GB": 9.5, "H100-80GB": 9.75, "A30-24G
 # Memory as `nvidia-smi mig -lgip` shows it (GiB), the figures the issue and the MIG user guide
 # cite; where drivers differ, the smallest (a memory-based chain must not promise more).
 LGIP_GIB = {
-    ("A100-40GB", "1g.5gb"): 4.75, ("A100-40GB", "2g.10gb"): 9.62,
-    ("A100-40GB", "3g.20gb"): 19.62, ("A100-40GB", "7g.40gb"): 39.5,
-    ("A100-80GB", "2g.20gb"): 19.5, ("A100-80GB", "3g.40gb"): 39.25,
+    ("A100-40GB", "1g.5gb"): 4.75,
+    ("A100-40GB", "2g.10gb"): 9.62,
+    ("A100-40GB", "3g.20gb"): 19.62,
+    ("A100-40GB", "7g.40gb"): 39.5,
+    ("A100-80GB", "2g.20gb"): 19.5,
+    ("A100-80GB", "3g.40gb"): 39.25,
     ("A100-80GB", "7g.80gb"): 78.5,
-    ("H100-80GB", "1g.10gb"): 9.75, ("H100-80GB", "3g.40gb"): 39.5,
+    ("H100-80GB", "1g.10gb"): 9.75,
+    ("H100-80GB", "3g.40gb"): 39.5,
     ("H100-80GB", "7g.80gb"): 79.25,
-    ("A30-24GB", "1g.6gb"): 5.81, ("A30-24GB", "4g.24gb"): 23.44,
+    ("A30-24GB", "1g.6gb"): 5.81,
+    ("A30-24GB", "4g.24gb"): 23.44,
 }
 
 PCI_IDS = {
@@ -111,8 +116,19 @@ PCI_IDS = {
 }
 
 # Models with a value not read off hardware (H100 NVL: memory per profile).
-UNCONFIRMED = {"H100-96GB", "H200-141GB", "GH200-144GB", "B200-180GB", "H800-80GB", "H20-96GB",
-               "GB200-186GB", "B300-288GB", "GB300-288GB", "RTX-PRO-6000-96GB", "H100-NVL-94GB"}
+UNCONFIRMED = {
+    "H100-96GB",
+    "H200-141GB",
+    "GH200-144GB",
+    "B200-180GB",
+    "H800-80GB",
+    "H20-96GB",
+    "GB200-186GB",
+    "B300-288GB",
+    "GB300-288GB",
+    "RTX-PRO-6000-96GB",
+    "H100-NVL-94GB",
+}
 # Models of which nothing but the placements is confirmed.
 GEOMETRY_ONLY = UNCONFIRMED - {"H100-NVL-94GB", "RTX-PRO-6000-96GB"}
 ARCHITECTURES = {
@@ -221,15 +237,17 @@ def test_values_not_seen_on_hardware_are_marked_unconfirmed(model: catalog.GpuMo
     else:
         assert model.confirmed
     if model.key in GEOMETRY_ONLY:
-        assert all(p.unconfirmed == {"memory", "multiprocessors", "engines"}
-                   for p in model.profiles)
+        assert all(
+            p.unconfirmed == {"memory", "multiprocessors", "engines"} for p in model.profiles
+        )
     if model.key == "H100-NVL-94GB":
         assert all(p.unconfirmed == {"memory"} for p in model.profiles)
     assert all(p.unconfirmed <= catalog.VALUE_KINDS for p in model.profiles)
 
 
-@pytest.mark.parametrize(("key", "profile", "gib"),
-                         [(k, p, g) for (k, p), g in sorted(LGIP_GIB.items())])
+@pytest.mark.parametrize(
+    ("key", "profile", "gib"), [(k, p, g) for (k, p), g in sorted(LGIP_GIB.items())]
+)
 def test_memory_is_what_nvidia_smi_mig_lgip_shows(key: str, profile: str, gib: float) -> None:
     memory = catalog.get_model(key).profile(profile).memory_bytes
     assert round(memory / GIB, 2) == gib
@@ -357,9 +375,19 @@ def test_profiles_with_memory_are_exactly_those_that_fit_in_a_fixed_order(min_by
         ),
     ],
     ids=[
-        "seven-1g", "two-3g", "4g-and-3g", "four-1g-double", "three-2g-and-1g", "3g-2g-1g-1g",
-        "7g", "unknown-profile", "illegal-start", "slice-7-unreachable-by-1g", "overlap",
-        "overlap-after-full", "two-media",
+        "seven-1g",
+        "two-3g",
+        "4g-and-3g",
+        "four-1g-double",
+        "three-2g-and-1g",
+        "3g-2g-1g-1g",
+        "7g",
+        "unknown-profile",
+        "illegal-start",
+        "slice-7-unreachable-by-1g",
+        "overlap",
+        "overlap-after-full",
+        "two-media",
     ],
 )
 def test_violations_explain_what_cannot_coexist(

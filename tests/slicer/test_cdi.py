@@ -33,12 +33,16 @@ def test_a_mig_device_gets_the_parent_control_uvm_and_both_capability_nodes() ->
     spec = claim_spec(UID, [MIG])
     edits = spec["devices"][0]["containerEdits"]
     assert [n["path"] for n in edits["deviceNodes"]] == [
-        "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31",
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap30",
+        "/dev/nvidia-caps/nvidia-cap31",
     ]
     assert edits["env"] == ["NVIDIA_VISIBLE_DEVICES=MIG-1234"]
     # Without a toolkit spec the common edits are the control and UVM nodes only.
     assert [n["path"] for n in spec["containerEdits"]["deviceNodes"]] == [
-        "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
     ]
 
 
@@ -51,7 +55,8 @@ def test_a_claim_spec_carries_the_toolkit_s_libraries_nodes_and_hooks() -> None:
     spec = claim_spec(UID, [MIG, WHOLE], common)
     shared = spec["containerEdits"]
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} <= {
-        n["path"] for n in shared["deviceNodes"]}
+        n["path"] for n in shared["deviceNodes"]
+    }
     assert any(m["containerPath"].endswith("libcuda.so.580.65.06") for m in shared["mounts"])
     hooks = [h["args"][1] for h in shared["hooks"]]
     assert "update-ldcache" in hooks and "create-symlinks" in hooks
@@ -60,7 +65,10 @@ def test_a_claim_spec_carries_the_toolkit_s_libraries_nodes_and_hooks() -> None:
     assert "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib/x86_64-linux-gnu" in shared["env"]
     mig = spec["devices"][0]["containerEdits"]
     assert [n["path"] for n in mig["deviceNodes"]] == [
-        "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31"]
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap30",
+        "/dev/nvidia-caps/nvidia-cap31",
+    ]
     # The toolkit's own per-GPU devices ("0", "0:0", "all") are not copied.
     assert [d["name"] for d in spec["devices"]] == [f"{UID}-gpu-0-mig-1g10gb-6", f"{UID}-gpu-1"]
     assert validate_spec(spec) == []
@@ -76,11 +84,16 @@ def test_a_newer_toolkit_spec_raises_the_claim_spec_s_cdi_version(tmp_path: Path
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: [{name: '0', containerEdits: "
-         "{deviceNodes: [{path: /dev/nvidia0}]}}]\n", "no spec-level containerEdits"),
+        (
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: [{name: '0', containerEdits: "
+            "{deviceNodes: [{path: /dev/nvidia0}]}}]\n",
+            "no spec-level containerEdits",
+        ),
         ("[1, 2]\n", "a CDI spec is a mapping"),
-        ("cdiVersion: 0.5.0\nkind: nvidia.com\ndevices: []\ncontainerEdits: {env: [A=1]}\n",
-         "not a valid CDI spec"),
+        (
+            "cdiVersion: 0.5.0\nkind: nvidia.com\ndevices: []\ncontainerEdits: {env: [A=1]}\n",
+            "not a valid CDI spec",
+        ),
         ("a: [\n", "toolkit CDI spec"),
     ],
     ids=["no-common-edits", "not-a-mapping", "invalid", "bad-yaml"],
@@ -108,9 +121,11 @@ def test_nvidia_ctk_generates_the_common_edits(tmp_path: Path) -> None:
 
     ctk = tmp_path / "nvidia-ctk"
     (tmp_path / "spec.json").write_text(json.dumps(yaml.safe_load(TOOLKIT_SPEC.read_text())))
-    ctk.write_text("#!/bin/sh\n"
-                   '[ "$1 $2 $3" = "cdi generate --format=json" ] || exit 3\n'
-                   f"cat {tmp_path / 'spec.json'}\n")
+    ctk.write_text(
+        "#!/bin/sh\n"
+        '[ "$1 $2 $3" = "cdi generate --format=json" ] || exit 3\n'
+        f"cat {tmp_path / 'spec.json'}\n"
+    )
     ctk.chmod(0o755)
     common = toolkit_spec_from_ctk(str(ctk))
     assert common.source == f"{ctk} cdi generate --format=json"
@@ -138,7 +153,9 @@ def test_device_ids_name_the_claim_and_device_under_our_vendor_and_class() -> No
     spec = claim_spec(UID, [MIG, WHOLE])
     names = [d["name"] for d in spec["devices"]]
     assert [f"{spec['kind']}={n}" for n in names] == [
-        device_id(UID, "gpu-0-mig-1g10gb-6"), device_id(UID, "gpu-1")]
+        device_id(UID, "gpu-0-mig-1g10gb-6"),
+        device_id(UID, "gpu-1"),
+    ]
 
 
 def test_generated_specs_follow_the_cdi_rules() -> None:
@@ -164,18 +181,33 @@ def _spec(**changes: Any) -> dict[str, Any]:
         (_spec(devices=[{"name": "bad name!", "containerEdits": {"env": ["A=1"]}}]), "name"),
         (_spec(devices=[{"name": "a", "containerEdits": {}}]), "containerEdits"),
         (_spec(devices=[{"name": "a", "containerEdits": {"env": ["NOEQUALS"]}}]), "KEY=VALUE"),
-        (_spec(devices=[{"name": "a", "containerEdits": {"deviceNodes": [{"path": "dev/x"}]}}]),
-         "absolute"),
+        (
+            _spec(devices=[{"name": "a", "containerEdits": {"deviceNodes": [{"path": "dev/x"}]}}]),
+            "absolute",
+        ),
         (_spec(devices=[{"name": "a", "containerEdits": {"env": ["A=1"]}}] * 2), "unique"),
-        (_spec(containerEdits={"hooks": [{"hookName": "later", "path": "/bin/x"}]}),
-         "hookName"),
-        (_spec(containerEdits={"hooks": [{"hookName": "createContainer", "path": "x"}]}),
-         "absolute"),
+        (_spec(containerEdits={"hooks": [{"hookName": "later", "path": "/bin/x"}]}), "hookName"),
+        (
+            _spec(containerEdits={"hooks": [{"hookName": "createContainer", "path": "x"}]}),
+            "absolute",
+        ),
         (_spec(containerEdits={"mounts": [{"hostPath": "/usr/lib/x"}]}), "containerPath"),
     ],
-    ids=["old-version", "bad-version", "no-class", "vendor-digit", "no-devices", "device-charset",
-         "empty-edits", "env-shape", "relative-node", "duplicate", "hook-name", "hook-path",
-         "mount"],
+    ids=[
+        "old-version",
+        "bad-version",
+        "no-class",
+        "vendor-digit",
+        "no-devices",
+        "device-charset",
+        "empty-edits",
+        "env-shape",
+        "relative-node",
+        "duplicate",
+        "hook-name",
+        "hook-path",
+        "mount",
+    ],
 )
 def test_the_validator_catches_specs_that_break_the_rules(spec: Any, problem: str) -> None:
     problems = validate_spec(spec)

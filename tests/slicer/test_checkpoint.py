@@ -26,13 +26,25 @@ from slicer.simulated import SimulatedBackend
 
 
 def sample() -> Checkpoint:
-    device = PreparedDevice(("gpu",), "gpu-0-mig-1g10gb-6", 0, "1g.10gb", 6, 3, 0, "MIG-x",
-                            "k8s.gpu-slicer.io/claim=u1-gpu-0-mig-1g10gb-6")
+    device = PreparedDevice(
+        ("gpu",),
+        "gpu-0-mig-1g10gb-6",
+        0,
+        "1g.10gb",
+        6,
+        3,
+        0,
+        "MIG-x",
+        "k8s.gpu-slicer.io/claim=u1-gpu-0-mig-1g10gb-6",
+    )
     whole = PreparedDevice(("a/b",), "gpu-1", 1, cdi_device_id="k8s.gpu-slicer.io/claim=u2-gpu-1")
-    return Checkpoint("boot-1", {
-        "u1": ClaimEntry("u1", "ml", "c1", PREPARE_COMPLETED, 10.5, (device,)),
-        "u2": ClaimEntry("u2", "ml", "c2", PREPARE_STARTED, 11.0, (whole,)),
-    })
+    return Checkpoint(
+        "boot-1",
+        {
+            "u1": ClaimEntry("u1", "ml", "c1", PREPARE_COMPLETED, 10.5, (device,)),
+            "u2": ClaimEntry("u2", "ml", "c2", PREPARE_STARTED, 11.0, (whole,)),
+        },
+    )
 
 
 def test_a_checkpoint_survives_encoding_unchanged() -> None:
@@ -53,8 +65,11 @@ def test_a_changed_byte_fails_the_checksum() -> None:
         decode(tampered)
 
 
-@pytest.mark.parametrize("raw", [b"{not json", b"[]", b'{"version": 99, "data": {}}',
-                                 b"\xff\xfe"], ids=["truncated", "array", "future", "binary"])
+@pytest.mark.parametrize(
+    "raw",
+    [b"{not json", b"[]", b'{"version": 99, "data": {}}', b"\xff\xfe"],
+    ids=["truncated", "array", "future", "binary"],
+)
 def test_unusable_files_raise_a_checkpoint_error(raw: bytes) -> None:
     with pytest.raises(CheckpointError):
         decode(raw)
@@ -68,8 +83,9 @@ def test_save_replaces_the_file_atomically_and_leaves_no_temp_files(tmp_path: Pa
     assert sorted(os.listdir(tmp_path)) == ["checkpoint.json"]
 
 
-def test_a_failed_write_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                ) -> None:
+def test_a_failed_write_keeps_the_previous_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = CheckpointStore(tmp_path)
     store.save(sample())
 
@@ -94,8 +110,7 @@ def test_a_corrupt_file_is_moved_aside_and_the_agent_starts_empty(tmp_path: Path
     assert [p.name for p in tmp_path.iterdir()][0].startswith("checkpoint.json.corrupt-")
 
 
-def test_a_corrupt_checkpoint_is_recovered_by_adopting_allocated_instances(tmp_path: Path
-                                                                           ) -> None:
+def test_a_corrupt_checkpoint_is_recovered_by_adopting_allocated_instances(tmp_path: Path) -> None:
     api = InMemoryKubeApi()
     backend = SimulatedBackend("H100-80GB:1", node_name=NODE)
     claim = allocate_claim(api, ["gpu-0-mig-2g20gb-2"])
@@ -115,8 +130,9 @@ def test_a_file_written_in_the_earlier_indented_layout_still_loads(tmp_path: Pat
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     checksum = "sha256:" + hashlib.sha256(canonical).hexdigest()
     store = CheckpointStore(tmp_path)
-    store.path.write_text(json.dumps({"version": 1, "checksum": checksum, "data": data},
-                                     indent=1, sort_keys=True))
+    store.path.write_text(
+        json.dumps({"version": 1, "checksum": checksum, "data": data}, indent=1, sort_keys=True)
+    )
     assert store.load() == sample()
 
 

@@ -14,13 +14,40 @@ from slicer.claims import AllocatedDevice, ClaimCache, ClaimError, our_results
 
 
 def test_only_results_of_our_driver_in_our_pool_count() -> None:
-    claim = {"status": {"allocation": {"devices": {"results": [
-        {"request": "a", "driver": "gpu-slicer.io", "pool": NODE, "device": "gpu-0"},
-        {"request": "b", "driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-1"},
-        {"request": "c/small", "driver": "gpu-slicer.io", "pool": "node-b", "device": "gpu-2"},
-        {"request": "d/small", "driver": "gpu-slicer.io", "pool": NODE,
-         "device": "gpu-0-mig-1g10gb-6"},
-    ]}}}}
+    claim = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "a",
+                            "driver": "gpu-slicer.io",
+                            "pool": NODE,
+                            "device": "gpu-0",
+                        },
+                        {
+                            "request": "b",
+                            "driver": "gpu.nvidia.com",
+                            "pool": NODE,
+                            "device": "gpu-1",
+                        },
+                        {
+                            "request": "c/small",
+                            "driver": "gpu-slicer.io",
+                            "pool": "node-b",
+                            "device": "gpu-2",
+                        },
+                        {
+                            "request": "d/small",
+                            "driver": "gpu-slicer.io",
+                            "pool": NODE,
+                            "device": "gpu-0-mig-1g10gb-6",
+                        },
+                    ]
+                }
+            }
+        }
+    }
     assert our_results(claim, pool=NODE) == [
         AllocatedDevice("a", "gpu-0", NODE),
         AllocatedDevice("d/small", "gpu-0-mig-1g10gb-6", NODE),
@@ -54,8 +81,14 @@ def test_the_watch_keeps_the_cache_current_and_recovers_after_an_outage() -> Non
     api.fail_next("list", Unavailable("connection refused"), times=2)
     changes: list[int] = []
     errors: list[str] = []
-    cache = ClaimCache(api, pool=NODE, on_change=lambda: changes.append(1),
-                       on_error=errors.append, backoff_s=(0.01, 0.05), watch_timeout_s=5)
+    cache = ClaimCache(
+        api,
+        pool=NODE,
+        on_change=lambda: changes.append(1),
+        on_error=errors.append,
+        backoff_s=(0.01, 0.05),
+        watch_timeout_s=5,
+    )
     cache.start()
     try:
         _wait(lambda: cache.synced)

@@ -121,20 +121,41 @@ def test_agent_directories_that_are_files_are_named(
 ) -> None:
     afile = tmp_path / "afile"
     afile.write_text("")
-    argv = ["agent", "run", "--node", "n1", "--backend", "simulated", "--kube", "memory",
-            "--checkpoint-dir", str(afile)]
+    argv = [
+        "agent",
+        "run",
+        "--node",
+        "n1",
+        "--backend",
+        "simulated",
+        "--kube",
+        "memory",
+        "--checkpoint-dir",
+        str(afile),
+    ]
     code, err = run(argv, capsys)
     assert code == 2
     assert f"--checkpoint-dir {afile} is a file, not a folder" in err
 
 
-@pytest.mark.parametrize("flag", ["--reconcile-interval", "--republish-interval",
-                                  "--reprobe-interval"])
+@pytest.mark.parametrize(
+    "flag", ["--reconcile-interval", "--republish-interval", "--reprobe-interval"]
+)
 def test_agent_intervals_too_long_for_a_timer_are_named(
     flag: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["agent", "run", "--node", "n1", "--backend", "simulated", "--kube", "memory",
-            flag, "1e300"]
+    argv = [
+        "agent",
+        "run",
+        "--node",
+        "n1",
+        "--backend",
+        "simulated",
+        "--kube",
+        "memory",
+        flag,
+        "1e300",
+    ]
     code, err = run(argv, capsys)
     assert code == 2
     assert f"{flag} must be a number of seconds" in err and "<= 10,000,000" in err
@@ -154,10 +175,26 @@ def test_a_metrics_address_the_node_does_not_have_names_the_flag(
 
     root = Path(tempfile.mkdtemp(prefix="gs-", dir="/tmp"))  # unix socket paths must stay short
     try:
-        argv = ["agent", "run", "--node", "n1", "--backend", "simulated", "--kube", "memory",
-                "--checkpoint-dir", str(root / "ck"), "--cdi-dir", str(root / "cdi"),
-                "--plugins-dir", str(root / "pl"), "--registry-dir", str(root / "reg"),
-                "--metrics-bind", "192.0.2.1:9464"]  # TEST-NET-1: never a local address
+        argv = [
+            "agent",
+            "run",
+            "--node",
+            "n1",
+            "--backend",
+            "simulated",
+            "--kube",
+            "memory",
+            "--checkpoint-dir",
+            str(root / "ck"),
+            "--cdi-dir",
+            str(root / "cdi"),
+            "--plugins-dir",
+            str(root / "pl"),
+            "--registry-dir",
+            str(root / "reg"),
+            "--metrics-bind",
+            "192.0.2.1:9464",
+        ]  # TEST-NET-1: never a local address
         code, err = run(argv, capsys)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -74,8 +74,9 @@ class World:
             assert self.sim.processes(0, self.busy_gi) == [BUSY_PID]
         entries = agent.state.entries()
         for inst in live_instances(self.sim):
-            owned = any(instance_at([inst], d) is not None
-                        for e in entries.values() for d in e.devices)
+            owned = any(
+                instance_at([inst], d) is not None for e in entries.values() for d in e.devices
+            )
             assert owned, f"leaked instance {inst}"
         uid = ref(self.claim)[0]
         entry = entries.get(uid)
@@ -116,19 +117,33 @@ class World:
 
 
 PREPARE_STEPS = [
-    ("gpus", False), ("instances", False), ("set_mig_mode", False), ("set_mig_mode", True),
-    ("create_gpu_instance", False), ("create_gpu_instance", True),
-    ("create_compute_instance", False), ("create_compute_instance", True),
-    ("capability_minors", False), ("checkpoint-started", False), ("checkpoint-started", True),
-    ("cdi-write", False), ("cdi-write", True),
-    ("checkpoint-completed", False), ("checkpoint-completed", True),
+    ("gpus", False),
+    ("instances", False),
+    ("set_mig_mode", False),
+    ("set_mig_mode", True),
+    ("create_gpu_instance", False),
+    ("create_gpu_instance", True),
+    ("create_compute_instance", False),
+    ("create_compute_instance", True),
+    ("capability_minors", False),
+    ("checkpoint-started", False),
+    ("checkpoint-started", True),
+    ("cdi-write", False),
+    ("cdi-write", True),
+    ("checkpoint-completed", False),
+    ("checkpoint-completed", True),
 ]
 UNPREPARE_STEPS = [
-    ("instances", False), ("processes", False),
-    ("destroy_compute_instance", False), ("destroy_compute_instance", True),
-    ("destroy_gpu_instance", False), ("destroy_gpu_instance", True),
-    ("cdi-remove", False), ("cdi-remove", True),
-    ("checkpoint-drop", False), ("checkpoint-drop", True),
+    ("instances", False),
+    ("processes", False),
+    ("destroy_compute_instance", False),
+    ("destroy_compute_instance", True),
+    ("destroy_gpu_instance", False),
+    ("destroy_gpu_instance", True),
+    ("cdi-remove", False),
+    ("cdi-remove", True),
+    ("checkpoint-drop", False),
+    ("checkpoint-drop", True),
 ]
 
 
@@ -249,8 +264,7 @@ def test_a_reboot_mid_run_clears_state_and_claims_prepare_again(tmp_path: Path) 
     assert instance_at(world.sim.instances(0), busy) is not None
 
 
-def test_a_reboot_noticed_by_a_running_agent_is_handled_on_the_next_pass(tmp_path: Path
-                                                                         ) -> None:
+def test_a_reboot_noticed_by_a_running_agent_is_handled_on_the_next_pass(tmp_path: Path) -> None:
     world = World(tmp_path)
     agent = world.agent()
     agent.prepare(world.claim)
@@ -272,8 +286,12 @@ def test_a_foreign_instance_made_by_hand_is_never_destroyed(tmp_path: Path) -> N
     world.clock.now += 3600
     agent.reconcile()
     assert any(i.gi_id == gi and i.start == 6 for i in world.sim.instances(0))
-    assert agent.metrics.value("gpu_slicer_agent_instances", {"profile": "1g.10gb",
-                                                              "owner": "foreign"}) == 1
+    assert (
+        agent.metrics.value(
+            "gpu_slicer_agent_instances", {"profile": "1g.10gb", "owner": "foreign"}
+        )
+        == 1
+    )
     view = agent.published[-1]
     assert [(i.start) for i in view.gpus[0].foreign] == [6]
 

@@ -48,8 +48,10 @@ def test_class_selectors_split_the_pool_into_whole_gpus_and_mig_slices(
 ) -> None:
     states = make_states("H100-80GB:1,A100-80GB:1", mode="dynamic")
     devices = [d for s in build_slices("n", states) for d in s["spec"].get("devices", [])]
-    classes = {c["metadata"]["name"]: c["spec"]["selectors"][0]["cel"]["expression"]
-               for c in device_classes()}
+    classes = {
+        c["metadata"]["name"]: c["spec"]["selectors"][0]["cel"]["expression"]
+        for c in device_classes()
+    }
     gpus = {d["name"] for d in devices if selects(classes[GPU_CLASS], d)}
     migs = {d["name"] for d in devices if selects(classes[MIG_CLASS], d)}
     assert gpus == {"gpu-0"}  # the A100 is in mig mode: no whole device

@@ -95,8 +95,9 @@ def test_a_malformed_profile_has_no_token(profile: str) -> None:
 
 
 def test_a_live_instance_knows_its_spec_and_memory_slices() -> None:
-    mig = MigInstance(gpu_index=2, profile="3g.40gb", start=4, size=4, gi_id=2, ci_id=0,
-                      uuid="MIG-x")
+    mig = MigInstance(
+        gpu_index=2, profile="3g.40gb", start=4, size=4, gi_id=2, ci_id=0, uuid="MIG-x"
+    )
     assert mig.spec == SliceSpec(2, "3g.40gb", 4)
     assert list(mig.memory_slices) == [4, 5, 6, 7]
 

@@ -49,8 +49,17 @@ def test_models_are_matched_by_alias_case_insensitively_and_spaces_are_ignored()
         (":2", "no model"),
         ("H100-80GB:1,V100:2", "unknown model 'V100'"),
     ],
-    ids=["empty", "blank", "double-comma", "zero", "negative", "word-count", "no-count",
-         "no-model", "unknown-model"],
+    ids=[
+        "empty",
+        "blank",
+        "double-comma",
+        "zero",
+        "negative",
+        "word-count",
+        "no-count",
+        "no-model",
+        "unknown-model",
+    ],
 )
 def test_a_bad_spec_names_the_bad_part_and_lists_known_models(spec: str, names: str) -> None:
     with pytest.raises(GpuSpecError) as info:

@@ -51,10 +51,16 @@ def test_every_slice_validates_strictly_against_the_schema_of_each_version(
     spec: str,
     mode: str,
 ) -> None:
-    states = make_states(spec, mode=mode, instances={0: [("1g.18gb", 0)]} if "H200" in spec
-                         else None)
-    states[-1] = GpuState(states[-1].info, states[-1].mode, states[-1].instances,
-                          states[-1].owned, (DeviceTaint("gpu-slicer.io/unhealthy", "xid-79"),))
+    states = make_states(
+        spec, mode=mode, instances={0: [("1g.18gb", 0)]} if "H200" in spec else None
+    )
+    states[-1] = GpuState(
+        states[-1].info,
+        states[-1].mode,
+        states[-1].instances,
+        states[-1].owned,
+        (DeviceTaint("gpu-slicer.io/unhealthy", "xid-79"),),
+    )
     slices = build_slices("node-a", states, server_version=vt(version), policy="best-fit")
     assert slices
     for obj in slices:
@@ -67,11 +73,17 @@ def test_static_layout_slices_validate_strictly(
     validate: Callable[[dict[str, Any], str], None],
     version: str,
 ) -> None:
-    states = make_states("H100-80GB:2", instances={0: [("3g.40gb", 0), ("1g.10gb", 6)]},
-                         owned={0: [("3g.40gb", 0), ("1g.10gb", 6)]})
+    states = make_states(
+        "H100-80GB:2",
+        instances={0: [("3g.40gb", 0), ("1g.10gb", 6)]},
+        owned={0: [("3g.40gb", 0), ("1g.10gb", 6)]},
+    )
     slices = build_slices("node-a", states, server_version=vt(version), static=True)
     assert {d["name"] for s in slices for d in s["spec"].get("devices", [])} == {
-        "gpu-0-mig-3g40gb-0", "gpu-0-mig-1g10gb-6", "gpu-1"}
+        "gpu-0-mig-3g40gb-0",
+        "gpu-0-mig-1g10gb-6",
+        "gpu-1",
+    }
     for obj in slices:
         validate(obj, version)
 
@@ -89,8 +101,13 @@ def test_limits_hold_for_one_to_sixteen_gpus_of_every_model(
 ) -> None:
     states16 = make_states(f"{model_key}:16")
     for count in range(1, 17):
-        plan = plan_pool("node-a", states16[:count], server_version=vt(version),
-                         policy="anti-fragmentation", generation=7)
+        plan = plan_pool(
+            "node-a",
+            states16[:count],
+            server_version=vt(version),
+            policy="anti-fragmentation",
+            generation=7,
+        )
         assert check_limits(plan.slices, vt(version)) == [], count
         listed = [d["name"] for s in plan.slices for d in s["spec"].get("devices", [])]
         assert sorted(listed) == sorted(plan.order)
@@ -98,7 +115,10 @@ def test_limits_hold_for_one_to_sixteen_gpus_of_every_model(
         assert sorted(sets) == sorted(f"gpu-{i}-counters" for i in range(count))
         for s in plan.slices:
             assert s["spec"]["pool"] == {
-                "name": "node-a", "generation": 7, "resourceSliceCount": len(plan.slices)}
+                "name": "node-a",
+                "generation": 7,
+                "resourceSliceCount": len(plan.slices),
+            }
             assert s["spec"]["driver"] == DRIVER and s["spec"]["nodeName"] == "node-a"
 
 
@@ -128,8 +148,13 @@ def test_slice_names_sort_in_the_policys_device_order(
     pool_view: Callable[..., Any],
 ) -> None:
     states = make_states("H100-80GB:12")
-    plan = plan_pool("node-a", states, server_version=(1, 36), policy="best-fit",
-                     allocated=[SliceSpec(9, "3g.40gb", 0)])
+    plan = plan_pool(
+        "node-a",
+        states,
+        server_version=(1, 36),
+        policy="best-fit",
+        allocated=[SliceSpec(9, "3g.40gb", 0)],
+    )
     assert pool_view(plan.slices).order == list(plan.order)
     assert plan.order[0].startswith("gpu-9-mig-1g10gb-")
     names = [s["metadata"]["name"] for s in plan.slices]
@@ -147,8 +172,10 @@ def test_the_limit_checker_reports_broken_pools(
     make_states: Callable[..., list[GpuState]],
 ) -> None:
     slices = build_slices("n", make_states("H100-80GB:3"), server_version=(1, 34))
-    merged = {**slices[0], "spec": {**slices[0]["spec"], "devices": [
-        d for s in slices for d in s["spec"]["devices"]]}}
+    merged = {
+        **slices[0],
+        "spec": {**slices[0]["spec"], "devices": [d for s in slices for d in s["spec"]["devices"]]},
+    }
     problems = check_limits([merged, *slices[1:]], (1, 35))
     assert any("both devices and counter sets" in p for p in problems)
     assert any("devices > 64" in p for p in problems)
@@ -180,8 +207,9 @@ def test_counters_admit_exactly_the_device_sets_the_gpu_can_host(
     make_states: Callable[..., list[GpuState]], pool_view: Callable[..., Any], model_key: str
 ) -> None:
     model = catalog.get_model(model_key)
-    view = pool_view(build_slices("n", make_states(f"{model_key}:1", mode="dynamic"),
-                                  server_version=(1, 36)))
+    view = pool_view(
+        build_slices("n", make_states(f"{model_key}:1", mode="dynamic"), server_version=(1, 36))
+    )
     hostable = _hostable(model)
     if not model.supports_dynamic_mig:  # Ampere: MIG slices only, no whole GPU
         hostable.discard(frozenset({"gpu-0"}))
@@ -200,8 +228,11 @@ def test_a_foreign_instance_leaves_exactly_the_sets_that_can_join_it(
         own_name = SliceSpec(0, *foreign).device_name
         # S can join the foreign instance F exactly when S + F is hostable.
         joinable = {t - {own_name} for t in hostable if own_name in t}
-        view = pool_view(build_slices("n", make_states(f"{model_key}:1", instances={0: [foreign]}),
-                                      server_version=(1, 37)))
+        view = pool_view(
+            build_slices(
+                "n", make_states(f"{model_key}:1", instances={0: [foreign]}), server_version=(1, 37)
+            )
+        )
         assert view.admitted_sets() == joinable, foreign
         # Nothing that cannot join it is even listed.
         assert set(view.devices) == set().union(*joinable), foreign
@@ -251,18 +282,27 @@ def test_devices_carry_the_attributes_and_capacity_the_design_names(
     assert "resource.kubernetes.io/pcieRoot" in mig["attributes"]
     assert "resource.kubernetes.io/pciBusID" in mig["attributes"]
     memory = cast(Callable[[str], Decimal], quantity.parse_quantity)(
-        mig["capacity"]["memory"]["value"])
+        mig["capacity"]["memory"]["value"]
+    )
     assert memory == model.profile("3g.71gb").memory_bytes
     set_counters = view.available["gpu-0-counters"]
     assert sorted(set_counters) == sorted(counter_names(model))
     assert {c for _, cs in view.consumes["gpu-0"] for c in cs} == {
-        c for c, v in set_counters.items() if v > 0}
+        c for c, v in set_counters.items() if v > 0
+    }
 
 
-@pytest.mark.parametrize("raw,expected", [
-    ("9.0", "9.0.0"), ("535.104.05", "535.104.5"), ("570.86", "570.86.0"), ("12", "12.0.0"),
-    ("r535", None), ("1.2.3.4", None),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("9.0", "9.0.0"),
+        ("535.104.05", "535.104.5"),
+        ("570.86", "570.86.0"),
+        ("12", "12.0.0"),
+        ("r535", None),
+        ("1.2.3.4", None),
+    ],
+)
 def test_versions_become_semver_or_are_left_out(raw: str, expected: str | None) -> None:
     assert semver(raw) == expected
 

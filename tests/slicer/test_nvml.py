@@ -97,13 +97,10 @@ def test_a_model_is_found_by_product_name_when_the_pci_id_is_unknown(tmp_path: P
     assert [g.model for g in backend.gpus()] == ["H200-141GB"]
 
 
-def test_gpus_without_mig_are_left_out(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_gpus_without_mig_are_left_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     backend, _ = backend_for(
         tmp_path,
-        FakeGpu("A30", name="Tesla V100-SXM2-16GB", pci_device_id=0x1DB110DE,
-                mig_capable=False),
+        FakeGpu("A30", name="Tesla V100-SXM2-16GB", pci_device_id=0x1DB110DE, mig_capable=False),
         FakeGpu("A30"),
     )
     assert [g.index for g in backend.gpus()] == [1]
@@ -263,8 +260,11 @@ def test_cleanup_destroys_the_compute_instance_before_the_gpu_instance(tmp_path:
     backend.destroy_compute_instance(0, gi, ci)
     backend.destroy_gpu_instance(0, gi)
     destroys = [n for n in fake.names() if n.endswith("Destroy")]
-    assert destroys == ["nvmlGpuInstanceDestroy", "nvmlComputeInstanceDestroy",
-                        "nvmlGpuInstanceDestroy"]
+    assert destroys == [
+        "nvmlGpuInstanceDestroy",
+        "nvmlComputeInstanceDestroy",
+        "nvmlGpuInstanceDestroy",
+    ]
     assert fake.gi_ids(0) == []
     with pytest.raises(NotFound):
         backend.destroy_gpu_instance(0, gi)
@@ -293,8 +293,7 @@ def test_processes_of_a_gpu_instance_are_asked_of_its_mig_device(tmp_path: Path)
     fake.run_process(0, 1, gi, ci)
     fake.run_process(0, 2, other_gi, other_ci)
     assert backend.processes(0, other_gi) == [2]
-    asked = [args[0] for name, args in fake.calls
-             if name == "nvmlDeviceGetComputeRunningProcesses"]
+    asked = [args[0] for name, args in fake.calls if name == "nvmlDeviceGetComputeRunningProcesses"]
     assert asked and fake.device_handles[0] not in asked
 
 
@@ -302,8 +301,9 @@ def test_processes_of_a_gpu_instance_are_asked_of_its_mig_device(tmp_path: Path)
 
 
 def test_hopper_mig_mode_switches_and_is_checked_afterwards(tmp_path: Path) -> None:
-    backend, fake = backend_for(tmp_path, FakeGpu("H100-80GB", mig_current=False,
-                                                  mig_pending=False))
+    backend, fake = backend_for(
+        tmp_path, FakeGpu("H100-80GB", mig_current=False, mig_pending=False)
+    )
     backend.set_mig_mode(0, True)
     assert ("nvmlDeviceSetMigMode", (fake.device_handles[0], real.NVML_DEVICE_MIG_ENABLE)) in (
         fake.calls
@@ -324,8 +324,13 @@ def test_a_failed_activation_status_is_an_error_even_though_nvml_did_not_raise(
     tmp_path: Path,
 ) -> None:
     backend, _ = backend_for(
-        tmp_path, FakeGpu("H100-80GB", mig_current=False, mig_pending=False,
-                          activation_status=real.NVML_ERROR_IN_USE)
+        tmp_path,
+        FakeGpu(
+            "H100-80GB",
+            mig_current=False,
+            mig_pending=False,
+            activation_status=real.NVML_ERROR_IN_USE,
+        ),
     )
     with pytest.raises(InUse, match="activation status") as info:
         backend.set_mig_mode(0, True)
@@ -373,8 +378,10 @@ def test_xid_events_are_registered_for_every_gpu_and_reported(tmp_path: Path) ->
     backend, fake = backend_for(tmp_path, FakeGpu("A30"), FakeGpu("A30"))
     fake.events.append(fake.xid_event(1, 48))
     assert backend.health_events(0.5) == [HealthEvent(1, "xid", xid=48, message="Xid 48")]
-    assert fake.registered == [(0, real.nvmlEventTypeXidCriticalError),
-                               (1, real.nvmlEventTypeXidCriticalError)]
+    assert fake.registered == [
+        (0, real.nvmlEventTypeXidCriticalError),
+        (1, real.nvmlEventTypeXidCriticalError),
+    ]
     waits = [args for name, args in fake.calls if name == "nvmlEventSetWait"]
     assert waits[0][1] == 500
     assert backend.health_events(0) == []
@@ -425,8 +432,16 @@ def test_xid_79_makes_the_backend_check_which_gpu_fell_off_the_bus(tmp_path: Pat
         (real.NVML_ERROR_GPU_IS_LOST, GpuLost),
         (real.NVML_ERROR_UNKNOWN, BackendError),
     ],
-    ids=["in-use", "insufficient", "not-found", "not-supported", "no-permission",
-         "reset-required", "gpu-lost", "unknown"],
+    ids=[
+        "in-use",
+        "insufficient",
+        "not-found",
+        "not-supported",
+        "no-permission",
+        "reset-required",
+        "gpu-lost",
+        "unknown",
+    ],
 )
 def test_nvml_errors_map_to_slicer_errors_chained_to_the_nvml_error(
     tmp_path: Path, code: int, error: type[BackendError]
@@ -460,7 +475,8 @@ def _capacity(device: dict[str, object], name: str) -> str:
 
 
 def test_published_profile_facts_are_nvml_s_and_differences_from_the_catalog_are_listed(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from kube.quantity import format_bytes
     from slicer import catalog
@@ -474,13 +490,14 @@ def test_published_profile_facts_are_nvml_s_and_differences_from_the_catalog_are
     devices = {d.name: d.body for d in advertise_gpu(GpuState(info, mode="mig")).devices}
     slice_20gb = devices["gpu-0-mig-2g20gb-0"]
     # The fake's driver reports 128 MiB more per memory slice and fewer SMs than the catalog.
-    assert _capacity(slice_20gb, "memory") == format_bytes(
-        reported.profile("2g.20gb").memory_bytes)
+    assert _capacity(slice_20gb, "memory") == format_bytes(reported.profile("2g.20gb").memory_bytes)
     assert _capacity(slice_20gb, "memory") != format_bytes(listed.profile("2g.20gb").memory_bytes)
     assert _capacity(slice_20gb, "multiprocessors") == "26"
     assert _capacity(slice_20gb, "decoders") == "1"
-    assert any("2g.20gb: memory 19.50 GiB in the catalog, 19.75 GiB on the GPU" in d
-               for d in info.catalog_differences)
+    assert any(
+        "2g.20gb: memory 19.50 GiB in the catalog, 19.75 GiB on the GPU" in d
+        for d in info.catalog_differences
+    )
     assert "catalog and GPU disagree" in caplog.text
     assert info.mig_model.source == "nvml"
     assert info.mig_model.profile("1g.10gb").starts == (0, 1, 2, 3, 4, 5, 6)
@@ -498,7 +515,10 @@ def test_a_gpu_the_catalog_does_not_know_is_advertised_from_what_nvml_reports(
 
     base = catalog.get_model("B200")
     future = replace(
-        base, key="future", product_names=("NVIDIA Z900 Ultra",), pci_device_ids=(0x9999,),
+        base,
+        key="future",
+        product_names=("NVIDIA Z900 Ultra",),
+        pci_device_ids=(0x9999,),
         profiles=tuple(replace(p, name=p.name.replace("gb", "0gb", 1)) for p in base.profiles),
     )
     backend, _ = backend_for(tmp_path, FakeGpu("future", hardware=future))
@@ -528,7 +548,8 @@ def test_brand_and_cuda_driver_version_are_read_for_the_nvidia_compatible_attrib
 
 
 def test_without_profile_facts_a_catalog_gpu_falls_back_to_the_catalog(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     backend, fake = backend_for(tmp_path, FakeGpu("A30"))
     fake.fail("nvmlDeviceGetGpuInstanceProfileInfo", real.NVML_ERROR_NOT_SUPPORTED, times=64)

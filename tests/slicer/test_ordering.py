@@ -71,8 +71,7 @@ def test_anti_fragmentation_puts_a_small_slice_where_it_destroys_least(
     view = pool_view(build_slices("n", make_states("H100-80GB:1"), policy="anti-fragmentation"))
     assert first_fit(view, "1g.10gb", []) == "gpu-0-mig-1g10gb-6"
     model = catalog.get_model("H100-80GB")
-    assert destroyed_placements(model, ("1g.10gb", 6)) < destroyed_placements(
-        model, ("1g.10gb", 0))
+    assert destroyed_placements(model, ("1g.10gb", 6)) < destroyed_placements(model, ("1g.10gb", 0))
 
 
 @pytest.mark.parametrize("model_key", ["H100-80GB", "A100-40GB", "B200"])
@@ -101,8 +100,7 @@ def test_best_fit_packs_onto_a_gpu_in_use_and_keeps_empty_gpus_whole(
     states = make_states("H100-80GB:4")
     allocated: list[DeviceSpec] = [SliceSpec(3, "3g.40gb", 0)]
     best = pool_view(build_slices("n", states, policy="best-fit", allocated=allocated))
-    static = pool_view(build_slices("n", states, policy="anti-fragmentation",
-                                    allocated=allocated))
+    static = pool_view(build_slices("n", states, policy="anti-fragmentation", allocated=allocated))
     taken = [SliceSpec(3, "3g.40gb", 0).device_name]
     assert first_fit(best, "1g.10gb", taken) == "gpu-3-mig-1g10gb-6"
     assert first_fit(static, "1g.10gb", taken) == "gpu-0-mig-1g10gb-6"  # breaks an empty GPU
@@ -111,8 +109,9 @@ def test_best_fit_packs_onto_a_gpu_in_use_and_keeps_empty_gpus_whole(
 def test_best_fit_prefers_the_tightest_gpu_in_use(
     make_states: Callable[..., list[GpuState]],
 ) -> None:
-    states = make_states("H100-80GB:3", instances={2: [("1g.10gb", 6)]}, owned={2: [
-        ("1g.10gb", 6)]})
+    states = make_states(
+        "H100-80GB:3", instances={2: [("1g.10gb", 6)]}, owned={2: [("1g.10gb", 6)]}
+    )
     plan = plan_pool("n", states, policy="best-fit", allocated=[SliceSpec(1, "4g.40gb", 0)])
     firsts = [n for n in plan.order if "1g10gb-" in n]
     gpus = list(dict.fromkeys(parse_device_name(n).gpu_index for n in firsts))
@@ -120,8 +119,9 @@ def test_best_fit_prefers_the_tightest_gpu_in_use(
 
 
 def test_occupancy_merges_instances_and_allocations() -> None:
-    occ = Occupancy.of({0: [("1g.10gb", 6)]}, [SliceSpec(0, "1g.10gb", 6), SliceSpec(1, "2g.20gb",
-                                                                                      0)])
+    occ = Occupancy.of(
+        {0: [("1g.10gb", 6)]}, [SliceSpec(0, "1g.10gb", 6), SliceSpec(1, "2g.20gb", 0)]
+    )
     model = catalog.get_model("H100-80GB")
     assert occ.placements[0] == (("1g.10gb", 6),)
     assert occ.free_memory_slices(0, model) == 7 and occ.free_memory_slices(1, model) == 6

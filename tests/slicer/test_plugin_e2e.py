@@ -92,14 +92,16 @@ def test_the_kubelet_learns_the_endpoint_and_versions_from_the_registration_sock
     node: Node,
 ) -> None:
     stub = pluginregistration_pb2_grpc.RegistrationStub(
-        node.channel(node.config.registry_dir / "gpu-slicer.io-reg.sock"))
+        node.channel(node.config.registry_dir / "gpu-slicer.io-reg.sock")
+    )
     info = stub.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=10)
     assert info.type == "DRAPlugin"
     assert info.name == "gpu-slicer.io"
     assert info.endpoint == str(node.config.plugins_dir / "gpu-slicer.io" / "dra.sock")
     assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     stub.NotifyRegistrationStatus(
-        pluginregistration_pb2.RegistrationStatus(plugin_registered=True), timeout=10)
+        pluginregistration_pb2.RegistrationStatus(plugin_registered=True), timeout=10
+    )
     assert node.agent.plugin.registration.registered.is_set()
 
 
@@ -109,7 +111,8 @@ def test_prepare_creates_the_slice_and_unprepare_removes_it(node: Node, version:
     claim = allocate_claim(node.api, ["gpu-1-mig-3g40gb-4"])
     uid = ref(claim)[0]
     response = stub.NodePrepareResources(
-        pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+        pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30
+    )
     result = response.claims[uid]
     assert result.error == ""
     [device] = result.devices
@@ -133,11 +136,13 @@ def test_prepare_creates_the_slice_and_unprepare_removes_it(node: Node, version:
     assert f"/dev/nvidia-caps/nvidia-cap{ci_cap}" in paths
 
     again = stub.NodePrepareResources(
-        pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+        pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30
+    )
     assert again.claims[uid] == result  # idempotent
 
     gone = stub.NodeUnprepareResources(
-        pb.NodeUnprepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+        pb.NodeUnprepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30
+    )
     assert gone.claims[uid].error == ""
     assert node.backend.instances(1) == []
     assert not spec_file.exists()
@@ -148,11 +153,16 @@ def test_one_bad_claim_in_a_batch_fails_alone(node: Node) -> None:
     good = allocate_claim(node.api, ["gpu-0-mig-1g10gb-0"])
     elsewhere = allocate_claim(node.api, ["gpu-0-mig-1g10gb-1"], pool="node-b")
     ghost = pb.Claim(namespace="ml", uid="no-such-uid", name="ghost")
-    response = stub.NodePrepareResources(pb.NodePrepareResourcesRequest(
-        claims=[claim_msg(pb, good), claim_msg(pb, elsewhere), ghost]), timeout=30)
+    response = stub.NodePrepareResources(
+        pb.NodePrepareResourcesRequest(
+            claims=[claim_msg(pb, good), claim_msg(pb, elsewhere), ghost]
+        ),
+        timeout=30,
+    )
     assert response.claims[ref(good)[0]].error == ""
     assert "no allocation for driver gpu-slicer.io in pool node-a" in (
-        response.claims[ref(elsewhere)[0]].error)
+        response.claims[ref(elsewhere)[0]].error
+    )
     assert "does not exist" in response.claims["no-such-uid"].error
     assert [(i.profile, i.start) for i in node.backend.instances(0)] == [("1g.10gb", 0)]
 
@@ -162,17 +172,20 @@ def test_unprepare_while_processes_run_returns_an_error_for_the_kubelet_to_retry
 ) -> None:
     pb, stub = node.dra("v1")
     claim = allocate_claim(node.api, ["gpu-0-mig-2g20gb-4"])
-    stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]),
-                              timeout=30)
+    stub.NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30
+    )
     [inst] = node.backend.instances(0)
     node.backend.attach_process(0, inst.gi_id, 31337)
     busy = stub.NodeUnprepareResources(
-        pb.NodeUnprepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+        pb.NodeUnprepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30
+    )
     assert "31337" in busy.claims[ref(claim)[0]].error
     assert len(node.backend.instances(0)) == 1
     node.backend.detach_process(0, 31337)
     done = stub.NodeUnprepareResources(
-        pb.NodeUnprepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30)
+        pb.NodeUnprepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30
+    )
     assert done.claims[ref(claim)[0]].error == ""
 
 

@@ -38,7 +38,12 @@ def test_services_have_the_names_the_kubelet_calls() -> None:
 def test_field_numbers_match_the_kubelet_api() -> None:
     device = dra_v1_pb2.Device.DESCRIPTOR.fields_by_name
     assert {n: f.number for n, f in device.items()} == {
-        "request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4, "share_id": 5}
+        "request_names": 1,
+        "pool_name": 2,
+        "device_name": 3,
+        "cdi_device_ids": 4,
+        "share_id": 5,
+    }
     assert "share_id" not in dra_v1beta1_pb2.Device.DESCRIPTOR.fields_by_name
     claim = dra_v1_pb2.Claim.DESCRIPTOR.fields_by_name
     assert {n: f.number for n, f in claim.items()} == {"namespace": 1, "uid": 2, "name": 3}
@@ -48,8 +53,12 @@ def test_field_numbers_match_the_kubelet_api() -> None:
 
 def test_messages_round_trip_on_the_wire() -> None:
     response = dra_v1_pb2.NodePrepareResourcesResponse()
-    response.claims["uid-1"].devices.add(request_names=["gpu"], pool_name="n", device_name="gpu-0",
-                                         cdi_device_ids=["k8s.gpu-slicer.io/claim=uid-1-gpu-0"])
+    response.claims["uid-1"].devices.add(
+        request_names=["gpu"],
+        pool_name="n",
+        device_name="gpu-0",
+        cdi_device_ids=["k8s.gpu-slicer.io/claim=uid-1-gpu-0"],
+    )
     wire = response.SerializeToString()
     assert dra_v1_pb2.NodePrepareResourcesResponse.FromString(wire) == response
     # v1beta1 reads the same bytes (share_id is not set)

@@ -53,8 +53,13 @@ def sleeps() -> list[float]:
 
 @pytest.fixture
 def publisher(api: InMemoryKubeApi, sleeps: list[float]) -> SlicePublisher:
-    return SlicePublisher(api, "node-a", policy="best-fit", sleep=sleeps.append,
-                          now=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    return SlicePublisher(
+        api,
+        "node-a",
+        policy="best-fit",
+        sleep=sleeps.append,
+        now=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+    )
 
 
 def test_the_first_publish_creates_the_whole_pool_at_generation_one(
@@ -79,8 +84,12 @@ def test_publishing_the_same_inventory_again_writes_nothing(
     result = publisher.publish(make_states("H100-80GB:4"))
     assert not result.changed and result.generation == 1
     assert writes(api) == []
-    assert publisher.metrics.registry.get_sample_value(
-        "gpu_slicer_slices_publishes_total", {"result": "unchanged"}) == 1
+    assert (
+        publisher.metrics.registry.get_sample_value(
+            "gpu_slicer_slices_publishes_total", {"result": "unchanged"}
+        )
+        == 1
+    )
 
 
 def test_a_layout_change_bumps_the_generation_and_deletes_stale_slices(
@@ -101,22 +110,35 @@ def test_slices_of_other_nodes_and_drivers_are_left_alone(
 ) -> None:
     other = SlicePublisher(api, "node-b", sleep=lambda _: None)
     other.publish(make_states("A30:2"))
-    foreign = {"apiVersion": API_VERSION, "kind": "ResourceSlice",
-               "metadata": {"name": "node-a-gpu.nvidia.com-x"},
-               "spec": {"driver": "gpu.nvidia.com", "nodeName": "node-a",
-                        "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1}}}
+    foreign = {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": "node-a-gpu.nvidia.com-x"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "node-a",
+            "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+        },
+    }
     api.create(foreign)
     publisher.publish(make_states("H100-80GB:1"))
     publisher.publish(make_states("H100-80GB:2"))
     assert len(slices_of(api, "node-b")) == len(other.plan(make_states("A30:2")).slices)
-    assert api.get(API_VERSION, "ResourceSlice", "node-a-gpu.nvidia.com-x")["spec"]["driver"] \
+    assert (
+        api.get(API_VERSION, "ResourceSlice", "node-a-gpu.nvidia.com-x")["spec"]["driver"]
         == "gpu.nvidia.com"
-    assert all(s["spec"]["driver"] == DRIVER for s in slices_of(api) if "nvidia" not in
-               s["metadata"]["name"])
+    )
+    assert all(
+        s["spec"]["driver"] == DRIVER
+        for s in slices_of(api)
+        if "nvidia" not in s["metadata"]["name"]
+    )
 
 
 def test_conflicts_are_retried_with_growing_backoff(
-    api: InMemoryKubeApi, publisher: SlicePublisher, sleeps: list[float],
+    api: InMemoryKubeApi,
+    publisher: SlicePublisher,
+    sleeps: list[float],
     make_states: Callable[..., list[GpuState]],
 ) -> None:
     publisher.publish(make_states("H100-80GB:1"))
@@ -139,14 +161,20 @@ def test_a_conflict_that_never_ends_is_reported_not_looped_on(
 
 @pytest.mark.parametrize("error", [Forbidden("no rbac"), Unavailable("down")])
 def test_api_failures_surface_as_publish_errors(
-    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]],
+    api: InMemoryKubeApi,
+    publisher: SlicePublisher,
+    make_states: Callable[..., list[GpuState]],
     error: Exception,
 ) -> None:
     api.fail_next("list", error)  # type: ignore[arg-type]
     with pytest.raises(PublishError, match="cannot list"):
         publisher.publish(make_states("H100-80GB:1"))
-    assert publisher.metrics.registry.get_sample_value(
-        "gpu_slicer_slices_publishes_total", {"result": "error"}) == 1
+    assert (
+        publisher.metrics.registry.get_sample_value(
+            "gpu_slicer_slices_publishes_total", {"result": "error"}
+        )
+        == 1
+    )
 
 
 def test_the_server_version_decides_the_layout(
@@ -161,7 +189,9 @@ def test_the_server_version_decides_the_layout(
 
 
 def test_dropped_counters_switch_to_the_static_layout_and_say_so(
-    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]],
+    api: InMemoryKubeApi,
+    publisher: SlicePublisher,
+    make_states: Callable[..., list[GpuState]],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     api.drop_fields("ResourceSlice", ["spec.sharedCounters", "spec.devices[].consumesCounters"])
@@ -217,15 +247,24 @@ def test_a_slice_someone_else_created_first_is_taken_over(
     stored = slices_of(api)
     assert result.generation == 2 and check_limits(stored, (1, 36)) == []
     assert [s["spec"] for s in stored] == [
-        s["spec"] for s in publisher.plan(make_states("H100-80GB:1"), generation=2).slices]
+        s["spec"] for s in publisher.plan(make_states("H100-80GB:1"), generation=2).slices
+    ]
 
 
-@settings(max_examples=15, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(
-    st.tuples(st.integers(1, 6), st.sampled_from(["dynamic", "mig", "full"]),
-              st.sampled_from([None, ("1g.10gb", 6), ("3g.40gb", 0)])),
-    min_size=1, max_size=5))
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(1, 6),
+            st.sampled_from(["dynamic", "mig", "full"]),
+            st.sampled_from([None, ("1g.10gb", 6), ("3g.40gb", 0)]),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_any_sequence_of_inventories_leaves_exactly_the_last_pool_in_the_api(
     make_states: Callable[..., list[GpuState]],
     steps: list[tuple[int, str, tuple[str, int] | None]],
@@ -234,15 +273,17 @@ def test_any_sequence_of_inventories_leaves_exactly_the_last_pool_in_the_api(
     publisher = SlicePublisher(api, "node-a", sleep=lambda _: None)
     generation = 0
     for count, mode, foreign in steps:
-        states = make_states(f"H100-80GB:{count}", mode=mode,
-                             instances={0: [foreign]} if foreign else None)
+        states = make_states(
+            f"H100-80GB:{count}", mode=mode, instances={0: [foreign]} if foreign else None
+        )
         result = publisher.publish(states)
         generation += result.changed
         stored = slices_of(api)
         assert result.generation == generation
         assert check_limits(stored, (1, 35)) == []
         assert [s["spec"] for s in stored] == [
-            s["spec"] for s in publisher.plan(states, generation=generation).slices]
+            s["spec"] for s in publisher.plan(states, generation=generation).slices
+        ]
 
 
 def test_an_order_only_change_waits_for_the_limiter_but_a_content_change_does_not(
@@ -250,8 +291,9 @@ def test_an_order_only_change_waits_for_the_limiter_but_a_content_change_does_no
 ) -> None:
     clock = [0.0]
     limiter = RepublishLimiter(min_interval_s=30, quiet_s=2, clock=lambda: clock[0])
-    publisher = SlicePublisher(api, "node-a", policy="best-fit", limiter=limiter,
-                               sleep=lambda _: None)
+    publisher = SlicePublisher(
+        api, "node-a", policy="best-fit", limiter=limiter, sleep=lambda _: None
+    )
     states = make_states("H100-80GB:3")
     publisher.publish(states)
     busy = [SliceSpec(2, "3g.40gb", 0)]
@@ -280,16 +322,19 @@ def _counters_in(api: InMemoryKubeApi) -> bool:
 
 
 def _probes(api: InMemoryKubeApi) -> int:
-    return sum(1 for c in api.calls if c.verb == "create" and c.kind == "ResourceSlice"
-               and not c.name)
+    return sum(
+        1 for c in api.calls if c.verb == "create" and c.kind == "ResourceSlice" and not c.name
+    )
 
 
 def test_after_a_fallback_a_probe_switches_back_once_the_apiserver_keeps_counters(
-    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]],
+    api: InMemoryKubeApi,
+    make_states: Callable[..., list[GpuState]],
 ) -> None:
     now = [0.0]
-    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None, recheck_interval_s=600,
-                               clock=lambda: now[0])
+    publisher = SlicePublisher(
+        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
+    )
     states = make_states("H100-80GB:2")
     api.drop_fields("ResourceSlice", DROPPED)
     assert publisher.publish(states).fell_back and publisher.fell_back
@@ -304,8 +349,12 @@ def test_after_a_fallback_a_probe_switches_back_once_the_apiserver_keeps_counter
     assert writes(api) == ["create"] * _probes(api)  # dry runs only
     assert not _counters_in(api)
     registry = publisher.metrics.registry
-    assert registry.get_sample_value("gpu_slicer_slices_partitionable_probes_total",
-                                     {"result": "dropped"}) == 1
+    assert (
+        registry.get_sample_value(
+            "gpu_slicer_slices_partitionable_probes_total", {"result": "dropped"}
+        )
+        == 1
+    )
     # The gate is turned on: the next probe switches back and the pool gets its counters.
     api.stop_dropping("ResourceSlice")
     now[0] = 1202
@@ -314,21 +363,28 @@ def test_after_a_fallback_a_probe_switches_back_once_the_apiserver_keeps_counter
     assert not publisher.fell_back and _counters_in(api)
     assert check_limits(slices_of(api), (1, 36)) == []
     assert [e["reason"] for e in api.objects("events.k8s.io/v1", "Event")] == [
-        FALLBACK_REASON, RESTORED_REASON]
+        FALLBACK_REASON,
+        RESTORED_REASON,
+    ]
     assert registry.get_sample_value("gpu_slicer_slices_static_layout") == 0
     assert registry.get_sample_value("gpu_slicer_slices_partitionable_restored_total") == 1
-    assert registry.get_sample_value("gpu_slicer_slices_partitionable_probes_total",
-                                     {"result": "kept"}) == 1
+    assert (
+        registry.get_sample_value(
+            "gpu_slicer_slices_partitionable_probes_total", {"result": "kept"}
+        )
+        == 1
+    )
 
 
 def test_no_probe_is_made_when_rechecks_are_off_or_the_static_layout_was_asked_for(
-    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]],
+    api: InMemoryKubeApi,
+    make_states: Callable[..., list[GpuState]],
 ) -> None:
     now = [0.0]
-    off = SlicePublisher(api, "node-a", sleep=lambda _: None, recheck_interval_s=None,
-                         clock=lambda: now[0])
-    asked = SlicePublisher(api, "node-b", sleep=lambda _: None, static=True,
-                           clock=lambda: now[0])
+    off = SlicePublisher(
+        api, "node-a", sleep=lambda _: None, recheck_interval_s=None, clock=lambda: now[0]
+    )
+    asked = SlicePublisher(api, "node-b", sleep=lambda _: None, static=True, clock=lambda: now[0])
     api.drop_fields("ResourceSlice", DROPPED)
     states = make_states("H100-80GB:1")
     assert off.publish(states).fell_back and off.recheck_in() is None
@@ -342,11 +398,13 @@ def test_no_probe_is_made_when_rechecks_are_off_or_the_static_layout_was_asked_f
 
 
 def test_a_probe_that_the_real_write_contradicts_backs_off(
-    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]],
+    api: InMemoryKubeApi,
+    make_states: Callable[..., list[GpuState]],
 ) -> None:
     now = [0.0]
-    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None, recheck_interval_s=600,
-                               clock=lambda: now[0])
+    publisher = SlicePublisher(
+        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
+    )
     states = make_states("H100-80GB:1")
     api.drop_fields("ResourceSlice", DROPPED)
     publisher.publish(states)
@@ -364,12 +422,14 @@ def test_a_probe_that_the_real_write_contradicts_backs_off(
 
 
 def test_a_new_server_version_is_picked_up_at_the_next_recheck(
-    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]],
+    api: InMemoryKubeApi,
+    make_states: Callable[..., list[GpuState]],
 ) -> None:
     now = [0.0]
     api.set_server_version(1, 34)
-    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None, recheck_interval_s=600,
-                               clock=lambda: now[0])
+    publisher = SlicePublisher(
+        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
+    )
     states = make_states("H100-80GB:2")
     assert publisher.publish(states).plan.layout == "combined"
     api.set_server_version(1, 36)

@@ -157,8 +157,10 @@ def test_instance_and_free_slice_metrics_follow_the_gpus(
     agent = build_agent(backend, api, tmp_path)
     agent.prepare(allocate_claim(api, ["gpu-0-mig-3g40gb-4"]))
     agent.reconcile()
-    assert agent.metrics.value("gpu_slicer_agent_instances",
-                               {"profile": "3g.40gb", "owner": "agent"}) == 1
+    assert (
+        agent.metrics.value("gpu_slicer_agent_instances", {"profile": "3g.40gb", "owner": "agent"})
+        == 1
+    )
     assert agent.metrics.value("gpu_slicer_agent_free_memory_slices", {"gpu": "0"}) == 4
     assert agent.metrics.value("gpu_slicer_agent_free_memory_slices", {"gpu": "1"}) == 8
     assert len(live_instances(backend)) == 1
@@ -206,17 +208,30 @@ def test_a_lost_gpu_is_not_reported_as_missing_instances(
 # --- republish rate limiting (best-fit) through the agent's wiring --------------------------
 
 
-def _agent(api: InMemoryKubeApi, backend: SimulatedBackend, root: Path,
-           clock: Callable[[], float] = time.monotonic, **config: Any) -> NodeAgent:
-    settings = AgentConfig(node=NODE, checkpoint_dir=root / "c", cdi_dir=root / "d",
-                           plugins_dir=root / "p", registry_dir=root / "r", metrics_bind="",
-                           **config)
+def _agent(
+    api: InMemoryKubeApi,
+    backend: SimulatedBackend,
+    root: Path,
+    clock: Callable[[], float] = time.monotonic,
+    **config: Any,
+) -> NodeAgent:
+    settings = AgentConfig(
+        node=NODE,
+        checkpoint_dir=root / "c",
+        cdi_dir=root / "d",
+        plugins_dir=root / "p",
+        registry_dir=root / "r",
+        metrics_bind="",
+        **config,
+    )
     return NodeAgent(settings, backend=backend, api=api, clock=clock)
 
 
 def _pool(api: InMemoryKubeApi) -> tuple[int, list[str]]:
-    slices = sorted((s for s in api.objects("resource.k8s.io/v1", "ResourceSlice")),
-                    key=lambda s: s["metadata"]["name"])
+    slices = sorted(
+        (s for s in api.objects("resource.k8s.io/v1", "ResourceSlice")),
+        key=lambda s: s["metadata"]["name"],
+    )
     generation = max((s["spec"]["pool"]["generation"] for s in slices), default=0)
     return generation, [d["name"] for s in slices for d in s["spec"].get("devices", [])]
 
@@ -240,7 +255,8 @@ def test_a_burst_of_allocations_rewrites_the_order_at_most_once_per_interval(
     # publisher asked to be called back, exactly as NodeAgent's reconciler thread does.
     arrivals = [1003.0 + 3 * i for i in range(10)]
     devices = [f"gpu-2-mig-1g10gb-{s}" for s in range(7)] + [
-        f"gpu-1-mig-1g10gb-{s}" for s in range(3)]
+        f"gpu-1-mig-1g10gb-{s}" for s in range(3)
+    ]
     recall_at: float | None = None
     rewrites: list[float] = []
     while arrivals or recall_at is not None:
@@ -253,8 +269,9 @@ def test_a_burst_of_allocations_rewrites_the_order_at_most_once_per_interval(
         report = agent.reconciler.reconcile_once()
         if _pool(api)[0] != before:
             rewrites.append(now[0])
-        recall_at = None if report.recall_in is None or report.recall_in > 60 \
-            else now[0] + report.recall_in
+        recall_at = (
+            None if report.recall_in is None or report.recall_in > 60 else now[0] + report.recall_in
+        )
     gaps = [b - a for a, b in zip([1000.0, *rewrites], rewrites, strict=False)]
     assert rewrites and all(gap >= 10 for gap in gaps), rewrites
     assert len(rewrites) < 10  # one per allocation without the limiter
@@ -282,8 +299,7 @@ def test_a_health_taint_is_published_at_once_even_inside_the_interval(
     generation, order = _pool(api)
     assert generation == 2 and order == _best_order(agent)
     slices = api.objects("resource.k8s.io/v1", "ResourceSlice")
-    tainted = {d["name"] for s in slices for d in s["spec"].get("devices", [])
-               if d.get("taints")}
+    tainted = {d["name"] for s in slices for d in s["spec"].get("devices", []) if d.get("taints")}
     assert tainted and all(name.startswith("gpu-0") for name in tainted)
 
 
@@ -301,8 +317,11 @@ def test_the_reconciler_thread_publishes_a_held_back_order_when_the_delay_is_ove
         allocate_claim(api, ["gpu-2-mig-3g40gb-4"])
         agent.claims.sync_once()
         agent.reconciler.nudge()  # one nudge; the periodic pass is an hour away
-        _wait_for(lambda: _pool(api)[1][:1] == _best_order(agent)[:1]
-                  and _pool(api)[1][0].startswith("gpu-2"))
+        _wait_for(
+            lambda: (
+                _pool(api)[1][:1] == _best_order(agent)[:1] and _pool(api)[1][0].startswith("gpu-2")
+            )
+        )
     finally:
         stop.set()
         agent.reconciler.nudge()
@@ -332,8 +351,9 @@ def test_an_agent_on_the_static_fallback_switches_back_by_itself_after_the_gate_
     now[0] += 301
     agent.reconciler.reconcile_once()
     assert not agent.publisher.static
-    assert any(s["spec"].get("sharedCounters")
-               for s in api.objects("resource.k8s.io/v1", "ResourceSlice"))
+    assert any(
+        s["spec"].get("sharedCounters") for s in api.objects("resource.k8s.io/v1", "ResourceSlice")
+    )
 
 
 def test_a_deleted_claim_on_a_lost_gpu_is_released_instead_of_failing_every_pass(

@@ -119,9 +119,7 @@ def test_h100_nvl_cards_are_bridged_in_pairs() -> None:
 
 
 def test_nvlink_can_be_switched_off() -> None:
-    assert {g.nvlink_domain for g in SimulatedBackend("H100-80GB:2", nvlink=False).gpus()} == {
-        None
-    }
+    assert {g.nvlink_domain for g in SimulatedBackend("H100-80GB:2", nvlink=False).gpus()} == {None}
 
 
 def test_a_gpu_that_does_not_exist_is_not_found() -> None:
@@ -305,9 +303,7 @@ class SliceLifecycle(RuleBasedStateMachine):
     def create_gpu_instance(self, data: st.DataObject) -> None:
         names = [p.name for p in self.model.profiles] + ["9g.999gb"]
         legal_placements = st.sampled_from(catalog.all_placements(self.model))
-        any_placement = st.tuples(
-            st.sampled_from(names), st.integers(0, self.model.memory_slices)
-        )
+        any_placement = st.tuples(st.sampled_from(names), st.integers(0, self.model.memory_slices))
         profile, start = data.draw(st.one_of(legal_placements, legal_placements, any_placement))
         present = [(p, s) for p, s, _, _ in self.expected.values()]
         legal = self.model.has_profile(profile) and start in self.model.profile(profile).starts

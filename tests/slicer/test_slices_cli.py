@@ -33,11 +33,24 @@ def vt(text: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_json_output_is_one_list_whose_items_validate_and_respect_the_limits(
-    capsys: pytest.CaptureFixture[str], validate: Callable[[dict[str, Any], str], None],
+    capsys: pytest.CaptureFixture[str],
+    validate: Callable[[dict[str, Any], str], None],
     version: str,
 ) -> None:
-    code = run(["slices", "--node", "gpu-node-1", "--gpus", "H200-141GB:8,A30:1",
-                "--k8s-version", version, "--device-classes", "-o", "json"])
+    code = run(
+        [
+            "slices",
+            "--node",
+            "gpu-node-1",
+            "--gpus",
+            "H200-141GB:8,A30:1",
+            "--k8s-version",
+            version,
+            "--device-classes",
+            "-o",
+            "json",
+        ]
+    )
     assert code == 0
     listing = json.loads(capsys.readouterr().out)
     assert listing["kind"] == "List" and listing["apiVersion"] == "v1"
@@ -50,15 +63,30 @@ def test_json_output_is_one_list_whose_items_validate_and_respect_the_limits(
     devices = {d["name"] for s in slices for d in s["spec"].get("devices", [])}
     h200, a30 = catalog.get_model("H200"), catalog.get_model("A30")
     assert len(devices) == 8 * (1 + len(catalog.all_placements(h200))) + len(
-        catalog.all_placements(a30))
+        catalog.all_placements(a30)
+    )
 
 
 @pytest.mark.parametrize("model_key", [m.key for m in catalog.MODELS])
 def test_output_for_sixteen_gpus_of_each_model_stays_within_the_limits(
     capsys: pytest.CaptureFixture[str], model_key: str
 ) -> None:
-    assert run(["slices", "--node", "n", "--gpus", f"{model_key}:16", "--k8s-version", "1.35",
-                "-o", "json"]) == 0
+    assert (
+        run(
+            [
+                "slices",
+                "--node",
+                "n",
+                "--gpus",
+                f"{model_key}:16",
+                "--k8s-version",
+                "1.35",
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
     slices = json.loads(capsys.readouterr().out)["items"]
     assert slices and check_limits(slices, (1, 35)) == []
 
@@ -72,8 +100,26 @@ def test_yaml_output_is_a_stream_of_the_same_objects(capsys: pytest.CaptureFixtu
 
 
 def test_mode_order_and_generation_reach_the_output(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["slices", "--node", "n", "--gpus", "H100-80GB:2", "--mode", "full",
-                "--order", "name", "--generation", "4", "-o", "json"]) == 0
+    assert (
+        run(
+            [
+                "slices",
+                "--node",
+                "n",
+                "--gpus",
+                "H100-80GB:2",
+                "--mode",
+                "full",
+                "--order",
+                "name",
+                "--generation",
+                "4",
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
     items = json.loads(capsys.readouterr().out)["items"]
     assert [d["name"] for s in items for d in s["spec"]["devices"]] == ["gpu-0", "gpu-1"]
     assert {s["spec"]["pool"]["generation"] for s in items} == {4}
@@ -82,8 +128,22 @@ def test_mode_order_and_generation_reach_the_output(capsys: pytest.CaptureFixtur
 def test_the_extended_resources_variant_is_printed_on_request(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert run(["slices", "--node", "n", "--gpus", "B200", "--device-classes",
-                "--extended-resources", "-o", "json"]) == 0
+    assert (
+        run(
+            [
+                "slices",
+                "--node",
+                "n",
+                "--gpus",
+                "B200",
+                "--device-classes",
+                "--extended-resources",
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
     items = json.loads(capsys.readouterr().out)["items"]
     assert items[0]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
 
@@ -93,18 +153,38 @@ def test_a_static_layout_file_lists_just_its_instances_without_counters(
 ) -> None:
     layout = tmp_path / "layout.yaml"
     layout.write_text('default: ["3g.40gb@4", "1g.10gb@0"]\ngpus:\n  "1": []\n')
-    assert run(["slices", "--node", "n", "--gpus", "H100-80GB:2", "--static-layout", str(layout),
-                "-o", "json"]) == 0
+    assert (
+        run(
+            [
+                "slices",
+                "--node",
+                "n",
+                "--gpus",
+                "H100-80GB:2",
+                "--static-layout",
+                str(layout),
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
     items = json.loads(capsys.readouterr().out)["items"]
     assert sorted(d["name"] for s in items for d in s["spec"]["devices"]) == [
-        "gpu-0-mig-1g10gb-0", "gpu-0-mig-3g40gb-4", "gpu-1"]
+        "gpu-0-mig-1g10gb-0",
+        "gpu-0-mig-3g40gb-4",
+        "gpu-1",
+    ]
     assert all("sharedCounters" not in s["spec"] for s in items)
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--gpus", "H900:2"], "unknown model 'H900'"),
-    (["--gpus", "H100-80GB:0"], "use a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--gpus", "H900:2"], "unknown model 'H900'"),
+        (["--gpus", "H100-80GB:0"], "use a whole number >= 1"),
+    ],
+)
 def test_a_bad_gpu_spec_exits_2_naming_the_problem(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
@@ -117,13 +197,15 @@ def test_an_impossible_static_layout_exits_2_naming_the_gpu(
 ) -> None:
     layout = tmp_path / "layout.yaml"
     layout.write_text('gpus:\n  "0": ["4g.40gb@0", "3g.40gb@0"]\n')
-    assert run(["slices", "--node", "n", "--gpus", "H100-80GB", "--static-layout",
-                str(layout)]) == 2
+    assert (
+        run(["slices", "--node", "n", "--gpus", "H100-80GB", "--static-layout", str(layout)]) == 2
+    )
     assert "GPU 0 (H100-80GB)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag,value", [("--k8s-version", "1.33"), ("--order", "random"),
-                                        ("--mode", "half")])
+@pytest.mark.parametrize(
+    "flag,value", [("--k8s-version", "1.33"), ("--order", "random"), ("--mode", "half")]
+)
 def test_a_bad_version_policy_or_mode_exits_2_with_usage(
     capsys: pytest.CaptureFixture[str], flag: str, value: str
 ) -> None:

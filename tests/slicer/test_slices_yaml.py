@@ -14,10 +14,12 @@ from slicer.simulated import SimulatedBackend
 @pytest.mark.skipif(not hasattr(yaml, "CSafeDumper"), reason="PyYAML built without libyaml")
 @pytest.mark.parametrize("version", [(1, 34), (1, 36)])
 def test_the_c_emitter_writes_what_the_python_emitter_writes(version: tuple[int, int]) -> None:
-    states = [GpuState(g) for g in SimulatedBackend("H100-80GB:2,A100-80GB:1",
-                                                    node_name="n").gpus()]
+    states = [
+        GpuState(g) for g in SimulatedBackend("H100-80GB:2,A100-80GB:1", node_name="n").gpus()
+    ]
     objects = device_classes(extended_resources=True) + list(
-        plan_pool("n", states, server_version=version, policy="best-fit").slices)
+        plan_pool("n", states, server_version=version, policy="best-fit").slices
+    )
     assert YAML_DUMPER.__name__ == "CSafeDumper"
     fast = yaml.dump_all(objects, Dumper=YAML_DUMPER, sort_keys=False)
     assert fast == yaml.dump_all(objects, Dumper=yaml.SafeDumper, sort_keys=False)

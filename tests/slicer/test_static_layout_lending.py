@@ -18,8 +18,9 @@ from slicer.layout import StaticLayout
 from slicer.simulated import SimulatedBackend
 from slicer.state import PrepareError
 
-LAYOUT = StaticLayout.from_mapping({"default": ["1g.10gb@0", "1g.10gb@1", "2g.20gb@2",
-                                                "3g.40gb@4"]})
+LAYOUT = StaticLayout.from_mapping(
+    {"default": ["1g.10gb@0", "1g.10gb@1", "2g.20gb@2", "3g.40gb@4"]}
+)
 
 
 @pytest.fixture

@@ -36,20 +36,34 @@ def node_slices(
     for index, placements in [*(foreign or {}).items(), *(made or {}).items()]:
         backend.set_mig_mode(index, True)
         for profile, start in placements:
-            backend.create_compute_instance(index, backend.create_gpu_instance(
-                index, profile, start))
+            backend.create_compute_instance(
+                index, backend.create_gpu_instance(index, profile, start)
+            )
     for index, placements in (made or {}).items():
         owned[index] = frozenset(SliceSpec(index, p, s) for p, s in placements)
     states = []
     for info in backend.gpus():
-        taints = (DeviceTaint("gpu-slicer.io/unhealthy", "xid-79"),) if (
-            info.index in unhealthy) else ()
+        taints = (
+            (DeviceTaint("gpu-slicer.io/unhealthy", "xid-79"),) if (info.index in unhealthy) else ()
+        )
         model = catalog.get_model(info.model)
-        states.append(GpuState(info, mode=mode or default_mode(model),
-                               instances=tuple(backend.instances(info.index)),
-                               owned=owned.get(info.index, frozenset()), taints=taints))
-    return plan_pool(node, states, server_version=server_version, generation=generation,
-                     policy="best-fit", static=static).slices
+        states.append(
+            GpuState(
+                info,
+                mode=mode or default_mode(model),
+                instances=tuple(backend.instances(info.index)),
+                owned=owned.get(info.index, frozenset()),
+                taints=taints,
+            )
+        )
+    return plan_pool(
+        node,
+        states,
+        server_version=server_version,
+        generation=generation,
+        policy="best-fit",
+        static=static,
+    ).slices
 
 
 def namespace(name: str, migration: str | None = None) -> Obj:
@@ -59,8 +73,15 @@ def namespace(name: str, migration: str | None = None) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
-def pod(ns: str, name: str, *, converted: bool = True, legacy: dict[str, Any] | None = None,
-        template_hash: str | None = None, uid: str | None = None) -> Obj:
+def pod(
+    ns: str,
+    name: str,
+    *,
+    converted: bool = True,
+    legacy: dict[str, Any] | None = None,
+    template_hash: str | None = None,
+    uid: str | None = None,
+) -> Obj:
     """A pod; ``converted``: as the webhook left it (annotation, claim), else as written."""
     meta: Obj = {"name": name, "namespace": ns, "uid": uid or f"uid-{ns}-{name}"}
     if template_hash:
@@ -68,42 +89,89 @@ def pod(ns: str, name: str, *, converted: bool = True, legacy: dict[str, Any] | 
     container: Obj = {"name": "main", "image": "busybox"}
     spec: Obj = {"containers": [container]}
     if converted:
-        meta["annotations"] = {"gpu-slicer.io/converted": json.dumps(
-            {"claim": "gpu-slicer", "template": "gpu-slicer-823b1346c3", "containers": [
-                {"container": "main", "from": {"nvidia.com/mig-1g.10gb": 1},
-                 "request": "main", "to": ["1 x 1g.10gb"]}]})}
+        meta["annotations"] = {
+            "gpu-slicer.io/converted": json.dumps(
+                {
+                    "claim": "gpu-slicer",
+                    "template": "gpu-slicer-823b1346c3",
+                    "containers": [
+                        {
+                            "container": "main",
+                            "from": {"nvidia.com/mig-1g.10gb": 1},
+                            "request": "main",
+                            "to": ["1 x 1g.10gb"],
+                        }
+                    ],
+                }
+            )
+        }
         container["resources"] = {"claims": [{"name": "gpu-slicer", "request": "main"}]}
-        spec["resourceClaims"] = [{"name": "gpu-slicer",
-                                   "resourceClaimTemplateName": "gpu-slicer-823b1346c3"}]
+        spec["resourceClaims"] = [
+            {"name": "gpu-slicer", "resourceClaimTemplateName": "gpu-slicer-823b1346c3"}
+        ]
     elif legacy:
         container["resources"] = {"limits": legacy}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-def claim(ns: str, name: str, node: str, devices: Sequence[str], *,
-          pods: Sequence[Obj] = (), driver: str = "gpu-slicer.io") -> Obj:
+def claim(
+    ns: str,
+    name: str,
+    node: str,
+    devices: Sequence[str],
+    *,
+    pods: Sequence[Obj] = (),
+    driver: str = "gpu-slicer.io",
+) -> Obj:
     """A ResourceClaim allocated ``devices`` of ``node``'s pool and reserved for ``pods``."""
     return {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": ns, "uid": f"uid-claim-{name}"},
-        "spec": {"devices": {"requests": [{"name": "main", "exactly": {
-            "deviceClassName": "mig.gpu-slicer.io", "allocationMode": "ExactCount",
-            "count": 1}}]}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "main",
+                        "exactly": {
+                            "deviceClassName": "mig.gpu-slicer.io",
+                            "allocationMode": "ExactCount",
+                            "count": 1,
+                        },
+                    }
+                ]
+            }
+        },
         "status": {
             "allocation": {
-                "devices": {"results": [{"request": "main", "driver": driver, "pool": node,
-                                         "device": d} for d in devices]},
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+                "devices": {
+                    "results": [
+                        {"request": "main", "driver": driver, "pool": node, "device": d}
+                        for d in devices
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                },
             },
-            "reservedFor": [{"resource": "pods", "name": p["metadata"]["name"],
-                             "uid": p["metadata"]["uid"]} for p in pods],
+            "reservedFor": [
+                {"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}
+                for p in pods
+            ],
         },
     }
 
 
-INFER = [pod("ml", f"infer-749bf8c799-{s}", template_hash="749bf8c799")
-         for s in ("dlqzb", "ss84s", "zpnn4")]
+INFER = [
+    pod("ml", f"infer-749bf8c799-{s}", template_hash="749bf8c799")
+    for s in ("dlqzb", "ss84s", "zpnn4")
+]
 TRAIN = pod("ml", "train")
 WHOLE = pod("ml", "whole")
 
@@ -115,16 +183,32 @@ def sandbox_like() -> dict[str, list[Obj]]:
     return {
         "slices": node_slices("a100", "A100-80GB:1") + node_slices("h100", "H100-80GB:2"),
         "claims": [
-            *(claim("ml", f"{p['metadata']['name']}-gpu-slicer-x", "a100",
-                    [f"gpu-0-mig-1g10gb-{i + 1}"], pods=[p]) for i, p in enumerate(INFER)),
+            *(
+                claim(
+                    "ml",
+                    f"{p['metadata']['name']}-gpu-slicer-x",
+                    "a100",
+                    [f"gpu-0-mig-1g10gb-{i + 1}"],
+                    pods=[p],
+                )
+                for i, p in enumerate(INFER)
+            ),
             claim("ml", "train-gpu-slicer-gnw8k", "a100", ["gpu-0-mig-3g40gb-4"], pods=[TRAIN]),
             claim("ml", "whole-gpu-slicer-cz5sr", "h100", ["gpu-0"], pods=[WHOLE]),
         ],
-        "pods": [*INFER, TRAIN, WHOLE,
-                 pod("aud", "legacy", converted=False, legacy={"nvidia.com/gpu": 1}),
-                 pod("gpu-slicer", "gpu-slicer-agent-a100", converted=False)],
-        "namespaces": [namespace("ml", "enabled"), namespace("aud", "audit"),
-                       namespace("gpu-slicer"), namespace("default")],
+        "pods": [
+            *INFER,
+            TRAIN,
+            WHOLE,
+            pod("aud", "legacy", converted=False, legacy={"nvidia.com/gpu": 1}),
+            pod("gpu-slicer", "gpu-slicer-agent-a100", converted=False),
+        ],
+        "namespaces": [
+            namespace("ml", "enabled"),
+            namespace("aud", "audit"),
+            namespace("gpu-slicer"),
+            namespace("default"),
+        ],
     }
 
 
@@ -134,63 +218,119 @@ STATUS_SCHEMA: Obj = {
     "required": ["nodes", "namespaces", "notes"],
     "additionalProperties": False,
     "properties": {
-        "nodes": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False,
-            "required": ["name", "generation", "memorySlices", "freeMemorySlices", "gpus"],
-            "properties": {
-                "name": {"type": "string"},
-                "generation": {"type": "integer"},
-                "memorySlices": {"type": "integer", "minimum": 0},
-                "freeMemorySlices": {"type": "integer", "minimum": 0},
-                "gpus": {"type": "array", "items": {
-                    "type": "object", "additionalProperties": False,
-                    "required": ["index", "productName", "mode", "unhealthy", "memorySlices",
-                                 "freeSlices", "blockedSlices", "idleInstances", "instances"],
-                    "properties": {
-                        "index": {"type": "integer", "minimum": 0},
-                        "productName": {"type": "string"},
-                        "mode": {"enum": ["dynamic", "mig", "full", "static", "unknown"]},
-                        "unhealthy": {"type": "boolean"},
-                        "memorySlices": {"type": "integer", "minimum": 1},
-                        "freeSlices": {"type": "array", "items": {"type": "integer"}},
-                        "blockedSlices": {"type": "array", "items": {"type": "integer"}},
-                        "idleInstances": {"type": "array", "items": {
-                            "type": "object", "additionalProperties": False,
-                            "required": ["profile", "placementStart", "placementSize"],
-                            "properties": {"profile": {"type": "string"},
-                                           "placementStart": {"type": "integer"},
-                                           "placementSize": {"type": "integer"}}}},
-                        "instances": {"type": "array", "items": {
-                            "type": "object", "additionalProperties": False,
-                            "required": ["device", "profile", "wholeGpu", "placementStart",
-                                         "placementSize", "claim", "request", "pods"],
+        "nodes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "generation", "memorySlices", "freeMemorySlices", "gpus"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "generation": {"type": "integer"},
+                    "memorySlices": {"type": "integer", "minimum": 0},
+                    "freeMemorySlices": {"type": "integer", "minimum": 0},
+                    "gpus": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": [
+                                "index",
+                                "productName",
+                                "mode",
+                                "unhealthy",
+                                "memorySlices",
+                                "freeSlices",
+                                "blockedSlices",
+                                "idleInstances",
+                                "instances",
+                            ],
                             "properties": {
-                                "device": {"type": "string"},
-                                "profile": {"type": ["string", "null"]},
-                                "wholeGpu": {"type": "boolean"},
-                                "placementStart": {"type": "integer", "minimum": 0},
-                                "placementSize": {"type": "integer", "minimum": 1},
-                                "claim": {"$ref": "#/$defs/ref"},
-                                "request": {"type": "string"},
-                                "pods": {"type": "array", "items": {"$ref": "#/$defs/ref"}},
-                            }}},
-                    }}},
-            }}},
-        "namespaces": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False,
-            "required": ["name", "migration", "convertedPods", "podsHoldingDevices",
-                         "legacyPods"],
-            "properties": {
-                "name": {"type": "string"},
-                "migration": {"type": ["string", "null"]},
-                "convertedPods": {"type": "integer", "minimum": 0},
-                "podsHoldingDevices": {"type": "integer", "minimum": 0},
-                "legacyPods": {"type": "integer", "minimum": 0},
-            }}},
+                                "index": {"type": "integer", "minimum": 0},
+                                "productName": {"type": "string"},
+                                "mode": {"enum": ["dynamic", "mig", "full", "static", "unknown"]},
+                                "unhealthy": {"type": "boolean"},
+                                "memorySlices": {"type": "integer", "minimum": 1},
+                                "freeSlices": {"type": "array", "items": {"type": "integer"}},
+                                "blockedSlices": {"type": "array", "items": {"type": "integer"}},
+                                "idleInstances": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "required": ["profile", "placementStart", "placementSize"],
+                                        "properties": {
+                                            "profile": {"type": "string"},
+                                            "placementStart": {"type": "integer"},
+                                            "placementSize": {"type": "integer"},
+                                        },
+                                    },
+                                },
+                                "instances": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "required": [
+                                            "device",
+                                            "profile",
+                                            "wholeGpu",
+                                            "placementStart",
+                                            "placementSize",
+                                            "claim",
+                                            "request",
+                                            "pods",
+                                        ],
+                                        "properties": {
+                                            "device": {"type": "string"},
+                                            "profile": {"type": ["string", "null"]},
+                                            "wholeGpu": {"type": "boolean"},
+                                            "placementStart": {"type": "integer", "minimum": 0},
+                                            "placementSize": {"type": "integer", "minimum": 1},
+                                            "claim": {"$ref": "#/$defs/ref"},
+                                            "request": {"type": "string"},
+                                            "pods": {
+                                                "type": "array",
+                                                "items": {"$ref": "#/$defs/ref"},
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+        "namespaces": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": [
+                    "name",
+                    "migration",
+                    "convertedPods",
+                    "podsHoldingDevices",
+                    "legacyPods",
+                ],
+                "properties": {
+                    "name": {"type": "string"},
+                    "migration": {"type": ["string", "null"]},
+                    "convertedPods": {"type": "integer", "minimum": 0},
+                    "podsHoldingDevices": {"type": "integer", "minimum": 0},
+                    "legacyPods": {"type": "integer", "minimum": 0},
+                },
+            },
+        },
         "notes": {"type": "array", "items": {"type": "string"}},
     },
-    "$defs": {"ref": {"type": "object", "additionalProperties": False,
-                      "required": ["namespace", "name"],
-                      "properties": {"namespace": {"type": "string"},
-                                     "name": {"type": "string"}}}},
+    "$defs": {
+        "ref": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["namespace", "name"],
+            "properties": {"namespace": {"type": "string"}, "name": {"type": "string"}},
+        }
+    },
 }

@@ -30,12 +30,17 @@ def test_status_prints_the_picture_and_namespaces_and_only_lists(
 ) -> None:
     assert _run(cluster, []) == 0
     out = capsys.readouterr().out
-    assert out.startswith("a100: 1 GPU A100-SXM4-80GB, 1 of 8 memory slices free\n"
-                          "  0  mig      |free   |1g.10gb|1g.10gb|1g.10gb|3g.40gb ")
+    assert out.startswith(
+        "a100: 1 GPU A100-SXM4-80GB, 1 of 8 memory slices free\n"
+        "  0  mig      |free   |1g.10gb|1g.10gb|1g.10gb|3g.40gb "
+    )
     assert "ml         enabled    5               5                 0" in out
     assert {(c.verb, c.kind) for c in cluster.calls} == {
-        ("list", "ResourceSlice"), ("list", "ResourceClaim"), ("list", "Pod"),
-        ("list", "Namespace")}
+        ("list", "ResourceSlice"),
+        ("list", "ResourceClaim"),
+        ("list", "Pod"),
+        ("list", "Namespace"),
+    }
     assert all(c.namespace is None for c in cluster.calls)  # every namespace
 
 
@@ -62,20 +67,35 @@ def test_a_node_without_gpu_slicer_devices_is_one_line_and_exit_1(
 ) -> None:
     assert _run(cluster, ["--node", "cpu-1"]) == 1
     err = capsys.readouterr().err
-    assert err == ("gpu-slicer status: node cpu-1 publishes no gpu-slicer.io ResourceSlices "
-                   "and no claim holds a device there\n")
+    assert err == (
+        "gpu-slicer status: node cpu-1 publishes no gpu-slicer.io ResourceSlices "
+        "and no claim holds a device there\n"
+    )
 
 
-@pytest.mark.parametrize(("error", "says"), [
-    (Unavailable("cannot reach the apiserver for GET /apis: connection refused"),
-     "gpu-slicer status: cannot reach the cluster: cannot reach the apiserver"),
-    (NotFound("the server could not find the requested resource"),
-     "gpu-slicer status: the apiserver does not serve ResourceSlice in resource.k8s.io/v1"),
-    (Forbidden("resourceslices is forbidden"),
-     "gpu-slicer status: not allowed to list ResourceSlices in every namespace"),
-], ids=["unreachable", "no-dra", "forbidden"])
+@pytest.mark.parametrize(
+    ("error", "says"),
+    [
+        (
+            Unavailable("cannot reach the apiserver for GET /apis: connection refused"),
+            "gpu-slicer status: cannot reach the cluster: cannot reach the apiserver",
+        ),
+        (
+            NotFound("the server could not find the requested resource"),
+            "gpu-slicer status: the apiserver does not serve ResourceSlice in resource.k8s.io/v1",
+        ),
+        (
+            Forbidden("resourceslices is forbidden"),
+            "gpu-slicer status: not allowed to list ResourceSlices in every namespace",
+        ),
+    ],
+    ids=["unreachable", "no-dra", "forbidden"],
+)
 def test_a_cluster_that_cannot_be_read_is_one_line_and_exit_1(
-    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str], error: Exception, says: str,
+    cluster: InMemoryKubeApi,
+    capsys: pytest.CaptureFixture[str],
+    error: Exception,
+    says: str,
 ) -> None:
     cluster.fail_next("list", error)  # type: ignore[arg-type]
     assert _run(cluster, []) == 1
@@ -83,13 +103,19 @@ def test_a_cluster_that_cannot_be_read_is_one_line_and_exit_1(
     assert out == "" and err.startswith(says) and err.count("\n") == 1
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["--node", "Bad_Name"], "gpu-slicer status: --node 'Bad_Name' is not a node name"),
-    (["--kubeconfig", "/nonexistent/kubeconfig"],
-     "gpu-slicer status: --kubeconfig /nonexistent/kubeconfig does not exist"),
-    (["-o", "yaml"], "gpu-slicer status: argument -o/--output: invalid choice: 'yaml'"),
-    (["--nodes", "x"], "gpu-slicer status: unrecognized arguments: --nodes x"),
-], ids=["node", "kubeconfig", "output", "unknown-flag"])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--node", "Bad_Name"], "gpu-slicer status: --node 'Bad_Name' is not a node name"),
+        (
+            ["--kubeconfig", "/nonexistent/kubeconfig"],
+            "gpu-slicer status: --kubeconfig /nonexistent/kubeconfig does not exist",
+        ),
+        (["-o", "yaml"], "gpu-slicer status: argument -o/--output: invalid choice: 'yaml'"),
+        (["--nodes", "x"], "gpu-slicer status: unrecognized arguments: --nodes x"),
+    ],
+    ids=["node", "kubeconfig", "output", "unknown-flag"],
+)
 def test_bad_flags_exit_2_with_one_line(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -119,7 +145,8 @@ def _unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
         "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\n")
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
     assert main(["status", "--kubeconfig", str(kubeconfig)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("gpu-slicer status: cannot reach the cluster: ")
@@ -138,8 +165,11 @@ def test_a_kubeconfig_the_client_cannot_parse_is_named(
 
 def test_importing_the_command_does_not_import_the_kubernetes_client_or_ssl() -> None:
     # The CLI parser is built in the webhook's gevent workers before gevent patches ssl.
-    code = ("import sys, status.cli; "
-            "bad = [m for m in ('ssl', 'urllib3', 'kubernetes') if m in sys.modules]; "
-            "assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True,
-                   cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys, status.cli; "
+        "bad = [m for m in ('ssl', 'urllib3', 'kubernetes') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2]
+    )

@@ -20,9 +20,12 @@ def _sandbox(**kwargs: Any) -> ClusterStatus:
     return build_status(d["slices"], d["claims"], d["pods"], d["namespaces"], **kwargs)
 
 
-def test_the_report_draws_one_row_per_gpu_with_instances_grouped_then_holders_and_namespaces(
-) -> None:
-    assert table(_sandbox(), width=80) == """\
+def test_the_report_draws_one_row_per_gpu_with_instances_grouped_then_holders_and_namespaces() -> (
+    None
+):
+    assert (
+        table(_sandbox(), width=80)
+        == """\
 a100: 1 GPU A100-SXM4-80GB, 1 of 8 memory slices free
   0  mig      |free   |1g.10gb|1g.10gb|1g.10gb|3g.40gb                        |
               |       |~dlqzb |~ss84s |~zpnn4 |train                          |
@@ -43,24 +46,29 @@ NAMESPACE  MIGRATION  CONVERTED PODS  HOLDING A DEVICE  LEGACY PODS
 aud        audit      0               0                 1
 ml         enabled    5               5                 0
 """
+    )
 
 
 def test_a_shared_instance_a_blocked_slice_and_a_small_gpu_in_a_narrow_terminal() -> None:
     slices = node_slices("n", "A30:1", foreign={0: [("1g.6gb", 3)]})
     shared = claim("ml", "c", "n", ["gpu-0-mig-2g12gb-0"], pods=INFER[:2])
     status = build_status(slices, [shared], INFER, [])
-    assert picture(status.nodes, width=40) == """\
+    assert (
+        picture(status.nodes, width=40)
+        == """\
 n: 1 GPU A30, 1 of 4 memory slices free
   0  mig  |2g.12gb      |free  |######|
           |infer-dlqzb+1|      |######|
 ###: blocked (a MIG instance gpu-slicer did not make, or outside every device)
 """
+    )
 
 
 def test_an_empty_cluster_says_what_is_missing() -> None:
     assert table(build_status([], [], [], []), width=80) == (
         "no node publishes gpu-slicer.io ResourceSlices (is the agent installed?)\n\n"
-        "no namespace is labelled gpu-slicer.io/migration\n")
+        "no namespace is labelled gpu-slicer.io/migration\n"
+    )
 
 
 @pytest.mark.parametrize("width", [26, 30, 40, 50, 60, 72, 80, 100, 120, 160, 240])
@@ -75,21 +83,28 @@ def test_gpu_rows_never_exceed_the_terminal_width(width: int) -> None:
     assert all(line.isascii() for line in lines)
 
 
-@pytest.mark.parametrize(("width", "top", "bottom"), [
-    (120, "1g.10gb+me", "infer-dlqzb"),
-    (80, "1g+me", "~dlqzb"),
-    (60, "1g", "~qzb"),
-    (40, "1g", "~zb"),
-], ids=["whole", "wide", "medium", "narrow"])
+@pytest.mark.parametrize(
+    ("width", "top", "bottom"),
+    [
+        (120, "1g.10gb+me", "infer-dlqzb"),
+        (80, "1g+me", "~dlqzb"),
+        (60, "1g", "~qzb"),
+        (40, "1g", "~zb"),
+    ],
+    ids=["whole", "wide", "medium", "narrow"],
+)
 def test_labels_shrink_profile_first_to_its_compute_size_and_pod_names_keep_their_tail(
-    width: int, top: str, bottom: str,
+    width: int,
+    top: str,
+    bottom: str,
 ) -> None:
     slices = node_slices("n", "H100-80GB:1")
     claims = [claim("ml", "c", "n", ["gpu-0-mig-1g10gbme-0"], pods=INFER[:1])]
-    first, second = picture(build_status(slices, claims, INFER, []).nodes,
-                            width=width).splitlines()[1:3]
-    first_cell = first[first.index("|"):].split("|")[1]
-    second_cell = second[second.index("|"):].split("|")[1]
+    first, second = picture(
+        build_status(slices, claims, INFER, []).nodes, width=width
+    ).splitlines()[1:3]
+    first_cell = first[first.index("|") :].split("|")[1]
+    second_cell = second[second.index("|") :].split("|")[1]
     assert (first_cell.rstrip(), second_cell.rstrip()) == (top, bottom)
 
 
@@ -101,22 +116,39 @@ def test_cells_are_as_wide_as_the_width_allows_within_bounds() -> None:
 
 def test_the_json_document_follows_its_schema_in_every_mode() -> None:
     objects = sandbox_like()
-    objects["slices"] += node_slices("static", "A100-80GB:1", static=True,
-                                     made={0: [("3g.40gb", 4)]})
+    objects["slices"] += node_slices(
+        "static", "A100-80GB:1", static=True, made={0: [("3g.40gb", 4)]}
+    )
     objects["slices"] += node_slices("full", "H100-80GB:1", mode="full", unhealthy=[0])
     objects["claims"].append(claim("ml", "gone", "nowhere", ["gpu-0"]))
-    status = build_status(objects["slices"], objects["claims"], objects["pods"],
-                          objects["namespaces"])
+    status = build_status(
+        objects["slices"], objects["claims"], objects["pods"], objects["namespaces"]
+    )
     document = json.loads(json.dumps(as_json(status)))
     jsonschema.validate(document, STATUS_SCHEMA)
     modes = {n["name"]: [g["mode"] for g in n["gpus"]] for n in document["nodes"]}
-    assert modes == {"a100": ["mig"], "full": ["full"], "h100": ["dynamic", "dynamic"],
-                     "nowhere": ["unknown"], "static": ["static"]}
+    assert modes == {
+        "a100": ["mig"],
+        "full": ["full"],
+        "h100": ["dynamic", "dynamic"],
+        "nowhere": ["unknown"],
+        "static": ["static"],
+    }
     train = document["nodes"][0]["gpus"][0]["instances"][3]
-    assert train == {"device": "gpu-0-mig-3g40gb-4", "profile": "3g.40gb", "wholeGpu": False,
-                     "placementStart": 4, "placementSize": 4,
-                     "claim": {"namespace": "ml", "name": "train-gpu-slicer-gnw8k"},
-                     "request": "main", "pods": [{"namespace": "ml", "name": "train"}]}
-    assert document["namespaces"][0] == {"name": "aud", "migration": "audit",
-                                         "convertedPods": 0, "podsHoldingDevices": 0,
-                                         "legacyPods": 1}
+    assert train == {
+        "device": "gpu-0-mig-3g40gb-4",
+        "profile": "3g.40gb",
+        "wholeGpu": False,
+        "placementStart": 4,
+        "placementSize": 4,
+        "claim": {"namespace": "ml", "name": "train-gpu-slicer-gnw8k"},
+        "request": "main",
+        "pods": [{"namespace": "ml", "name": "train"}],
+    }
+    assert document["namespaces"][0] == {
+        "name": "aud",
+        "migration": "audit",
+        "convertedPods": 0,
+        "podsHoldingDevices": 0,
+        "legacyPods": 1,
+    }

@@ -15,18 +15,24 @@ Obj = dict[str, Any]
 
 def _status(**objects: Any) -> ClusterStatus:
     data = {"slices": [], "claims": [], "pods": [], "namespaces": [], **objects}
-    return build_status(data["slices"], data["claims"], data["pods"], data["namespaces"],
-                        node=objects.get("node"))
+    return build_status(
+        data["slices"], data["claims"], data["pods"], data["namespaces"], node=objects.get("node")
+    )
 
 
-def test_each_gpu_shows_the_instances_claims_hold_the_pods_holding_them_and_the_free_slices(
-) -> None:
+def test_each_gpu_shows_the_instances_claims_hold_the_pods_holding_them_and_the_free_slices() -> (
+    None
+):
     status = _status(**sandbox_like())
     assert [n.name for n in status.nodes] == ["a100", "h100"]
     a100 = status.node("a100")
     (gpu,) = a100.gpus
     assert (gpu.index, gpu.product, gpu.mode, gpu.memory_slices) == (
-        0, "NVIDIA A100-SXM4-80GB", "mig", 8)
+        0,
+        "NVIDIA A100-SXM4-80GB",
+        "mig",
+        8,
+    )
     assert [(i.device, i.profile, i.start, i.size) for i in gpu.instances] == [
         ("gpu-0-mig-1g10gb-1", "1g.10gb", 1, 1),
         ("gpu-0-mig-1g10gb-2", "1g.10gb", 2, 1),
@@ -34,23 +40,32 @@ def test_each_gpu_shows_the_instances_claims_hold_the_pods_holding_them_and_the_
         ("gpu-0-mig-3g40gb-4", "3g.40gb", 4, 4),
     ]
     assert [i.pods for i in gpu.instances] == [
-        (PodRef("ml", "infer-749bf8c799-dlqzb"),), (PodRef("ml", "infer-749bf8c799-ss84s"),),
-        (PodRef("ml", "infer-749bf8c799-zpnn4"),), (PodRef("ml", "train"),)]
+        (PodRef("ml", "infer-749bf8c799-dlqzb"),),
+        (PodRef("ml", "infer-749bf8c799-ss84s"),),
+        (PodRef("ml", "infer-749bf8c799-zpnn4"),),
+        (PodRef("ml", "train"),),
+    ]
     assert [i.short_pods for i in gpu.instances] == [
-        ("infer-dlqzb",), ("infer-ss84s",), ("infer-zpnn4",), ("train",)]
+        ("infer-dlqzb",),
+        ("infer-ss84s",),
+        ("infer-zpnn4",),
+        ("train",),
+    ]
     assert gpu.instances[3].claim == PodRef("ml", "train-gpu-slicer-gnw8k")
     assert (gpu.free, gpu.blocked, a100.free, a100.memory_slices) == ((0,), (), 1, 8)
     whole, idle = status.node("h100").gpus
     assert (whole.mode, idle.mode) == ("dynamic", "dynamic")
     assert [(i.device, i.whole, i.start, i.size) for i in whole.instances] == [
-        ("gpu-0", True, 0, 8)]
+        ("gpu-0", True, 0, 8)
+    ]
     assert (whole.free, idle.free) == ((), tuple(range(8)))
 
 
 def test_namespaces_show_their_migration_mode_and_how_many_pods_were_converted() -> None:
     status = _status(**sandbox_like())
-    rows = {ns.name: (ns.migration, ns.converted, ns.holding, ns.legacy)
-            for ns in status.namespaces}
+    rows = {
+        ns.name: (ns.migration, ns.converted, ns.holding, ns.legacy) for ns in status.namespaces
+    }
     # Unlabelled namespaces without converted pods (default, gpu-slicer) are left out.
     assert rows == {"ml": ("enabled", 5, 5, 0), "aud": ("audit", 0, 0, 1)}
 
@@ -60,14 +75,14 @@ def test_a_converted_pod_still_waiting_for_a_device_is_converted_but_not_holding
     objects["pods"].append(pod("ml", "waiting"))
     objects["namespaces"].append(namespace("old"))  # label removed, converted pods remain
     objects["pods"].append(pod("old", "left"))
-    rows = {ns.name: (ns.migration, ns.converted, ns.holding)
-            for ns in _status(**objects).namespaces}
+    rows = {
+        ns.name: (ns.migration, ns.converted, ns.holding) for ns in _status(**objects).namespaces
+    }
     assert rows["ml"] == ("enabled", 6, 5)
     assert rows["old"] == ("", 1, 0)
 
 
-@pytest.mark.parametrize("version", [(1, 34), (1, 35), (1, 36), (1, 37)],
-                         ids=lambda v: f"1.{v[1]}")
+@pytest.mark.parametrize("version", [(1, 34), (1, 35), (1, 36), (1, 37)], ids=lambda v: f"1.{v[1]}")
 def test_the_view_is_the_same_whether_counter_sets_share_a_slice_with_devices_or_not(
     version: tuple[int, int],
 ) -> None:
@@ -75,7 +90,10 @@ def test_the_view_is_the_same_whether_counter_sets_share_a_slice_with_devices_or
     claims = [claim("ml", "c", "n", ["gpu-1-mig-2g20gb-2", "gpu-2-mig-2g12gb-0"], pods=[TRAIN])]
     gpus = _status(slices=slices, claims=claims).node("n").gpus
     assert [(g.index, g.memory_slices, g.mode) for g in gpus] == [
-        (0, 8, "dynamic"), (1, 8, "dynamic"), (2, 4, "mig")]
+        (0, 8, "dynamic"),
+        (1, 8, "dynamic"),
+        (2, 4, "mig"),
+    ]
     assert [g.free for g in gpus] == [tuple(range(8)), (0, 1, 4, 5, 6, 7), (2, 3)]
 
 
@@ -97,8 +115,9 @@ def test_slices_taken_by_an_instance_gpu_slicer_did_not_create_are_blocked_not_f
 
 
 def test_a_static_layout_shows_its_idle_instances_and_blocks_what_no_instance_covers() -> None:
-    slices = node_slices("n", "A100-80GB:1", static=True,
-                         made={0: [("1g.10gb", 0), ("3g.40gb", 4)]})
+    slices = node_slices(
+        "n", "A100-80GB:1", static=True, made={0: [("1g.10gb", 0), ("3g.40gb", 4)]}
+    )
     claims = [claim("ml", "c", "n", ["gpu-0-mig-1g10gb-0"], pods=[TRAIN])]
     (gpu,) = _status(slices=slices, claims=claims).node("n").gpus
     assert gpu.mode == "static"
@@ -110,8 +129,11 @@ def test_a_static_layout_shows_its_idle_instances_and_blocks_what_no_instance_co
 
 def test_a_gpu_without_mig_is_one_device_covering_every_memory_slice() -> None:
     slices = node_slices("n", "H100-80GB:1", mode="full")
-    (gpu,) = _status(slices=slices, claims=[claim("ml", "c", "n", ["gpu-0"],
-                                                    pods=[TRAIN])]).node("n").gpus
+    (gpu,) = (
+        _status(slices=slices, claims=[claim("ml", "c", "n", ["gpu-0"], pods=[TRAIN])])
+        .node("n")
+        .gpus
+    )
     assert (gpu.mode, gpu.memory_slices) == ("full", 8)  # the catalog's count: no counters
     assert [(i.whole, i.start, i.size) for i in gpu.instances] == [(True, 0, 8)]
     assert gpu.free == ()
@@ -126,27 +148,39 @@ def test_claims_of_other_drivers_and_unallocated_claims_are_left_out() -> None:
     unallocated = claim("ml", "pending", "n", [])
     del unallocated["status"]
     other = claim("ml", "nv", "n", ["gpu-0"], driver="gpu.nvidia.com")
-    (gpu,) = _status(slices=node_slices("n", "H100-80GB:1"),
-                     claims=[unallocated, other]).node("n").gpus
+    (gpu,) = (
+        _status(slices=node_slices("n", "H100-80GB:1"), claims=[unallocated, other]).node("n").gpus
+    )
     assert gpu.instances == ()
 
 
 def test_a_claim_shared_by_pods_lists_each_and_one_without_pods_lists_none() -> None:
     shared = claim("ml", "shared", "n", ["gpu-0-mig-1g10gb-0"], pods=INFER[:2])
     released = claim("ml", "released", "n", ["gpu-0-mig-1g10gb-1"])
-    (gpu,) = _status(slices=node_slices("n", "A100-80GB:1"), claims=[shared, released],
-                     pods=INFER, namespaces=[namespace("ml", "enabled")]).node("n").gpus
+    (gpu,) = (
+        _status(
+            slices=node_slices("n", "A100-80GB:1"),
+            claims=[shared, released],
+            pods=INFER,
+            namespaces=[namespace("ml", "enabled")],
+        )
+        .node("n")
+        .gpus
+    )
     assert [i.short_pods for i in gpu.instances] == [("infer-dlqzb", "infer-ss84s"), ()]
 
 
 def test_a_held_device_the_node_no_longer_publishes_is_placed_by_its_name_with_a_note() -> None:
-    status = _status(slices=node_slices("n", "A100-80GB:1", foreign={0: [("1g.10gb", 0)]}),
-                     claims=[claim("ml", "c", "n", ["gpu-0-mig-2g20gb-0"], pods=[TRAIN])])
+    status = _status(
+        slices=node_slices("n", "A100-80GB:1", foreign={0: [("1g.10gb", 0)]}),
+        claims=[claim("ml", "c", "n", ["gpu-0-mig-2g20gb-0"], pods=[TRAIN])],
+    )
     (gpu,) = status.node("n").gpus
     assert [(i.profile, i.start, i.size) for i in gpu.instances] == [("2g.20gb", 0, 2)]
     assert gpu.blocked == ()  # the claim's instance holds the slice the counter took off
     assert status.notes == (
-        "claim ml/c holds device gpu-0-mig-2g20gb-0, which n does not publish now",)
+        "claim ml/c holds device gpu-0-mig-2g20gb-0, which n does not publish now",
+    )
 
 
 def test_a_node_whose_agent_publishes_nothing_still_shows_what_claims_hold_there() -> None:
@@ -170,14 +204,25 @@ def test_other_drivers_slices_are_not_nodes_and_the_node_filter_keeps_one() -> N
 
 
 def test_objects_missing_optional_fields_do_not_break_the_view() -> None:
-    bare_claim: Obj = {"metadata": {"name": "c", "namespace": "ml"},
-                       "status": {"allocation": {"devices": {"results": [
-                           {"driver": "gpu-slicer.io", "pool": "n", "device": "not-ours"}]}}}}
-    status = _status(slices=[{"spec": {}}, {"spec": {"driver": "gpu-slicer.io"}}],
-                     claims=[bare_claim, {}], pods=[{}, {"metadata": {}}],
-                     namespaces=[{}, {"metadata": {"name": "x", "labels": None}}])
+    bare_claim: Obj = {
+        "metadata": {"name": "c", "namespace": "ml"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"driver": "gpu-slicer.io", "pool": "n", "device": "not-ours"}]
+                }
+            }
+        },
+    }
+    status = _status(
+        slices=[{"spec": {}}, {"spec": {"driver": "gpu-slicer.io"}}],
+        claims=[bare_claim, {}],
+        pods=[{}, {"metadata": {}}],
+        namespaces=[{}, {"metadata": {"name": "x", "labels": None}}],
+    )
     assert [n.name for n in status.nodes] == ["n"]
-    assert status.notes == ("claim ml/c holds device not-ours on n, which is not a gpu-slicer "
-                            "device name",
-                            "node n publishes no gpu-slicer.io ResourceSlices, but claims hold "
-                            "devices there (is its agent running?)")
+    assert status.notes == (
+        "claim ml/c holds device not-ours on n, which is not a gpu-slicer device name",
+        "node n publishes no gpu-slicer.io ResourceSlices, but claims hold "
+        "devices there (is its agent running?)",
+    )

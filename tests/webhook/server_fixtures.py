@@ -205,13 +205,20 @@ def gunicorn_server(
         runtime_dir = tmp / f"runtime-{port}"
         runtime_dir.mkdir()
         child_env = {
-            k: v for k, v in os.environ.items()
+            k: v
+            for k, v in os.environ.items()
             if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"
         }
         settings = ServerConfig(
-            dev=True, bind=f"127.0.0.1:{port}", tls_cert=str(cert), tls_key=str(key),
-            workers=workers, connections=connections,
-            read_timeout_s=read_timeout_s, runtime_dir=str(runtime_dir), log_level="WARNING",
+            dev=True,
+            bind=f"127.0.0.1:{port}",
+            tls_cert=str(cert),
+            tls_key=str(key),
+            workers=workers,
+            connections=connections,
+            read_timeout_s=read_timeout_s,
+            runtime_dir=str(runtime_dir),
+            log_level="WARNING",
         )
         child_env.update(settings.to_env())
         child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), child_env.get("PYTHONPATH", "")])

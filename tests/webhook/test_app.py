@@ -62,22 +62,25 @@ def test_a_review_is_answered_with_a_patch(client: FlaskClient) -> None:
 
 
 def test_json_with_a_charset_parameter_is_accepted(client: FlaskClient) -> None:
-    reply = post(client, admission_review(plain_pod()),
-                 {"Content-Type": "application/json; charset=utf-8"})
+    reply = post(
+        client, admission_review(plain_pod()), {"Content-Type": "application/json; charset=utf-8"}
+    )
     assert reply.status_code == 200
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
 def test_a_body_that_is_not_declared_json_gets_415(client: FlaskClient, content_type: str) -> None:
     headers = {"Content-Type": content_type} if content_type else {}
-    reply = client.post("/mutate-pods", data=json.dumps(admission_review(plain_pod())),
-                        headers=headers)
+    reply = client.post(
+        "/mutate-pods", data=json.dumps(admission_review(plain_pod())), headers=headers
+    )
     assert reply.status_code == 415
     assert "application/json" in reply.get_json()["error"]
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"\xff\xfe\x00", b""], ids=["broken", "binary",
-                                                                              "empty"])
+@pytest.mark.parametrize(
+    "body", [b"{not json", b"\xff\xfe\x00", b""], ids=["broken", "binary", "empty"]
+)
 def test_a_body_that_is_not_json_gets_400(client: FlaskClient, body: bytes) -> None:
     reply = post(client, body)
     assert reply.status_code == 400
@@ -101,8 +104,12 @@ def test_a_body_over_3_mib_gets_413(client: FlaskClient) -> None:
 
 def _post_chunked(client: FlaskClient, body: bytes) -> Any:
     """A body without Content-Length, as gunicorn hands over a chunked one."""
-    return client.post("/mutate-pods", input_stream=io.BytesIO(body), headers=JSON,
-                       environ_overrides={"wsgi.input_terminated": True})
+    return client.post(
+        "/mutate-pods",
+        input_stream=io.BytesIO(body),
+        headers=JSON,
+        environ_overrides={"wsgi.input_terminated": True},
+    )
 
 
 def test_a_body_over_3_mib_without_a_length_gets_413(client: FlaskClient) -> None:
@@ -180,16 +187,22 @@ def test_metrics_count_requests_by_outcome_and_conversions_by_resource(
     post(client, admission_review(mig_pod("1g.10gb")))
     post(client, admission_review(plain_pod()))
     post(client, b"{")
-    assert metric(client, 'gpu_slicer_webhook_requests_total{mode="enabled",outcome="patched"}') \
+    assert (
+        metric(client, 'gpu_slicer_webhook_requests_total{mode="enabled",outcome="patched"}') == 2
+    )
+    assert (
+        metric(client, 'gpu_slicer_webhook_requests_total{mode="enabled",outcome="unchanged"}') == 1
+    )
+    assert (
+        metric(client, 'gpu_slicer_webhook_requests_total{mode="n/a",outcome="bad_request"}') == 1
+    )
+    assert (
+        metric(
+            client,
+            'gpu_slicer_webhook_conversions_total{mode="enabled",resource="nvidia.com/mig-1g.10gb"}',
+        )
         == 2
-    assert metric(client, 'gpu_slicer_webhook_requests_total{mode="enabled",outcome="unchanged"}') \
-        == 1
-    assert metric(client, 'gpu_slicer_webhook_requests_total{mode="n/a",outcome="bad_request"}') \
-        == 1
-    assert metric(
-        client,
-        'gpu_slicer_webhook_conversions_total{mode="enabled",resource="nvidia.com/mig-1g.10gb"}',
-    ) == 2
+    )
     assert metric(client, "gpu_slicer_webhook_request_duration_seconds_count") == 4
     assert metric(client, 'gpu_slicer_webhook_templates_total{action="reported"}') == 2
 
@@ -198,7 +211,8 @@ def test_dev_mode_reports_templates_instead_of_creating_them(dev_runtime: Runtim
     client = create_app(runtime=dev_runtime).test_client()
     reply = post(client, admission_review(mig_pod(), namespace="sandbox"))
     name = patched(mig_pod(), reply.get_json()["response"])["spec"]["resourceClaims"][0][
-        "resourceClaimTemplateName"]
+        "resourceClaimTemplateName"
+    ]
     assert isinstance(dev_runtime.templates, ReportingTemplates)
     assert dev_runtime.templates.reported == [f"sandbox/{name}"]
 
@@ -221,8 +235,9 @@ def cluster() -> Iterator[InMemoryKubeApi]:
     api = InMemoryKubeApi()
     for name, label in (("ml", "enabled"), ("staging", "audit"), ("web", None)):
         labels = {"gpu-slicer.io/migration": label} if label else {}
-        api.create({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": name, "labels": labels}})
+        api.create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+        )
     yield api
     api.close()
 
@@ -337,23 +352,34 @@ def test_without_a_valid_policy_the_server_is_not_ready_and_answers_500(
 def test_the_documented_rbac_rules_cover_exactly_what_the_server_calls(
     cluster: InMemoryKubeApi,
 ) -> None:
-    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-                    "metadata": {"name": "mig.gpu-slicer.io"}, "spec": {}})
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "mig.gpu-slicer.io"},
+            "spec": {},
+        }
+    )
     cluster.clear_calls()  # the fixture's own creates are not the server's
     with cluster_app(cluster) as (app, runtime):
         client = app.test_client()
         _wait_ready(client)
         reply = post(client, admission_review(mig_pod(), namespace="ml"))
         name = patched(mig_pod(), reply.get_json()["response"])["spec"]["resourceClaims"][0][
-            "resourceClaimTemplateName"]
+            "resourceClaimTemplateName"
+        ]
         assert isinstance(runtime.templates, ApiTemplates)
         runtime.templates.forget("ml", name)  # as after the cache entry expired: exists -> stamp
         post(client, admission_review(mig_pod(), namespace="ml"))
         post(client, admission_review(mig_pod(), namespace="created-a-moment-ago"))
-        TemplateCollector(cluster, gc_after_s=lambda: 60,
-                          wall_clock=lambda: datetime.now(UTC) + timedelta(days=1)).sweep()
-        _wait_for(lambda: {c.kind for c in cluster.calls if c.verb == "watch"} == {
-            "Namespace", "DeviceClass"})
+        TemplateCollector(
+            cluster, gc_after_s=lambda: 60, wall_clock=lambda: datetime.now(UTC) + timedelta(days=1)
+        ).sweep()
+        _wait_for(
+            lambda: (
+                {c.kind for c in cluster.calls if c.verb == "watch"} == {"Namespace", "DeviceClass"}
+            )
+        )
     assert cluster.rbac_verbs() == {key: set(verbs) for key, verbs in RBAC_RULES.items()}
 
 

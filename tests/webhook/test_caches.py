@@ -28,8 +28,12 @@ def device_class(name: str, extended: str | None = None) -> Obj:
     spec: Obj = {"selectors": []}
     if extended:
         spec["extendedResourceName"] = extended
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -69,11 +73,13 @@ def test_modes_follow_label_changes_through_the_watch(api: InMemoryKubeApi) -> N
     try:
         eventually(lambda: modes.synced)
         assert modes.mode("ml") == "enabled"
-        api.patch("v1", "Namespace", "ml",
-                  {"metadata": {"labels": {"gpu-slicer.io/migration": "audit"}}})
+        api.patch(
+            "v1", "Namespace", "ml", {"metadata": {"labels": {"gpu-slicer.io/migration": "audit"}}}
+        )
         eventually(lambda: modes.mode("ml") == "audit")
-        api.patch("v1", "Namespace", "ml",
-                  {"metadata": {"labels": {"gpu-slicer.io/migration": None}}})
+        api.patch(
+            "v1", "Namespace", "ml", {"metadata": {"labels": {"gpu-slicer.io/migration": None}}}
+        )
         eventually(lambda: modes.mode("ml") == "disabled")
         api.create(namespace("new", "enabled"))
         eventually(lambda: modes.cache.get("new") == "enabled")
@@ -104,8 +110,10 @@ def test_an_unreachable_api_on_a_miss_is_a_cache_error(api: InMemoryKubeApi) -> 
 def test_an_expired_watch_lists_again(api: InMemoryKubeApi) -> None:
     api.create(namespace("ml", "enabled"))
     cache: WatchCache[str] = WatchCache(
-        api, "v1", "Namespace", lambda ns: ns["metadata"]["labels"].get(
-            "gpu-slicer.io/migration", "none"),
+        api,
+        "v1",
+        "Namespace",
+        lambda ns: ns["metadata"]["labels"].get("gpu-slicer.io/migration", "none"),
         watch_timeout_s=0.2,
     )
     api.fail_next("watch", ApiError("too old resource version", status=410, reason="Expired"))
@@ -125,8 +133,9 @@ def test_errors_while_listing_are_retried_and_the_cache_is_not_synced_meanwhile(
 ) -> None:
     api.create(namespace("ml", "enabled"))
     api.fail_next("list", Unavailable("connection refused"), times=2)
-    cache: WatchCache[str] = WatchCache(api, "v1", "Namespace", lambda ns: "seen",
-                                        backoff_s=(0.01, 0.02))
+    cache: WatchCache[str] = WatchCache(
+        api, "v1", "Namespace", lambda ns: "seen", backoff_s=(0.01, 0.02)
+    )
     assert not cache.synced
     cache.start()
     try:
@@ -155,8 +164,9 @@ def test_extended_resource_names_come_from_device_classes(api: InMemoryKubeApi) 
 def test_an_apiserver_without_device_classes_counts_as_synced_and_empty(
     api: InMemoryKubeApi,
 ) -> None:
-    api.fail_next("list", NotFound("the server could not find the requested resource"),
-                  kind="DeviceClass")
+    api.fail_next(
+        "list", NotFound("the server could not find the requested resource"), kind="DeviceClass"
+    )
     names = ExtendedResourceNames(api)
     names.start()
     try:

@@ -181,8 +181,19 @@ def test_a_whole_gpu_request_selects_only_whole_gpus(
 # (1g.10gb, 2g.20gb, 3g.40gb), so their chains select by capacity too.
 @pytest.mark.parametrize(
     "size",
-    ["4Gi", "9800Mi", "10Gi", "12Gi", "19712Mi", "20Gi", "39000Mi", "40Gi", "70Gi", "100Gi",
-     "150Gi"],
+    [
+        "4Gi",
+        "9800Mi",
+        "10Gi",
+        "12Gi",
+        "19712Mi",
+        "20Gi",
+        "39000Mi",
+        "40Gi",
+        "70Gi",
+        "100Gi",
+        "150Gi",
+    ],
 )
 def test_a_memory_chain_selects_only_devices_with_enough_memory_smallest_first(
     size: str, devices: dict[str, list[Device]], policy: Policy

@@ -81,14 +81,17 @@ def test_serve_names_missing_empty_and_folder_certificates_before_any_cluster(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     empty = tmp_path / "empty.pem"
     empty.write_text("")
-    code, err = run(["webhook", "serve", "--tls-cert", str(tmp_path / "nope.pem"),
-                     "--tls-key", str(empty)], capsys)
+    code, err = run(
+        ["webhook", "serve", "--tls-cert", str(tmp_path / "nope.pem"), "--tls-key", str(empty)],
+        capsys,
+    )
     assert code == 2
     assert f"--tls-cert {tmp_path / 'nope.pem'}: cannot load: no such file" in err
     assert f"--tls-key {empty}: cannot load: the file is empty" in err
     assert "Kubernetes credentials" not in err
-    code, err = run(["webhook", "serve", "--tls-cert", str(tmp_path), "--tls-key", str(empty)],
-                    capsys)
+    code, err = run(
+        ["webhook", "serve", "--tls-cert", str(tmp_path), "--tls-key", str(empty)], capsys
+    )
     assert code == 2
     assert f"--tls-cert {tmp_path}: cannot load: not a file" in err
 
@@ -153,16 +156,27 @@ def test_policy_check_counts_one_problem_in_the_singular(
     ("text", "named"),
     [
         ("kind: Pod\nmetadata: x\nspec: {containers: []}\n", "metadata: must be a mapping"),
-        ("kind: Pod\nmetadata: {name: p, namespace: 5}\nspec: {containers: []}\n",
-         "metadata.namespace: must be a string, not number 5"),
-        ("kind: Pod\nmetadata: {name: p, annotations: 5}\nspec: {containers: []}\n",
-         "metadata.annotations: must be a mapping"),
-        ("kind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    metadata: 5\n"
-         "    spec: {containers: []}\n", "spec.template.metadata: must be a mapping"),
-        (POD_HEAD + "spec: {containers: [{name: c, resources: 5}]}\n",
-         "spec.containers[0].resources: must be a mapping"),
-        (POD_HEAD + "spec: {containers: [{name: c, resources: {limits: 5}}]}\n",
-         "spec.containers[0].resources.limits: must be a mapping"),
+        (
+            "kind: Pod\nmetadata: {name: p, namespace: 5}\nspec: {containers: []}\n",
+            "metadata.namespace: must be a string, not number 5",
+        ),
+        (
+            "kind: Pod\nmetadata: {name: p, annotations: 5}\nspec: {containers: []}\n",
+            "metadata.annotations: must be a mapping",
+        ),
+        (
+            "kind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    metadata: 5\n"
+            "    spec: {containers: []}\n",
+            "spec.template.metadata: must be a mapping",
+        ),
+        (
+            POD_HEAD + "spec: {containers: [{name: c, resources: 5}]}\n",
+            "spec.containers[0].resources: must be a mapping",
+        ),
+        (
+            POD_HEAD + "spec: {containers: [{name: c, resources: {limits: 5}}]}\n",
+            "spec.containers[0].resources.limits: must be a mapping",
+        ),
     ],
 )
 def test_convert_names_malformed_metadata_and_resources(

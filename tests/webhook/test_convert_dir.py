@@ -94,7 +94,10 @@ def test_one_bad_file_fails_the_tree_and_nothing_is_written(
     ids=["beside-with-a-file", "empty-folder", "out-dir-is-a-file"],
 )
 def test_bad_folder_usage_is_exit_2_with_one_line(
-    repo: Path, tmp_path: Path, argv: list[str], message: str,
+    repo: Path,
+    tmp_path: Path,
+    argv: list[str],
+    message: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     empty = tmp_path / "empty"

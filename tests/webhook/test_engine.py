@@ -165,8 +165,9 @@ def test_audit_mode_admits_what_enabled_would_deny_and_says_why() -> None:
     ids=["update", "delete", "subresource", "other-kind"],
 )
 def test_only_pod_creation_is_reviewed(operation: str, kind: str, sub_resource: str | None) -> None:
-    result = run(admission_review(mig_pod(), operation=operation, kind=kind,
-                                  sub_resource=sub_resource))
+    result = run(
+        admission_review(mig_pod(), operation=operation, kind=kind, sub_resource=sub_resource)
+    )
     assert result.response == {"uid": result.response["uid"], "allowed": True}
     assert result.outcome == "skipped"
 
@@ -195,8 +196,10 @@ def _review_with(path: list[str | int], value: Any) -> dict[str, Any]:
     ("body", "fragment"),
     [
         ([], "body"),
-        ({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}},
-         "admissionReviewVersions"),
+        (
+            {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}},
+            "admissionReviewVersions",
+        ),
         (_review_with(["request"], None), "request"),
         (_review_with(["request", "uid"], ""), "request.uid"),
         (_review_with(["request", "uid"], 7), "request.uid"),
@@ -204,10 +207,17 @@ def _review_with(path: list[str | int], value: Any) -> dict[str, Any]:
         (_review_with(["request", "object", "spec"], None), "request.object.spec"),
         (_review_with(["request", "object", "spec", "containers"], {}), "containers"),
         (_review_with(["request", "object", "spec", "containers", 0], 3), "containers[0]"),
-        (_review_with(["request", "object", "spec", "containers", 0, "resources"], []),
-         "resources"),
-        (_review_with(["request", "object", "spec", "containers", 0, "resources", "limits"],
-                      {"nvidia.com/gpu": [1]}), "limits"),
+        (
+            _review_with(["request", "object", "spec", "containers", 0, "resources"], []),
+            "resources",
+        ),
+        (
+            _review_with(
+                ["request", "object", "spec", "containers", 0, "resources", "limits"],
+                {"nvidia.com/gpu": [1]},
+            ),
+            "limits",
+        ),
         (_review_with(["request", "object", "metadata", "labels"], {"a": 1}), "labels"),
         (_review_with(["request", "object", "metadata", "annotations"], "x"), "annotations"),
         (_review_with(["request", "object", "spec", "resourceClaims"], {}), "resourceClaims"),
@@ -215,9 +225,22 @@ def _review_with(path: list[str | int], value: Any) -> dict[str, Any]:
         (_review_with(["request", "namespace"], None), "namespace"),
     ],
     ids=[
-        "not-an-object", "v1beta1", "no-request", "empty-uid", "numeric-uid", "object-string",
-        "no-spec", "containers-map", "container-number", "resources-list", "quantity-list",
-        "label-number", "annotations-string", "claims-map", "dryrun-string", "no-namespace",
+        "not-an-object",
+        "v1beta1",
+        "no-request",
+        "empty-uid",
+        "numeric-uid",
+        "object-string",
+        "no-spec",
+        "containers-map",
+        "container-number",
+        "resources-list",
+        "quantity-list",
+        "label-number",
+        "annotations-string",
+        "claims-map",
+        "dryrun-string",
+        "no-namespace",
     ],
 )
 def test_a_malformed_review_is_a_bad_review_naming_the_field(body: Any, fragment: str) -> None:

@@ -39,8 +39,12 @@ def device_class(name: str, resource: str | None) -> dict[str, Any]:
     spec: dict[str, Any] = {"selectors": []}
     if resource:
         spec["extendedResourceName"] = resource
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 # --- the pure report ------------------------------------------------------------------------------
@@ -62,7 +66,9 @@ def test_the_scheduler_uses_the_newest_class_then_the_first_by_name() -> None:
 def test_deferring_to_another_drivers_class_is_flagged() -> None:
     (line,) = report(load_policy(""), [NVIDIA_CLASS, OURS])
     assert (line.resource, line.device_class, line.handling) == (
-        "nvidia.com/gpu", "gpu.nvidia.com", "defer"
+        "nvidia.com/gpu",
+        "gpu.nvidia.com",
+        "defer",
     )
     assert line.surprising
     assert line.shadowed == ("gpu.gpu-slicer.io",)
@@ -105,8 +111,10 @@ def test_the_reporter_logs_changes_and_keeps_the_gauge(caplog: pytest.LogCapture
         reporter.update(policy, [], reason="DeviceClasses listed or changed")
     assert "no DeviceClass claims an extended resource" in caplog.records[0].getMessage()
     text = metrics.exposition()[0].decode()
-    series = ('gpu_slicer_webhook_extended_resource_classes{device_class="gpu.nvidia.com",'
-              'handling="defer",resource="nvidia.com/gpu"}')
+    series = (
+        'gpu_slicer_webhook_extended_resource_classes{device_class="gpu.nvidia.com",'
+        'handling="defer",resource="nvidia.com/gpu"}'
+    )
     assert f"{series} 0.0" in text
 
 
@@ -116,8 +124,13 @@ def test_the_reporter_logs_changes_and_keeps_the_gauge(caplog: pytest.LogCapture
 @pytest.fixture
 def cluster() -> Iterator[InMemoryKubeApi]:
     api = InMemoryKubeApi()
-    api.create({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": "ml", "labels": {"gpu-slicer.io/migration": "enabled"}}})
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "ml", "labels": {"gpu-slicer.io/migration": "enabled"}},
+        }
+    )
     api.create(device_class("gpu.nvidia.com", "nvidia.com/gpu"))
     api.create(device_class("mig.nvidia.com", None))
     yield api
@@ -129,8 +142,9 @@ def served(
     api: InMemoryKubeApi, caplog: pytest.LogCaptureFixture, **settings: Any
 ) -> Iterator[tuple[FlaskClient, Runtime]]:
     """A ready app on ``api`` (caches synced), capturing the report's log lines."""
-    runtime = build_runtime(ServerConfig(tls_cert="c", tls_key="k", gc_interval_s=0, **settings),
-                            api=api)
+    runtime = build_runtime(
+        ServerConfig(tls_cert="c", tls_key="k", gc_interval_s=0, **settings), api=api
+    )
     try:
         with caplog.at_level(logging.INFO, logger="webhook.extended"):
             client = create_app(runtime=runtime).test_client()
@@ -166,10 +180,14 @@ def test_beside_nvidias_driver_gpu_pods_are_left_alone_visibly(
         response = reply.get_json()["response"]
         text = metrics_text(client)
     assert "patch" not in response
-    assert any("nvidia.com/gpu in main not converted: a DeviceClass serves it" in w
-               for w in response["warnings"])
-    assert ('gpu_slicer_webhook_extended_resource_classes{device_class="gpu.nvidia.com",'
-            'handling="defer",resource="nvidia.com/gpu"} 1.0') in text
+    assert any(
+        "nvidia.com/gpu in main not converted: a DeviceClass serves it" in w
+        for w in response["warnings"]
+    )
+    assert (
+        'gpu_slicer_webhook_extended_resource_classes{device_class="gpu.nvidia.com",'
+        'handling="defer",resource="nvidia.com/gpu"} 1.0'
+    ) in text
     assert 'gpu_slicer_webhook_deferred_total{mode="enabled",resource="nvidia.com/gpu"} 1.0' in text
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warned and "DeviceClass gpu.nvidia.com (NVIDIA's DRA driver)" in warned[0].getMessage()
@@ -202,7 +220,8 @@ def test_a_class_installed_later_is_reported_when_it_appears(
     with served(cluster, caplog) as (client, _runtime):
         cluster.create(device_class("gpu.gpu-slicer.io", "nvidia.com/gpu"))
         wait_for(lambda: "gpu.gpu-slicer.io" in metrics_text(client))
-        wait_for(lambda: any("gpu.gpu-slicer.io (gpu-slicer)" in r.getMessage()
-                             for r in caplog.records))
+        wait_for(
+            lambda: any("gpu.gpu-slicer.io (gpu-slicer)" in r.getMessage() for r in caplog.records)
+        )
     messages = [r.getMessage() for r in caplog.records]
     assert any("DeviceClass gpu.gpu-slicer.io (gpu-slicer)" in m for m in messages)

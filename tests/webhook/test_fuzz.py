@@ -40,15 +40,36 @@ quantities = st.one_of(
     valid_quantities,
     valid_quantities,
     st.integers(min_value=-3, max_value=10),
-    st.sampled_from(["1", "2", "0", "8", "1k", "500m", "1.5", "-1", "", "x", "2Gi", "1e3",
-                     "99999999999999999999"]),
+    st.sampled_from(
+        [
+            "1",
+            "2",
+            "0",
+            "8",
+            "1k",
+            "500m",
+            "1.5",
+            "-1",
+            "",
+            "x",
+            "2Gi",
+            "1e3",
+            "99999999999999999999",
+        ]
+    ),
     st.text(max_size=6),
 )
 legacy_names = st.one_of(
     st.just("nvidia.com/gpu"),
     st.sampled_from(PROFILES).map(lambda p: f"nvidia.com/mig-{p}"),
-    st.sampled_from(["nvidia.com/mig-", "nvidia.com/mig-9g.1tb", "nvidia.com/mig-1g.10gb~x",
-                     "nvidia.com/mig-1g.10gb/x"]),
+    st.sampled_from(
+        [
+            "nvidia.com/mig-",
+            "nvidia.com/mig-9g.1tb",
+            "nvidia.com/mig-1g.10gb~x",
+            "nvidia.com/mig-1g.10gb/x",
+        ]
+    ),
 )
 resource_maps = st.dictionaries(
     st.one_of(legacy_names, st.sampled_from(["cpu", "memory", "example.com/foo"])),
@@ -78,8 +99,15 @@ annotation_values = st.one_of(
 annotation_maps: st.SearchStrategy[dict[str, str]] = st.one_of(
     st.just({}),
     st.dictionaries(
-        st.sampled_from(["gpu-slicer.io/profiles", "gpu-slicer.io/gpu-memory",
-                         "gpu-slicer.io/containers", "gpu-slicer.io/converted", "other"]),
+        st.sampled_from(
+            [
+                "gpu-slicer.io/profiles",
+                "gpu-slicer.io/gpu-memory",
+                "gpu-slicer.io/containers",
+                "gpu-slicer.io/converted",
+                "other",
+            ]
+        ),
         annotation_values,
         max_size=3,
     ),
@@ -98,25 +126,29 @@ pods = st.builds(
     },
     st.one_of(st.just({"generateName": "p-"}), names.map(lambda n: {"name": n})),
     annotation_maps,
-    st.dictionaries(st.sampled_from(["gpu-slicer.io/skip", "app"]),
-                    st.sampled_from(["true", "false", "x"]), max_size=2),
+    st.dictionaries(
+        st.sampled_from(["gpu-slicer.io/skip", "app"]),
+        st.sampled_from(["true", "false", "x"]),
+        max_size=2,
+    ),
     st.lists(containers, min_size=1, max_size=4),
     st.lists(containers, max_size=2),
     st.lists(
-        st.fixed_dictionaries({"name": names},
-                              optional={"resourceClaimTemplateName": names}),
+        st.fixed_dictionaries({"name": names}, optional={"resourceClaimTemplateName": names}),
         max_size=2,
     ),
     st.lists(containers, max_size=1),
 )
 convertible_containers = st.builds(
     lambda name, resource, count, section: {
-        "name": name, "image": "registry.example/x:1",
+        "name": name,
+        "image": "registry.example/x:1",
         "resources": {section: {resource: count, "cpu": "1"}},
     },
     names,
-    st.one_of(st.just("nvidia.com/gpu"),
-              st.sampled_from(PROFILES).map(lambda p: f"nvidia.com/mig-{p}")),
+    st.one_of(
+        st.just("nvidia.com/gpu"), st.sampled_from(PROFILES).map(lambda p: f"nvidia.com/mig-{p}")
+    ),
     valid_quantities,
     st.sampled_from(["limits", "requests"]),
 )
@@ -132,17 +164,21 @@ convertible_pods = st.builds(
     st.one_of(
         st.just({}),
         st.lists(st.sampled_from(PROFILES[:7]), min_size=1, max_size=3, unique=True).map(
-            lambda chain: {"gpu-slicer.io/profiles": ",".join(chain)}),
+            lambda chain: {"gpu-slicer.io/profiles": ",".join(chain)}
+        ),
         st.sampled_from(["5Gi", "12Gi", "40Gi"]).map(
-            lambda size: {"gpu-slicer.io/gpu-memory": size}),
+            lambda size: {"gpu-slicer.io/gpu-memory": size}
+        ),
     ),
 )
 any_pods = st.one_of(convertible_pods, pods)
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-              st.text(max_size=10)),
-    lambda children: st.one_of(st.lists(children, max_size=4),
-                               st.dictionaries(st.text(max_size=8), children, max_size=4)),
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=10)
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -187,8 +223,12 @@ def _check_response(pod: Any, uid: str, body: Any) -> Any:
 
 
 @FUZZ
-@given(pod=any_pods, mode=st.sampled_from(["enabled", "audit"]), dry_run=st.booleans(),
-       uid=st.uuids().map(str))
+@given(
+    pod=any_pods,
+    mode=st.sampled_from(["enabled", "audit"]),
+    dry_run=st.booleans(),
+    uid=st.uuids().map(str),
+)
 def test_random_pods_get_a_well_formed_answer_and_reinvocation_adds_nothing(
     clients: dict[str, FlaskClient], pod: dict[str, Any], mode: str, dry_run: bool, uid: str
 ) -> None:
@@ -208,17 +248,16 @@ def test_random_pods_get_a_well_formed_answer_and_reinvocation_adds_nothing(
 
 @FUZZ
 @given(garbage=json_values)
-def test_garbage_json_is_a_400_never_a_crash(
-    clients: dict[str, FlaskClient], garbage: Any
-) -> None:
+def test_garbage_json_is_a_400_never_a_crash(clients: dict[str, FlaskClient], garbage: Any) -> None:
     reply = _post(clients["enabled"], garbage)
     assert reply.status_code == 400
 
 
 @FUZZ
 @given(
-    field=st.sampled_from(["uid", "kind", "operation", "object", "namespace", "dryRun",
-                           "resource", "subResource"]),
+    field=st.sampled_from(
+        ["uid", "kind", "operation", "object", "namespace", "dryRun", "resource", "subResource"]
+    ),
     value=json_values,
     pod=pods,
 )

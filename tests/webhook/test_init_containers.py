@@ -173,9 +173,7 @@ def test_an_init_container_uses_the_gpu_the_app_container_uses_afterwards() -> N
 
 
 def test_several_init_containers_of_different_sizes_need_only_the_largest() -> None:
-    pod = build_pod(
-        gpus("main", 1), init=[gpus("fetch", 1), gpus("compile", 3), gpus("warm", 2)]
-    )
+    pod = build_pod(gpus("main", 1), init=[gpus("fetch", 1), gpus("compile", 3), gpus("warm", 2)])
     conversion = check_pod(pod)
     assert sum(devices_of(conversion).values()) == 3
     refs = references(pod, conversion)
@@ -190,9 +188,7 @@ def test_several_init_containers_of_different_sizes_need_only_the_largest() -> N
 
 
 def test_a_sidecar_adds_to_the_app_containers_and_runs_beside_later_init_containers() -> None:
-    pod = build_pod(
-        gpus("app", 1), init=[gpus("proxy", 1, sidecar=True), gpus("setup", 3)]
-    )
+    pod = build_pod(gpus("app", 1), init=[gpus("proxy", 1, sidecar=True), gpus("setup", 3)])
     conversion = check_pod(pod)
     assert sum(devices_of(conversion).values()) == 4
     refs = references(pod, conversion)
@@ -200,9 +196,7 @@ def test_a_sidecar_adds_to_the_app_containers_and_runs_beside_later_init_contain
 
 
 def test_an_init_container_before_a_sidecar_may_reuse_the_sidecar_devices() -> None:
-    pod = build_pod(
-        gpus("app", 1), init=[gpus("setup", 2), gpus("proxy", 1, sidecar=True)]
-    )
+    pod = build_pod(gpus("app", 1), init=[gpus("setup", 2), gpus("proxy", 1, sidecar=True)])
     conversion = check_pod(pod)
     assert sum(devices_of(conversion).values()) == 2
     assert references(pod, conversion)["setup"] == ["proxy", "app"]
@@ -280,15 +274,11 @@ def allocate(conversion: Conversion, slices: list[dict[str, Any]]) -> list[tuple
     """(request, device) the scheduler's model chooses, or [] when the pod cannot fit."""
     (template,) = conversion.templates
     claim = {"metadata": {"name": "c"}, "spec": template["spec"]["spec"]}
-    result = allocate_on_node(
-        [claim], node_name="node-a", slices=slices, device_classes=CLASSES
-    )
+    result = allocate_on_node([claim], node_name="node-a", slices=slices, device_classes=CLASSES)
     if result is None:
         return []
     return [
-        (r["request"], r["device"])
-        for a in result.allocations
-        for r in a["devices"]["results"]
+        (r["request"], r["device"]) for a in result.allocations for r in a["devices"]["results"]
     ]
 
 

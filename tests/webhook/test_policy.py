@@ -250,8 +250,10 @@ def test_policy_profiles_no_listed_model_offers_are_refused_with_the_valid_ones(
     )
     assert found[0].endswith("did you mean '1g.10gb'?")
     assert any(
-        p.startswith("namespaces.ml.gpu[1]: profile '1g.10gb' is not offered by "
-                     "namespaces.ml.gpuModels (H200-141GB)")
+        p.startswith(
+            "namespaces.ml.gpu[1]: profile '1g.10gb' is not offered by "
+            "namespaces.ml.gpuModels (H200-141GB)"
+        )
         for p in found
     )
     # The cluster's explicit fallbacks now apply in ml too, and ml's models lack 1g.10gb.

@@ -12,9 +12,19 @@ from webhook.config import ConfigError, ServerConfig
 
 
 def test_every_setting_has_an_environment_twin_that_round_trips() -> None:
-    config = ServerConfig(bind="127.0.0.1:9443", tls_cert="/c", tls_key="/k", workers=3,
-                          connections=8, dev=True, namespace_mode="audit", policy="/p.yaml",
-                          kubeconfig="/kc", policy_check_s=1.5, gc_interval_s=0)
+    config = ServerConfig(
+        bind="127.0.0.1:9443",
+        tls_cert="/c",
+        tls_key="/k",
+        workers=3,
+        connections=8,
+        dev=True,
+        namespace_mode="audit",
+        policy="/p.yaml",
+        kubeconfig="/kc",
+        policy_check_s=1.5,
+        gc_interval_s=0,
+    )
     env = config.to_env()
     assert all(key.startswith("GPU_SLICER_") for key in env)
     assert env["GPU_SLICER_TLS_CERT"] == "/c" and env["GPU_SLICER_DEV"] == "1"
@@ -28,8 +38,7 @@ def test_the_environment_overrides_the_file_and_flags_override_the_environment(
     settings.write_text("bind: 0.0.0.0:1111\nworkers: 5\ntls-cert: /file.crt\n")
     env = {"GPU_SLICER_CONFIG": str(settings), "GPU_SLICER_WORKERS": "6"}
     from_env = ServerConfig.from_env(env)
-    assert (from_env.bind, from_env.workers, from_env.tls_cert) == ("0.0.0.0:1111", 6,
-                                                                     "/file.crt")
+    assert (from_env.bind, from_env.workers, from_env.tls_cert) == ("0.0.0.0:1111", 6, "/file.crt")
     flagged = ServerConfig.from_mapping({"workers": 7}, base=from_env, source="flags")
     assert flagged.workers == 7 and flagged.bind == "0.0.0.0:1111"
 
@@ -78,14 +87,16 @@ def test_dev_mode_needs_no_certificate_and_defaults_to_enabled() -> None:
     [
         (["webhook", "serve"], "--tls-cert"),
         (["webhook", "serve", "--dev", "--policy", "{policy}"], "invalid policy"),
-        (["webhook", "serve", "--tls-cert", "{missing}", "--tls-key", "{missing}"],
-         "cannot load"),
+        (["webhook", "serve", "--tls-cert", "{missing}", "--tls-key", "{missing}"], "cannot load"),
     ],
     ids=["no-tls", "bad-policy", "unreadable-certificate"],
 )
 def test_serve_exits_2_with_the_problem_before_starting(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    argv: list[str], fragment: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    fragment: str,
 ) -> None:
     for key in [k for k in os.environ if k.startswith("GPU_SLICER_")]:
         monkeypatch.delenv(key)

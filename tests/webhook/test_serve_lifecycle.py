@@ -16,8 +16,11 @@ from server_fixtures import ROOT, free_port
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"
+    }
     env["TMPDIR"] = str(tmp)  # where --dev makes its runtime folder
     env["GPU_SLICER_LOG_LEVEL"] = "INFO"
     return env
@@ -29,9 +32,21 @@ def test_a_port_in_use_exits_2_with_one_line_naming_bind(tmp_path: Path) -> None
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "cli.main", "webhook", "serve", "--dev",
-             "--bind", f"127.0.0.1:{port}"],
-            cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "webhook",
+                "serve",
+                "--dev",
+                "--bind",
+                f"127.0.0.1:{port}",
+            ],
+            cwd=ROOT,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
@@ -42,9 +57,23 @@ def test_a_port_in_use_exits_2_with_one_line_naming_bind(tmp_path: Path) -> None
 def test_dev_mode_removes_its_runtime_folder_and_key_on_exit(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "webhook", "serve", "--dev",
-         "--bind", f"127.0.0.1:{port}", "--workers", "1"],
-        cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "webhook",
+            "serve",
+            "--dev",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -65,7 +94,10 @@ def test_dev_mode_removes_its_runtime_folder_and_key_on_exit(tmp_path: Path) -> 
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert any(json.loads(line).get("cert", "").startswith(str(folders[0]))
-               for line in err.splitlines() if line.startswith("{"))
+    assert any(
+        json.loads(line).get("cert", "").startswith(str(folders[0]))
+        for line in err.splitlines()
+        if line.startswith("{")
+    )
     assert not folders[0].exists()
     assert list(tmp_path.iterdir()) == []

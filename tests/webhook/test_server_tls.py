@@ -39,8 +39,9 @@ def _client_context(cafile: Path | None = None, cadata: bytes | None = None) -> 
 
 
 def _post(conn: http.client.HTTPSConnection, body: dict[str, Any]) -> tuple[int, Any]:
-    conn.request("POST", "/mutate-pods", body=json.dumps(body),
-                 headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST", "/mutate-pods", body=json.dumps(body), headers={"Content-Type": "application/json"}
+    )
     reply = conn.getresponse()
     data = reply.read()
     return reply.status, json.loads(data)
@@ -74,8 +75,9 @@ def test_metrics_are_summed_over_several_workers(tmp_path: Path) -> None:
     context = _client_context(cafile=cert)
     with gunicorn_server(tmp_path, cert=cert, key=key, workers=2) as server:
         for index in range(12):  # a new connection each time: the kernel spreads them
-            conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context,
-                                               timeout=10)
+            conn = http.client.HTTPSConnection(
+                "127.0.0.1", server.port, context=context, timeout=10
+            )
             status, _ = _post(conn, admission_review(mig_pod(), uid=f"m-{index}"))
             assert status == 200
             conn.close()
@@ -83,9 +85,11 @@ def test_metrics_are_summed_over_several_workers(tmp_path: Path) -> None:
         conn.request("GET", "/metrics")
         text = conn.getresponse().read().decode()
         conn.close()
-    totals = [line for line in text.splitlines()
-              if line.startswith('gpu_slicer_webhook_requests_total{mode="enabled",'
-                                 'outcome="patched"}')]
+    totals = [
+        line
+        for line in text.splitlines()
+        if line.startswith('gpu_slicer_webhook_requests_total{mode="enabled",outcome="patched"}')
+    ]
     assert totals and float(totals[0].rsplit(" ", 1)[1]) == 12
 
 
@@ -141,11 +145,14 @@ def test_a_certificate_swap_on_disk_fails_no_request_and_new_connections_get_the
             finally:
                 conn.close()
 
-    with gunicorn_server(tmp_path, cert=cert, key=key,
-                         env={"GPU_SLICER_TLS_CHECK_S": "0.2"}) as server:
+    with gunicorn_server(
+        tmp_path, cert=cert, key=key, env={"GPU_SLICER_TLS_CHECK_S": "0.2"}
+    ) as server:
         assert _served_certificate(server.port, context) == first.der
-        senders = [threading.Thread(target=keep_alive_sender, args=(server.port,)),
-                   threading.Thread(target=fresh_sender, args=(server.port,))]
+        senders = [
+            threading.Thread(target=keep_alive_sender, args=(server.port,)),
+            threading.Thread(target=fresh_sender, args=(server.port,)),
+        ]
         for sender in senders:
             sender.start()
         try:
@@ -188,8 +195,9 @@ def test_metrics_survive_a_worker_killed_and_replaced(tmp_path: Path) -> None:
     context = _client_context(cafile=cert)
     with gunicorn_server(tmp_path, cert=cert, key=key, workers=2) as server:
         for index in range(6):
-            conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context,
-                                               timeout=10)
+            conn = http.client.HTTPSConnection(
+                "127.0.0.1", server.port, context=context, timeout=10
+            )
             assert _post(conn, admission_review(mig_pod(), uid=f"k-{index}"))[0] == 200
             conn.close()
         deadline = time.monotonic() + 15
@@ -206,25 +214,45 @@ def test_metrics_survive_a_worker_killed_and_replaced(tmp_path: Path) -> None:
         text = conn.getresponse().read().decode()
         conn.close()
         log = server.log()
-    patched_total = [line for line in text.splitlines()
-                     if line.startswith('gpu_slicer_webhook_requests_total{mode="enabled",'
-                                        'outcome="patched"}')]
+    patched_total = [
+        line
+        for line in text.splitlines()
+        if line.startswith('gpu_slicer_webhook_requests_total{mode="enabled",outcome="patched"}')
+    ]
     assert float(patched_total[0].rsplit(" ", 1)[1]) == 6  # the dead worker's counts remain
     assert "Traceback" not in log
 
 
 def test_webhook_serve_dev_makes_a_certificate_and_answers(tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GPU_SLICER_") and k != "PROMETHEUS_MULTIPROC_DIR"
+    }
     env["GPU_SLICER_RUNTIME_DIR"] = str(tmp_path)
     env["PYTHONPATH"] = str(ROOT)
     log_path = tmp_path / "serve.log"
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "webhook", "serve", "--dev", "--workers", "1",
-             "--bind", f"127.0.0.1:{port}", "--namespace-mode", "audit"],
-            cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "webhook",
+                "serve",
+                "--dev",
+                "--workers",
+                "1",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--namespace-mode",
+                "audit",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
         )
     try:
         cert = tmp_path / "dev-tls.crt"
@@ -235,7 +263,8 @@ def test_webhook_serve_dev_makes_a_certificate_and_answers(tmp_path: Path) -> No
             if cert.exists():
                 try:
                     conn = http.client.HTTPSConnection(
-                        "127.0.0.1", port, context=_client_context(cafile=cert), timeout=10)
+                        "127.0.0.1", port, context=_client_context(cafile=cert), timeout=10
+                    )
                     status, body = _post(conn, admission_review(mig_pod()))
                     conn.close()
                     break
@@ -261,17 +290,20 @@ def test_with_a_client_ca_the_server_answers_only_clients_with_its_certificates(
     leaf = new_leaf(client_ca, ["kube-apiserver"], days=1, client_auth=True)
     (tmp_path / "apiserver.crt").write_bytes(leaf.cert_pem)
     (tmp_path / "apiserver.key").write_bytes(leaf.key_pem)
-    with gunicorn_server(tmp_path, cert=cert, key=key,
-                         env={"GPU_SLICER_CLIENT_CA": str(tmp_path / "client-ca.crt")}) as server:
-        anonymous = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10,
-                                                context=_client_context(cert))
+    with gunicorn_server(
+        tmp_path, cert=cert, key=key, env={"GPU_SLICER_CLIENT_CA": str(tmp_path / "client-ca.crt")}
+    ) as server:
+        anonymous = http.client.HTTPSConnection(
+            "127.0.0.1", server.port, timeout=10, context=_client_context(cert)
+        )
         with pytest.raises((ssl.SSLError, ConnectionError)):
             _post(anonymous, admission_review(mig_pod()))
         anonymous.close()
         context = _client_context(cert)
         context.load_cert_chain(tmp_path / "apiserver.crt", tmp_path / "apiserver.key")
-        apiserver = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10,
-                                                context=context)
+        apiserver = http.client.HTTPSConnection(
+            "127.0.0.1", server.port, timeout=10, context=context
+        )
         status, _body = _post(apiserver, admission_review(mig_pod()))
         apiserver.close()
     assert status == 200

@@ -22,8 +22,9 @@ READ_TIMEOUT_S = 1.0
 @contextmanager
 def _server(tmp_path: Path) -> Iterator[tuple[Server, ssl.SSLContext]]:
     cert, key = make_dev_certificate(tmp_path, ["127.0.0.1"])
-    with gunicorn_server(tmp_path, cert=cert, key=key, workers=2,
-                         read_timeout_s=READ_TIMEOUT_S) as server:
+    with gunicorn_server(
+        tmp_path, cert=cert, key=key, workers=2, read_timeout_s=READ_TIMEOUT_S
+    ) as server:
         yield server, ssl.create_default_context(cafile=str(cert))
 
 
@@ -40,16 +41,22 @@ def _tls_idle(port: int, context: ssl.SSLContext) -> socket.socket:
 def _partial_body(port: int, context: ssl.SSLContext) -> socket.socket:
     """Headers announcing 10,000 bytes, then 10 of them."""
     sock = _tls_idle(port, context)
-    sock.sendall(b"POST /mutate-pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: 10000\r\n\r\n{\"apiVersi")
+    sock.sendall(
+        b"POST /mutate-pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 10000\r\n\r\n{"apiVersi'
+    )
     return sock
 
 
 def _review(port: int, context: ssl.SSLContext) -> int:
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
     try:
-        conn.request("POST", "/mutate-pods", body=json.dumps(admission_review(mig_pod())),
-                     headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/mutate-pods",
+            body=json.dumps(admission_review(mig_pod())),
+            headers={"Content-Type": "application/json"},
+        )
         reply = conn.getresponse()
         reply.read()
         conn.request("GET", "/healthz")
@@ -100,8 +107,9 @@ def test_a_kept_alive_connection_serves_several_requests_then_idles_without_a_de
         statuses, sockets = [], []
         for pause in (0.0, READ_TIMEOUT_S * 1.5, 0.0):
             time.sleep(pause)
-            conn.request("POST", "/mutate-pods", body=body,
-                         headers={"Content-Type": "application/json"})
+            conn.request(
+                "POST", "/mutate-pods", body=body, headers={"Content-Type": "application/json"}
+            )
             reply = conn.getresponse()
             reply.read()
             statuses.append(reply.status)

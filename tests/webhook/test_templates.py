@@ -150,7 +150,10 @@ def test_a_shorter_gc_delay_from_a_policy_reload_shortens_trust_in_cached_templa
     # it beyond 60 s any more, or pods are admitted naming a deleted template.
     gc_after = [86400]
     templates = ApiTemplates(
-        api, ttl_s=600, gc_after_s=lambda: gc_after[0], clock=lambda: clocks.mono,
+        api,
+        ttl_s=600,
+        gc_after_s=lambda: gc_after[0],
+        clock=lambda: clocks.mono,
         wall_clock=lambda: clocks.wall,
     )
     templates.ensure([template()], dry_run=False)

@@ -86,7 +86,10 @@ def test_several_gpus_try_an_nvlink_domain_first_then_any(translate: Translate) 
     conversion = translate(build_pod(container(limits={"nvidia.com/gpu": "4"})))
     (request,) = requests_of(conversion)
     assert [s["name"] for s in request["firstAvailable"]] == [
-        "gpu-nvlink", "gpu", "gpu-mig-nvlink", "gpu-mig"
+        "gpu-nvlink",
+        "gpu",
+        "gpu-mig-nvlink",
+        "gpu-mig",
     ]
     assert chain(request) == [
         ("gpu.gpu-slicer.io", 4, ""),
@@ -459,7 +462,8 @@ def test_a_namespace_can_right_size_whole_gpus(embeddings_policy: Policy) -> Non
     ]
     other = translate_pod(pod, namespace="ml", policy=embeddings_policy)
     assert chain(requests_of(other)[0]) == [
-        ("gpu.gpu-slicer.io", 1, ""), ("mig.gpu-slicer.io", 1, FULL)
+        ("gpu.gpu-slicer.io", 1, ""),
+        ("mig.gpu-slicer.io", 1, FULL),
     ]
 
 
@@ -621,9 +625,7 @@ def test_request_names_are_unique_dns_labels(translate: Translate) -> None:
 
 
 @pytest.mark.parametrize("length", [253, 254, 100_000])
-def test_names_of_any_length_give_the_same_kind_of_label(
-    translate: Translate, length: int
-) -> None:
+def test_names_of_any_length_give_the_same_kind_of_label(translate: Translate, length: int) -> None:
     # names up to 253 characters are remembered between pods, longer ones are not
     pod = build_pod(container("_Ab" + "c" * (length - 3), limits={"nvidia.com/gpu": 1}))
     (request,) = requests_of(translate(pod))
@@ -937,9 +939,7 @@ def test_random_pods_are_converted_or_denied_and_never_crash(pod: Pod, policy_te
     "pod",
     [
         build_pod(container(limits={"nvidia.com/gpu": "100000"})),
-        build_pod(
-            *(container(f"c{i}", limits={"nvidia.com/mig-1g.10gb": 8}) for i in range(5))
-        ),
+        build_pod(*(container(f"c{i}", limits={"nvidia.com/mig-1g.10gb": 8}) for i in range(5))),
     ],
     ids=["one huge count", "counts that add up past the limit"],
 )
