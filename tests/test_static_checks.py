@@ -20,6 +20,11 @@ def test_ruff_finds_nothing_to_fix() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_tree_is_ruff_formatted() -> None:
+    result = _run("ruff", "format", "--check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_mypy_accepts_every_package() -> None:
     result = _run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
