@@ -3,13 +3,7 @@ while the agent restarts. The figures of a longer run come from ``python bench/s
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.soak import soak  # noqa: E402
+from bench.soak import soak
 
 
 def test_killed_workers_and_a_restarted_agent_lose_nothing() -> None:

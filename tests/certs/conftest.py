@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from certs_cases import CONFIG, NAMESPACE, SECRET, SERVICE, webhook_configuration
 
 from certs.ensure import EnsureSettings
 from kube.memory import InMemoryKubeApi
+from tests.support.certs_cases import CONFIG, NAMESPACE, SECRET, SERVICE, webhook_configuration
 
 
 @pytest.fixture

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from certs_cases import CONFIG, NAMESPACE, SECRET, SERVICE
 
 from certs import cli as certs_cli
 from certs import issue as certs_issue
 from cli.main import build_parser, main
 from kube.api import KubeApi
 from kube.memory import InMemoryKubeApi
+from tests.support.certs_cases import CONFIG, NAMESPACE, SECRET, SERVICE
 
 
 def test_issue_writes_the_three_files_and_prints_a_summary(

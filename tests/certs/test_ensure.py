@@ -8,7 +8,6 @@ import threading
 
 import kubernetes_validate
 import pytest
-from certs_cases import CONFIG, NAMESPACE, NOW, SECRET, webhook_configuration
 from cryptography import x509
 
 from certs import issue as certs_issue
@@ -17,6 +16,7 @@ from certs.errors import CertInputError, EnsureError
 from kube import errors as kube_errors
 from kube.api import Obj
 from kube.memory import InMemoryKubeApi
+from tests.support.certs_cases import CONFIG, NAMESPACE, NOW, SECRET, webhook_configuration
 
 DAY = dt.timedelta(days=1)
 

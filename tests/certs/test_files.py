@@ -7,11 +7,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from certs_cases import NAMESPACE, SERVICE
 
 from certs import issue as certs_issue
 from certs.errors import CertFileError
 from certs.files import DATA_LINK, KEY_MODE, replace_files, write_atomically
+from tests.support.certs_cases import NAMESPACE, SERVICE
 
 
 def _versions(folder: Path) -> list[str]:

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from certs_cases import NAMESPACE, SERVICE
 
 from certs import issue as certs_issue
+from tests.support.certs_cases import NAMESPACE, SERVICE
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = f"{SERVICE}.{NAMESPACE}.svc"

@@ -8,9 +8,9 @@ from typing import Any
 
 import celpy
 import pytest
-from deploy_cases import find, render
 
 from kube.api import Obj
+from tests.support.deploy_cases import find, render
 
 WEBHOOK_SA = "system:serviceaccount:gpu-slicer:gpu-slicer-webhook"
 CERTS_SA = "system:serviceaccount:gpu-slicer:gpu-slicer-certs"

@@ -12,7 +12,8 @@ import subprocess
 import tomllib
 
 import pytest
-from deploy_cases import ROOT
+
+from tests.support.deploy_cases import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 

@@ -17,9 +17,18 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_cases import DEPLOY, NAMESPACE, SCHEMALESS, VERSIONS, Obj, find, of_kind, render
 
 from sandbox.helm import HelmUnavailable, helm_binary
+from tests.support.deploy_cases import (
+    DEPLOY,
+    NAMESPACE,
+    SCHEMALESS,
+    VERSIONS,
+    Obj,
+    find,
+    of_kind,
+    render,
+)
 from webhook import policy as webhook_policy
 from webhook.errors import PolicyError
 

@@ -11,7 +11,14 @@ import celpy
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_cases import (
+
+from certs import cli as certs_cli
+from certs import issue as certs_issue
+from certs.ensure import ensure
+from cli.main import build_parser
+from kube.memory import InMemoryKubeApi
+from slicer import deviceclasses
+from tests.support.deploy_cases import (
     DEPLOY,
     NAMESPACE,
     VERSIONS,
@@ -22,13 +29,6 @@ from deploy_cases import (
     pod_spec,
     render,
 )
-
-from certs import cli as certs_cli
-from certs import issue as certs_issue
-from certs.ensure import ensure
-from cli.main import build_parser
-from kube.memory import InMemoryKubeApi
-from slicer import deviceclasses
 from webhook import policy
 
 

@@ -16,14 +16,20 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import pytest
-from api_calls import COMPONENTS, DECLARED, SERVICE_ACCOUNTS, call_sites, module_exists
-from deploy_cases import NAMESPACE, Obj, find, render
 
 from certs.ensure import EnsureSettings, ensure
 from certs.errors import EnsureError
 from kube import errors as kube_errors
 from kube.api import resource_for
 from kube.memory import RBAC_VERB, InMemoryKubeApi
+from tests.support.api_calls import (
+    COMPONENTS,
+    DECLARED,
+    SERVICE_ACCOUNTS,
+    call_sites,
+    module_exists,
+)
+from tests.support.deploy_cases import NAMESPACE, Obj, find, render
 from webhook import templates
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)

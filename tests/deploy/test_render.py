@@ -7,7 +7,8 @@ from collections import Counter
 
 import kubernetes_validate
 import pytest
-from deploy_cases import (
+
+from tests.support.deploy_cases import (
     CLUSTER_SCOPED,
     INSTALLABLE,
     NAMESPACE,

@@ -8,7 +8,8 @@ from typing import Any
 
 import celpy
 import pytest
-from deploy_cases import INSTALLABLE, NAMESPACE, Obj, find, render, webhook
+
+from tests.support.deploy_cases import INSTALLABLE, NAMESPACE, Obj, find, render, webhook
 
 GPU = {"limits": {"nvidia.com/gpu": "1"}}
 

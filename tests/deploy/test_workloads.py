@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from deploy_cases import (
+
+from tests.support.deploy_cases import (
     INSTALLABLE,
     Obj,
     arg_value,

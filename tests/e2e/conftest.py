@@ -20,7 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_sandbox import (
+
+from sandbox import binaries
+from sandbox.errors import BuildError
+from tests.support.e2e_sandbox import (
     AUDIT,
     ENABLED,
     NODES,
@@ -30,9 +33,6 @@ from e2e_sandbox import (
     stop_sandbox,
     wait_webhook_knows,
 )
-
-from sandbox import binaries
-from sandbox.errors import BuildError
 
 
 def _under_ci() -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from e2e_sandbox import AUDIT, ENABLED, PLAIN, Sandbox, pod_manifest
+from tests.support.e2e_sandbox import AUDIT, ENABLED, PLAIN, Sandbox, pod_manifest
 
 LIMITS = {"nvidia.com/mig-1g.10gb": "1"}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from e2e_sandbox import ENABLED, Sandbox, pod_manifest
+from tests.support.e2e_sandbox import ENABLED, Sandbox, pod_manifest
 
 
 def test_an_init_container_and_an_app_container_share_the_one_gpu_of_a_node(

@@ -7,10 +7,15 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from e2e_sandbox import Sandbox, pod_manifest, start_with_enabled_namespace, stop_sandbox
 
 from sandbox import binaries
 from sandbox.helm import HelmUnavailable, helm_binary
+from tests.support.e2e_sandbox import (
+    Sandbox,
+    pod_manifest,
+    start_with_enabled_namespace,
+    stop_sandbox,
+)
 
 NODE = "helm-a100"
 

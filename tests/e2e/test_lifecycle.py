@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
-from e2e_sandbox import ENABLED, Sandbox, pod_manifest
+from tests.support.e2e_sandbox import ENABLED, Sandbox, pod_manifest
 
 NODE = "h100-life"
 LIMITS = {"nvidia.com/mig-3g.40gb": "1"}

@@ -6,10 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from e2e_sandbox import ENABLED, Sandbox, pod_manifest
-
 from kube.client import RealKubeApi
 from status.cli import read_status
+from tests.support.e2e_sandbox import ENABLED, Sandbox, pod_manifest
 
 NODE = "a100"
 

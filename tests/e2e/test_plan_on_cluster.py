@@ -6,8 +6,9 @@ import json
 import subprocess
 import sys
 
-from e2e_sandbox import NODES, PLAIN, Sandbox
 from kubernetes import client as k8s
+
+from tests.support.e2e_sandbox import NODES, PLAIN, Sandbox
 
 
 def test_plan_reports_a_legacy_deployment_and_changes_nothing(sandbox: Sandbox) -> None:

@@ -4,11 +4,11 @@ an agent to its own node's ResourceSlices."""
 from __future__ import annotations
 
 import pytest
-from e2e_sandbox import Sandbox
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from sandbox.cluster import api_client
+from tests.support.e2e_sandbox import Sandbox
 
 
 def _slice(node: str, driver: str = "gpu-slicer.io") -> dict[str, object]:

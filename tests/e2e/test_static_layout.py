@@ -9,9 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_sandbox import Sandbox, pod_manifest, start_with_enabled_namespace, stop_sandbox
 
 from sandbox import binaries
+from tests.support.e2e_sandbox import (
+    Sandbox,
+    pod_manifest,
+    start_with_enabled_namespace,
+    stop_sandbox,
+)
 
 NODE = "old-a100"
 LAYOUT = '{default: ["1g.10gb@0", "1g.10gb@1", "2g.20gb@2", "3g.40gb@4"]}\n'

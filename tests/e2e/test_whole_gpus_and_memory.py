@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e_sandbox import ENABLED, Sandbox, pod_manifest
-
 from kube.quantity import parse_quantity
+from tests.support.e2e_sandbox import ENABLED, Sandbox, pod_manifest
 
 
 def _attribute(device: dict[str, Any], name: str) -> object:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from e2e_sandbox import NODES, Sandbox
+from tests.support.e2e_sandbox import NODES, Sandbox
 
 REFUSALS = re.compile(r"is invalid|Unprocessable|\b422\b|Invalid value|strict decoding error")
 

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from kube_stub_apiserver import StubApiServer
 from kubernetes import client as k8s_client
 
 from kube.api import KubeApi
 from kube.client import RealKubeApi
 from kube.memory import InMemoryKubeApi
+from tests.support.kube_stub_apiserver import StubApiServer
 
 
 def real_api_for(url: str) -> RealKubeApi:

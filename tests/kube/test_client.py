@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 from conftest import real_api_for
-from kube_stub_apiserver import StubApiServer, status_body
 from kubernetes.client.exceptions import ApiException
 
 from kube import errors
 from kube.api import resource_for
 from kube.client import RealKubeApi, collection_path, error_from_api_exception, object_path
+from tests.support.kube_stub_apiserver import StubApiServer, status_body
 
 RES = "resource.k8s.io/v1"
 CLAIM = {

@@ -11,13 +11,13 @@ from typing import Any, cast
 
 import kubernetes_validate
 import pytest
-from agent_fixtures import NODE
 from kubernetes.utils import quantity
 
 from kube.memory import InMemoryKubeApi
 from slicer.devices import MigInstance, SliceSpec
 from slicer.inventory import GpuState, Mode
 from slicer.simulated import SimulatedBackend
+from tests.support.agent_fixtures import NODE
 
 parse_quantity = cast(Callable[[str], Decimal], quantity.parse_quantity)
 

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-from agent_fixtures import NODE, allocate_claim, build_agent, ref
 
 from kube.memory import InMemoryKubeApi
 from slicer.checkpoint import (
@@ -23,6 +22,7 @@ from slicer.checkpoint import (
 )
 from slicer.errors import CheckpointError
 from slicer.simulated import SimulatedBackend
+from tests.support.agent_fixtures import NODE, allocate_claim, build_agent, ref
 
 
 def sample() -> Checkpoint:

@@ -6,11 +6,11 @@ import time
 from typing import Any
 
 import pytest
-from agent_fixtures import NODE, allocate_claim, ref
 
 from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
 from slicer.claims import AllocatedDevice, ClaimCache, ClaimError, our_results
+from tests.support.agent_fixtures import NODE, allocate_claim, ref
 
 
 def test_only_results_of_our_driver_in_our_pool_count() -> None:

@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_fixtures import (
+
+from kube.memory import InMemoryKubeApi
+from slicer.checkpoint import PREPARE_COMPLETED
+from slicer.simulated import SimulatedBackend
+from slicer.state import instance_at
+from tests.support.agent_fixtures import (
     NODE,
     Agent,
     AgentCrash,
@@ -23,11 +28,6 @@ from agent_fixtures import (
     live_instances,
     ref,
 )
-
-from kube.memory import InMemoryKubeApi
-from slicer.checkpoint import PREPARE_COMPLETED
-from slicer.simulated import SimulatedBackend
-from slicer.state import instance_at
 
 TARGET = "gpu-0-mig-2g20gb-2"
 BUSY = "gpu-0-mig-1g10gb-0"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_fixtures import allocate_claim, build_agent
-
 from kube.memory import InMemoryKubeApi
 from slicer.simulated import SimulatedBackend
+from tests.support.agent_fixtures import allocate_claim, build_agent
 
 
 def test_each_instance_created_and_destroyed_is_counted_by_profile_and_repeats_are_not(

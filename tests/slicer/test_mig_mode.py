@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from agent_fixtures import NODE, allocate_claim, build_agent
 
 from kube.memory import InMemoryKubeApi
 from slicer.mig_mode import MigModeBlocked, MigModeManager, default_mode
 from slicer.simulated import SimulatedBackend
 from slicer.state import PrepareError
+from tests.support.agent_fixtures import NODE, allocate_claim, build_agent
 
 
 def test_default_modes_follow_the_architecture() -> None:

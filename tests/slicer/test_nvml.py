@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pynvml as real
 import pytest
-from fake_pynvml import CI_ID_OFFSET, GI_ID_OFFSET, FakeGpu, FakeNvml
 
 from slicer.backend import GpuBackend, HealthEvent
 from slicer.errors import (
@@ -20,6 +19,7 @@ from slicer.errors import (
     ResetRequired,
 )
 from slicer.nvml import NvmlBackend
+from tests.support.fake_pynvml import CI_ID_OFFSET, GI_ID_OFFSET, FakeGpu, FakeNvml
 
 
 def backend_for(tmp_path: Path, *gpus: FakeGpu) -> tuple[NvmlBackend, FakeNvml]:

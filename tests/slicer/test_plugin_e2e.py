@@ -14,7 +14,6 @@ from typing import Any
 
 import grpc
 import pytest
-from agent_fixtures import NODE, allocate_claim, build_agent, ref
 
 from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
@@ -31,6 +30,7 @@ from slicer.proto import (
     pluginregistration_pb2_grpc,
 )
 from slicer.simulated import SimulatedBackend
+from tests.support.agent_fixtures import NODE, allocate_claim, build_agent, ref
 
 VERSIONS = {
     "v1": (dra_v1_pb2, dra_v1_pb2_grpc),

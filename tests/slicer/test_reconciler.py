@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_fixtures import (
+
+from kube.errors import Unavailable
+from kube.memory import InMemoryKubeApi
+from slicer.agent import AgentConfig, NodeAgent
+from slicer.devices import SliceSpec
+from slicer.errors import InsufficientResources
+from slicer.reconciler import ReconcileReport
+from slicer.simulated import SimulatedBackend
+from slicer.state import PrepareError
+from tests.support.agent_fixtures import (
     NODE,
     AgentCrash,
     CrashingBackend,
@@ -20,15 +29,6 @@ from agent_fixtures import (
     live_instances,
     ref,
 )
-
-from kube.errors import Unavailable
-from kube.memory import InMemoryKubeApi
-from slicer.agent import AgentConfig, NodeAgent
-from slicer.devices import SliceSpec
-from slicer.errors import InsufficientResources
-from slicer.reconciler import ReconcileReport
-from slicer.simulated import SimulatedBackend
-from slicer.state import PrepareError
 
 
 def test_a_deleted_claim_is_unprepared_although_the_kubelet_never_called(

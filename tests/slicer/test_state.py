@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_fixtures import NODE, allocate_claim, build_agent, delete_claim, live_instances, ref
 
 from kube.memory import InMemoryKubeApi
 from slicer.checkpoint import PREPARE_COMPLETED
@@ -17,6 +16,14 @@ from slicer.devices import SliceSpec, WholeGpu
 from slicer.errors import InsufficientResources, SlicerError
 from slicer.simulated import SimulatedBackend
 from slicer.state import InstanceBusy, PrepareError, plan_claim
+from tests.support.agent_fixtures import (
+    NODE,
+    allocate_claim,
+    build_agent,
+    delete_claim,
+    live_instances,
+    ref,
+)
 
 
 def test_plan_merges_results_that_name_the_same_device_and_keeps_their_order() -> None:

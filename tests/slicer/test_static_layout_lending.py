@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from agent_fixtures import allocate_claim, build_agent, delete_claim, ref
 
 from kube.memory import InMemoryKubeApi
 from slicer.layout import StaticLayout
 from slicer.simulated import SimulatedBackend
 from slicer.state import PrepareError
+from tests.support.agent_fixtures import allocate_claim, build_agent, delete_claim, ref
 
 LAYOUT = StaticLayout.from_mapping(
     {"default": ["1g.10gb@0", "1g.10gb@1", "2g.20gb@2", "3g.40gb@4"]}

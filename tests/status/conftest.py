@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from status_fixtures import sandbox_like
 
 from kube.memory import InMemoryKubeApi
+from tests.support.status_fixtures import sandbox_like
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from status_fixtures import STATUS_SCHEMA
 
 from cli.main import build_parser, main
 from kube.errors import Forbidden, NotFound, Unavailable
 from kube.memory import InMemoryKubeApi
 from status import cli as status_cli
+from tests.support.status_fixtures import STATUS_SCHEMA
 
 
 def _run(api: InMemoryKubeApi, argv: list[str], *, width: int = 80) -> int:

@@ -7,10 +7,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-from status_fixtures import INFER, STATUS_SCHEMA, claim, node_slices, sandbox_like
 
 from status.render import as_json, cell_width, picture, table
 from status.view import ClusterStatus, build_status
+from tests.support.status_fixtures import INFER, STATUS_SCHEMA, claim, node_slices, sandbox_like
 
 Obj = dict[str, Any]
 

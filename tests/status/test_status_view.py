@@ -6,9 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from status_fixtures import INFER, TRAIN, claim, namespace, node_slices, pod, sandbox_like
 
 from status.view import ClusterStatus, PodRef, build_status
+from tests.support.status_fixtures import (
+    INFER,
+    TRAIN,
+    claim,
+    namespace,
+    node_slices,
+    pod,
+    sandbox_like,
+)
 
 Obj = dict[str, Any]
 

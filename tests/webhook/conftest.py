@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from webhook_cases import Pod
 
+from tests.support.webhook_cases import Pod
 from webhook.policy import Policy, load_policy
 from webhook.translate import Conversion, translate_pod
 

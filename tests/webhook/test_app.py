@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from server_fixtures import admission_review, mig_pod, patched, plain_pod
 
 from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
+from tests.support.server_fixtures import admission_review, mig_pod, patched, plain_pod
 from webhook.app import create_app
 from webhook.config import ServerConfig
 from webhook.server import RBAC_RULES, Runtime, build_runtime

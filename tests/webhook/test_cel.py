@@ -20,13 +20,13 @@ import pytest
 from celpy import celtypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from webhook_cases import build_pod, container
 
 from kube.quantity import parse_bytes
 from sim.cel import DeviceView, matches, program
 from slicer import catalog
 from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.simulated import SimulatedBackend
+from tests.support.webhook_cases import build_pod, container
 from webhook import cel
 from webhook.policy import Policy, load_policy
 from webhook.targets import GPU_SLICER, NVIDIA, TargetDriver

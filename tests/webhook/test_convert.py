@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
-from webhook_cases import container, validate
 
 from cli.main import main
+from tests.support.webhook_cases import container, validate
 from webhook.convert import POD_TEMPLATE_PATHS, convert_objects, load_documents
 from webhook.errors import ManifestError
 from webhook.policy import Policy

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from server_fixtures import (
+
+from tests.support.server_fixtures import (
     RecordingTemplates,
     admission_review,
     decoded_patch,
@@ -18,8 +19,7 @@ from server_fixtures import (
     patched,
     plain_pod,
 )
-from webhook_cases import validate
-
+from tests.support.webhook_cases import validate
 from webhook.caches import Mode
 from webhook.engine import (
     AdmissionEngine,

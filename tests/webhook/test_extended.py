@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from server_fixtures import admission_review
-from webhook_cases import build_pod, container
 
 from kube.memory import InMemoryKubeApi
+from tests.support.server_fixtures import admission_review
+from tests.support.webhook_cases import build_pod, container
 from webhook.app import create_app
 from webhook.config import ServerConfig
 from webhook.extended import ExtendedClass, Reporter, extended_class, report, serving

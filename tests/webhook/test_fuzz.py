@@ -19,9 +19,9 @@ import pytest
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_fixtures import admission_review
 
 from slicer import catalog
+from tests.support.server_fixtures import admission_review
 from webhook.app import create_app
 from webhook.config import ServerConfig
 from webhook.server import build_runtime

@@ -21,8 +21,6 @@ import yaml
 from flask.testing import FlaskClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from server_fixtures import admission_review, patched
-from webhook_cases import Pod, apply, build_pod, container, validate
 
 from cli.main import main
 from sim.allocator import allocate_on_node
@@ -30,6 +28,8 @@ from slicer import catalog
 from slicer.deviceclasses import device_classes
 from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.simulated import SimulatedBackend
+from tests.support.server_fixtures import admission_review, patched
+from tests.support.webhook_cases import Pod, apply, build_pod, container, validate
 from webhook.app import create_app
 from webhook.config import ServerConfig
 from webhook.convert import convert_objects

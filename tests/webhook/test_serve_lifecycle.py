@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from server_fixtures import ROOT, free_port
+from tests.support.server_fixtures import ROOT, free_port
 
 
 def _env(tmp: Path) -> dict[str, str]:

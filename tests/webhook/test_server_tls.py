@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_fixtures import (
+
+from tests.support.server_fixtures import (
     ROOT,
     TestCA,
     admission_review,
@@ -26,7 +27,6 @@ from server_fixtures import (
     patched,
     write_atomically,
 )
-
 from webhook.server import make_dev_certificate
 
 

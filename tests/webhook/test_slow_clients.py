@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from server_fixtures import Server, admission_review, gunicorn_server, mig_pod
-
+from tests.support.server_fixtures import Server, admission_review, gunicorn_server, mig_pod
 from webhook.server import make_dev_certificate
 
 STALLED_PER_KIND = 24  # x 3 kinds = 72 connections, far more than gthread's 2 x 4 threads

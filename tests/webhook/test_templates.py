@@ -332,9 +332,8 @@ def test_several_replicas_sweeping_at_once_delete_each_template_once(
 def test_the_template_as_created_validates_for_every_supported_kubernetes_version(
     api: InMemoryKubeApi, clocks: Clocks
 ) -> None:
-    from server_fixtures import mig_pod
-    from webhook_cases import validate
-
+    from tests.support.server_fixtures import mig_pod
+    from tests.support.webhook_cases import validate
     from webhook.policy import Policy
     from webhook.translate import translate_pod
 

@@ -12,8 +12,8 @@ import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from webhook_cases import Pod, apply, build_pod, container, validate
 
+from tests.support.webhook_cases import Pod, apply, build_pod, container, validate
 from webhook import claims
 from webhook.errors import Denied
 from webhook.policy import ALL_MODELS, Policy, full_gpu_profiles, load_policy

@@ -20,7 +20,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy_cases import ROOT
+from tests.support.deploy_cases import ROOT
 
 VERBS = frozenset({"get", "list", "watch", "create", "update", "apply", "patch", "delete"})
 RECEIVERS = frozenset({"api", "_api"})

@@ -1,0 +1,1 @@
+"""Helpers the tests share (fixtures, cases, stand-ins), imported as tests.support.<module>."""
