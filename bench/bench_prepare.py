@@ -45,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grpc  # noqa: E402
 
 from kube.memory import InMemoryKubeApi  # noqa: E402
-from slicer.agent import AgentConfig, NodeAgent  # noqa: E402
+from slicer.agent import NodeAgent  # noqa: E402
+from slicer.assembly import AgentConfig  # noqa: E402
 from slicer.checkpoint import Checkpoint, CheckpointStore  # noqa: E402
 from slicer.claims import AllocatedDevice  # noqa: E402
 from slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc  # noqa: E402

@@ -170,7 +170,7 @@ class Kubelet:
 
     def __init__(self, root: Path, figures: Figures) -> None:
         from kube.memory import InMemoryKubeApi
-        from slicer.agent import AgentConfig
+        from slicer.assembly import AgentConfig
         from slicer.simulated import SimulatedBackend
 
         self.figures = figures

@@ -121,7 +121,10 @@ class Reconciler:
         republish: Republish | None = None,
         stale_after_s: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
+        wake: threading.Event | None = None,
     ) -> None:
+        """``wake`` is set by whatever wants a pass soon; given, it can be handed to the parts
+        before the reconciler exists (slicer.assembly)."""
         self.state = state
         self.claims = claims
         self.pool = pool
@@ -135,7 +138,8 @@ class Reconciler:
         self._needs_adoption = state.load_problem is not None
         if claims is None:
             state.recovering = False  # nothing to adopt from: unknown claims are simply unknown
-        self._wake = threading.Event()
+        self._wake = wake if wake is not None else threading.Event()
+        self._wake.clear()  # a change before now is moot: the first pass sees it anyway
         self._pass_lock = threading.Lock()
         self._drift_seen: set[str] = set()
         self.last_report: ReconcileReport | None = None

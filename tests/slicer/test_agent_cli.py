@@ -206,7 +206,8 @@ def test_without_a_toolkit_spec_the_agent_says_pods_get_no_cuda_libraries(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from kube.memory import InMemoryKubeApi
-    from slicer.agent import AgentConfig, NodeAgent
+    from slicer.agent import NodeAgent
+    from slicer.assembly import AgentConfig
     from slicer.cdi import load_toolkit_spec
     from slicer.simulated import SimulatedBackend
 

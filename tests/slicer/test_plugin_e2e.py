@@ -17,7 +17,8 @@ import pytest
 
 from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
-from slicer.agent import AgentConfig, NodeAgent
+from slicer.agent import NodeAgent
+from slicer.assembly import AgentConfig
 from slicer.cdi import validate_spec
 from slicer.claims import ClaimCache
 from slicer.plugin import ClaimRef, DraDriver

@@ -12,7 +12,8 @@ import pytest
 
 from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
-from slicer.agent import AgentConfig, NodeAgent
+from slicer.agent import NodeAgent
+from slicer.assembly import AgentConfig
 from slicer.devices import SliceSpec
 from slicer.errors import InsufficientResources
 from slicer.reconciler import ReconcileReport

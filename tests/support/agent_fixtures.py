@@ -10,6 +10,7 @@ directory and backend, as a restarted pod would.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +19,10 @@ from typing import Any
 from kube.memory import InMemoryKubeApi
 from slicer import catalog
 from slicer.agent_metrics import AgentMetrics
-from slicer.cdi import CdiDirectory
-from slicer.checkpoint import CheckpointStore
+from slicer.assembly import AgentConfig, assemble
 from slicer.claims import ClaimCache
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
-from slicer.mig_mode import MigModeManager
 from slicer.reconciler import NodeView, Reconciler
 from slicer.simulated import SimulatedBackend
 from slicer.state import DeviceState
@@ -104,7 +103,7 @@ def ref(claim: dict[str, Any]) -> tuple[str, str, str]:
 
 @dataclass
 class Agent:
-    """An agent's parts, built the way slicer.agent wires them (without threads or sockets)."""
+    """An agent's parts from slicer.assembly, as the agent wires them (no threads, no sockets)."""
 
     backend: Any
     api: InMemoryKubeApi
@@ -139,31 +138,35 @@ def build_agent(
     stale_after_s: float = 120.0,
     static_layout: Any = None,
 ) -> Agent:
-    """A fresh agent on ``root/checkpoint`` and ``root/cdi`` (new state objects every call)."""
-    metrics = AgentMetrics()
-    modes = {g.index: default_mode(catalog.get_model(g.model)) for g in backend.gpus()}
-    mig = MigModeManager(backend, modes)
-    kwargs: dict[str, Any] = {"mig": mig, "metrics": metrics}
-    if clock is not None:
-        kwargs["clock"] = clock
-    if static_layout is not None:
-        kwargs["static_layout"] = static_layout
-    state = DeviceState(
-        backend, CheckpointStore(root / "checkpoint"), CdiDirectory(root / "cdi"), **kwargs
+    """A fresh agent on ``root/checkpoint`` and ``root/cdi`` (new state objects every call);
+    ``clock`` stamps checkpoint entries."""
+    config = AgentConfig(
+        node=NODE,
+        checkpoint_dir=root / "checkpoint",
+        cdi_dir=root / "cdi",
+        stale_prepare_s=stale_after_s,
+        static_layout=static_layout,
     )
-    claims = ClaimCache(api, pool=NODE)
-    claims.sync_once()
-    health = HealthTracker(backend, metrics=metrics)
     published: list[NodeView] = []
-    reconciler = Reconciler(
-        state,
-        claims,
-        pool=NODE,
-        health=health,
+    parts = assemble(
+        config,
+        backend=backend,
+        api=api,
+        modes={g.index: default_mode(catalog.get_model(g.model)) for g in backend.gpus()},
         republish=published.append,
-        stale_after_s=stale_after_s,
+        state_clock=clock or time.time,
     )
-    return Agent(backend, api, state, claims, reconciler, health, metrics, published)
+    parts.claims.sync_once()
+    return Agent(
+        backend,
+        api,
+        parts.state,
+        parts.claims,
+        parts.reconciler,
+        parts.health,
+        parts.metrics,
+        published,
+    )
 
 
 class CrashingBackend:

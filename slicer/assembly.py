@@ -1,0 +1,206 @@
+"""One node agent's parts, wired in one place.
+
+The agent process (slicer.agent), the agent's tests and the simulator's API-mode node all build
+the same graph here (checkpoint, CDI specs, device state, claim cache, health, reconciler, slice
+publisher, DRA driver), so that what the tests exercise cannot drift from what runs on a node.
+Nothing here starts a thread or binds a socket: the caller decides what runs.
+
+The state, the claim cache and health ask for a reconcile pass when they change, yet the
+reconciler needs them to exist first. :func:`assemble` breaks that cycle with the reconciler's
+wake-up event, made before any part and handed out as their ``on_change``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kube.api import KubeApi
+from slicer.agent_metrics import AgentMetrics
+from slicer.backend import GpuBackend, model_of
+from slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
+from slicer.checkpoint import CheckpointStore
+from slicer.claims import ClaimCache
+from slicer.health import HealthTracker
+from slicer.inventory import default_mode, effective_mode
+from slicer.layout import StaticLayout
+from slicer.mig_mode import GpuMode, MigModeManager
+from slicer.ordering import RepublishLimiter
+from slicer.plugin import DraDriver, PluginServer
+from slicer.publisher import PublisherMetrics, SlicePublisher
+from slicer.reconciler import NodeView, Reconciler, Republish
+from slicer.state import DeviceState
+
+log = logging.getLogger(__name__)
+
+KUBELET_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+KUBELET_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+CDI_DIR = "/var/run/cdi"
+CHECKPOINT_DIR = "/var/lib/gpu-slicer"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Where the agent keeps its files and sockets, and how often it reconciles."""
+
+    node: str
+    checkpoint_dir: Path = Path(CHECKPOINT_DIR)
+    cdi_dir: Path = Path(CDI_DIR)
+    plugins_dir: Path = Path(KUBELET_PLUGINS_DIR)
+    registry_dir: Path = Path(KUBELET_REGISTRY_DIR)
+    metrics_bind: str = ":9464"
+    """``host:port`` for /metrics; empty: no metrics server."""
+    reconcile_interval_s: float = 30.0
+    stale_prepare_s: float = 120.0
+    policy: str = "best-fit"
+    republish_interval_s: float = 10.0
+    """At least this long between two rewrites that only change the device order."""
+    republish_quiet_s: float = 2.0
+    """A new device order must hold this long before it is written (a burst settles first)."""
+    reprobe_interval_s: float = 600.0
+    """How often the publisher re-reads the server version and, after a fallback to the static
+    layout, probes for partitionable devices; 0: never (restart the agent instead)."""
+    cdi_common: CommonEdits = FALLBACK_EDITS
+    """The edits every claim's CDI spec carries (the NVIDIA Container Toolkit's, when found)."""
+    static_layout: StaticLayout | None = None
+    """Which existing instances the static layout (no counters) advertises besides the agent's."""
+
+
+@dataclass(frozen=True)
+class AgentParts:
+    """An agent's parts, wired to each other and to ``metrics``; none of them running yet."""
+
+    metrics: AgentMetrics
+    mig: MigModeManager
+    state: DeviceState
+    claims: ClaimCache
+    health: HealthTracker
+    reconciler: Reconciler
+    driver: DraDriver
+    publisher: SlicePublisher | None
+    """The ResourceSlice writer; None when the caller gave its own ``republish``."""
+    limiter: RepublishLimiter | None
+    """Holds back order-only rewrites of the publisher; None with the caller's ``republish``."""
+
+
+def assemble(
+    config: AgentConfig,
+    *,
+    backend: GpuBackend,
+    api: KubeApi,
+    metrics: AgentMetrics | None = None,
+    modes: dict[int, GpuMode] | None = None,
+    republish: Republish | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    state_clock: Callable[[], float] = time.time,
+    max_parallel: int = 8,
+) -> AgentParts:
+    """Build the parts. ``republish`` replaces the slice publisher (tests record the views
+    instead); ``clock`` paces republishing, ``state_clock`` stamps checkpoint entries;
+    ``max_parallel`` is how many claims the driver prepares at once."""
+    metrics = metrics or AgentMetrics()
+    wake = threading.Event()
+    mig = MigModeManager(
+        backend,
+        modes if modes is not None else discover_modes(backend),
+        on_blocked=lambda gpu, _msg: metrics.mig_mode_blocked.labels(str(gpu)).inc(),
+    )
+    state = DeviceState(
+        backend,
+        CheckpointStore(config.checkpoint_dir),
+        CdiDirectory(config.cdi_dir, config.cdi_common),
+        mig=mig,
+        metrics=metrics,
+        clock=state_clock,
+        on_change=wake.set,
+        static_layout=config.static_layout,
+    )
+    claims = ClaimCache(
+        api,
+        pool=config.node,
+        on_change=wake.set,
+        on_error=lambda _error: metrics.api_errors.labels("watch-claims").inc(),
+    )
+    health = HealthTracker(backend, on_change=wake.set, metrics=metrics)
+    limiter: RepublishLimiter | None = None
+    publisher: SlicePublisher | None = None
+    if republish is None:
+        limiter = RepublishLimiter(
+            min_interval_s=config.republish_interval_s,
+            quiet_s=min(config.republish_quiet_s, config.republish_interval_s),
+            clock=clock,
+        )
+        publisher = SlicePublisher(
+            api,
+            config.node,
+            policy=config.policy,
+            metrics=PublisherMetrics(metrics.registry),
+            limiter=limiter,
+            recheck_interval_s=config.reprobe_interval_s or None,
+            static_layout=config.static_layout,
+            clock=clock,
+        )
+        republish = _publishing(publisher)
+    reconciler = Reconciler(
+        state,
+        claims,
+        pool=config.node,
+        health=health,
+        republish=republish,
+        stale_after_s=config.stale_prepare_s,
+        clock=clock,
+        wake=wake,
+    )
+    driver = DraDriver(state, claims, pool=config.node, max_parallel=max_parallel)
+    return AgentParts(metrics, mig, state, claims, health, reconciler, driver, publisher, limiter)
+
+
+def kubelet_plugin(config: AgentConfig, driver: DraDriver, *, workers: int = 8) -> PluginServer:
+    """The kubelet plugin's gRPC servers in the configured folders (listening once started).
+    Apart from :func:`assemble` because only an agent that serves the kubelet needs them."""
+    return PluginServer(
+        driver, plugins_dir=config.plugins_dir, registry_dir=config.registry_dir, workers=workers
+    )
+
+
+def discover_modes(backend: GpuBackend) -> dict[int, GpuMode]:
+    """Each GPU's mode: dynamic on Hopper and newer, MIG slices on Ampere, full when unknown."""
+    modes: dict[int, GpuMode] = {}
+    for info in backend.gpus():
+        model = model_of(info)
+        if model is None:
+            modes[info.index] = "full"
+            continue
+        modes[info.index] = effective_mode(default_mode(model), model)
+    return modes
+
+
+def _publishing(publisher: SlicePublisher) -> Republish:
+    """The reconciler's republish through ``publisher``: it answers when to publish again
+    although nothing changed (a held-back order change, the periodic version check)."""
+
+    def publish(view: NodeView) -> float | None:
+        result = publisher.publish(view.gpus, allocated=view.allocated)
+        if result.deferred_s is not None:
+            log.debug("device order change held back", extra={"seconds": result.deferred_s})
+        waits = [w for w in (result.deferred_s, publisher.recheck_in()) if w is not None]
+        return min(waits) if waits else None
+
+    return publish
+
+
+__all__ = [
+    "CDI_DIR",
+    "CHECKPOINT_DIR",
+    "KUBELET_PLUGINS_DIR",
+    "KUBELET_REGISTRY_DIR",
+    "AgentConfig",
+    "AgentParts",
+    "assemble",
+    "discover_modes",
+    "kubelet_plugin",
+]
