@@ -174,55 +174,67 @@ class ClaimCache:
         return listed.resource_version
 
     def _run(self) -> None:
+        """List, then follow the watch from the list's resourceVersion until stopped. After a
+        failure, wait (twice as long each time, up to the cap) and list again: events missed
+        meanwhile are lost, a fresh list is not."""
         delay = self._backoff[0]
         rv: str | None = None
         while not self._stop.is_set():
             try:
                 if rv is None:
                     rv = self.sync_once()
-                for event in self._api.watch(
-                    API_VERSION, KIND, resource_version=rv, timeout_s=self._watch_timeout
-                ):
-                    if self._stop.is_set():
-                        return
-                    rv = str(event.object.get("metadata", {}).get("resourceVersion") or rv)
-                    if event.type == "DELETED":
-                        with self._lock:
-                            self._claims.pop(claim_key(event.object), None)
-                    elif event.type in ("ADDED", "MODIFIED"):
-                        self._store(event.object)
-                    self._changed()
-                self.api_failures = 0
-                self.last_error = None
-                delay = self._backoff[0]
-            except kerrors.KubeError as exc:
-                if isinstance(exc, kerrors.ApiError) and exc.status == 410:
-                    rv = None  # history gone: list again
-                    continue
-                self._synced = False
-                self.api_failures += 1
-                self.last_error = str(exc)
-                rv = None
-                if self._on_error is not None:
-                    self._on_error(str(exc))
-                log.warning(
-                    "claim watch failed; retrying",
-                    extra={"error": str(exc), "retry_in_s": delay, "failures": self.api_failures},
-                )
-                if self._stop.wait(delay):
+                rv = self._watch(rv)
+                if rv is None:
                     return
-                delay = min(delay * 2, self._backoff[1])
+            except kerrors.KubeError as exc:
+                rv = None
+                if isinstance(exc, kerrors.ApiError) and exc.status == 410:
+                    continue  # history gone: list again
+                self._watch_failed(exc, delay)
             except Exception:  # never let the watch thread die
                 log.exception("claim watch crashed; restarting")
                 self._synced = False
                 rv = None
-                if self._stop.wait(delay):
-                    return
-                delay = min(delay * 2, self._backoff[1])
             else:
+                self.api_failures = 0
+                self.last_error = None
+                delay = self._backoff[0]
                 if self._stop.wait(0):
                     return
                 time.sleep(0)
+                continue
+            if self._stop.wait(delay):
+                return
+            delay = min(delay * 2, self._backoff[1])
+
+    def _watch(self, rv: str) -> str | None:
+        """Apply the watch's events until it ends; the resourceVersion to resume from, or None
+        when told to stop meanwhile."""
+        for event in self._api.watch(
+            API_VERSION, KIND, resource_version=rv, timeout_s=self._watch_timeout
+        ):
+            if self._stop.is_set():
+                return None
+            rv = str(event.object.get("metadata", {}).get("resourceVersion") or rv)
+            if event.type == "DELETED":
+                with self._lock:
+                    self._claims.pop(claim_key(event.object), None)
+            elif event.type in ("ADDED", "MODIFIED"):
+                self._store(event.object)
+            self._changed()
+        return rv
+
+    def _watch_failed(self, exc: kerrors.KubeError, delay: float) -> None:
+        """The cache may be stale from now on: say so (synced, failures, metrics, log)."""
+        self._synced = False
+        self.api_failures += 1
+        self.last_error = str(exc)
+        if self._on_error is not None:
+            self._on_error(str(exc))
+        log.warning(
+            "claim watch failed; retrying",
+            extra={"error": str(exc), "retry_in_s": delay, "failures": self.api_failures},
+        )
 
     def _store(self, claim: Obj) -> None:
         with self._lock:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from kube import errors as kerrors
 from slicer.backend import GpuInfo, model_of
-from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry
+from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry, PreparedDevice
 from slicer.claims import ClaimCache, our_results
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
 from slicer.errors import (
@@ -310,6 +310,8 @@ class Reconciler:
             log.info("removed stray CDI specs", extra={"claims": sorted(stray)})
 
     def _observe(self, report: ReconcileReport) -> NodeView:
+        """The node as it is now (GPU by GPU, setting the instance metrics on the way) and the
+        devices the API allocated here."""
         metrics = self.state.metrics
         entries = self.state.entries()
         try:
@@ -319,54 +321,69 @@ class Reconciler:
             infos = []
         metrics.instances.clear()
         counts: dict[tuple[str, str], int] = {}
-        states: list[GpuState] = []
-        for info in infos:
-            gpu_entries = [
-                d
-                for e in entries.values()
-                for d in e.devices
-                if d.gpu_index == info.index and d.is_mig
-            ]
-            listed = self._instances(info, report)
-            instances = listed or []
-            owned: set[SliceSpec] = set()
-            for device in gpu_entries:
-                inst = instance_at(instances, device)
-                if inst is not None:
-                    owned.add(inst.spec)
-            for device in gpu_entries:
-                completed = any(
-                    d is device
-                    for e in entries.values()
-                    if e.state == PREPARE_COMPLETED
-                    for d in e.devices
-                )
-                if completed and listed is not None and instance_at(instances, device) is None:
-                    report.drift.append(f"{device.device_name}: instance missing")
-                    key = f"{device.device_name}/{device.gi_id}"
-                    if key not in self._drift_seen:  # count each case once, report every pass
-                        self._drift_seen.add(key)
-                        metrics.drift.labels("missing-instance").inc()
-            for inst in instances:
-                owner = "agent" if inst.spec in owned else "foreign"
-                if owner == "foreign":
-                    report.foreign.append(inst)
-                counts[(inst.profile, owner)] = counts.get((inst.profile, owner), 0) + 1
-            metrics.free_memory_slices.labels(str(info.index)).set(
-                _free_memory_slices(info, instances)
-            )
-            taints = self.health.taints(info.index) if self.health is not None else ()
-            states.append(
-                GpuState(
-                    info=info,
-                    mode=self.state.mig.mode(info.index),
-                    instances=tuple(instances),
-                    owned=frozenset(owned),
-                    taints=taints,
-                )
-            )
+        states = [self._observe_gpu(info, entries, counts, report) for info in infos]
         for (profile, owner), n in counts.items():
             metrics.instances.labels(profile, owner).set(n)
+        return NodeView(tuple(states), self._allocated())
+
+    def _observe_gpu(
+        self,
+        info: GpuInfo,
+        entries: dict[str, ClaimEntry],
+        counts: dict[tuple[str, str], int],
+        report: ReconcileReport,
+    ) -> GpuState:
+        """One GPU: its instances, which of them back an entry (the agent's), its taints;
+        ``counts`` gains its instances by (profile, owner)."""
+        devices = [
+            d for e in entries.values() for d in e.devices if d.gpu_index == info.index and d.is_mig
+        ]
+        listed = self._instances(info, report)
+        instances = listed or []
+        owned: set[SliceSpec] = set()
+        for device in devices:
+            inst = instance_at(instances, device)
+            if inst is not None:
+                owned.add(inst.spec)
+        if listed is not None:
+            self._report_missing(devices, entries, listed, report)
+        for inst in instances:
+            owner = "agent" if inst.spec in owned else "foreign"
+            if owner == "foreign":
+                report.foreign.append(inst)
+            counts[(inst.profile, owner)] = counts.get((inst.profile, owner), 0) + 1
+        self.state.metrics.free_memory_slices.labels(str(info.index)).set(
+            _free_memory_slices(info, instances)
+        )
+        taints = self.health.taints(info.index) if self.health is not None else ()
+        return GpuState(
+            info=info,
+            mode=self.state.mig.mode(info.index),
+            instances=tuple(instances),
+            owned=frozenset(owned),
+            taints=taints,
+        )
+
+    def _report_missing(
+        self,
+        devices: list[PreparedDevice],
+        entries: dict[str, ClaimEntry],
+        instances: list[MigInstance],
+        report: ReconcileReport,
+    ) -> None:
+        """Drift: a completed prepare's instance is gone (reported every pass, counted once)."""
+        completed = [d for e in entries.values() if e.state == PREPARE_COMPLETED for d in e.devices]
+        for device in devices:
+            if any(d is device for d in completed) and instance_at(instances, device) is None:
+                report.drift.append(f"{device.device_name}: instance missing")
+                key = f"{device.device_name}/{device.gi_id}"
+                if key not in self._drift_seen:
+                    self._drift_seen.add(key)
+                    self.state.metrics.drift.labels("missing-instance").inc()
+
+    def _allocated(self) -> tuple[DeviceSpec, ...]:
+        """The devices the API allocated in this pool, in a stable order (names that are not
+        ours to parse are left out)."""
         allocated: list[DeviceSpec] = []
         if self.claims is not None:
             for claim in self.claims.allocated().values():
@@ -375,7 +392,7 @@ class Reconciler:
                         allocated.append(parse_device_name(result.device))
                     except DeviceNameError:
                         continue
-        return NodeView(tuple(states), tuple(sorted(allocated, key=repr)))
+        return tuple(sorted(allocated, key=repr))
 
     def _instances(self, info: GpuInfo, report: ReconcileReport) -> list[MigInstance] | None:
         """The GPU's instances; None when they cannot be listed (a lost GPU)."""
