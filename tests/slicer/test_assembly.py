@@ -1,0 +1,93 @@
+"""slicer.assembly: the parts reach each other (a change wakes the reconciler), republishing goes
+through the slice publisher unless the caller takes it over, GPUs start in their default mode."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kube.memory import InMemoryKubeApi
+from slicer.assembly import AgentConfig, AgentParts, assemble, discover_modes
+from slicer.claims import AllocatedDevice
+from slicer.reconciler import NodeView
+from slicer.simulated import SimulatedBackend
+from tests.support.agent_fixtures import NODE, allocate_claim
+
+SLICES = ("resource.k8s.io/v1", "ResourceSlice")
+
+
+def _config(root: Path) -> AgentConfig:
+    return AgentConfig(node=NODE, checkpoint_dir=root / "c", cdi_dir=root / "d")
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_the_reconciler_publishes_through_the_slice_publisher_by_default(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    parts = assemble(_config(tmp_path), backend=backend, api=api)
+    assert parts.publisher is not None and parts.limiter is not None
+    parts.claims.sync_once()
+    assert parts.reconciler.reconcile_once().republished
+    assert api.objects(*SLICES)
+
+
+def test_a_republish_of_the_callers_replaces_the_publisher(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    views: list[NodeView] = []
+
+    def record(view: NodeView) -> None:
+        views.append(view)
+
+    parts = assemble(_config(tmp_path), backend=backend, api=api, republish=record)
+    assert parts.publisher is None and parts.limiter is None
+    parts.reconciler.reconcile_once()
+    assert len(views) == 1 and len(views[0].gpus) == 2
+    assert not api.objects(*SLICES)
+
+
+def _claim_event(api: InMemoryKubeApi, parts: AgentParts) -> None:
+    allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
+    parts.claims.sync_once()
+
+
+def _state_change(api: InMemoryKubeApi, parts: AgentParts) -> None:
+    parts.state.prepare("u-1", "ml", "c", [AllocatedDevice("gpu", "gpu-0-mig-1g10gb-0", NODE)])
+
+
+@pytest.mark.parametrize("change", [_claim_event, _state_change], ids=["claim", "state"])
+def test_a_change_wakes_the_reconciler_thread_long_before_its_interval(
+    change: Callable[[InMemoryKubeApi, AgentParts], None],
+    api: InMemoryKubeApi,
+    backend: SimulatedBackend,
+    tmp_path: Path,
+) -> None:
+    parts = assemble(_config(tmp_path), backend=backend, api=api, republish=lambda _view: None)
+    reconciler = parts.reconciler
+    stop = threading.Event()
+    thread = threading.Thread(target=reconciler.run, args=(stop, 3600.0), daemon=True)
+    thread.start()
+    try:
+        _wait_for(lambda: reconciler.last_report is not None)
+        first = reconciler.last_report
+        change(api, parts)
+        _wait_for(lambda: reconciler.last_report is not first)
+    finally:
+        stop.set()
+        reconciler.nudge()
+        thread.join(timeout=10)
+
+
+def test_gpus_start_dynamic_on_hopper_and_in_mig_slices_on_ampere() -> None:
+    backend = SimulatedBackend("H100-80GB:1,A100-80GB:1", node_name=NODE)
+    assert discover_modes(backend) == {0: "dynamic", 1: "mig"}
