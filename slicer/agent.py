@@ -1,6 +1,6 @@
 """The node agent: discovery, publishing, the kubelet plugin, the reconciler, health, metrics.
 
-:class:`NodeAgent` wires the parts (each in its own module) and owns their threads:
+:class:`NodeAgent` runs the parts :func:`slicer.assembly.assemble` wires, and owns their threads:
 
 * ``claim-watch``  keeps the ResourceClaim cache current (slicer.claims), retrying with backoff
   while the apiserver is unreachable; prepared claims keep working from the checkpoint;
@@ -15,11 +15,10 @@
 * the gRPC servers of the kubelet plugin (slicer.plugin);
 * the Prometheus metrics server.
 
-The parts are built by :func:`slicer.assembly.assemble`. ``gpu-slicer agent run``
-(slicer.cli) runs a NodeAgent until SIGTERM or SIGINT, then :meth:`NodeAgent.stop` ends it
-cleanly: the registration socket goes first, in-flight calls finish, sockets are removed. The
-ResourceSlices stay: a restarted agent takes them over instead of making the scheduler think the
-devices vanished.
+``gpu-slicer agent run`` (slicer.cli) runs a NodeAgent until SIGTERM or SIGINT, then
+:meth:`NodeAgent.stop` ends it cleanly: the registration socket goes first, in-flight calls
+finish, sockets are removed. The ResourceSlices stay: a restarted agent takes them over instead
+of making the scheduler think the devices vanished.
 """
 
 from __future__ import annotations
