@@ -17,28 +17,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal
 
-from slicer.backend import GpuBackend, GpuInfo, model_of
+from slicer.backend import GpuBackend, GpuInfo
 from slicer.errors import BackendError, InUse, ResetRequired, SlicerError
+from slicer.inventory import Mode
 
-GpuMode = Literal["dynamic", "mig", "full"]
+GpuMode = Mode
 
 log = logging.getLogger(__name__)
 
 
 class MigModeBlocked(SlicerError):
     """The GPU's MIG mode does not fit the device and cannot be switched right now."""
-
-
-def default_mode(info: GpuInfo) -> GpuMode:
-    """``dynamic`` where the model can toggle MIG without a reset, else what the GPU is in."""
-    model = model_of(info)
-    if model is None:
-        return "mig" if info.mig_enabled else "full"
-    if model.supports_dynamic_mig:
-        return "dynamic"
-    return "mig" if info.mig_enabled else "full"
 
 
 class MigModeManager:
