@@ -9,7 +9,7 @@ Modes (DESIGN: "Per-GPU mode"):
 * ``full``: no MIG; only the whole GPU.
 
 A switch needs an idle GPU: clients such as DCGM, persistenced or nvidia_drm can block it. The
-backend then raises InUse, and :class:`MigModeBlocked` carries an actionable message that ends
+backend then raises GpuInUse, and :class:`MigModeBlocked` carries an actionable message that ends
 up as the claim's error (the kubelet retries) and in the ``mig_mode_blocked_total`` metric.
 """
 
@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 
 from slicer.backend import GpuBackend, GpuInfo
-from slicer.errors import BackendError, InUse, ResetRequired, SlicerError
+from slicer.errors import BackendError, GpuInUse, ResetRequired, SlicerError
 from slicer.inventory import Mode
 
 GpuMode = Mode
@@ -88,7 +88,7 @@ class MigModeManager:
         verb = "enable" if enabled else "disable"
         try:
             self._backend.set_mig_mode(gpu_index, enabled)
-        except InUse as exc:
+        except GpuInUse as exc:
             message = (
                 f"cannot {verb} MIG on GPU {gpu_index}: {exc}. Other clients (DCGM, "
                 "nvidia-persistenced, nvidia_drm) block the switch; the kubelet will retry"
