@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from certs.errors import CertFileError
+from kube import atomic_files as atomic
 
 DATA_LINK = "..data"
 
@@ -36,38 +37,11 @@ KEY_MODE = 0o600
 CERT_MODE = 0o644
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Makes a rename in ``directory`` durable (a crash cannot bring the old name back)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomically(path: Path, data: bytes, *, mode: int = CERT_MODE) -> None:
-    """Writes ``data`` to ``path`` through a temporary file, fsync and rename.
-
-    The mode is set on the temporary file before any data is written, so a key is never
-    readable by others, not even for an instant.
-    """
+    """Writes ``data`` to ``path`` (temporary file with ``mode``, fsync, rename, fsync)."""
     path = Path(path)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise CertFileError(f"cannot write in {path.parent}: {exc.strerror}") from exc
-    try:
-        try:
-            os.fchmod(fd, mode)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, path)
-        except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
+        atomic.write_atomically(path, data, mode=mode)
     except OSError as exc:
         raise CertFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
@@ -100,7 +74,7 @@ def replace_files(directory: Path, files: Mapping[str, tuple[bytes, int]]) -> li
         os.chmod(version, 0o755)
         for name, (data, mode) in files.items():
             write_atomically(version / name, data, mode=mode)
-        _fsync_dir(version)
+        atomic.fsync_dir(version)
         data_link = directory / DATA_LINK
         _relink(data_link, version.name)
         for name in files:
@@ -110,7 +84,7 @@ def replace_files(directory: Path, files: Mapping[str, tuple[bytes, int]]) -> li
                 raise CertFileError(f"{visible} is a folder; remove it or choose another --out")
             if not (visible.is_symlink() and os.readlink(visible) == wanted):
                 _relink(visible, wanted)
-        _fsync_dir(directory)
+        atomic.fsync_dir(directory)
         for entry in directory.iterdir():
             # Earlier versions, including any a crash left behind; never the one just linked.
             if entry.name.startswith("..") and entry.name not in (version.name, DATA_LINK):

@@ -107,7 +107,7 @@ class GpuBackend(Protocol):
         ...
 
     def set_mig_mode(self, gpu_index: int, enabled: bool) -> None:
-        """Switch MIG mode; raises InUse when clients block it, ResetRequired when pending."""
+        """Switch MIG mode; raises GpuInUse when clients block it, ResetRequired when pending."""
         ...
 
     def capability_minors(self, gpu_index: int, gi_id: int, ci_id: int) -> tuple[int, int]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kube import documents
-from slicer.checkpoint import write_atomically
+from kube.atomic_files import write_atomically
 from slicer.errors import SlicerError
 
 CDI_VERSION = "0.6.0"

@@ -30,12 +30,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from kube.atomic_files import write_atomically
 from slicer.errors import CheckpointError
 
 VERSION = 1
@@ -273,35 +273,6 @@ class CheckpointStore:
         except FileNotFoundError:  # the directory was removed under us: make it again, once
             self.directory.mkdir(parents=True, exist_ok=True)
             write_atomically(self.path, payload, durable=durable)
-
-
-def write_atomically(path: Path, payload: bytes, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``payload`` so that readers see the old or the new file, never half.
-
-    ``durable`` adds the fsyncs (file, then directory) that make the new content survive a power
-    loss; without them the rename still makes the switch atomic for every reader.
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if not durable:
-        return
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _checksum(data: dict[str, Any]) -> str:

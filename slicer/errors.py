@@ -8,8 +8,8 @@ Every error a user can see says what went wrong and what would be valid instead.
     ├── GpuSpecError            a bad ``--gpus``/``--simulate-gpus`` spec
     ├── BackendError            what NVML (or the simulator) refused; mirrors NVML's return codes
     │   ├── InsufficientResources   the placement overlaps, or a budget is exhausted
-    │   ├── InUse                   processes or compute instances still hold it
-    │   ├── NotFound                already gone
+    │   ├── GpuInUse                processes or compute instances still hold it
+    │   ├── GpuNotFound             already gone
     │   ├── NotSupported
     │   ├── NoPermission
     │   ├── ResetRequired           a MIG mode change waits for a GPU reset
@@ -49,11 +49,11 @@ class InsufficientResources(BackendError):
     """The instance would overlap another, or exceed a count or compute budget."""
 
 
-class InUse(BackendError):
+class GpuInUse(BackendError):
     """Processes (or compute instances) still use the instance or GPU; retry later."""
 
 
-class NotFound(BackendError):
+class GpuNotFound(BackendError):
     """The instance or GPU does not exist (any more)."""
 
 

@@ -117,8 +117,11 @@ class GpuState:
         return tuple(i for i in self.instances if i.spec not in self.owned)
 
 
-def default_mode(model: GpuModel) -> Mode:
-    """Hopper and newer toggle MIG without a reset: dynamic. Ampere: MIG slices only."""
+def default_mode(model: GpuModel | None) -> Mode:
+    """Hopper and newer toggle MIG without a reset: dynamic. Ampere: MIG slices only. A GPU
+    without MIG facts: whole only."""
+    if model is None:
+        return "full"
     return "dynamic" if model.supports_dynamic_mig else "mig"
 
 

@@ -9,7 +9,7 @@ Modes (DESIGN: "Per-GPU mode"):
 * ``full``: no MIG; only the whole GPU.
 
 A switch needs an idle GPU: clients such as DCGM, persistenced or nvidia_drm can block it. The
-backend then raises InUse, and :class:`MigModeBlocked` carries an actionable message that ends
+backend then raises GpuInUse, and :class:`MigModeBlocked` carries an actionable message that ends
 up as the claim's error (the kubelet retries) and in the ``mig_mode_blocked_total`` metric.
 """
 
@@ -17,28 +17,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal
 
-from slicer.backend import GpuBackend, GpuInfo, model_of
-from slicer.errors import BackendError, InUse, ResetRequired, SlicerError
+from slicer.backend import GpuBackend, GpuInfo
+from slicer.errors import BackendError, GpuInUse, ResetRequired, SlicerError
+from slicer.inventory import Mode
 
-GpuMode = Literal["dynamic", "mig", "full"]
+GpuMode = Mode
 
 log = logging.getLogger(__name__)
 
 
 class MigModeBlocked(SlicerError):
     """The GPU's MIG mode does not fit the device and cannot be switched right now."""
-
-
-def default_mode(info: GpuInfo) -> GpuMode:
-    """``dynamic`` where the model can toggle MIG without a reset, else what the GPU is in."""
-    model = model_of(info)
-    if model is None:
-        return "mig" if info.mig_enabled else "full"
-    if model.supports_dynamic_mig:
-        return "dynamic"
-    return "mig" if info.mig_enabled else "full"
 
 
 class MigModeManager:
@@ -98,7 +88,7 @@ class MigModeManager:
         verb = "enable" if enabled else "disable"
         try:
             self._backend.set_mig_mode(gpu_index, enabled)
-        except InUse as exc:
+        except GpuInUse as exc:
             message = (
                 f"cannot {verb} MIG on GPU {gpu_index}: {exc}. Other clients (DCGM, "
                 "nvidia-persistenced, nvidia_drm) block the switch; the kubelet will retry"

@@ -47,11 +47,11 @@ from slicer.devices import MigInstance
 from slicer.errors import (
     BackendError,
     CatalogError,
+    GpuInUse,
     GpuLost,
+    GpuNotFound,
     InsufficientResources,
-    InUse,
     NoPermission,
-    NotFound,
     NotSupported,
     ResetRequired,
 )
@@ -59,12 +59,12 @@ from slicer.errors import (
 log = logging.getLogger(__name__)
 
 _ERRORS: dict[str, tuple[type[BackendError], str]] = {
-    "NVML_ERROR_IN_USE": (InUse, "processes or compute instances still use it; retry later"),
+    "NVML_ERROR_IN_USE": (GpuInUse, "processes or compute instances still use it; retry later"),
     "NVML_ERROR_INSUFFICIENT_RESOURCES": (
         InsufficientResources,
         "the placement overlaps an instance or a budget is exhausted",
     ),
-    "NVML_ERROR_NOT_FOUND": (NotFound, "it does not exist (any more)"),
+    "NVML_ERROR_NOT_FOUND": (GpuNotFound, "it does not exist (any more)"),
     "NVML_ERROR_NOT_SUPPORTED": (NotSupported, "this GPU or driver cannot do it"),
     "NVML_ERROR_NO_PERMISSION": (
         NoPermission,
@@ -374,7 +374,7 @@ class NvmlBackend:
     def _handle(self, gpu_index: int) -> Any:
         self._start()
         if not 0 <= gpu_index < len(self._handles):
-            raise NotFound(f"no GPU {gpu_index}: NVML sees {len(self._handles)}", gpu=gpu_index)
+            raise GpuNotFound(f"no GPU {gpu_index}: NVML sees {len(self._handles)}", gpu=gpu_index)
         return self._handles[gpu_index]
 
     def _call(self, gpu: int | None, name: str, *args: Any, doing: str = "") -> Any:
@@ -888,7 +888,7 @@ def _read_minor(path: Path, gpu: int) -> int:
     try:
         text = path.read_text()
     except FileNotFoundError as exc:
-        raise NotFound(f"{path} does not exist: the instance is gone", gpu=gpu) from exc
+        raise GpuNotFound(f"{path} does not exist: the instance is gone", gpu=gpu) from exc
     except PermissionError as exc:
         raise NoPermission(f"cannot read {path}: {exc}", gpu=gpu) from exc
     except OSError as exc:

@@ -46,7 +46,7 @@ from slicer.errors import (
     BackendError,
     DeviceNameError,
     GpuLost,
-    NotFound,
+    GpuNotFound,
     SlicerError,
 )
 from slicer.health import HealthTracker
@@ -289,7 +289,7 @@ class Reconciler:
                     by_gpu[device.gpu_index] = self.state.backend.instances(device.gpu_index)
                 except GpuLost:
                     by_gpu[device.gpu_index] = []  # the reset it needs wipes its instances
-                except NotFound:
+                except GpuNotFound:
                     if self.state.gpu_exists(device.gpu_index):
                         raise
                     by_gpu[device.gpu_index] = []  # the GPU left the node, its instances too

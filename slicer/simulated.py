@@ -15,12 +15,12 @@ Tests and the simulator use :class:`SimulatedBackend` wherever the node agent wo
   numbering is inferred from NVML's behaviour; callers may only rely on ids being unique among
   the live instances of a GPU. The one compute instance of a GI spans it and gets CI id 0, as
   NVML gives the first CI.
-* Destroys raise ``InUse`` while processes run (and a GI destroy while its CI remains) and
-  ``NotFound`` once the instance is gone, so cleanup code can be resumed after any step.
+* Destroys raise ``GpuInUse`` while processes run (and a GI destroy while its CI remains) and
+  ``GpuNotFound`` once the instance is gone, so cleanup code can be resumed after any step.
 * MIG mode: Ampere models start with MIG enabled, Hopper and newer with it disabled (full GPU);
   ``mig_enabled`` overrides that. Hopper and newer switch at once; Ampere records the pending mode
   and raises ``ResetRequired`` unless ``auto_reset=True`` simulates the GPU reset that follows
-  (or a test calls :meth:`SimulatedBackend.reset_gpu`). A change is refused with ``InUse`` while
+  (or a test calls :meth:`SimulatedBackend.reset_gpu`). A change is refused with ``GpuInUse`` while
   instances or processes exist or a blocking client (DCGM, persistenced) is set.
 * Identities are deterministic: ``GPU-<uuid5(node, index)>``, MIG UUIDs ``MIG-<uuid5(...)>``
   that change on every re-creation, PCI bus ids with two GPUs per PCIe root, capability minors
@@ -56,10 +56,10 @@ from slicer.devices import MigInstance
 from slicer.errors import (
     BackendError,
     CatalogError,
+    GpuInUse,
     GpuLost,
+    GpuNotFound,
     InsufficientResources,
-    InUse,
-    NotFound,
     NotSupported,
     ResetRequired,
 )
@@ -318,7 +318,7 @@ class SimulatedBackend:
             gpu = self._live_gpu(gpu_index)
             gi = self._gi_with_ci(gpu, gi_id, ci_id)
             if gi.pids:
-                raise InUse(
+                raise GpuInUse(
                     f"compute instance {ci_id} of GPU instance {gi_id} on GPU {gpu_index} runs "
                     f"processes {sorted(gi.pids)}; wait for them to exit",
                     gpu=gpu_index,
@@ -332,13 +332,13 @@ class SimulatedBackend:
             gpu = self._live_gpu(gpu_index)
             gi = self._gi(gpu, gi_id)
             if gi.pids:
-                raise InUse(
+                raise GpuInUse(
                     f"GPU instance {gi_id} on GPU {gpu_index} runs processes "
                     f"{sorted(gi.pids)}; wait for them to exit",
                     gpu=gpu_index,
                 )
             if gi.ci_id is not None:
-                raise InUse(
+                raise GpuInUse(
                     f"GPU instance {gi_id} on GPU {gpu_index} still has compute instance "
                     f"{gi.ci_id}; destroy it first",
                     gpu=gpu_index,
@@ -360,19 +360,19 @@ class SimulatedBackend:
             if gpu.mig_current == enabled and gpu.mig_pending == enabled:
                 return
             if gpu.instances:
-                raise InUse(
+                raise GpuInUse(
                     f"GPU {gpu_index} still has {len(gpu.instances)} MIG instance(s); destroy "
                     "them before changing MIG mode",
                     gpu=gpu_index,
                 )
             if gpu.all_pids():
-                raise InUse(
+                raise GpuInUse(
                     f"GPU {gpu_index} runs processes {sorted(gpu.all_pids())}; MIG mode can "
                     "change only on an idle GPU",
                     gpu=gpu_index,
                 )
             if gpu.blocking_client:
-                raise InUse(
+                raise GpuInUse(
                     f"{gpu.blocking_client} holds GPU {gpu_index}; stop it to change MIG mode",
                     gpu=gpu_index,
                 )
@@ -478,7 +478,7 @@ class SimulatedBackend:
                 return
             gi = self._gi(gpu, gi_id)
             if gi.ci_id is None:
-                raise NotFound(
+                raise GpuNotFound(
                     f"GPU instance {gi_id} on GPU {gpu_index} has no compute instance to run on",
                     gpu=gpu_index,
                 )
@@ -493,7 +493,7 @@ class SimulatedBackend:
                 if pid in pids:
                     pids.discard(pid)
                     return
-            raise NotFound(f"no process {pid} on GPU {gpu_index}", gpu=gpu_index)
+            raise GpuNotFound(f"no process {pid} on GPU {gpu_index}", gpu=gpu_index)
 
     def set_blocking_client(self, gpu_index: int, client: str | None) -> None:
         """A client such as ``nvidia-dcgm`` that keeps MIG mode from changing (None clears)."""
@@ -602,7 +602,7 @@ class SimulatedBackend:
 
     def _gpu(self, gpu_index: int) -> _Gpu:
         if not 0 <= gpu_index < len(self._gpus):
-            raise NotFound(
+            raise GpuNotFound(
                 f"no GPU {gpu_index} on node {self._node_name}; it has {len(self._gpus)}",
                 gpu=gpu_index,
             )
@@ -622,14 +622,16 @@ class SimulatedBackend:
         try:
             return gpu.instances[gi_id]
         except KeyError:
-            raise NotFound(f"no GPU instance {gi_id} on GPU {gpu.index}", gpu=gpu.index) from None
+            raise GpuNotFound(
+                f"no GPU instance {gi_id} on GPU {gpu.index}", gpu=gpu.index
+            ) from None
 
     @classmethod
     def _gi_with_ci(cls, gpu: _Gpu, gi_id: int, ci_id: int) -> _GpuInstance:
         """The GPU instance ``gi_id``, which must hold compute instance ``ci_id``."""
         gi = cls._gi(gpu, gi_id)
         if gi.ci_id != ci_id:
-            raise NotFound(
+            raise GpuNotFound(
                 f"GPU instance {gi_id} on GPU {gpu.index} has no compute instance {ci_id}",
                 gpu=gpu.index,
             )

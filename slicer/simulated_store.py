@@ -10,11 +10,10 @@ restart agents under running pods, and tests read the file to see what exists on
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from kube.atomic_files import write_atomically
 from slicer.backend import GpuInfo, HealthEvent
 from slicer.devices import MigInstance
 from slicer.errors import SlicerError
@@ -43,10 +42,8 @@ class PersistedBackend:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        with os.fdopen(handle, "w") as out:
-            json.dump(self.inner.snapshot(), out, indent=1)
-        os.replace(temp, self.path)
+        payload = json.dumps(self.inner.snapshot(), indent=1).encode()
+        write_atomically(self.path, payload, durable=False)  # a simulation: no power loss
 
     # --- GpuBackend: reads pass through, changes are saved -------------------------------
 

@@ -16,7 +16,7 @@ Crash safety rests on three rules:
    the agent died before learning its GI id: a retried prepare adopts it, a rollback destroys it.
 2. An entry is removed only after its instances are gone, so nothing the agent made is ever
    forgotten while it exists.
-3. Every destroy checks for processes first and refuses (InstanceBusy) while any run; NotFound
+3. Every destroy checks for processes first and refuses (InstanceBusy) while any run; GpuNotFound
    counts as already destroyed, so unprepare resumes after a failure at any step.
 
 Operations on one GPU are serialised by a per-GPU lock; different GPUs proceed in parallel. A
@@ -46,7 +46,7 @@ from slicer.checkpoint import (
 )
 from slicer.claims import AllocatedDevice
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
-from slicer.errors import BackendError, DeviceNameError, GpuLost, NotFound, SlicerError
+from slicer.errors import BackendError, DeviceNameError, GpuLost, GpuNotFound, SlicerError
 from slicer.layout import StaticLayout
 from slicer.mig_mode import MigModeManager
 
@@ -450,7 +450,7 @@ class DeviceState:
                 extra={"device": device.device_name, "gpu": gpu, "error": str(exc)},
             )
             return False
-        except NotFound:
+        except GpuNotFound:
             if self.gpu_exists(gpu):
                 raise
             # The GPU is gone from the node (unbound, removed) without a reboot: so is every
@@ -477,11 +477,11 @@ class DeviceState:
         if inst.ci_id is not None:
             try:
                 self.backend.destroy_compute_instance(gpu, inst.gi_id, inst.ci_id)
-            except NotFound:
+            except GpuNotFound:
                 pass
         try:
             self.backend.destroy_gpu_instance(gpu, inst.gi_id)
-        except NotFound:
+        except GpuNotFound:
             pass
         else:
             self.metrics.mig_destroyed.labels(device.profile or "").inc()

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from kube.memory import InMemoryKubeApi
-from slicer.mig_mode import MigModeBlocked, MigModeManager, default_mode
+from slicer.backend import model_of
+from slicer.inventory import default_mode
+from slicer.mig_mode import MigModeBlocked, MigModeManager
 from slicer.simulated import SimulatedBackend
 from slicer.state import PrepareError
 from tests.support.agent_fixtures import NODE, allocate_claim, build_agent
@@ -15,8 +17,9 @@ from tests.support.agent_fixtures import NODE, allocate_claim, build_agent
 
 def test_default_modes_follow_the_architecture() -> None:
     hopper, ampere = SimulatedBackend("H100-80GB:1,A100-80GB:1").gpus()
-    assert default_mode(hopper) == "dynamic"
-    assert default_mode(ampere) == "mig"
+    assert default_mode(model_of(hopper)) == "dynamic"
+    assert default_mode(model_of(ampere)) == "mig"
+    assert default_mode(None) == "full"  # no MIG facts: the GPU is offered whole
 
 
 def test_the_first_slice_switches_a_full_gpu_to_mig() -> None:

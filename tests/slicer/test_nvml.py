@@ -10,11 +10,11 @@ import pytest
 from slicer.backend import GpuBackend, HealthEvent
 from slicer.errors import (
     BackendError,
+    GpuInUse,
     GpuLost,
+    GpuNotFound,
     InsufficientResources,
-    InUse,
     NoPermission,
-    NotFound,
     NotSupported,
     ResetRequired,
 )
@@ -255,7 +255,7 @@ def test_a_foreign_gpu_instance_split_into_smaller_compute_instances_is_listed(
 def test_cleanup_destroys_the_compute_instance_before_the_gpu_instance(tmp_path: Path) -> None:
     backend, fake = backend_for(tmp_path, FakeGpu("H100-80GB"))
     gi, ci = slice_on(backend, 0, "1g.10gb", 3)
-    with pytest.raises(InUse, match="destroy GPU instance"):
+    with pytest.raises(GpuInUse, match="destroy GPU instance"):
         backend.destroy_gpu_instance(0, gi)
     backend.destroy_compute_instance(0, gi, ci)
     backend.destroy_gpu_instance(0, gi)
@@ -266,9 +266,9 @@ def test_cleanup_destroys_the_compute_instance_before_the_gpu_instance(tmp_path:
         "nvmlGpuInstanceDestroy",
     ]
     assert fake.gi_ids(0) == []
-    with pytest.raises(NotFound):
+    with pytest.raises(GpuNotFound):
         backend.destroy_gpu_instance(0, gi)
-    with pytest.raises(NotFound):
+    with pytest.raises(GpuNotFound):
         backend.destroy_compute_instance(0, gi, ci)
 
 
@@ -278,7 +278,7 @@ def test_a_compute_instance_with_processes_is_in_use(tmp_path: Path) -> None:
     fake.run_process(0, 321, gi, ci)
     assert backend.processes(0, gi) == [321]
     assert backend.processes(0) == [321]
-    with pytest.raises(InUse) as info:
+    with pytest.raises(GpuInUse) as info:
         backend.destroy_compute_instance(0, gi, ci)
     assert isinstance(info.value.__cause__, real.NVMLError_InUse)
     fake.stop_process(0, 321)
@@ -332,7 +332,7 @@ def test_a_failed_activation_status_is_an_error_even_though_nvml_did_not_raise(
             activation_status=real.NVML_ERROR_IN_USE,
         ),
     )
-    with pytest.raises(InUse, match="activation status") as info:
+    with pytest.raises(GpuInUse, match="activation status") as info:
         backend.set_mig_mode(0, True)
     assert isinstance(info.value.__cause__, real.NVMLError_InUse)
 
@@ -340,7 +340,7 @@ def test_a_failed_activation_status_is_an_error_even_though_nvml_did_not_raise(
 def test_a_mode_change_under_instances_is_in_use(tmp_path: Path) -> None:
     backend, _ = backend_for(tmp_path, FakeGpu("H100-80GB"))
     backend.create_gpu_instance(0, "7g.80gb", 0)
-    with pytest.raises(InUse):
+    with pytest.raises(GpuInUse):
         backend.set_mig_mode(0, False)
 
 
@@ -363,7 +363,7 @@ def test_capability_minors_are_read_from_the_driver_s_proc_files(tmp_path: Path)
 
 def test_missing_or_malformed_capability_files_are_reported(tmp_path: Path) -> None:
     backend, _ = backend_for(tmp_path, FakeGpu("A30"))
-    with pytest.raises(NotFound, match="gi3/access"):
+    with pytest.raises(GpuNotFound, match="gi3/access"):
         backend.capability_minors(0, 3, 0)
     write_cap(tmp_path, "gpu0/mig/gi3", "DeviceFileMinor: 30\n")
     write_cap(tmp_path, "gpu0/mig/gi3/ci0", "garbage\n")
@@ -423,9 +423,9 @@ def test_xid_79_makes_the_backend_check_which_gpu_fell_off_the_bus(tmp_path: Pat
 @pytest.mark.parametrize(
     ("code", "error"),
     [
-        (real.NVML_ERROR_IN_USE, InUse),
+        (real.NVML_ERROR_IN_USE, GpuInUse),
         (real.NVML_ERROR_INSUFFICIENT_RESOURCES, InsufficientResources),
-        (real.NVML_ERROR_NOT_FOUND, NotFound),
+        (real.NVML_ERROR_NOT_FOUND, GpuNotFound),
         (real.NVML_ERROR_NOT_SUPPORTED, NotSupported),
         (real.NVML_ERROR_NO_PERMISSION, NoPermission),
         (real.NVML_ERROR_RESET_REQUIRED, ResetRequired),

@@ -20,10 +20,10 @@ from slicer import catalog
 from slicer.backend import GpuBackend, HealthEvent
 from slicer.errors import (
     BackendError,
+    GpuInUse,
     GpuLost,
+    GpuNotFound,
     InsufficientResources,
-    InUse,
-    NotFound,
     NotSupported,
     ResetRequired,
 )
@@ -123,7 +123,7 @@ def test_nvlink_can_be_switched_off() -> None:
 
 
 def test_a_gpu_that_does_not_exist_is_not_found() -> None:
-    with pytest.raises(NotFound, match="no GPU 3"):
+    with pytest.raises(GpuNotFound, match="no GPU 3"):
         SimulatedBackend("A30").instances(3)
 
 
@@ -218,18 +218,18 @@ def test_destroys_wait_for_processes_and_compute_instances_and_then_report_not_f
     backend.attach_process(0, gi, 4242)
     assert backend.processes(0, gi) == [4242]
     assert backend.processes(0) == [4242]
-    with pytest.raises(InUse, match="4242"):
+    with pytest.raises(GpuInUse, match="4242"):
         backend.destroy_compute_instance(0, gi, ci)
-    with pytest.raises(InUse, match="4242"):
+    with pytest.raises(GpuInUse, match="4242"):
         backend.destroy_gpu_instance(0, gi)
     backend.detach_process(0, 4242)
-    with pytest.raises(InUse, match="destroy it first"):
+    with pytest.raises(GpuInUse, match="destroy it first"):
         backend.destroy_gpu_instance(0, gi)
     backend.destroy_compute_instance(0, gi, ci)
-    with pytest.raises(NotFound):
+    with pytest.raises(GpuNotFound):
         backend.destroy_compute_instance(0, gi, ci)
     backend.destroy_gpu_instance(0, gi)
-    with pytest.raises(NotFound):
+    with pytest.raises(GpuNotFound):
         backend.destroy_gpu_instance(0, gi)
     assert backend.instances(0) == []
 
@@ -241,11 +241,11 @@ def test_processes_need_a_compute_instance_or_a_gpu_in_full_mode() -> None:
     with pytest.raises(NotSupported):
         backend.attach_process(1, None, 8)
     gi = backend.create_gpu_instance(1, "1g.6gb", 0)
-    with pytest.raises(NotFound, match="no compute instance"):
+    with pytest.raises(GpuNotFound, match="no compute instance"):
         backend.attach_process(1, gi, 8)
-    with pytest.raises(NotFound):
+    with pytest.raises(GpuNotFound):
         backend.detach_process(1, 8)
-    with pytest.raises(NotFound):
+    with pytest.raises(GpuNotFound):
         backend.processes(1, gi + 1)
 
 
@@ -257,7 +257,7 @@ def test_capability_minors_follow_the_driver_layout_and_need_the_instance() -> N
     assert ci_minor == gi_minor + 1 + ci
     other_gi, other_ci = make_slice(backend, 1, "1g.6gb", 3)
     assert not {gi_minor, ci_minor} & set(backend.capability_minors(1, other_gi, other_ci))
-    with pytest.raises(NotFound):
+    with pytest.raises(GpuNotFound):
         backend.capability_minors(1, gi, ci + 1)
 
 
@@ -357,9 +357,9 @@ class SliceLifecycle(RuleBasedStateMachine):
         profile, start, ci, pids = self.expected[gi]
         try:
             self.backend.destroy_compute_instance(0, gi, 0 if ci is None else ci)
-        except NotFound:
+        except GpuNotFound:
             assert ci is None
-        except InUse:
+        except GpuInUse:
             assert pids
         else:
             assert ci is not None and not pids
@@ -371,9 +371,9 @@ class SliceLifecycle(RuleBasedStateMachine):
         gi = data.draw(st.one_of(existing, existing, st.integers(0, 15)))
         try:
             self.backend.destroy_gpu_instance(0, gi)
-        except NotFound:
+        except GpuNotFound:
             assert gi not in self.expected
-        except InUse:
+        except GpuInUse:
             assert self.expected[gi][2] is not None or self.expected[gi][3]
         else:
             _, _, ci, pids = self.expected.pop(gi)
@@ -444,17 +444,17 @@ def test_ampere_switches_at_once_when_a_reset_is_simulated() -> None:
 def test_mig_mode_does_not_change_under_instances_processes_or_blocking_clients() -> None:
     backend = SimulatedBackend("H100-80GB:3", mig_enabled=[True, False, False])
     gi = backend.create_gpu_instance(0, "1g.10gb", 0)
-    with pytest.raises(InUse, match="MIG instance"):
+    with pytest.raises(GpuInUse, match="MIG instance"):
         backend.set_mig_mode(0, False)
     backend.destroy_gpu_instance(0, gi)
     backend.set_mig_mode(0, False)
 
     backend.attach_process(1, None, 99)
-    with pytest.raises(InUse, match="99"):
+    with pytest.raises(GpuInUse, match="99"):
         backend.set_mig_mode(1, True)
 
     backend.set_blocking_client(2, "nvidia-dcgm")
-    with pytest.raises(InUse, match="nvidia-dcgm"):
+    with pytest.raises(GpuInUse, match="nvidia-dcgm"):
         backend.set_mig_mode(2, True)
     backend.set_blocking_client(2, None)
     backend.set_mig_mode(2, True)
@@ -476,11 +476,11 @@ def test_an_injected_error_class_fails_the_next_call_only() -> None:
 
 def test_an_injected_error_instance_repeats_as_often_as_asked_and_only_on_its_gpu() -> None:
     backend = SimulatedBackend("A30:2")
-    error = InUse("dcgm profiling", gpu=1)
+    error = GpuInUse("dcgm profiling", gpu=1)
     backend.inject_fault("instances", error, times=2, gpu=1)
     assert backend.instances(0) == []
     for _ in range(2):
-        with pytest.raises(InUse) as info:
+        with pytest.raises(GpuInUse) as info:
             backend.instances(1)
         assert info.value is error
     assert backend.instances(1) == []
@@ -499,7 +499,7 @@ def test_a_delay_fault_sleeps_through_the_injected_sleep_before_answering() -> N
 def test_a_fault_for_an_unknown_method_or_without_effect_is_refused() -> None:
     backend = SimulatedBackend("A30")
     with pytest.raises(ValueError, match="not a GpuBackend method"):
-        backend.inject_fault("create_instance", NotFound)
+        backend.inject_fault("create_instance", GpuNotFound)
     with pytest.raises(ValueError, match="error, a delay"):
         backend.inject_fault("gpus")
     backend.inject_fault("gpus", GpuLost, times=3)
