@@ -6,7 +6,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import re
 import signal
 import sys
 import threading
@@ -21,6 +20,7 @@ from certs.errors import CertError, CertInputError, EnsureError
 from kube import documents
 from kube.api import KubeApi
 from kube.errors import KubeError
+from kube.names import subdomain_problem
 
 ENV_PREFIX = "GPU_SLICER_"
 
@@ -61,19 +61,6 @@ def _folder(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path; name the folder for the files")
     return Path(text)
-
-
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _name_problem(flag: str, name: str, kind: str, *, suffix: str = "") -> str | None:
-    """Why ``name`` cannot name a ``kind`` object (``suffix``: a derived name must fit too)."""
-    if not _DNS_SUBDOMAIN.fullmatch(name) or len(name + suffix) > 253:
-        return (
-            f"{flag} {name!r} is not a valid {kind} name: lower-case letters, digits, '-' "
-            f"and '.', at most {253 - len(suffix)} characters"
-        )
-    return None
 
 
 def _positive_float(text: str) -> float:
@@ -279,8 +266,8 @@ def run_ensure(
         print(f"gpu-slicer certs ensure: {exc}", file=sys.stderr)
         return 2
     for problem in (
-        _name_problem("--secret", args.secret, "Secret", suffix="-ca"),
-        _name_problem("--webhook-config", args.webhook_config, "MutatingWebhookConfiguration"),
+        subdomain_problem("--secret", args.secret, "Secret", suffix="-ca"),
+        subdomain_problem("--webhook-config", args.webhook_config, "MutatingWebhookConfiguration"),
     ):
         if problem:
             print(f"gpu-slicer certs ensure: {problem}", file=sys.stderr)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kube.names import is_dns_label
 from sandbox.errors import UsageError
 from slicer.errors import GpuSpecError
 from slicer.gpuspec import parse_gpu_spec
@@ -13,7 +13,6 @@ from slicer.gpuspec import parse_gpu_spec
 DEFAULT_NODES = ("gpu-node-1=H100-80GB:2",)
 DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"
 """The checkout's deploy/ folder, whose RBAC, policies and DeviceClasses the sandbox applies."""
-_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ def parse_node(text: str) -> NodeSpec:
     name, sep, spec = text.partition("=")
     if not sep or not name:
         raise UsageError(f"--node {text!r} is not NAME=GPUSPEC (e.g. gpu-node-1=H100-80GB:2)")
-    if len(name) > 63 or not _NODE_NAME.match(name):
+    if not is_dns_label(name):
         raise UsageError(
             f"--node {text!r}: {name!r} is not a valid node name (lower-case "
             "letters, digits and '-', at most 63 characters)"

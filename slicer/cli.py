@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -24,6 +23,7 @@ import yaml
 
 from kube.api import KubeApi
 from kube.errors import KubeError
+from kube.names import subdomain_problem
 from slicer import agent_lock, catalog
 from slicer.agent import NodeAgent
 from slicer.assembly import (
@@ -53,18 +53,10 @@ from slicer.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
 
-NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-"""A Kubernetes node name (a DNS subdomain), which is also the agent's pool name."""
-
 
 def node_name_problem(node: str) -> str | None:
-    """Why ``--node`` is not a valid node name, or None when it is."""
-    if len(node) > 253 or not NODE_NAME.fullmatch(node):
-        return (
-            f"--node {node!r} is not a valid node name: lower-case letters, digits, "
-            "'-' and '.', at most 253 characters"
-        )
-    return None
+    """Why ``--node`` is not a valid node name (which is also the agent's pool name)."""
+    return subdomain_problem("--node", node, "node")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

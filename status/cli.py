@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -20,10 +19,10 @@ from collections.abc import Callable
 from kube import documents
 from kube.api import KubeApi
 from kube.errors import Forbidden, KubeError, NotFound, Unavailable
+from kube.names import subdomain_problem
 from status.render import as_json, table
 from status.view import ClusterStatus, build_status
 
-_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 PREFIX = "gpu-slicer status"
 
 
@@ -106,12 +105,9 @@ def run_status(
     api_factory: Callable[[str | None], KubeApi] = _default_api,
     width: int | None = None,
 ) -> int:
-    if args.node is not None and (len(args.node) > 253 or not _NODE_NAME.fullmatch(args.node)):
-        print(
-            f"{PREFIX}: --node {args.node!r} is not a node name (lower-case letters, digits, "
-            "'-' and '.')",
-            file=sys.stderr,
-        )
+    problem = None if args.node is None else subdomain_problem("--node", args.node, "node")
+    if problem:
+        print(f"{PREFIX}: {problem}", file=sys.stderr)
         return 2
     problem = documents.file_problem("--kubeconfig", args.kubeconfig)
     if problem:

@@ -106,7 +106,7 @@ def test_a_cluster_that_cannot_be_read_is_one_line_and_exit_1(
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--node", "Bad_Name"], "gpu-slicer status: --node 'Bad_Name' is not a node name"),
+        (["--node", "Bad_Name"], "gpu-slicer status: --node 'Bad_Name' is not a valid node name"),
         (
             ["--kubeconfig", "/nonexistent/kubeconfig"],
             "gpu-slicer status: --kubeconfig /nonexistent/kubeconfig does not exist",
