@@ -26,7 +26,7 @@ from slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
 from slicer.checkpoint import CheckpointStore
 from slicer.claims import ClaimCache
 from slicer.health import HealthTracker
-from slicer.inventory import default_mode, effective_mode
+from slicer.inventory import default_mode
 from slicer.layout import StaticLayout
 from slicer.mig_mode import GpuMode, MigModeManager
 from slicer.ordering import RepublishLimiter
@@ -169,14 +169,7 @@ def kubelet_plugin(config: AgentConfig, driver: DraDriver, *, workers: int = 8) 
 
 def discover_modes(backend: GpuBackend) -> dict[int, GpuMode]:
     """Each GPU's mode: dynamic on Hopper and newer, MIG slices on Ampere, full when unknown."""
-    modes: dict[int, GpuMode] = {}
-    for info in backend.gpus():
-        model = model_of(info)
-        if model is None:
-            modes[info.index] = "full"
-            continue
-        modes[info.index] = effective_mode(default_mode(model), model)
-    return modes
+    return {info.index: default_mode(model_of(info)) for info in backend.gpus()}
 
 
 def _publishing(publisher: SlicePublisher) -> Republish:
