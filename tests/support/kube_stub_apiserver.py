@@ -110,6 +110,32 @@ def _resource(api_version: str, plural: str) -> Resource:
     raise KeyError(f"{api_version} {plural}")
 
 
+_PATCH_TYPES = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/strategic-merge-patch+json": "strategic",
+}
+
+
+def _target(path: str) -> tuple[Resource, str | None, str | None] | None:
+    """``/api/v1/namespaces/ns/pods/name`` -> (resource, namespace, name); None: no such route."""
+    segments = [s for s in path.split("/") if s]
+    if segments[:1] == ["api"] and len(segments) >= 3:
+        api_version, rest = segments[1], segments[2:]
+    elif segments[:1] == ["apis"] and len(segments) >= 4:
+        api_version, rest = f"{segments[1]}/{segments[2]}", segments[3:]
+    else:
+        return None
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    try:
+        res = _resource(api_version, rest[0])
+    except KeyError:
+        return None
+    return res, namespace, rest[1] if len(rest) > 1 else None
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # otherwise delayed ACKs add ~40 ms to every request
@@ -166,25 +192,28 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(int(status["code"]), status)
 
     def _route(self, method: str, path: str, req: Recorded) -> None:
-        segments = [s for s in path.split("/") if s]
-        if segments[:1] == ["api"]:
-            api_version, rest = segments[1], segments[2:]
-        elif segments[:1] == ["apis"]:
-            api_version, rest = f"{segments[1]}/{segments[2]}", segments[3:]
-        else:
-            self._send_json(404, status_body(404, "NotFound", f"no route {path}"))
-            return
-        namespace = None
-        if len(rest) >= 3 and rest[0] == "namespaces":
-            namespace, rest = rest[1], rest[2:]
-        try:
-            res = _resource(api_version, rest[0])
-        except KeyError:
+        target = _target(path)
+        if target is None:
             self._send_json(404, status_body(404, "NotFound", f"no resource {path}"))
             return
-        name = rest[1] if len(rest) > 1 else None
+        res, namespace, name = target
+        if name is None:
+            handler = {"GET": self._watch_or_list, "POST": self._create}.get(method)
+        else:
+            handler = {
+                "GET": self._get,
+                "PUT": self._put,
+                "PATCH": self._patch,
+                "DELETE": self._delete,
+            }.get(method)
+        if handler is None:
+            self._send_json(405, status_body(405, "MethodNotAllowed", f"{method} {path}"))
+            return
+        handler(res, namespace, name or "", req)
+
+    def _watch_or_list(self, res: Resource, namespace: str | None, _: str, req: Recorded) -> None:
         api = self.server_stub.backend
-        if name is None and method == "GET" and req.param("watch") == "true":
+        if req.param("watch") == "true":
             timeout = req.param("timeoutSeconds")
             try:
                 events = api.watch(
@@ -201,73 +230,74 @@ class _Handler(BaseHTTPRequestHandler):
                 self._stream_lines(iter([line]))
                 return
             self._stream_lines(json.dumps({"type": e.type, "object": e.object}) for e in events)
-        elif name is None and method == "GET":
-            listed = api.list(
-                res.api_version,
-                res.kind,
-                namespace,
-                label_selector=req.param("labelSelector"),
-                field_selector=req.param("fieldSelector"),
-            )
-            items = [
-                {k: v for k, v in item.items() if k not in ("apiVersion", "kind")}
-                for item in listed.items
-            ]
-            self._send_json(
-                200,
-                {
-                    "apiVersion": res.api_version,
-                    "kind": f"{res.kind}List",
-                    "metadata": {"resourceVersion": listed.resource_version},
-                    "items": items,
-                },
-            )
-        elif name is None and method == "POST":
-            created = api.create(req.body, dry_run=req.param("dryRun") == "All")
-            self._send_json(201, created)
-        elif name is not None and method == "GET":
-            self._send_json(200, api.get(res.api_version, res.kind, name, namespace))
-        elif name is not None and method == "PUT":
-            self._send_json(200, api.update(req.body))
-        elif name is not None and method == "PATCH":
-            ctype = req.content_type or ""
-            if ctype == "application/apply-patch+yaml":
-                applied = api.apply(
-                    req.body,
-                    field_manager=req.param("fieldManager") or "",
-                    force=req.param("force") == "true",
-                )
-                self._send_json(200, applied)
-                return
-            patch_type = {
-                "application/merge-patch+json": "merge",
-                "application/json-patch+json": "json",
-                "application/strategic-merge-patch+json": "strategic",
-            }.get(ctype)
-            if patch_type is None:
-                self._send_json(415, status_body(415, "UnsupportedMediaType", ctype))
-                return
-            patched = api.patch(
-                res.api_version,
-                res.kind,
-                name,
+            return
+        listed = api.list(
+            res.api_version,
+            res.kind,
+            namespace,
+            label_selector=req.param("labelSelector"),
+            field_selector=req.param("fieldSelector"),
+        )
+        items = [
+            {k: v for k, v in item.items() if k not in ("apiVersion", "kind")}
+            for item in listed.items
+        ]
+        self._send_json(
+            200,
+            {
+                "apiVersion": res.api_version,
+                "kind": f"{res.kind}List",
+                "metadata": {"resourceVersion": listed.resource_version},
+                "items": items,
+            },
+        )
+
+    def _create(self, res: Resource, namespace: str | None, _: str, req: Recorded) -> None:
+        api = self.server_stub.backend
+        self._send_json(201, api.create(req.body, dry_run=req.param("dryRun") == "All"))
+
+    def _get(self, res: Resource, namespace: str | None, name: str, req: Recorded) -> None:
+        api = self.server_stub.backend
+        self._send_json(200, api.get(res.api_version, res.kind, name, namespace))
+
+    def _put(self, res: Resource, namespace: str | None, name: str, req: Recorded) -> None:
+        self._send_json(200, self.server_stub.backend.update(req.body))
+
+    def _patch(self, res: Resource, namespace: str | None, name: str, req: Recorded) -> None:
+        api = self.server_stub.backend
+        ctype = req.content_type or ""
+        if ctype == "application/apply-patch+yaml":
+            applied = api.apply(
                 req.body,
-                namespace=namespace,
-                patch_type=patch_type,  # type: ignore[arg-type]
+                field_manager=req.param("fieldManager") or "",
+                force=req.param("force") == "true",
             )
-            self._send_json(200, patched)
-        elif name is not None and method == "DELETE":
-            preconditions = (req.body or {}).get("preconditions") or {}
-            api.delete(
-                res.api_version,
-                res.kind,
-                name,
-                namespace,
-                resource_version=preconditions.get("resourceVersion"),
-            )
-            self._send_json(200, status_body(200, "", "deleted"))
-        else:
-            self._send_json(405, status_body(405, "MethodNotAllowed", f"{method} {path}"))
+            self._send_json(200, applied)
+            return
+        patch_type = _PATCH_TYPES.get(ctype)
+        if patch_type is None:
+            self._send_json(415, status_body(415, "UnsupportedMediaType", ctype))
+            return
+        patched = api.patch(
+            res.api_version,
+            res.kind,
+            name,
+            req.body,
+            namespace=namespace,
+            patch_type=patch_type,  # type: ignore[arg-type]
+        )
+        self._send_json(200, patched)
+
+    def _delete(self, res: Resource, namespace: str | None, name: str, req: Recorded) -> None:
+        preconditions = (req.body or {}).get("preconditions") or {}
+        self.server_stub.backend.delete(
+            res.api_version,
+            res.kind,
+            name,
+            namespace,
+            resource_version=preconditions.get("resourceVersion"),
+        )
+        self._send_json(200, status_body(200, "", "deleted"))
 
     def _send_json(self, status: int, body: Any) -> None:
         data = json.dumps(body).encode()
