@@ -34,13 +34,15 @@ and makes the API hold exactly those:
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -59,6 +61,7 @@ from slicer.layout import StaticLayout
 from slicer.ordering import OrderPolicy, RepublishLimiter
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 KIND = "ResourceSlice"
 REPORTING_CONTROLLER = f"{DRIVER}/node-agent"
 FALLBACK_REASON = "PartitionableDevicesUnavailable"
@@ -123,7 +126,44 @@ class PublisherMetrics:
         )
 
 
+class LayoutState(enum.Enum):
+    """Which layout the publisher advertises, and why; :class:`SlicePublisher` lists the moves."""
+
+    PARTITIONABLE = "partitionable"
+    """Every slice the GPUs can host, with counters; each write's read-back is checked."""
+    STATIC = "static"
+    """The caller asked for the static layout: never checked, probed or left."""
+    FELL_BACK = "fell-back"
+    """Static because the apiserver dropped counters; a due recheck probes whether it still does."""
+    RESTORED = "restored"
+    """A probe found counters kept; the next write's read-back confirms that or falls back."""
+
+    @property
+    def static(self) -> bool:
+        """Only existing instances, without counters, are advertised in this state."""
+        return self in (LayoutState.STATIC, LayoutState.FELL_BACK)
+
+
 @dataclass(frozen=True)
+class RetrySettings:
+    """How patiently slice writes, reads and deletes ride out Conflicts and an absent apiserver."""
+
+    max_attempts: int = 6
+    base_delay_s: float = 0.2
+    max_delay_s: float = 5.0
+
+    @property
+    def attempts(self) -> int:
+        """At least one try, whatever was configured."""
+        return max(1, self.max_attempts)
+
+    def delay_s(self, attempt: int) -> float:
+        """Exponential, capped: a busy apiserver gets room, a long outage no minute-long sleeps."""
+        delay: float = self.base_delay_s * (2**attempt)
+        return min(self.max_delay_s, delay)
+
+
+@dataclass(frozen=True, kw_only=True)
 class PublishResult:
     """What a :meth:`SlicePublisher.publish` call did."""
 
@@ -144,7 +184,27 @@ def _now() -> datetime:
 
 
 class SlicePublisher:
-    """Keeps one node's pool in the API equal to what its GPUs offer."""
+    """Keeps one node's pool in the API equal to what its GPUs offer.
+
+    Whether counters are published is a small state machine (:class:`LayoutState`). It starts in
+    STATIC when the caller asks for the static layout, else in PARTITIONABLE, and moves thus:
+
+    ==============  =========================================  =================================
+    from            on                                         to
+    ==============  =========================================  =================================
+    PARTITIONABLE   a write's read-back lacks counters         FELL_BACK
+    FELL_BACK       a due recheck's dry-run probe keeps them   RESTORED
+    RESTORED        a write's read-back keeps counters         PARTITIONABLE, probe interval x1
+    RESTORED        a write's read-back lacks counters         FELL_BACK, probe interval x2
+    STATIC          nothing (asked for, so never probed away)  STATIC
+    ==============  =========================================  =================================
+
+    Entering FELL_BACK warns (log, Warning Event, metrics) and the same :meth:`publish` call
+    writes again in the static layout; entering RESTORED says so (log, Normal Event, metrics)
+    before that call writes the partitionable layout. Only FELL_BACK stretches the recheck
+    interval (by the probe interval factor, at most ``MAX_PROBE_BACKOFF``); a new apiserver
+    version resets the factor to one.
+    """
 
     def __init__(
         self,
@@ -158,9 +218,7 @@ class SlicePublisher:
         sleep: Callable[[float], None] = time.sleep,
         now: Callable[[], datetime] = _now,
         metrics: PublisherMetrics | None = None,
-        max_attempts: int = 6,
-        base_delay_s: float = 0.2,
-        max_delay_s: float = 5.0,
+        retry: RetrySettings | None = None,
         limiter: RepublishLimiter | None = None,
         recheck_interval_s: float | None = 600.0,
         clock: Callable[[], float] = time.monotonic,
@@ -169,38 +227,40 @@ class SlicePublisher:
         self._node = node_name
         self._policy = policy
         self._version = server_version
-        self._static = static
         self._static_layout = static_layout
         self._sleep = sleep
         self._now = now
         self.metrics = metrics or PublisherMetrics()
-        self._max_attempts = max(1, max_attempts)
-        self._base_delay_s = base_delay_s
-        self._max_delay_s = max_delay_s
+        self._retry = retry or RetrySettings()
         self._limiter = limiter
         self._pinned_version = server_version is not None
         """A version given by the caller is never re-read."""
-        self._fell_back = False
-        """In the static layout because counters were dropped (not because it was asked for)."""
+        self._state = LayoutState.STATIC if static else LayoutState.PARTITIONABLE
         self._recheck_s = recheck_interval_s if recheck_interval_s else None
         self._clock = clock
         self._next_check: float | None = None
         self._probe_backoff = 1
-        self._just_restored = False
+        """The FELL_BACK recheck interval's factor: doubles each time a probe proves wrong."""
         self._version_stale = False
+        """A write was Invalid: re-read the version at the next publish, due or not."""
         self._generation = 0
         """The highest generation written, so a pool that emptied out never goes back in time."""
         self.metrics.static_layout.set(1 if static else 0)
 
     @property
+    def state(self) -> LayoutState:
+        """Where the publisher is in the fallback state machine (see the class docstring)."""
+        return self._state
+
+    @property
     def static(self) -> bool:
         """True when only existing instances are advertised (configured, or after a fallback)."""
-        return self._static
+        return self._state.static
 
     @property
     def fell_back(self) -> bool:
         """True while in the static layout because the apiserver dropped counters."""
-        return self._fell_back
+        return self._state is LayoutState.FELL_BACK
 
     def recheck_in(self) -> float | None:
         """Seconds until the next version check (and, in the fallback, probe); None: never.
@@ -232,7 +292,7 @@ class SlicePublisher:
             generation=generation,
             policy=self._policy,
             allocated=allocated,
-            static=self._static,
+            static=self._state.static,
             static_layout=self._static_layout,
         )
 
@@ -249,6 +309,28 @@ class SlicePublisher:
     # --- steps ---------------------------------------------------------------------------------
 
     def _publish(self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]) -> PublishResult:
+        """Passes until one does not fall back: the static layout needs a write of its own."""
+        result = self._publish_pass(gpus, allocated)
+        if not result.fell_back:
+            return result
+        deleted: set[str] = set()
+        while result.fell_back:
+            deleted.update(result.deleted)
+            result = self._publish_pass(gpus, allocated)
+        return PublishResult(
+            changed=result.changed,
+            generation=result.generation,
+            slices=result.slices,
+            deleted=tuple(sorted({*deleted, *result.deleted})),
+            static=True,
+            fell_back=True,
+            plan=result.plan,
+        )
+
+    def _publish_pass(
+        self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]
+    ) -> PublishResult:
+        """Recheck when due, then write the pool unless it is unchanged or held back."""
         self._recheck(gpus, allocated)
         existing = self._existing()
         current = max(
@@ -258,17 +340,49 @@ class SlicePublisher:
         if self._same(existing, plan.slices):
             self.metrics.publishes.labels("unchanged").inc()
             self._record(plan, current)
-            return PublishResult(False, current, tuple(existing), (), self._static, False, plan)
+            return PublishResult(
+                changed=False,
+                generation=current,
+                slices=tuple(existing),
+                deleted=(),
+                static=self._state.static,
+                fell_back=False,
+                plan=plan,
+            )
         fingerprint = ",".join(plan.order)
-        if self._limiter is not None and existing and self._order_only(existing, plan.slices):
-            self._limiter.observe(fingerprint)
-            wait = self._limiter.due_in()
-            if wait:
-                self.metrics.publishes.labels("deferred").inc()
-                return PublishResult(
-                    False, current, tuple(existing), (), self._static, False, plan, deferred_s=wait
-                )
+        wait = self._held_back(existing, plan, fingerprint)
+        if wait:
+            self.metrics.publishes.labels("deferred").inc()
+            return PublishResult(
+                changed=False,
+                generation=current,
+                slices=tuple(existing),
+                deleted=(),
+                static=self._state.static,
+                fell_back=False,
+                plan=plan,
+                deferred_s=wait,
+            )
+        return self._write_pool(gpus, allocated, existing, current, fingerprint)
 
+    def _held_back(
+        self, existing: dict[str, Obj], plan: PoolPlan, fingerprint: str
+    ) -> float | None:
+        """Seconds the limiter holds an order-only change back (0 or None: not held)."""
+        if self._limiter is None or not existing or not self._order_only(existing, plan.slices):
+            return None
+        self._limiter.observe(fingerprint)
+        return self._limiter.due_in()
+
+    def _write_pool(
+        self,
+        gpus: Sequence[GpuState],
+        allocated: Sequence[DeviceSpec],
+        existing: dict[str, Obj],
+        current: int,
+        fingerprint: str,
+    ) -> PublishResult:
+        """Write the pool at a new generation, delete what it no longer has, check the read-back."""
         generation = max(current, self._generation) + 1
         self._generation = generation
         plan = self.plan(gpus, allocated=allocated, generation=generation)
@@ -298,30 +412,33 @@ class SlicePublisher:
                 "devices": len(plan.order),
             },
         )
-        if not self._static and self._counters_dropped(plan.slices):
-            contradicted = self._just_restored
-            self._just_restored = False
+        fell_back = self._follow_read_back(plan.slices)
+        return PublishResult(
+            changed=True,
+            generation=generation,
+            slices=tuple(sorted(wanted)),
+            deleted=stale,
+            static=self._state.static,
+            fell_back=fell_back,
+            plan=plan,
+        )
+
+    def _follow_read_back(self, written: Sequence[Obj]) -> bool:
+        """The read-back's transitions (PARTITIONABLE or RESTORED); True when it fell back."""
+        if self._state.static:
+            return False
+        if self._counters_dropped(written):
+            contradicted = self._state is LayoutState.RESTORED
             self._fall_back()
             if contradicted:
                 # A probe said counters are kept, the real write says otherwise: probe less often.
                 self._probe_backoff = min(self._probe_backoff * 2, MAX_PROBE_BACKOFF)
                 self._next_check = self._clock() + self._interval()
-            result = self._publish(gpus, allocated)
-            return PublishResult(
-                result.changed,
-                result.generation,
-                result.slices,
-                tuple(sorted({*stale, *result.deleted})),
-                True,
-                True,
-                result.plan,
-            )
-        if self._just_restored and not self._static:
-            self._just_restored = False
+            return True
+        if self._state is LayoutState.RESTORED:
+            self._state = LayoutState.PARTITIONABLE
             self._probe_backoff = 1  # the switch back held
-        return PublishResult(
-            True, generation, tuple(sorted(wanted)), stale, self._static, False, plan
-        )
+        return False
 
     def _existing(self) -> dict[str, Obj]:
         try:
@@ -382,68 +499,101 @@ class SlicePublisher:
             "controller": True,
         }
 
-    def _backoff(self, attempt: int) -> None:
-        self.metrics.conflicts.inc()
-        self._sleep(min(self._max_delay_s, self._base_delay_s * (2**attempt)))
+    def _retrying(
+        self,
+        call: Callable[[], T],
+        *,
+        doing: str,
+        backoff_on: tuple[type[kerr.KubeError], ...],
+        gave_up: Callable[[kerr.KubeError | None], PublishError],
+        again_on: tuple[type[kerr.KubeError], ...] = (),
+        on_again: Callable[[kerr.KubeError], None] = lambda _exc: None,
+    ) -> T:
+        """One API call, retried so a busy or briefly absent apiserver does not fail a publish.
+
+        ``backoff_on`` errors wait before the next try, ``again_on`` errors do not; after either
+        ``on_again`` (still handling the error) may adjust the next try. Other API errors are
+        final; ``gave_up`` words the error once the tries run out.
+        """
+        last: kerr.KubeError | None = None
+        for attempt in range(self._retry.attempts):
+            try:
+                return call()
+            except backoff_on as exc:
+                last = exc
+                self.metrics.conflicts.inc()
+                self._sleep(self._retry.delay_s(attempt))
+                on_again(exc)
+            except again_on as exc:
+                last = exc
+                on_again(exc)
+            except kerr.KubeError as exc:
+                raise PublishError(f"cannot {doing}: {exc}") from exc
+        raise gave_up(last)
 
     def _write(self, obj: Obj, current: Obj | None) -> Obj:
         name = obj["metadata"]["name"]
-        last: Exception | None = None
-        for attempt in range(self._max_attempts):
+
+        def attempt() -> Obj:
             try:
                 if current is None:
                     return self._api.create(obj)
-                body = {
-                    **obj,
-                    "metadata": {
-                        **obj["metadata"],
-                        "resourceVersion": current["metadata"].get("resourceVersion"),
-                    },
-                }
-                return self._api.update(body)
-            except kerr.AlreadyExists as exc:
-                last = exc
-                current = self._get(name)
-            except kerr.NotFound as exc:
-                last = exc
-                current = None
-            except (kerr.Conflict, kerr.Unavailable) as exc:
-                last = exc
-                self._backoff(attempt)
-                current = self._get(name)
-            except kerr.Invalid as exc:
+                version = current["metadata"].get("resourceVersion")
+                return self._api.update(
+                    {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
+                )
+            except kerr.Invalid:
                 self._version_stale = True  # the layout may no longer fit the server
-                raise PublishError(f"cannot write ResourceSlice {name}: {exc}") from exc
-            except kerr.KubeError as exc:
-                raise PublishError(f"cannot write ResourceSlice {name}: {exc}") from exc
-        raise PublishError(
-            f"gave up writing ResourceSlice {name} after {self._max_attempts} attempts: {last}"
-        ) from last
+                raise
+
+        def again(exc: kerr.KubeError) -> None:
+            nonlocal current
+            current = None if isinstance(exc, kerr.NotFound) else self._get(name)
+
+        def gave_up(last: kerr.KubeError | None) -> PublishError:
+            error = PublishError(
+                f"gave up writing ResourceSlice {name} after {self._retry.attempts} attempts: "
+                f"{last}"
+            )
+            error.__cause__ = last  # as ``raise ... from last``
+            return error
+
+        return self._retrying(
+            attempt,
+            doing=f"write ResourceSlice {name}",
+            backoff_on=(kerr.Conflict, kerr.Unavailable),
+            again_on=(kerr.AlreadyExists, kerr.NotFound),
+            on_again=again,
+            gave_up=gave_up,
+        )
 
     def _get(self, name: str) -> Obj | None:
-        for attempt in range(self._max_attempts):
+        def attempt() -> Obj | None:
             try:
                 return self._api.get(API_VERSION, KIND, name)
             except kerr.NotFound:
                 return None
-            except kerr.Unavailable:
-                self._backoff(attempt)
-            except kerr.KubeError as exc:
-                raise PublishError(f"cannot read ResourceSlice {name}: {exc}") from exc
-        raise PublishError(f"cannot read ResourceSlice {name}: the apiserver stays unavailable")
+
+        return self._retrying(
+            attempt,
+            doing=f"read ResourceSlice {name}",
+            backoff_on=(kerr.Unavailable,),
+            gave_up=lambda _last: PublishError(
+                f"cannot read ResourceSlice {name}: the apiserver stays unavailable"
+            ),
+        )
 
     def _delete(self, name: str) -> None:
-        for attempt in range(self._max_attempts):
-            try:
+        def attempt() -> None:
+            with contextlib.suppress(kerr.NotFound):  # already gone
                 self._api.delete(API_VERSION, KIND, name)
-                return
-            except kerr.NotFound:
-                return
-            except (kerr.Conflict, kerr.Unavailable):
-                self._backoff(attempt)
-            except kerr.KubeError as exc:
-                raise PublishError(f"cannot delete stale ResourceSlice {name}: {exc}") from exc
-        raise PublishError(f"gave up deleting stale ResourceSlice {name}")
+
+        self._retrying(
+            attempt,
+            doing=f"delete stale ResourceSlice {name}",
+            backoff_on=(kerr.Conflict, kerr.Unavailable),
+            gave_up=lambda _last: PublishError(f"gave up deleting stale ResourceSlice {name}"),
+        )
 
     def _counters_dropped(self, desired: Sequence[Obj]) -> bool:
         """Compare what was sent with what the apiserver kept (read back, not the write reply)."""
@@ -477,8 +627,7 @@ class SlicePublisher:
         return counters, taints
 
     def _fall_back(self) -> None:
-        self._static = True
-        self._fell_back = True
+        self._state = LayoutState.FELL_BACK
         self.metrics.counters_dropped.inc()
         self.metrics.static_layout.set(1)
         if self._recheck_s is not None and self._next_check is None:
@@ -500,7 +649,9 @@ class SlicePublisher:
 
     def _interval(self) -> float:
         assert self._recheck_s is not None
-        return self._recheck_s * (self._probe_backoff if self._fell_back else 1)
+        return self._recheck_s * (
+            self._probe_backoff if self._state is LayoutState.FELL_BACK else 1
+        )
 
     def _recheck(self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]) -> None:
         """When due: re-read the server version and, in the fallback, probe for counters."""
@@ -518,7 +669,9 @@ class SlicePublisher:
             self._probe_backoff = 1  # another server: give it a fresh chance
         if self._recheck_s is not None:
             self._next_check = now + self._interval()
-        if self._fell_back and self._probe(gpus, allocated, version_changed=changed):
+        if self._state is LayoutState.FELL_BACK and self._probe(
+            gpus, allocated, version_changed=changed
+        ):
             self._restore()
 
     def _refresh_version(self) -> bool:
@@ -604,9 +757,7 @@ class SlicePublisher:
         return True
 
     def _restore(self) -> None:
-        self._static = False
-        self._fell_back = False
-        self._just_restored = True
+        self._state = LayoutState.RESTORED
         self.metrics.static_layout.set(0)
         self.metrics.restored.inc()
         note = (

@@ -21,6 +21,7 @@ from slicer.ordering import RepublishLimiter
 from slicer.publisher import (
     FALLBACK_REASON,
     RESTORED_REASON,
+    LayoutState,
     PublisherMetrics,
     SlicePublisher,
 )
@@ -419,6 +420,32 @@ def test_a_probe_that_the_real_write_contradicts_backs_off(
     result = publisher.publish(states)
     assert result.fell_back and publisher.static  # switched back, found dropped, fell back
     assert publisher.recheck_in() == 1200  # twice the interval before the next probe
+
+
+def test_a_switch_back_stays_unconfirmed_until_a_write_reads_the_counters_back(
+    api: InMemoryKubeApi,
+    make_states: Callable[..., list[GpuState]],
+) -> None:
+    now = [0.0]
+    publisher = SlicePublisher(
+        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
+    )
+    asked = SlicePublisher(api, "node-b", sleep=lambda _: None, static=True)
+    assert asked.state is LayoutState.STATIC and publisher.state is LayoutState.PARTITIONABLE
+    states = make_states("H100-80GB:1")
+    api.drop_fields("ResourceSlice", DROPPED)
+    publisher.publish(states)
+    assert publisher.state is LayoutState.FELL_BACK
+    # The gate is on and the probe sees it, but the write that follows fails.
+    api.stop_dropping("ResourceSlice")
+    api.fail_next("update", Forbidden("not now"), kind="ResourceSlice")
+    now[0] = 601
+    with pytest.raises(PublishError, match="not now"):
+        publisher.publish(states)
+    assert publisher.state is LayoutState.RESTORED and not publisher.static
+    result = publisher.publish(states)
+    assert result.changed and not result.fell_back and _counters_in(api)
+    assert publisher.state is LayoutState.PARTITIONABLE
 
 
 def test_a_new_server_version_is_picked_up_at_the_next_recheck(
