@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.demand import Demand, DemandBook
-from sim.engine import GpuLedger, Held, Slot, Strategy
+from sim.event_loop import GpuLedger, Held, Slot, Strategy
 from sim.geometry import free_placements, pack, resolve_profile
 from sim.scenario import NodeSpec, PodSpec, Scenario
 from slicer.catalog import GpuModel, Placement

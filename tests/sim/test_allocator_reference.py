@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sim.allocator import Allocator, InUse, compile_pools, pools_for_node
+from sim.allocator import AllocatedDevices, Allocator, compile_pools, pools_for_node
 from slicer.inventory import GpuState, plan_pool
 from slicer.simulated import SimulatedBackend
 
@@ -76,7 +76,9 @@ def _request(rng: random.Random, name: str) -> dict[str, Any]:
     }
 
 
-def _reference(claim: dict[str, Any], pool: Any, in_use: InUse, allocator: Allocator) -> Any:
+def _reference(
+    claim: dict[str, Any], pool: Any, in_use: AllocatedDevices, allocator: Allocator
+) -> Any:
     """Brute force over the documented semantics; returns [(request name, device name)]."""
     from sim.allocator import parse_claims
 
@@ -128,7 +130,7 @@ def test_the_model_finds_the_same_first_solution_as_brute_force(seed: int) -> No
     pool = pools_for_node(compile_pools(plan_pool("n", states, policy=policy).slices), "n")[0]
     allocator = Allocator(CLASSES)
     for _ in range(25):
-        in_use = InUse()
+        in_use = AllocatedDevices()
         # a random set of devices already held by other claims
         for _ in range(rng.randint(0, 4)):
             warm = allocator.allocate(
