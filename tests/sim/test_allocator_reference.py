@@ -76,6 +76,32 @@ def _request(rng: random.Random, name: str) -> dict[str, Any]:
     }
 
 
+def _fits(
+    devices: list[Any],
+    pool: Any,
+    in_use: AllocatedDevices,
+    constraint: dict[str, Any] | None,
+) -> bool:
+    """The documented checks: distinct free devices, counters within capacity, the
+    matchAttribute constraint."""
+    capacity = pool.counters
+    counters = dict(in_use.used(pool.driver, pool.name))
+    seen = set()
+    for device in devices:
+        if device.key in in_use.devices or device.key in seen:
+            return False
+        seen.add(device.key)
+        for counter, value in device.consumes:
+            counters[counter] = counters.get(counter, 0) + value
+            if counters[counter] > capacity[counter]:
+                return False
+    if constraint is not None:
+        values = {d.qualified.get(constraint["matchAttribute"]) for d in devices}
+        if len(values) > 1 or None in values:
+            return False
+    return True
+
+
 def _reference(
     claim: dict[str, Any], pool: Any, in_use: AllocatedDevices, allocator: Allocator
 ) -> Any:
@@ -83,26 +109,10 @@ def _reference(
     from sim.allocator import parse_claims
 
     parsed = parse_claims([claim])
-    capacity = pool.counters
-    used = dict(in_use.used(pool.driver, pool.name))
     constraint = (claim["spec"]["devices"].get("constraints") or [None])[0]
 
     def fits(devices: list[Any]) -> bool:
-        counters = dict(used)
-        seen = set()
-        for device in devices:
-            if device.key in in_use.devices or device.key in seen:
-                return False
-            seen.add(device.key)
-            for counter, value in device.consumes:
-                counters[counter] = counters.get(counter, 0) + value
-                if counters[counter] > capacity[counter]:
-                    return False
-        if constraint is not None:
-            values = {d.qualified.get(constraint["matchAttribute"]) for d in devices}
-            if len(values) > 1 or None in values:
-                return False
-        return True
+        return _fits(devices, pool, in_use, constraint)
 
     def solve(index: int, chosen: list[tuple[str, Any]]) -> list[tuple[str, Any]] | None:
         if index == len(parsed.requests):
