@@ -306,7 +306,7 @@ def start_sandbox(folder: Path, interval: str) -> subprocess.Popen[bytes]:
     return launch.launch(folder, nodes, env={"GPU_SLICER_REPUBLISH_INTERVAL": interval})
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--state-dir",
@@ -337,7 +337,82 @@ def main() -> int:
         "--timeout", type=float, default=1800, help="give up (and clean up) after this many seconds"
     )
     parser.add_argument("-v", "--verbose", action="store_true")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def replay_sets(replay: Replay, args: argparse.Namespace) -> None:
+    """The sets ``--only`` asks for, in turn."""
+    if args.only in (None, "noon-burst"):
+        replay.run("noon-burst", noon_burst_pods(NOON_NODE[0]))
+    if args.only in (None, "mixed"):
+        if args.saturated:
+            pods = mixed_pods(
+                MIXED_NODES,
+                count=args.mixed,
+                seed=args.seed,
+                span_s=3600.0,
+                durations=(600.0, 1200.0, 1800.0, 2400.0),
+            )
+        else:
+            pods = mixed_pods(MIXED_NODES, count=args.mixed, seed=args.seed)
+        replay.run("mixed", pods)
+
+
+def report(replay: Replay, interrupted: str, started: float) -> list[Step]:
+    """The differences and agreement figures printed; returns every step."""
+    print()
+    if interrupted:
+        print(f"stopped early ({interrupted}): figures cover the steps done")
+    for label, steps in replay.steps.items():
+        differences = [s.difference() for s in steps if not s.agrees]
+        print(f"{label}: differences ({len(differences)})")
+        for line in differences:
+            print(f"  {line}")
+    for label, steps in replay.steps.items():
+        print(agreement(steps).line(label))
+    everything = [s for steps in replay.steps.values() for s in steps]
+    print(agreement(everything).line("all"))
+    print(
+        f"steps whose node's pool moved while the scheduler decided: {replay.slice_moves}; "
+        f"wall time {time.monotonic() - started:.0f} s"
+    )
+    return everything
+
+
+def write_json(path: Path, replay: Replay) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                label: [
+                    {
+                        "workload": s.workload,
+                        "claim": s.claim,
+                        "node": s.node,
+                        "agrees": s.agrees,
+                        "note": s.note,
+                        "scheduler": {
+                            "status": s.real.status,
+                            "results": s.real.results,
+                            "message": s.real.message,
+                        },
+                        "model": {
+                            "status": s.model.status,
+                            "results": s.model.results,
+                            "message": s.model.message,
+                        },
+                    }
+                    for s in steps
+                ]
+                for label, steps in replay.steps.items()
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+def main() -> int:
+    args = parse_args()
 
     def on_alarm(signum: int, frame: Any) -> None:
         raise Deadline(f"the run took more than {args.timeout:.0f} s")
@@ -363,20 +438,7 @@ def main() -> int:
         api = RealKubeApi.from_config(ready["kubeconfig"])
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         replay = Replay(api, settle_s=args.settle, verbose=args.verbose)
-        if args.only in (None, "noon-burst"):
-            replay.run("noon-burst", noon_burst_pods(NOON_NODE[0]))
-        if args.only in (None, "mixed"):
-            if args.saturated:
-                pods = mixed_pods(
-                    MIXED_NODES,
-                    count=args.mixed,
-                    seed=args.seed,
-                    span_s=3600.0,
-                    durations=(600.0, 1200.0, 1800.0, 2400.0),
-                )
-            else:
-                pods = mixed_pods(MIXED_NODES, count=args.mixed, seed=args.seed)
-            replay.run("mixed", pods)
+        replay_sets(replay, args)
     except StartupError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -387,52 +449,9 @@ def main() -> int:
         launch.stop(process)
     if replay is None:
         return 1
-    print()
-    if interrupted:
-        print(f"stopped early ({interrupted}): figures cover the steps done")
-    for label, steps in replay.steps.items():
-        differences = [s.difference() for s in steps if not s.agrees]
-        print(f"{label}: differences ({len(differences)})")
-        for line in differences:
-            print(f"  {line}")
-    for label, steps in replay.steps.items():
-        print(agreement(steps).line(label))
-    everything = [s for steps in replay.steps.values() for s in steps]
-    print(agreement(everything).line("all"))
-    print(
-        f"steps whose node's pool moved while the scheduler decided: {replay.slice_moves}; "
-        f"wall time {time.monotonic() - started:.0f} s"
-    )
+    everything = report(replay, interrupted, started)
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    label: [
-                        {
-                            "workload": s.workload,
-                            "claim": s.claim,
-                            "node": s.node,
-                            "agrees": s.agrees,
-                            "note": s.note,
-                            "scheduler": {
-                                "status": s.real.status,
-                                "results": s.real.results,
-                                "message": s.real.message,
-                            },
-                            "model": {
-                                "status": s.model.status,
-                                "results": s.model.results,
-                                "message": s.model.message,
-                            },
-                        }
-                        for s in steps
-                    ]
-                    for label, steps in replay.steps.items()
-                },
-                indent=1,
-            )
-            + "\n"
-        )
+        write_json(args.json, replay)
     return 0 if all(s.agrees for s in everything) and not interrupted else 1
 
 

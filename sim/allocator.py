@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kube.quantity import exact_value
-from sim.cel import DeviceView, matches
+from sim.cel_eval import DeviceView, matches
 from sim.errors import AllocationError
 
 Obj = dict[str, Any]
@@ -265,7 +265,7 @@ class Pool:
 
 
 @dataclass
-class InUse:
+class AllocatedDevices:
     """Devices already allocated and the counters they consume, kept up to date incrementally."""
 
     devices: set[DeviceKey] = field(default_factory=set)
@@ -499,7 +499,7 @@ class Allocator:
         claims: Sequence[Obj] | ParsedClaims,
         node_name: str,
         pools: Sequence[Pool],
-        in_use: InUse,
+        in_use: AllocatedDevices,
     ) -> Allocation | None:
         """The first solution for all ``claims`` on one node, or None when there is none."""
         parsed = claims if isinstance(claims, ParsedClaims) else parse_claims(claims)
@@ -565,7 +565,7 @@ class _Search:
         requests: list[_Request],
         constraints: list[_Constraint],
         pools: Sequence[Pool],
-        in_use: InUse,
+        in_use: AllocatedDevices,
     ) -> None:
         self.allocator = allocator
         self.requests = requests
@@ -781,11 +781,11 @@ _NO_COUNTERS: dict[CounterKey, int] = {}
 # --- convenience over plain dicts (tests, small tools) ------------------------------------
 
 
-def in_use_from_claims(claims: Iterable[Obj], pools: Sequence[Pool]) -> InUse:
+def allocated_from_claims(claims: Iterable[Obj], pools: Sequence[Pool]) -> AllocatedDevices:
     """What allocated claims hold, looked up in ``pools`` (results of other drivers are kept
     as allocated devices without counters)."""
     by_key = {(p.driver, p.name): p for p in pools}
-    in_use = InUse()
+    in_use = AllocatedDevices()
     for claim in claims:
         allocation = (claim.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or []:
@@ -808,5 +808,5 @@ def allocate_on_node(
 ) -> Allocation | None:
     """One-shot allocation over plain dicts: what the scheduler would write for ``claims``."""
     pools = pools_for_node(compile_pools(slices), node_name)
-    in_use = in_use_from_claims(allocated_claims, pools)
+    in_use = allocated_from_claims(allocated_claims, pools)
     return Allocator(device_classes).allocate(claims, node_name, pools, in_use)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.demand import Demand, DemandBook
-from sim.engine import GpuLedger, Held, Slot, Strategy
+from sim.event_loop import GpuLedger, Held, Slot, Strategy
 from sim.geometry import free_placements, pack, resolve_profile
 from sim.scenario import NodeSpec, PodSpec, Scenario
 from slicer.catalog import GpuModel, Placement
@@ -504,46 +504,11 @@ class OracleStrategy(_ClusterStrategy):
         moves: dict[str, Held] = {}
         for index, profiles in adds.items():
             gpu = gpus[index]
-            present = list(gpu.present())
-            placed: list[Placement] = []
-            for profile in profiles:
-                options = [
-                    p
-                    for p in free_placements(gpu.model, tuple(sorted(present + placed)))
-                    if p[0] == profile
-                ]
-                if not options:
-                    break
-                placed.append(max(options, key=lambda p: p[1]))
-            else:
+            placed = _placed_around(gpu, profiles)
+            if placed is not None:
                 slots.extend(Slot(index, p, s) for p, s in placed)
                 continue
-            # Repack the GPU: every running slice may move.
-            everything = tuple(sorted([p for p, _ in present] + profiles))
-            layout = pack(gpu.model, everything)
-            assert layout is not None
-            remaining = list(layout)
-            keep: dict[str, list[Placement]] = {}
-            for holder, ps in gpu.holders.items():
-                for placement in ps:
-                    if placement in remaining:
-                        remaining.remove(placement)
-                        keep.setdefault(holder, []).append(placement)
-            for holder, ps in gpu.holders.items():
-                for placement in ps:
-                    if placement in keep.get(holder, []):
-                        continue
-                    target = next(r for r in remaining if r[0] == placement[0])
-                    remaining.remove(target)
-                    keep.setdefault(holder, []).append(target)
-                    self.destructions += 1
-                    self.creations += 1
-                    moves[holder] = Held(node, ())
-            gpu.holders = keep
-            for profile in profiles:
-                target = next(r for r in remaining if r[0] == profile)
-                remaining.remove(target)
-                slots.append(Slot(index, target[0], target[1]))
+            slots.extend(self._repack(node, gpu, profiles, moves))
         if moves:
             for holder in moves:
                 held_slots = tuple(
@@ -554,6 +519,56 @@ class OracleStrategy(_ClusterStrategy):
             self.mover(moves)
         self.creations += sum(1 for s in slots if s.profile is not None)
         return self._commit(pod, node, slots)
+
+    def _repack(
+        self, node: str, gpu: _Gpu, profiles: list[str], moves: dict[str, Held]
+    ) -> list[Slot]:
+        """Repack the GPU: every running slice may move (each move a destruction and a
+        creation, its holder added to ``moves``); returns the slots of ``profiles``."""
+        everything = tuple(sorted([p for p, _ in gpu.present()] + profiles))
+        layout = pack(gpu.model, everything)
+        assert layout is not None
+        remaining = list(layout)
+        keep: dict[str, list[Placement]] = {}
+        for holder, ps in gpu.holders.items():
+            for placement in ps:
+                if placement in remaining:
+                    remaining.remove(placement)
+                    keep.setdefault(holder, []).append(placement)
+        for holder, ps in gpu.holders.items():
+            for placement in ps:
+                if placement in keep.get(holder, []):
+                    continue
+                target = next(r for r in remaining if r[0] == placement[0])
+                remaining.remove(target)
+                keep.setdefault(holder, []).append(target)
+                self.destructions += 1
+                self.creations += 1
+                moves[holder] = Held(node, ())
+        gpu.holders = keep
+        slots = []
+        for profile in profiles:
+            target = next(r for r in remaining if r[0] == profile)
+            remaining.remove(target)
+            slots.append(Slot(gpu.index, target[0], target[1]))
+        return slots
+
+
+def _placed_around(gpu: _Gpu, profiles: list[str]) -> list[Placement] | None:
+    """Placements for ``profiles`` next to what runs on the GPU (the highest start free for
+    each in turn), or None when one does not fit without moving a running slice."""
+    present = list(gpu.present())
+    placed: list[Placement] = []
+    for profile in profiles:
+        options = [
+            p
+            for p in free_placements(gpu.model, tuple(sorted(present + placed)))
+            if p[0] == profile
+        ]
+        if not options:
+            return None
+        placed.append(max(options, key=lambda p: p[1]))
+    return placed
 
 
 def baseline(name: str, scenario: Scenario, book: DemandBook) -> Strategy:

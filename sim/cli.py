@@ -9,11 +9,11 @@ import logging
 import os
 import sys
 
-from sim.compare import compare, default_strategies, strategy_names
+from sim.compare import Comparison, compare, default_strategies, strategy_names
 from sim.demand import scenario_policy
 from sim.errors import ScenarioError, SimError, UnknownNameError
 from sim.report import PLOT_FORMATS, ProgressBar, as_json, plot, table
-from sim.scenario import builtin_names, load_scenario
+from sim.scenario import Scenario, builtin_names, load_scenario
 
 DEFAULT_SCENARIO = "noon-burst"
 
@@ -75,23 +75,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     try:
         scenario = load_scenario(args.scenario, seed=args.seed)
         scenario_policy(scenario)  # a bad policy is bad input: refuse it before any run
-        if args.strategies:
-            wanted = [s.strip() for s in args.strategies.split(",") if s.strip()]
-            valid = strategy_names(scenario)
-            unknown = [w for w in wanted if w not in valid]
-            if unknown or not wanted:
-                raise UnknownNameError(
-                    f"unknown strategy {unknown[0] if unknown else args.strategies!r}; "
-                    f"valid strategies: {', '.join(valid)}"
-                )
-        else:
-            wanted = default_strategies(scenario)
-            if len(wanted) == 1:
-                print(
-                    f"gpu-slicer simulate: {len(scenario.pods)} pods: running {wanted[0]} only; "
-                    "name others with --strategies (the baselines take minutes at this scale)",
-                    file=sys.stderr,
-                )
+        wanted = _strategies(args, scenario)
     except (UnknownNameError, ScenarioError) as exc:
         print(f"gpu-slicer simulate: {exc}", file=sys.stderr)
         return 2
@@ -120,6 +104,36 @@ def run_simulate(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"gpu-slicer simulate: cannot write the plot: {exc}", file=sys.stderr)
             return 1
+    _write(args, comparison)
+    problems = [p for ps in comparison.problems.values() for p in ps]
+    return 1 if problems else 0
+
+
+def _strategies(args: argparse.Namespace, scenario: Scenario) -> list[str]:
+    """The strategies to run: those named (all known, else UnknownNameError) or the defaults,
+    saying so on stderr when the scale leaves only gpu-slicer among them."""
+    if not args.strategies:
+        wanted = default_strategies(scenario)
+        if len(wanted) == 1:
+            print(
+                f"gpu-slicer simulate: {len(scenario.pods)} pods: running {wanted[0]} only; "
+                "name others with --strategies (the baselines take minutes at this scale)",
+                file=sys.stderr,
+            )
+        return wanted
+    wanted = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    valid = strategy_names(scenario)
+    unknown = [w for w in wanted if w not in valid]
+    if unknown or not wanted:
+        raise UnknownNameError(
+            f"unknown strategy {unknown[0] if unknown else args.strategies!r}; "
+            f"valid strategies: {', '.join(valid)}"
+        )
+    return wanted
+
+
+def _write(args: argparse.Namespace, comparison: Comparison) -> None:
+    """The comparison on stdout: JSON for tools, else the table (and where the plot went)."""
     if args.json:
         json.dump(as_json(comparison), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -127,8 +141,6 @@ def run_simulate(args: argparse.Namespace) -> int:
         sys.stdout.write(table(comparison))
         if args.plot:
             sys.stdout.write(f"\nplot written to {os.path.abspath(args.plot)}\n")
-    problems = [p for ps in comparison.problems.values() for p in ps]
-    return 1 if problems else 0
 
 
 def _plot_problem(path: str) -> str | None:

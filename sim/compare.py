@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sim.baselines import baseline
 from sim.demand import DemandBook
-from sim.engine import Engine, Result, Strategy
 from sim.errors import UnknownNameError
+from sim.event_loop import Engine, Result, Strategy
 from sim.scenario import Scenario
 from slicer.ordering import POLICIES
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from sim.compare import Comparison
-from sim.engine import Result
+from sim.event_loop import Result
 from sim.scenario import Scenario
 
 

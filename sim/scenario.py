@@ -414,51 +414,60 @@ def _agent_format(raw: Any) -> bool:
 def _layouts(value: Any, nodes: Sequence[NodeSpec]) -> dict[str, LayoutSpec]:
     layouts = {n: LayoutSpec(n, kinds) for n, kinds in BUILTIN_LAYOUTS.items()}
     for name, raw in _mapping(value, "layouts").items():
-        path = f"layouts.{name}"
-        if _agent_format(raw):
-            try:
-                placed = StaticLayout.from_mapping(raw)
-                for node in nodes:
-                    placed.check(node.models)
-            except LayoutError as exc:
-                raise ScenarioError(f"{path}: {exc}") from exc
-            layouts[str(name)] = LayoutSpec(str(name), None, {}, placed)
-            continue
-        if isinstance(raw, dict):
-            _unknown(raw, ("default", "overrides"), path)
-            default = _layout_list(raw.get("default", "whole"), f"{path}.default")
-            overrides = {
-                str(k): _layout_list(v, f"{path}.overrides.{k}")
-                for k, v in _mapping(raw.get("overrides"), f"{path}.overrides").items()
-            }
-        else:
-            default, overrides = _layout_list(raw, path), {}
-        layouts[str(name)] = LayoutSpec(str(name), default, overrides)
+        layouts[str(name)] = _layout(str(name), raw, nodes)
+    for layout in layouts.values():
+        if layout.placements is None:  # placed layouts are checked against every node already
+            _check_layout(layout, nodes)
+    return layouts
+
+
+def _layout(name: str, raw: Any, nodes: Sequence[NodeSpec]) -> LayoutSpec:
+    """One layout of the scenario: in the agent's format (placed, checked here against every
+    node) or as profile kinds per GPU."""
+    path = f"layouts.{name}"
+    if _agent_format(raw):
+        try:
+            placed = StaticLayout.from_mapping(raw)
+            for node in nodes:
+                placed.check(node.models)
+        except LayoutError as exc:
+            raise ScenarioError(f"{path}: {exc}") from exc
+        return LayoutSpec(name, None, {}, placed)
+    if isinstance(raw, dict):
+        _unknown(raw, ("default", "overrides"), path)
+        default = _layout_list(raw.get("default", "whole"), f"{path}.default")
+        overrides = {
+            str(k): _layout_list(v, f"{path}.overrides.{k}")
+            for k, v in _mapping(raw.get("overrides"), f"{path}.overrides").items()
+        }
+    else:
+        default, overrides = _layout_list(raw, path), {}
+    return LayoutSpec(name, default, overrides)
+
+
+def _check_layout(layout: LayoutSpec, nodes: Sequence[NodeSpec]) -> None:
+    """Every GPU's kinds name profiles its model has, and they fit on it together."""
     from sim.geometry import can_pack, resolve_profile
 
-    for layout in layouts.values():
-        if layout.placements is not None:
-            continue  # checked against every node above
-        for node in nodes:
-            for index, model in enumerate(node.models):
-                kinds = layout.for_gpu(node.name, index)
-                if kinds is None:
-                    continue
-                names = []
-                for kind in kinds:
-                    profile = resolve_profile(model, kind)
-                    if profile is None:
-                        raise ScenarioError(
-                            f"layouts.{layout.name}: {model.key} has no profile {kind!r}; it "
-                            f"offers {', '.join(p.name for p in model.profiles)}"
-                        )
-                    names.append(profile.name)
-                if not can_pack(model, names):
+    for node in nodes:
+        for index, model in enumerate(node.models):
+            kinds = layout.for_gpu(node.name, index)
+            if kinds is None:
+                continue
+            names = []
+            for kind in kinds:
+                profile = resolve_profile(model, kind)
+                if profile is None:
                     raise ScenarioError(
-                        f"layouts.{layout.name}: {', '.join(names)} do not fit together on "
-                        f"one {model.key}"
+                        f"layouts.{layout.name}: {model.key} has no profile {kind!r}; it "
+                        f"offers {', '.join(p.name for p in model.profiles)}"
                     )
-    return layouts
+                names.append(profile.name)
+            if not can_pack(model, names):
+                raise ScenarioError(
+                    f"layouts.{layout.name}: {', '.join(names)} do not fit together on "
+                    f"one {model.key}"
+                )
 
 
 def _pod_body(body: Obj, path: str) -> tuple[dict[str, int], dict[str, str]]:

@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from sim.allocator import Allocator, InUse, allocate_on_node, compile_pools, pools_for_node
+from sim.allocator import (
+    AllocatedDevices,
+    Allocator,
+    allocate_on_node,
+    compile_pools,
+    pools_for_node,
+)
 from sim.errors import AllocationError
 
 Obj = dict[str, Any]
@@ -435,7 +441,7 @@ def test_in_use_bookkeeping_frees_counters_on_remove() -> None:
         "n1",
     )
     allocator = Allocator(CLASSES)
-    in_use = InUse()
+    in_use = AllocatedDevices()
     first = allocator.allocate([claim(exactly("r", "1g.10gb"))], "n1", pools, in_use)
     assert first is not None
     in_use.add(first.devices[0])

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sim.allocator import Allocator, InUse, compile_pools, pools_for_node
+from sim.allocator import AllocatedDevices, Allocator, compile_pools, pools_for_node
 from slicer.inventory import GpuState, plan_pool
 from slicer.simulated import SimulatedBackend
 
@@ -76,31 +76,43 @@ def _request(rng: random.Random, name: str) -> dict[str, Any]:
     }
 
 
-def _reference(claim: dict[str, Any], pool: Any, in_use: InUse, allocator: Allocator) -> Any:
+def _fits(
+    devices: list[Any],
+    pool: Any,
+    in_use: AllocatedDevices,
+    constraint: dict[str, Any] | None,
+) -> bool:
+    """The documented checks: distinct free devices, counters within capacity, the
+    matchAttribute constraint."""
+    capacity = pool.counters
+    counters = dict(in_use.used(pool.driver, pool.name))
+    seen = set()
+    for device in devices:
+        if device.key in in_use.devices or device.key in seen:
+            return False
+        seen.add(device.key)
+        for counter, value in device.consumes:
+            counters[counter] = counters.get(counter, 0) + value
+            if counters[counter] > capacity[counter]:
+                return False
+    if constraint is not None:
+        values = {d.qualified.get(constraint["matchAttribute"]) for d in devices}
+        if len(values) > 1 or None in values:
+            return False
+    return True
+
+
+def _reference(
+    claim: dict[str, Any], pool: Any, in_use: AllocatedDevices, allocator: Allocator
+) -> Any:
     """Brute force over the documented semantics; returns [(request name, device name)]."""
     from sim.allocator import parse_claims
 
     parsed = parse_claims([claim])
-    capacity = pool.counters
-    used = dict(in_use.used(pool.driver, pool.name))
     constraint = (claim["spec"]["devices"].get("constraints") or [None])[0]
 
     def fits(devices: list[Any]) -> bool:
-        counters = dict(used)
-        seen = set()
-        for device in devices:
-            if device.key in in_use.devices or device.key in seen:
-                return False
-            seen.add(device.key)
-            for counter, value in device.consumes:
-                counters[counter] = counters.get(counter, 0) + value
-                if counters[counter] > capacity[counter]:
-                    return False
-        if constraint is not None:
-            values = {d.qualified.get(constraint["matchAttribute"]) for d in devices}
-            if len(values) > 1 or None in values:
-                return False
-        return True
+        return _fits(devices, pool, in_use, constraint)
 
     def solve(index: int, chosen: list[tuple[str, Any]]) -> list[tuple[str, Any]] | None:
         if index == len(parsed.requests):
@@ -128,7 +140,7 @@ def test_the_model_finds_the_same_first_solution_as_brute_force(seed: int) -> No
     pool = pools_for_node(compile_pools(plan_pool("n", states, policy=policy).slices), "n")[0]
     allocator = Allocator(CLASSES)
     for _ in range(25):
-        in_use = InUse()
+        in_use = AllocatedDevices()
         # a random set of devices already held by other claims
         for _ in range(rng.randint(0, 4)):
             warm = allocator.allocate(

@@ -1,4 +1,4 @@
-"""sim.cel, the model of the scheduler's CEL environment, on ResourceSlice device entries."""
+"""sim.cel_eval, the model of the scheduler's CEL environment, on ResourceSlice device entries."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sim.cel import DeviceView, matches
+from sim.cel_eval import DeviceView, matches
 from sim.errors import AllocationError
 
 DRIVER = "gpu-slicer.io"

@@ -8,7 +8,7 @@ import pytest
 
 from sim.compare import compare
 from sim.demand import DemandBook
-from sim.engine import Engine
+from sim.event_loop import Engine
 from sim.scenario import Scenario, load_scenario, parse_scenario
 
 SMALL: dict[str, Any] = {
@@ -86,20 +86,26 @@ def test_every_strategy_ends_clean_and_never_overlaps_slices(small: Scenario) ->
 
 
 def test_the_api_path_leaves_no_claim_instance_or_checkpoint_entry(small: Scenario) -> None:
+    from sim.api_node import ApiNode
     from sim.cluster import GpuSlicerStrategy
+    from sim.control_plane import ApiControlPlane
 
     strategy = GpuSlicerStrategy(small, DemandBook(small), policy="best-fit", through_api=True)
     engine = Engine(small, strategy)
     engine.run()
-    assert strategy.api is not None
+    assert isinstance(strategy.plane, ApiControlPlane)
+    api = strategy.plane.api
+    nodes = list(strategy.nodes.values())
+    agents = [n for n in nodes if isinstance(n, ApiNode)]
+    assert len(agents) == len(nodes)
     running = [name for name, record in engine.records.items() if record.held is not None]
     allocated = [
         c
-        for c in strategy.api.list("resource.k8s.io/v1", "ResourceClaim").items
+        for c in api.list("resource.k8s.io/v1", "ResourceClaim").items
         if (c.get("status") or {}).get("allocation")
     ]
     assert len(allocated) == len(running)
-    for agent in strategy.agents.values():
+    for agent in agents:
         prepared = agent.state.entries()
         instances = sum(
             len(agent.backend.instances(g.index)) for g in agent.backend.gpus() if g.mig_enabled
@@ -110,7 +116,7 @@ def test_the_api_path_leaves_no_claim_instance_or_checkpoint_entry(small: Scenar
             {p.uid for a, ps in strategy.running.values() if a.node == agent.name for p in ps}
         )
     assert engine.drain() == []
-    for agent in strategy.agents.values():
+    for agent in agents:
         assert all(
             not agent.backend.instances(g.index) for g in agent.backend.gpus() if g.mig_enabled
         )

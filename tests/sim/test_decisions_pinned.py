@@ -17,7 +17,7 @@ import pytest
 
 from sim.compare import make_strategy
 from sim.demand import DemandBook
-from sim.engine import Engine, Held, PodRecord
+from sim.event_loop import Engine, Held, PodRecord
 from sim.scenario import Scenario, parse_scenario
 
 PINNED_SCENARIO: dict[str, Any] = {

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sim.cel import DeviceView, matches
+from sim.cel_eval import DeviceView, matches
 from slicer.deviceclasses import (
     EXTENDED_RESOURCE_NAME,
     GPU_CLASS,
@@ -21,7 +21,7 @@ VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 
 def selects(expression: str, device: dict[str, Any], driver: str = DRIVER) -> bool:
     """``expression`` on a ResourceSlice device entry, in the simulator's model of the
-    scheduler's CEL environment (``sim.cel``)."""
+    scheduler's CEL environment (``sim.cel_eval``)."""
     return matches(expression, DeviceView(driver, device))
 
 

@@ -131,7 +131,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
 
 
 @dataclass(frozen=True)
-class Selector:
+class CompiledSelector:
     """A compiled expression and what it reads of a device."""
 
     expression: str
@@ -142,11 +142,11 @@ class Selector:
 
 
 _ENV = celpy.Environment()
-_SELECTORS: dict[str, Selector] = {}
+_SELECTORS: dict[str, CompiledSelector] = {}
 _RESULTS: dict[tuple[Any, ...], bool] = {}
 
 
-def program(expression: str) -> Selector:
+def program(expression: str) -> CompiledSelector:
     """Compile once; raises AllocationError when the expression does not parse."""
     found = _SELECTORS.get(expression)
     if found is not None:
@@ -160,7 +160,7 @@ def program(expression: str) -> Selector:
     uses = len(_MAP_USE.findall(expression))
     refs = tuple(sorted(set(refs_found))) if uses == len(refs_found) else None
     domains = frozenset(m["dom"] for m in _DOMAIN.finditer(expression))
-    selector = Selector(expression, runner, refs, domains)
+    selector = CompiledSelector(expression, runner, refs, domains)
     _SELECTORS[expression] = selector
     return selector
 
@@ -317,7 +317,7 @@ def matches(expression: str, device: DeviceView) -> bool:
     return result
 
 
-def _evaluate(selector: Selector, device: DeviceView) -> bool:
+def _evaluate(selector: CompiledSelector, device: DeviceView) -> bool:
     try:
         outcome = selector.runner.evaluate(device.activation(selector.domains))
     except Exception as exc:  # celpy raises CELEvalError (and, rarely, Python errors)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from sim.allocator import compile_pools
-from sim.cluster import GpuOrderCache
+from sim.fast_node import GpuOrderCache
 from slicer import catalog
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
 from slicer.inventory import GpuState, plan_pool

@@ -1,0 +1,142 @@
+"""A node through the API: the agent's real parts on the in-memory apiserver.
+
+The agent's publisher writes the node's ResourceSlices to ``kube.memory``, and the scheduler
+compiles what it lists back; the kubelet calls NodePrepareResources/NodeUnprepareResources over
+the agent's gRPC services on unix sockets (``slicer.plugin``), backed by its ``DeviceState``
+(checkpoint, CDI, MIG instances created at exactly the allocated placement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from kube.memory import InMemoryKubeApi
+from sim.allocator import Pool, compile_pool
+from sim.errors import AllocationError
+from sim.kubelet import KubeletClient, PreparedClaim
+from sim.node import NodeBase, SimClock
+from sim.scenario import NodeSpec, Scenario
+from slicer.inventory import DRIVER
+
+RESOURCE = "resource.k8s.io/v1"
+
+
+def order_fingerprint_names(names: Sequence[str]) -> str:
+    return ",".join(names)
+
+
+class ApiNode(NodeBase):
+    """A node whose slices are published through the apiserver and prepared over gRPC."""
+
+    def __init__(
+        self,
+        node: NodeSpec,
+        *,
+        policy: str,
+        scenario: Scenario,
+        clock: SimClock,
+        api: InMemoryKubeApi,
+        root: Path,
+    ) -> None:
+        super().__init__(node, policy=policy, scenario=scenario, clock=clock)
+        self.api = api
+        self._start_services(root)
+        self.pool = self._publish()
+        self.limiter.published(order_fingerprint_names(self.current_order()))
+
+    def _start_services(self, root: Path) -> None:
+        """The agent's parts for this node, wired as the agent wires them."""
+        from slicer.cdi import CdiDirectory
+        from slicer.checkpoint import CheckpointStore
+        from slicer.claims import ClaimCache
+        from slicer.mig_mode import MigModeManager
+        from slicer.plugin import DraDriver
+        from slicer.publisher import SlicePublisher
+        from slicer.state import DeviceState
+
+        base = root / self.name
+        self._publisher = SlicePublisher(
+            self.api,
+            self.name,
+            policy=self.policy,
+            server_version=self.scenario.kubernetes,
+            sleep=lambda _s: None,
+        )
+        mig = MigModeManager(self.backend, dict(self.modes))
+        self.state = DeviceState(
+            self.backend,
+            CheckpointStore(base / "checkpoint"),
+            CdiDirectory(base / "cdi"),
+            mig=mig,
+            clock=self.clock,
+        )
+        claims = ClaimCache(self.api, pool=self.name)
+        self.driver = DraDriver(self.state, claims, pool=self.name, max_parallel=1)
+        self._kubelet = KubeletClient(self.driver, base)
+
+    def ensure_pool(self, *, fresh: bool = True) -> Pool:
+        """The pool compiled from the slices last published (always fresh)."""
+        return self.pool
+
+    def current_order(self) -> list[str]:
+        return [d.name for d in self.pool.devices]
+
+    def best_order(self) -> list[str]:
+        """The order the policy would publish now."""
+        return list(
+            self._publisher.plan(self.gpu_states(), allocated=list(self.allocated.values())).order
+        )
+
+    def _publish(self) -> Pool:
+        """Publish through the apiserver; returns the pool the scheduler compiles from it."""
+        self._publisher.publish(self.gpu_states(), allocated=list(self.allocated.values()))
+        self.publishes += 1
+        listed = self.api.list(
+            RESOURCE, "ResourceSlice", field_selector=f"spec.nodeName={self.name}"
+        ).items
+        pool = compile_pool(DRIVER, self.name, listed)
+        if pool is None:
+            raise AllocationError(f"the pool of {self.name} is incomplete after publishing")
+        return pool
+
+    def before_change(self) -> None:
+        """Nothing to settle: republishes happen when due (:meth:`republish`)."""
+
+    def allocation_changed(self) -> float | None:
+        """Tell the limiter; returns the time to call :meth:`republish`."""
+        if not self.dynamic:
+            return None
+        self.limiter.observe(order_fingerprint_names(self.best_order()))
+        due = self.limiter.due_in()
+        return None if due is None else self.clock.now + due
+
+    def republish(self) -> bool:
+        """Publish the best order now (the limiter said it is due); True when it changed."""
+        order = self.best_order()
+        fingerprint = order_fingerprint_names(order)
+        if fingerprint == order_fingerprint_names(self.current_order()):
+            self.limiter.published(fingerprint)
+            return False
+        self.pool = self._publish()
+        self.limiter.published(fingerprint)
+        return True
+
+    def prepare(self, prepared: PreparedClaim) -> str:
+        return self._kubelet.prepare(prepared)
+
+    def unprepare(self, prepared: PreparedClaim) -> str:
+        return self._kubelet.unprepare(prepared)
+
+    def problems(self) -> list[str]:
+        """Leaked instances, and claims the agent's checkpoint still holds."""
+        problems = self.leaks()
+        if self.state.entries():
+            problems.append(
+                f"{self.name}: checkpoint still holds {len(self.state.entries())} claims"
+            )
+        return problems
+
+    def close(self) -> None:
+        self._kubelet.close()
+        self.driver.close()

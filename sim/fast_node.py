@@ -1,0 +1,275 @@
+"""A node on the fast path: slices compiled once, reordered in place, instances made directly.
+
+Pods and claims stay plain dicts; the slices are compiled once per kind of node and only
+*reordered* when the best-fit order changes (the order comes from the agent's policy, computed
+per GPU and cached; tests/sim/test_fast_node.py checks it equals what ``plan_pool`` publishes),
+and the kubelet step creates and destroys the instances on the ``SimulatedBackend`` directly.
+It decides exactly like :class:`sim.api_node.ApiNode` (tests/sim/test_cluster.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from sim.allocator import Device, Pool, compile_pool
+from sim.kubelet import PreparedClaim
+from sim.node import NodeBase, SimClock, parse_device_name
+from sim.scenario import NodeSpec, Scenario
+from slicer.catalog import GpuModel, Placement
+from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
+from slicer.inventory import DRIVER, plan_pool
+from slicer.ordering import Candidate, Occupancy, OrderPolicy
+
+GpuKey = tuple[int, tuple[Placement, ...], bool]
+"""What the order of one GPU depends on: its index, the placements in use on it (sorted) and
+whether it is allocated whole."""
+
+Block = tuple[tuple[int, ...], list[str]]
+"""One GPU's rank among the node's GPUs and its devices in the policy's order."""
+
+
+def gpu_key(gpu: int, specs: Iterable[DeviceSpec]) -> GpuKey:
+    """The :data:`GpuKey` of ``gpu`` with the devices ``specs`` (of that GPU) allocated."""
+    placements: list[Placement] = []
+    whole = False
+    for spec in specs:
+        if isinstance(spec, WholeGpu):
+            whole = True
+        else:
+            placements.append((spec.profile, spec.start))
+    return (gpu, tuple(sorted(placements)), whole)
+
+
+class GpuOrderCache:
+    """The agent's policy order, computed per GPU and cached by what is in use on that GPU.
+
+    The policies order GPU by GPU: each GPU's devices are contiguous, and GPUs are sorted by a
+    rank computed from the GPU's own state (``gpu_rank``). So a node's order is its GPUs' blocks
+    sorted by rank, and when one GPU changes only that GPU's block and rank are looked up again
+    (:meth:`block`). One cache serves every identical node. Equality with the order
+    ``plan_pool`` publishes is checked by tests/sim/test_fast_node.py.
+    """
+
+    def __init__(self, policy: OrderPolicy, candidates: Sequence[Candidate]) -> None:
+        self.policy = policy
+        rank = getattr(policy, "gpu_rank", None)
+        if rank is None:
+            raise TypeError(f"device-order policy {policy.name!r} does not rank GPUs one by one")
+        self._rank: Callable[[int, GpuModel, Occupancy], tuple[int, ...]] = rank
+        self.by_gpu: dict[int, list[Candidate]] = {}
+        for c in candidates:
+            self.by_gpu.setdefault(c.gpu_index, []).append(c)
+        self._blocks: dict[GpuKey, Block] = {}
+
+    def block(self, key: GpuKey) -> Block:
+        """The rank and device order of one GPU in the state ``key``."""
+        found = self._blocks.get(key)
+        if found is None:
+            gpu, present, whole = key
+            local = Occupancy(
+                {gpu: present} if present else {}, frozenset({gpu}) if whole else frozenset()
+            )
+            cands = self.by_gpu[gpu]
+            names = [c.name for c in self.policy.order(cands, local)]
+            found = (self._rank(gpu, cands[0].model, local), names)
+            self._blocks[key] = found
+        return found
+
+    def blocks(self, keys: Iterable[GpuKey]) -> list[list[str]]:
+        """The GPUs' device lists in the node's order, for the GPU states ``keys``."""
+        return [names for _, names in sorted(self.block(k) for k in keys)]
+
+    def order(self, occupancy: Occupancy) -> list[str]:
+        """The whole node's order for ``occupancy``."""
+        keys = []
+        for gpu in self.by_gpu:
+            present = tuple(sorted(occupancy.placements.get(gpu, ())))
+            keys.append((gpu, present, gpu in occupancy.whole_in_use))
+        return [name for names in self.blocks(keys) for name in names]
+
+
+Template = tuple[Pool, GpuOrderCache | None]
+"""A kind of node's compiled pool, and its order cache when the policy reorders."""
+
+Templates = dict[Any, Template]
+"""Per kind of node (GPUs, mode): identical nodes share one inventory run; their slices differ
+only in names, and no selector gpu-slicer writes reads a GPU's UUID."""
+
+
+class FastNode(NodeBase):
+    """A node whose republishes are settled lazily, when the scheduler next looks at it.
+
+    The limiter sees allocation versions instead of orders; a republish that fell due is applied
+    at its due time with the allocations of that moment (nothing changed on the node between)."""
+
+    def __init__(
+        self,
+        node: NodeSpec,
+        *,
+        policy: str,
+        scenario: Scenario,
+        clock: SimClock,
+        templates: Templates,
+    ) -> None:
+        super().__init__(node, policy=policy, scenario=scenario, clock=clock)
+        self.templates = templates
+        self.gpu_keys: dict[int, GpuKey] = {i: (i, (), False) for i in range(len(node.models))}
+        """Per GPU, what its order depends on (kept up to date with ``allocated``)."""
+        self.pool: Pool | None = None
+        self.orders: GpuOrderCache | None = None
+        self.version = 0
+        self._due: float | None = None
+        self._snapshot: tuple[GpuKey, ...] = tuple(self.gpu_keys.values())
+        """The GPUs' states when the last republish fell due: what the published order is of."""
+        self._materialized: tuple[GpuKey, ...] | None = None
+        """The GPUs' states the pool's current order was computed for."""
+        self._blocks: list[list[str]] = []
+        """The pool's current order, GPU by GPU."""
+        self._ranked: list[Block] = []
+        """Per GPU (by index), its rank and block in the state ``_materialized``."""
+        self._mig_enabled: list[bool] | None = None
+        self._instances: dict[str, list[tuple[int, int, int]]] = {}
+        """Per prepared claim (uid), the (gpu, gi id, ci id) made for it."""
+        self.limiter.published("v0")
+
+    def ensure_pool(self, *, fresh: bool = True) -> Pool:
+        """Built on first use, and reordered when a republish happened since the last look."""
+        if self.pool is None:
+            self.pool = self._first_pool()
+        self._settle()
+        if fresh and self.orders is not None and self._materialized != self._snapshot:
+            # Only the GPUs whose state changed are looked up again (their keys are new).
+            before = self._materialized
+            assert before is not None
+            orders = self.orders
+            self._ranked = ranked = [
+                block if key is before[i] else orders.block(key)
+                for i, (key, block) in enumerate(zip(self._snapshot, self._ranked, strict=True))
+            ]
+            blocks = [names for _, names in sorted(ranked)]
+            if blocks != self._blocks:
+                self.pool = self.pool.reordered([name for names in blocks for name in names])
+                self._blocks = blocks
+                self.publishes += 1
+            self._materialized = self._snapshot
+        return self.pool
+
+    def _first_pool(self) -> Pool:
+        """The first publication: the kind's template, compiled once per kind of node."""
+        key = (self.node.gpus, self.node.mode)
+        template = self.templates.get(key)
+        if template is None:
+            plan = plan_pool(
+                self.name,
+                self.gpu_states(),
+                server_version=self.scenario.kubernetes,
+                policy=self.policy,
+            )
+            compiled = compile_pool(DRIVER, self.name, plan.slices)
+            assert compiled is not None
+            orders = (
+                GpuOrderCache(self.policy, self._candidates(plan.order)) if self.dynamic else None
+            )
+            template = (compiled, orders)
+            self.templates[key] = template
+            pool = compiled
+        else:
+            pool = template[0].clone(self.name, self.name)
+        self.publishes = 1
+        self._materialized = tuple((i, (), False) for i in range(len(self.node.models)))
+        if template[1] is not None:
+            self.orders = template[1]
+            self._ranked = [self.orders.block(k) for k in self._materialized]
+            self._blocks = [names for _, names in sorted(self._ranked)]
+        return pool
+
+    def _candidates(self, order: Sequence[str]) -> list[Candidate]:
+        models = {i: m for i, m in enumerate(self.node.models)}
+        out = []
+        for name in order:
+            spec = parse_device_name(name)
+            model = models[spec.gpu_index]
+            profile = model.profile(spec.profile) if isinstance(spec, SliceSpec) else None
+            out.append(Candidate(spec, model, profile))
+        return out
+
+    def _settle(self) -> None:
+        """A republish that fell due before now happened at its due time, with the allocations
+        of that moment (nothing changed on this node in between)."""
+        if self._due is None or self._due > self.clock.now:
+            return
+        now = self.clock.now
+        self.clock.now = self._due
+        self.limiter.published(f"v{self.version}")
+        self.clock.now = now
+        self._snapshot = tuple(self.gpu_keys.values())
+        self._due = None
+
+    def before_change(self) -> None:
+        """Settle a republish that fell due before the allocations change."""
+        if self.dynamic:
+            self._settle()
+
+    def allocate(self, devices: Iterable[Device]) -> None:
+        """Record devices allocated on this node (and the state of the GPUs they are on)."""
+        self._changed({self._add(d.name) for d in devices})
+
+    def deallocate(self, devices: Iterable[Device]) -> None:
+        self._changed(self._remove(devices))
+
+    def _changed(self, gpus: Iterable[int]) -> None:
+        for gpu in gpus:
+            self.gpu_keys[gpu] = gpu_key(
+                gpu, (s for s in self.allocated.values() if s.gpu_index == gpu)
+            )
+
+    def allocation_changed(self) -> float | None:
+        """Always None: the republish falls due here and is settled when next looked at."""
+        if not self.dynamic:
+            return None
+        self.version += 1
+        self.limiter.observe(f"v{self.version}")
+        due_in = self.limiter.due_in()
+        self._due = None if due_in is None else self.clock.now + due_in
+        return None
+
+    def republish(self) -> bool:
+        """Never due (see :meth:`allocation_changed`)."""
+        return False
+
+    def prepare(self, prepared: PreparedClaim) -> str:
+        """What the agent would do: MIG mode switched as needed, the instances created at
+        exactly the allocated placements."""
+        if self._mig_enabled is None:  # the fast path alone switches MIG modes from here on
+            self._mig_enabled = [info.mig_enabled for info in self.backend.gpus()]
+        enabled = self._mig_enabled
+        for device in prepared.devices:
+            spec = parse_device_name(device.name)
+            if isinstance(spec, WholeGpu):
+                if enabled[spec.gpu_index] and self.modes[spec.gpu_index] == "dynamic":
+                    self.backend.set_mig_mode(spec.gpu_index, False)
+                    enabled[spec.gpu_index] = False
+                continue
+            if not enabled[spec.gpu_index]:
+                self.backend.set_mig_mode(spec.gpu_index, True)
+                enabled[spec.gpu_index] = True
+            if isinstance(spec, SliceSpec):
+                gi = self.backend.create_gpu_instance(spec.gpu_index, spec.profile, spec.start)
+                ci = self.backend.create_compute_instance(spec.gpu_index, gi)
+                assert ci.ci_id is not None
+                made = self._instances.setdefault(prepared.uid, [])
+                made.append((spec.gpu_index, gi, ci.ci_id))
+        return ""
+
+    def unprepare(self, prepared: PreparedClaim) -> str:
+        for gpu, gi, ci in self._instances.pop(prepared.uid, ()):
+            self.backend.destroy_compute_instance(gpu, gi, ci)
+            self.backend.destroy_gpu_instance(gpu, gi)
+        return ""
+
+    def problems(self) -> list[str]:
+        return self.leaks()
+
+    def close(self) -> None:
+        """Nothing to stop: no services run."""

@@ -1,0 +1,165 @@
+"""One simulated node as the cluster and the scheduler see it, whichever way the simulation runs.
+
+:class:`SimNode` is all the strategy and the scheduler use; :class:`sim.api_node.ApiNode` (the
+agent's real parts on the in-memory apiserver) and :class:`sim.fast_node.FastNode` (slices
+compiled once and reordered in place) implement it and decide the same. :class:`NodeBase` holds
+what both keep: the simulated GPUs, the allocations and the agent's republish limiter.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Protocol
+
+from sim.allocator import Device, Pool
+from sim.kubelet import PreparedClaim
+from sim.scenario import NodeSpec, Scenario
+from slicer.catalog import Placement
+from slicer.devices import DeviceSpec
+from slicer.devices import parse_device_name as _parse_device_name
+from slicer.inventory import GpuState, Mode, effective_mode
+from slicer.ordering import DYNAMIC_POLICIES, RepublishLimiter, get_policy
+from slicer.simulated import SimulatedBackend
+
+parse_device_name = functools.lru_cache(maxsize=8192)(_parse_device_name)
+"""Device names repeat on every node of a kind: parse each once (specs are immutable)."""
+
+
+class SimClock:
+    """Simulated time, settable by the strategy and read by the agent's parts."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SimNode(Protocol):
+    """What the strategy and the scheduler need of a node."""
+
+    name: str
+    node: NodeSpec
+    modes: dict[int, Mode]
+    """Per GPU index, its effective MIG mode."""
+    allocated: dict[str, DeviceSpec]
+    """Device name -> spec, for every device allocated on this node."""
+    publishes: int
+
+    def ensure_pool(self, *, fresh: bool = True) -> Pool:
+        """The pool as the scheduler sees it now. ``fresh=False`` may return it in an older
+        order: good enough to learn whether a claim fits at all, which no order changes."""
+        ...
+
+    def before_change(self) -> None:
+        """Called before the node's allocations change: a republish that fell due before now
+        must see the allocations of its time."""
+        ...
+
+    def allocate(self, devices: Iterable[Device]) -> None: ...
+
+    def deallocate(self, devices: Iterable[Device]) -> None: ...
+
+    def allocation_changed(self) -> float | None:
+        """Tell the limiter; returns when :meth:`republish` is due, None when not (or when the
+        node refreshes its order by itself)."""
+        ...
+
+    def republish(self) -> bool:
+        """Publish the best order now (it fell due); True when the order changed."""
+        ...
+
+    def prepare(self, prepared: PreparedClaim) -> str:
+        """NodePrepareResources for one claim; returns an error message, empty when fine."""
+        ...
+
+    def unprepare(self, prepared: PreparedClaim) -> str: ...
+
+    def instance_placements(self, gpu: int) -> list[Placement]: ...
+
+    def mig_calls(self) -> tuple[int, int]: ...
+
+    def problems(self) -> list[str]:
+        """What is left on the node that should not be, once every pod is gone."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class NodeBase:
+    """The state both kinds of node keep: simulated GPUs, allocations and the limiter."""
+
+    def __init__(self, node: NodeSpec, *, policy: str, scenario: Scenario, clock: SimClock) -> None:
+        self.node = node
+        self.name = node.name
+        self.clock = clock
+        self.scenario = scenario
+        self.policy = get_policy(policy)
+        self.dynamic = policy in DYNAMIC_POLICIES
+        self.backend = SimulatedBackend(
+            list(node.models), node_name=node.name, sleep=lambda _s: None
+        )
+        self.modes = {i: effective_mode(node.mode, m) for i, m in enumerate(node.models)}
+        self.limiter = RepublishLimiter(
+            min_interval_s=scenario.republish_min_interval_s,
+            quiet_s=scenario.republish_quiet_s,
+            clock=clock,
+        )
+        self.allocated: dict[str, DeviceSpec] = {}
+        self.publishes = 0
+
+    def allocate(self, devices: Iterable[Device]) -> None:
+        """Record devices allocated on this node."""
+        for device in devices:
+            self._add(device.name)
+
+    def deallocate(self, devices: Iterable[Device]) -> None:
+        """Record devices released on this node."""
+        self._remove(devices)
+
+    def _add(self, name: str) -> int:
+        spec = parse_device_name(name)
+        self.allocated[name] = spec
+        return spec.gpu_index
+
+    def _remove(self, devices: Iterable[Device]) -> set[int]:
+        """Forget ``devices``; returns the GPUs they were on."""
+        gpus = set()
+        for device in devices:
+            spec = self.allocated.pop(device.name, None)
+            if spec is not None:
+                gpus.add(spec.gpu_index)
+        return gpus
+
+    def gpu_states(self) -> list[GpuState]:
+        """The inventory's view of the GPUs, as the agent reads it from its backend."""
+        states = []
+        for info in self.backend.gpus():
+            instances = tuple(self.backend.instances(info.index)) if info.mig_enabled else ()
+            states.append(
+                GpuState(
+                    info=info,
+                    mode=self.modes[info.index],
+                    instances=instances,
+                    owned=frozenset(i.spec for i in instances),
+                )
+            )
+        return states
+
+    def instance_placements(self, gpu: int) -> list[Placement]:
+        return sorted((i.profile, i.start) for i in self.backend.instances(gpu))
+
+    def mig_calls(self) -> tuple[int, int]:
+        created = sum(1 for c in self.backend.calls if c[0] == "create_gpu_instance")
+        destroyed = sum(1 for c in self.backend.calls if c[0] == "destroy_gpu_instance")
+        return created, destroyed
+
+    def leaks(self) -> list[str]:
+        """MIG instances left on the GPUs."""
+        problems = []
+        for info in self.backend.gpus():
+            left = self.backend.instances(info.index)
+            if left:
+                problems.append(f"{self.name} gpu {info.index}: {len(left)} instances leaked")
+        return problems

@@ -1,0 +1,213 @@
+"""The modelled kube-scheduler: its DRA path over the simulated nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from sim.allocator import (
+    AllocatedDevices,
+    Allocation,
+    Allocator,
+    Device,
+    ParsedClaims,
+    Pool,
+    parse_claims,
+)
+from sim.baselines import NodeOrder
+from sim.node import SimNode
+from slicer.deviceclasses import device_classes
+
+Obj = dict[str, Any]
+
+
+class Scheduler:
+    """kube-scheduler's DRA path: filter nodes with the allocator model, score, bind.
+
+    Nodes are visited in the scenario's rule order (pack: most allocated memory slices first;
+    spread: least first; ties by name). The only DRA score is the prioritized-list score
+    (8 - subrequest index, per request): the first node reaching the best score any node could
+    reach wins; otherwise the best of the feasible nodes found, stopping after ``enough``
+    feasible nodes like ``percentageOfNodesToScore``.
+
+    Bookkeeping that changes no decision, only its cost: a node proven unable to host a claim
+    shape is remembered until it releases devices (further allocations only take capacity, and a
+    new device order changes where a claim goes, never whether it fits); once a shape failed on
+    every node, a retry looks only at the nodes that changed since; a node of a kind where some
+    request matches no device is never tried; with a single request (the
+    score is then the index of the first subrequest that fits, whatever the device order) a
+    node's score is remembered until its allocations change, and only the chosen node is
+    allocated on its current device order.
+    """
+
+    def __init__(self, nodes: Mapping[str, SimNode], rule: str) -> None:
+        classes = {c["metadata"]["name"]: c for c in device_classes()}
+        self.allocator = Allocator(classes)
+        self.nodes = nodes
+        self.allocated = AllocatedDevices()
+        self.order = NodeOrder(sorted(nodes), rule)
+        self.rule = rule
+        self.versions: dict[str, int] = dict.fromkeys(nodes, 0)
+        self.freed: dict[str, int] = dict.fromkeys(nodes, 0)
+        """Per node, a version that moves only when devices are released: a claim that did not
+        fit still does not fit after further allocations (they only take devices and counters),
+        so a node's failure is remembered until it frees something."""
+        self.changes: list[str] = []
+        self.infeasible: dict[Any, dict[str, int]] = {}
+        self.failed_everywhere: dict[Any, int] = {}
+        self.scores: dict[Any, dict[str, tuple[int, int]]] = {}
+        """Per single-request claim shape, per node: (``versions`` of the node, its score)."""
+        self._parsed: dict[Any, ParsedClaims] = {}
+        self._top: dict[Any, int] = {}
+        representatives: dict[tuple[str, str], str] = {}
+        self._kind: dict[str, tuple[str, str]] = {}
+        for name, sim_node in sorted(nodes.items()):
+            self._kind[name] = (sim_node.node.gpus, sim_node.node.mode)
+            representatives.setdefault(self._kind[name], name)
+        self._representatives = sorted(representatives.values())
+        self._never: dict[Any, frozenset[tuple[str, str]]] = {}
+        """Per claim shape, the node kinds where some request matches no device at all."""
+        n = len(nodes)
+        self.enough = max(100, n * max(5, 50 - n // 125) // 100)
+        self.attempts = 0
+        self.capacity = {
+            name: sum(m.memory_slices for m in sim_node.node.models)
+            for name, sim_node in nodes.items()
+        }
+        self.largest = max(self.capacity.values(), default=0)
+        self.min_slices: dict[Any, int] = {}
+        """Per claim shape, the fewest memory slices any solution holds (a lower bound)."""
+
+    def touch(self, node: str) -> None:
+        self.versions[node] += 1
+        self.changes.append(node)
+
+    def _nodes(self, shape: Any) -> list[str] | None:
+        """Nodes worth trying: all (None) or, after a failure everywhere, the changed ones."""
+        since = self.failed_everywhere.get(shape)
+        if since is None:
+            return None
+        changed = set(self.changes[since:])
+        used = self.order.used
+        sign = -1 if self.rule == "pack" else 1
+        return sorted(changed, key=lambda n: (sign * used[n], n))
+
+    def _parse(self, claims: Sequence[Obj], shape: Any) -> ParsedClaims:
+        """The claims of ``shape`` parsed, with the best score any node could reach and the
+        kinds of node that can never host them (worked out once per shape)."""
+        parsed = self._parsed.get(shape)
+        if parsed is not None:
+            return parsed
+        parsed = parse_claims(claims)
+        self._parsed[shape] = parsed
+        pools = [self.nodes[n].ensure_pool() for n in self._representatives]
+        self._top[shape] = self.allocator.best_possible_score(parsed, pools)
+        self._never[shape] = frozenset(
+            self._kind[n]
+            for n, pool in zip(self._representatives, pools, strict=True)
+            if not all(
+                any(self.allocator.candidates([pool], sub).devices for sub in request.alternatives)
+                for request in parsed.requests
+            )
+        )
+        return parsed
+
+    def _worth_trying(self, shape: Any, memo: dict[str, int]) -> Iterator[str]:
+        """The nodes to try in order, less those that cannot host ``shape``: proven unable
+        since they last freed devices, short of free slices, or of a kind that never fits."""
+        never = self._never[shape]
+        kind = self._kind
+        need = self.min_slices.get(shape, 0)
+        used = self.order.used
+        capacity = self.capacity
+        freed = self.freed
+        subset = self._nodes(shape)
+        # Nodes using more than this cannot have ``need`` free slices, whatever their size.
+        most_used = self.largest - need
+        for node in subset if subset is not None else self.order.up_to(most_used):
+            if memo.get(node) == freed[node]:
+                continue
+            if capacity[node] - used[node] < need or (never and kind[node] in never):
+                continue
+            yield node
+
+    def schedule(self, claims: Sequence[Obj], shape: Any) -> Allocation | None:
+        parsed = self._parse(claims, shape)
+        top = self._top[shape]
+        memo = self.infeasible.setdefault(shape, {})
+        mark = len(self.changes)
+        feasible = 0
+        # (score, node, its allocation on the node's current order when there is one)
+        best: tuple[int, str, Allocation | None] | None = None
+        for node in self._worth_trying(shape, memo):
+            tried = self._try(parsed, shape, node, top)
+            if tried is None:
+                memo[node] = self.freed[node]
+                continue
+            score, found = tried
+            if found is not None and score >= top:
+                return found
+            feasible += 1
+            if best is None or score > best[0]:
+                best = (score, node, found)
+            if feasible >= self.enough:
+                break
+        if best is None:
+            self.failed_everywhere[shape] = mark
+            return None
+        score, node, allocation = best
+        if allocation is None:
+            allocation = self._rerun(parsed, node, self.nodes[node].ensure_pool())
+        return allocation
+
+    def _try(
+        self, parsed: ParsedClaims, shape: Any, node: str, top: int
+    ) -> tuple[int, Allocation | None] | None:
+        """The node's score and, when known, its allocation on the node's current order; None
+        when the claims do not fit there.
+
+        With one request the score is the index of the first subrequest that fits, which no
+        device order changes: a node that does not win needs no run on its current order, and
+        its score stands until its allocations change."""
+        sim_node = self.nodes[node]
+        single = len(parsed.requests) == 1
+        scores = self.scores.setdefault(shape, {})
+        known = scores.get(node) if single else None
+        if known is not None and known[0] == self.versions[node]:
+            sim_node.ensure_pool()  # what looking at the node does to its order, as below
+            return known[1], None
+        pool = sim_node.ensure_pool(fresh=False)
+        self.attempts += 1
+        found = self.allocator.allocate(parsed, node, [pool], self.allocated)
+        if found is None:
+            return None
+        current = sim_node.ensure_pool()
+        score = found.score
+        result: Allocation | None = found
+        if current is not pool:
+            if single and score < top:
+                result = None  # it fits; allocated on the current order if it wins
+            else:
+                result = self._rerun(parsed, node, current)
+                score = result.score
+        if single and score < top:
+            scores[node] = (self.versions[node], score)
+        return score, result
+
+    def _rerun(self, parsed: ParsedClaims, node: str, pool: Pool) -> Allocation:
+        """The allocation on the node's current order (it fits on the older one). Not counted
+        in ``attempts``, which counts the nodes tried."""
+        found = self.allocator.allocate(parsed, node, [pool], self.allocated)
+        assert found is not None, "feasibility cannot depend on device order"
+        return found
+
+    def reserve(self, allocation: Allocation) -> None:
+        for device in allocation.devices:
+            self.allocated.add(device)
+        self.touch(allocation.node)
+
+    def release(self, node: str, devices: Sequence[Device]) -> None:
+        for device in devices:
+            self.allocated.remove(device.key)
+        self.freed[node] += 1
+        self.touch(node)
