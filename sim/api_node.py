@@ -46,14 +46,9 @@ class ApiNode(NodeBase):
         self.limiter.published(order_fingerprint_names(self.current_order()))
 
     def _start_services(self, root: Path) -> None:
-        """The agent's parts for this node, wired as the agent wires them."""
-        from slicer.cdi import CdiDirectory
-        from slicer.checkpoint import CheckpointStore
-        from slicer.claims import ClaimCache
-        from slicer.mig_mode import MigModeManager
-        from slicer.plugin import DraDriver
+        """The agent's parts for this node, wired by the agent's own factory."""
+        from slicer.assembly import AgentConfig, assemble
         from slicer.publisher import SlicePublisher
-        from slicer.state import DeviceState
 
         base = root / self.name
         self._publisher = SlicePublisher(
@@ -63,16 +58,17 @@ class ApiNode(NodeBase):
             server_version=self.scenario.kubernetes,
             sleep=lambda _s: None,
         )
-        mig = MigModeManager(self.backend, dict(self.modes))
-        self.state = DeviceState(
-            self.backend,
-            CheckpointStore(base / "checkpoint"),
-            CdiDirectory(base / "cdi"),
-            mig=mig,
-            clock=self.clock,
+        parts = assemble(
+            AgentConfig(node=self.name, checkpoint_dir=base / "checkpoint", cdi_dir=base / "cdi"),
+            backend=self.backend,
+            api=self.api,
+            modes=dict(self.modes),
+            republish=lambda _view: None,  # the simulator publishes through self._publisher
+            state_clock=self.clock,
+            max_parallel=1,
         )
-        claims = ClaimCache(self.api, pool=self.name)
-        self.driver = DraDriver(self.state, claims, pool=self.name, max_parallel=1)
+        self.state = parts.state
+        self.driver = parts.driver
         self._kubelet = KubeletClient(self.driver, base)
 
     def ensure_pool(self, *, fresh: bool = True) -> Pool:
