@@ -17,7 +17,7 @@ from sim.errors import AllocationError
 from sim.kubelet import KubeletClient, PreparedClaim
 from sim.node import NodeBase, SimClock
 from sim.scenario import NodeSpec, Scenario
-from slicer.inventory import DRIVER
+from slicer.identity import DRIVER
 
 RESOURCE = "resource.k8s.io/v1"
 

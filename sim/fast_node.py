@@ -18,7 +18,8 @@ from sim.node import NodeBase, SimClock, parse_device_name
 from sim.scenario import NodeSpec, Scenario
 from slicer.catalog import GpuModel, Placement
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
-from slicer.inventory import DRIVER, plan_pool
+from slicer.identity import DRIVER
+from slicer.inventory import plan_pool
 from slicer.ordering import Candidate, Occupancy, OrderPolicy
 
 GpuKey = tuple[int, tuple[Placement, ...], bool]

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 from kube import errors as kerrors
 from kube.api import KubeApi, Obj
+from slicer.identity import DRIVER, RESOURCE_API
 
-DRIVER = "gpu-slicer.io"
-API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceClaim"
 
 log = logging.getLogger(__name__)
@@ -113,7 +112,7 @@ class ClaimCache:
             assert cached is not None
             return cached  # an unallocated cached copy may just lag behind: GET it
         try:
-            claim = self._api.get(API_VERSION, KIND, name, namespace)
+            claim = self._api.get(RESOURCE_API, KIND, name, namespace)
         except kerrors.Unavailable:
             if usable:  # the watch is down too; an allocation never changes under its uid
                 assert cached is not None
@@ -164,7 +163,7 @@ class ClaimCache:
 
     def sync_once(self) -> str:
         """List every claim and replace the cache; returns the list's resourceVersion."""
-        listed = self._api.list(API_VERSION, KIND)
+        listed = self._api.list(RESOURCE_API, KIND)
         with self._lock:
             self._claims = {claim_key(c): c for c in listed.items}
             self._synced = True
@@ -211,7 +210,7 @@ class ClaimCache:
         """Apply the watch's events until it ends; the resourceVersion to resume from, or None
         when told to stop meanwhile."""
         for event in self._api.watch(
-            API_VERSION, KIND, resource_version=rv, timeout_s=self._watch_timeout
+            RESOURCE_API, KIND, resource_version=rv, timeout_s=self._watch_timeout
         ):
             if self._stop.is_set():
                 return None

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from slicer.inventory import DRIVER, MANAGED_BY
+from slicer.identity import DRIVER
+from slicer.inventory import MANAGED_BY
 
 Obj = dict[str, Any]
 

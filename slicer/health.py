@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable
 from slicer.agent_metrics import AgentMetrics
 from slicer.backend import GpuBackend, HealthEvent
 from slicer.errors import BackendError
-from slicer.inventory import UNHEALTHY_TAINT, DeviceTaint
+from slicer.identity import UNHEALTHY_TAINT
+from slicer.inventory import DeviceTaint
 
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 

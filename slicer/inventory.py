@@ -51,16 +51,14 @@ from slicer.counters import (
 )
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, WholeGpu
 from slicer.errors import SlicerError
+from slicer.identity import DRIVER, RESOURCE_API
 from slicer.layout import StaticLayout
 from slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
 
 Obj = dict[str, Any]
 
-DRIVER = "gpu-slicer.io"
-API_VERSION = "resource.k8s.io/v1"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-slicer"}
 LAYOUT_LABEL = "gpu-slicer.io/layout"
-UNHEALTHY_TAINT = "gpu-slicer.io/unhealthy"
 
 Mode = Literal["dynamic", "mig", "full"]
 MODES: tuple[Mode, ...] = ("dynamic", "mig", "full")
@@ -537,7 +535,7 @@ def plan_pool(
             spec["devices"] = [d.body for d in devices]
         slices.append(
             {
-                "apiVersion": API_VERSION,
+                "apiVersion": RESOURCE_API,
                 "kind": "ResourceSlice",
                 "metadata": {"name": slice_name(node, seq, width), "labels": dict(labels)},
                 "spec": spec,

@@ -50,9 +50,8 @@ from kube import errors as kerr
 from kube.api import KubeApi, event_for
 from slicer.devices import DeviceSpec
 from slicer.errors import PublishError
+from slicer.identity import DRIVER, RESOURCE_API
 from slicer.inventory import (
-    API_VERSION,
-    DRIVER,
     GpuState,
     PoolPlan,
     plan_pool,
@@ -443,7 +442,9 @@ class SlicePublisher:
     def _existing(self) -> dict[str, Obj]:
         try:
             listed = self._api.list(
-                API_VERSION, KIND, field_selector=f"spec.nodeName={self._node},spec.driver={DRIVER}"
+                RESOURCE_API,
+                KIND,
+                field_selector=f"spec.nodeName={self._node},spec.driver={DRIVER}",
             )
         except kerr.KubeError as exc:
             raise PublishError(
@@ -570,7 +571,7 @@ class SlicePublisher:
     def _get(self, name: str) -> Obj | None:
         def attempt() -> Obj | None:
             try:
-                return self._api.get(API_VERSION, KIND, name)
+                return self._api.get(RESOURCE_API, KIND, name)
             except kerr.NotFound:
                 return None
 
@@ -586,7 +587,7 @@ class SlicePublisher:
     def _delete(self, name: str) -> None:
         def attempt() -> None:
             with contextlib.suppress(kerr.NotFound):  # already gone
-                self._api.delete(API_VERSION, KIND, name)
+                self._api.delete(RESOURCE_API, KIND, name)
 
         self._retrying(
             attempt,

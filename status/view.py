@@ -22,13 +22,12 @@ from kube.quantity import parse_count
 from slicer import catalog
 from slicer.devices import SliceSpec, parse_device_name
 from slicer.errors import SlicerError
+from slicer.identity import DRIVER, UNHEALTHY_TAINT
 
 Obj = dict[str, Any]
 
-DRIVER = "gpu-slicer.io"
 MIGRATION_LABEL = "gpu-slicer.io/migration"
 CONVERTED_ANNOTATION = "gpu-slicer.io/converted"
-UNHEALTHY_TAINT = "gpu-slicer.io/unhealthy"
 LEGACY_GPU = "nvidia.com/gpu"
 LEGACY_MIG_PREFIX = "nvidia.com/mig-"
 

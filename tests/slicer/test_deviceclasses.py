@@ -14,7 +14,8 @@ from slicer.deviceclasses import (
     MIG_CLASS,
     device_classes,
 )
-from slicer.inventory import DRIVER, GpuState, build_slices
+from slicer.identity import DRIVER
+from slicer.inventory import GpuState, build_slices
 
 VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 

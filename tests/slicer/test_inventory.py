@@ -13,8 +13,8 @@ from slicer import catalog
 from slicer.catalog import GpuModel
 from slicer.counters import counter_names
 from slicer.devices import SliceSpec
+from slicer.identity import DRIVER
 from slicer.inventory import (
-    DRIVER,
     DeviceTaint,
     GpuState,
     InventoryError,

@@ -16,7 +16,8 @@ from kube.errors import AlreadyExists, Conflict, Forbidden, NotFound, Unavailabl
 from kube.memory import InMemoryKubeApi
 from slicer.devices import SliceSpec
 from slicer.errors import PublishError
-from slicer.inventory import API_VERSION, DRIVER, GpuState, check_limits
+from slicer.identity import DRIVER, RESOURCE_API
+from slicer.inventory import GpuState, check_limits
 from slicer.ordering import RepublishLimiter
 from slicer.publisher import (
     FALLBACK_REASON,
@@ -31,7 +32,11 @@ WRITES = {"create", "update", "delete", "patch", "apply"}
 
 def slices_of(api: InMemoryKubeApi, node: str = "node-a") -> list[dict[str, Any]]:
     return sorted(
-        (s for s in api.objects(API_VERSION, "ResourceSlice") if s["spec"]["pool"]["name"] == node),
+        (
+            s
+            for s in api.objects(RESOURCE_API, "ResourceSlice")
+            if s["spec"]["pool"]["name"] == node
+        ),
         key=lambda s: s["metadata"]["name"],
     )
 
@@ -112,7 +117,7 @@ def test_slices_of_other_nodes_and_drivers_are_left_alone(
     other = SlicePublisher(api, "node-b", sleep=lambda _: None)
     other.publish(make_states("A30:2"))
     foreign = {
-        "apiVersion": API_VERSION,
+        "apiVersion": RESOURCE_API,
         "kind": "ResourceSlice",
         "metadata": {"name": "node-a-gpu.nvidia.com-x"},
         "spec": {
@@ -126,7 +131,7 @@ def test_slices_of_other_nodes_and_drivers_are_left_alone(
     publisher.publish(make_states("H100-80GB:2"))
     assert len(slices_of(api, "node-b")) == len(other.plan(make_states("A30:2")).slices)
     assert (
-        api.get(API_VERSION, "ResourceSlice", "node-a-gpu.nvidia.com-x")["spec"]["driver"]
+        api.get(RESOURCE_API, "ResourceSlice", "node-a-gpu.nvidia.com-x")["spec"]["driver"]
         == "gpu.nvidia.com"
     )
     assert all(
