@@ -2,7 +2,7 @@
 
 :class:`NodeAgent` runs the parts :func:`slicer.assembly.assemble` wires, and owns their threads:
 
-* ``claim-watch``  keeps the ResourceClaim cache current (slicer.claims), retrying with backoff
+* ``claim-watch``  keeps the ResourceClaim cache current (slicer.claim_cache), retrying with backoff
   while the apiserver is unreachable; prepared claims keep working from the checkpoint;
 * ``health``       turns backend health events into taints (slicer.health);
 * ``reconciler``   runs a pass every ``reconcile_interval_s`` and whenever a claim, the state or

@@ -24,7 +24,7 @@ from slicer.agent_metrics import AgentMetrics
 from slicer.backend import GpuBackend, model_of
 from slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
 from slicer.checkpoint import CheckpointStore
-from slicer.claims import ClaimCache
+from slicer.claim_cache import ClaimCache
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
 from slicer.layout import StaticLayout

@@ -29,7 +29,7 @@ import grpc
 
 from kube import errors as kerrors
 from slicer.checkpoint import PREPARE_COMPLETED, PreparedDevice
-from slicer.claims import ClaimCache, ClaimError, our_results
+from slicer.claim_cache import ClaimCache, ClaimError, our_results
 from slicer.errors import BackendError, SlicerError
 from slicer.identity import DRIVER
 from slicer.proto import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from kube import errors as kerrors
 from slicer.backend import GpuInfo, model_of
 from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry, PreparedDevice
-from slicer.claims import ClaimCache, our_results
+from slicer.claim_cache import ClaimCache, our_results
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
 from slicer.errors import (
     BackendError,

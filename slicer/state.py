@@ -44,7 +44,7 @@ from slicer.checkpoint import (
     ClaimEntry,
     PreparedDevice,
 )
-from slicer.claims import AllocatedDevice
+from slicer.claim_cache import AllocatedDevice
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
 from slicer.errors import BackendError, DeviceNameError, GpuLost, GpuNotFound, SlicerError
 from slicer.layout import StaticLayout

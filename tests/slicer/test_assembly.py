@@ -12,7 +12,7 @@ import pytest
 
 from kube.memory import InMemoryKubeApi
 from slicer.assembly import AgentConfig, AgentParts, assemble, discover_modes
-from slicer.claims import AllocatedDevice
+from slicer.claim_cache import AllocatedDevice
 from slicer.reconciler import NodeView
 from slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE, allocate_claim

@@ -20,7 +20,7 @@ from kube.memory import InMemoryKubeApi
 from slicer.agent import NodeAgent
 from slicer.assembly import AgentConfig
 from slicer.cdi import validate_spec
-from slicer.claims import ClaimCache
+from slicer.claim_cache import ClaimCache
 from slicer.plugin import ClaimRef, DraDriver
 from slicer.proto import (
     dra_v1_pb2,

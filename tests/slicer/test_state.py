@@ -11,7 +11,7 @@ import pytest
 
 from kube.memory import InMemoryKubeApi
 from slicer.checkpoint import PREPARE_COMPLETED
-from slicer.claims import AllocatedDevice
+from slicer.claim_cache import AllocatedDevice
 from slicer.devices import SliceSpec, WholeGpu
 from slicer.errors import InsufficientResources, SlicerError
 from slicer.simulated import SimulatedBackend

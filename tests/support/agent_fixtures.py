@@ -20,7 +20,7 @@ from kube.memory import InMemoryKubeApi
 from slicer import catalog
 from slicer.agent_metrics import AgentMetrics
 from slicer.assembly import AgentConfig, assemble
-from slicer.claims import ClaimCache
+from slicer.claim_cache import ClaimCache
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
 from slicer.reconciler import NodeView, Reconciler
@@ -115,7 +115,7 @@ class Agent:
     published: list[NodeView] = field(default_factory=list)
 
     def prepare(self, claim: dict[str, Any]) -> Any:
-        from slicer.claims import our_results
+        from slicer.claim_cache import our_results
 
         uid, ns, name = ref(claim)
         stored = self.claims.get(ns, name, uid)

@@ -78,9 +78,9 @@ DECLARED: dict[str, list[Declared]] = {
         Declared("slicer/publisher.py", "delete", *RS, "slices of an older generation"),
         Declared("slicer/publisher.py", "get", "v1", "Node", "owner reference, Event subject"),
         Declared("slicer/publisher.py", "create", "events.k8s.io/v1", "Event", "problems"),
-        Declared("slicer/claims.py", "get", *RC, "claim the kubelet asks to prepare"),
-        Declared("slicer/claims.py", "list", *RC, "claim cache"),
-        Declared("slicer/claims.py", "watch", *RC, "claim cache"),
+        Declared("slicer/claim_cache.py", "get", *RC, "claim the kubelet asks to prepare"),
+        Declared("slicer/claim_cache.py", "list", *RC, "claim cache"),
+        Declared("slicer/claim_cache.py", "watch", *RC, "claim cache"),
     ],
 }
 

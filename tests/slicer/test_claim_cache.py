@@ -9,7 +9,7 @@ import pytest
 
 from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
-from slicer.claims import AllocatedDevice, ClaimCache, ClaimError, our_results
+from slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_results
 from tests.support.agent_fixtures import NODE, allocate_claim, ref
 
 
