@@ -814,6 +814,11 @@ def _plan(needs: Sequence[_Need]) -> _Plan:
     segments: list[tuple[int, int, list[_Need], _Need, int]] = []
     """(owner's position in the pod, start, members covering it, owner, size)."""
     for members in groups.values():
+        if len(members) == 1 and members[0].count > 0:
+            # Nothing to share: what layout would give, one request for the whole count.
+            only = members[0]
+            segments.append((order[id(only)], 0, members, only, only.count))
+            continue
         _total, ranges = layout([(m.container.long_running, m.count) for m in members])
         edges = sorted({e for r in ranges for e in r})
         for start, end in zip(edges, edges[1:], strict=False):
