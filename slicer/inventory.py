@@ -555,7 +555,18 @@ def build_slices(node: str, gpus: Sequence[GpuState], **options: Any) -> list[Ob
 def check_limits(slices: Sequence[Obj], server_version: tuple[int, int]) -> list[str]:
     """Every way ``slices`` (one pool) break the apiserver's limits or the pool's consistency."""
     limits = limits_for(server_version)
-    layout = slice_layout(server_version)
+    combined = slice_layout(server_version) == "combined"
+    problems = _pool_problems(slices)
+    pool_sets: dict[str, set[str]] = {}
+    device_names: set[str] = set()
+    for s in slices:
+        problems += _slice_problems(s, limits, combined, pool_sets, device_names)
+    problems += _consumption_problems(slices, pool_sets)
+    return problems
+
+
+def _pool_problems(slices: Sequence[Obj]) -> list[str]:
+    """The slices must agree on the pool they make up, or the scheduler ignores the pool."""
     problems: list[str] = []
     generations = {s["spec"]["pool"]["generation"] for s in slices}
     counts = {s["spec"]["pool"]["resourceSliceCount"] for s in slices}
@@ -563,69 +574,99 @@ def check_limits(slices: Sequence[Obj], server_version: tuple[int, int]) -> list
         problems.append(f"slices disagree on the pool generation: {sorted(generations)}")
     if slices and counts != {len(slices)}:
         problems.append(f"resourceSliceCount {sorted(counts)} but {len(slices)} slices")
-    pool_sets: dict[str, set[str]] = {}
-    device_names: set[str] = set()
-    for s in slices:
-        name = s["metadata"]["name"]
-        spec = s["spec"]
-        sets = spec.get("sharedCounters") or []
-        devices = spec.get("devices") or []
-        if limits.exclusive and sets and devices:
-            problems.append(f"{name}: holds both devices and counter sets")
-        if len(sets) > limits.counter_sets:
-            problems.append(f"{name}: {len(sets)} counter sets > {limits.counter_sets}")
-        total = 0
-        slice_sets: dict[str, set[str]] = {}
-        for cs in sets:
-            n = len(cs["counters"])
-            total += n
-            if n > limits.counters_per_set:
-                problems.append(f"{name}: set {cs['name']} has {n} counters")
-            if cs["name"] in pool_sets:
-                problems.append(f"{name}: counter set {cs['name']} defined twice in the pool")
-            pool_sets[cs["name"]] = set(cs["counters"])
-            slice_sets[cs["name"]] = set(cs["counters"])
-        if limits.counters_per_slice is not None and total > limits.counters_per_slice:
-            problems.append(f"{name}: {total} counters > {limits.counters_per_slice}")
-        heavy = any(d.get("consumesCounters") or d.get("taints") for d in devices)
-        cap = limits.devices_with_counters_or_taints if heavy else limits.devices
-        if len(devices) > cap:
-            problems.append(f"{name}: {len(devices)} devices > {cap}")
-        consumed_in_slice = 0
-        for d in devices:
-            dn = d["name"]
-            if dn in device_names:
-                problems.append(f"{name}: device {dn} listed twice in the pool")
-            device_names.add(dn)
-            if len(dn) > 63:
-                problems.append(f"{name}: device name {dn} longer than 63")
-            attrs = d.get("attributes", {})
-            if len(attrs) + len(d.get("capacity", {})) > limits.attributes_and_capacities:
-                problems.append(f"{name}: {dn} has too many attributes and capacities")
-            for key, value in attrs.items():
-                if len(value.get("string", "")) > 64:
-                    problems.append(f"{name}: {dn} attribute {key} longer than 64")
-            if len(d.get("taints", [])) > limits.taints_per_device:
-                problems.append(f"{name}: {dn} has more than {limits.taints_per_device} taints")
-            entries = d.get("consumesCounters") or []
-            if len(entries) > limits.consumption_entries_per_device:
-                problems.append(f"{name}: {dn} has {len(entries)} consumesCounters entries")
-            consumed = sum(len(e["counters"]) for e in entries)
-            consumed_in_slice += consumed
-            if (
-                limits.counters_consumed_per_device is not None
-                and consumed > limits.counters_consumed_per_device
-            ):
-                problems.append(f"{name}: {dn} consumes {consumed} counters")
-            for e in entries:
-                visible = slice_sets if layout == "combined" else None
-                if visible is not None and e["counterSet"] not in visible:
-                    problems.append(f"{name}: {dn} uses {e['counterSet']} from another slice")
-        if (
-            limits.counters_consumed_per_slice is not None
-            and consumed_in_slice > limits.counters_consumed_per_slice
-        ):
-            problems.append(f"{name}: {consumed_in_slice} counter consumptions in one slice")
+    return problems
+
+
+def _slice_problems(
+    s: Obj,
+    limits: SliceLimits,
+    combined: bool,
+    pool_sets: dict[str, set[str]],
+    device_names: set[str],
+) -> list[str]:
+    """One slice against the per-slice limits; records its counter sets in ``pool_sets`` and
+    its devices in ``device_names``, which the pool-wide checks read."""
+    name = s["metadata"]["name"]
+    spec = s["spec"]
+    sets = spec.get("sharedCounters") or []
+    devices = spec.get("devices") or []
+    problems: list[str] = []
+    if limits.exclusive and sets and devices:
+        problems.append(f"{name}: holds both devices and counter sets")
+    if len(sets) > limits.counter_sets:
+        problems.append(f"{name}: {len(sets)} counter sets > {limits.counter_sets}")
+    total = 0
+    slice_sets: dict[str, set[str]] = {}
+    for cs in sets:
+        n = len(cs["counters"])
+        total += n
+        if n > limits.counters_per_set:
+            problems.append(f"{name}: set {cs['name']} has {n} counters")
+        if cs["name"] in pool_sets:
+            problems.append(f"{name}: counter set {cs['name']} defined twice in the pool")
+        pool_sets[cs["name"]] = set(cs["counters"])
+        slice_sets[cs["name"]] = set(cs["counters"])
+    if limits.counters_per_slice is not None and total > limits.counters_per_slice:
+        problems.append(f"{name}: {total} counters > {limits.counters_per_slice}")
+    heavy = any(d.get("consumesCounters") or d.get("taints") for d in devices)
+    cap = limits.devices_with_counters_or_taints if heavy else limits.devices
+    if len(devices) > cap:
+        problems.append(f"{name}: {len(devices)} devices > {cap}")
+    # In the combined layout a device may only consume the counter sets of its own slice.
+    visible = slice_sets if combined else None
+    consumed_in_slice = 0
+    for d in devices:
+        consumed_in_slice += _device_problems(name, d, limits, visible, device_names, problems)
+    if (
+        limits.counters_consumed_per_slice is not None
+        and consumed_in_slice > limits.counters_consumed_per_slice
+    ):
+        problems.append(f"{name}: {consumed_in_slice} counter consumptions in one slice")
+    return problems
+
+
+def _device_problems(
+    name: str,
+    d: Obj,
+    limits: SliceLimits,
+    visible: dict[str, set[str]] | None,
+    device_names: set[str],
+    problems: list[str],
+) -> int:
+    """Appends what is wrong with device ``d`` of slice ``name`` to ``problems``; returns how
+    many counters it consumes, which the slice's own limit adds up."""
+    dn = d["name"]
+    if dn in device_names:
+        problems.append(f"{name}: device {dn} listed twice in the pool")
+    device_names.add(dn)
+    if len(dn) > 63:
+        problems.append(f"{name}: device name {dn} longer than 63")
+    attrs = d.get("attributes", {})
+    if len(attrs) + len(d.get("capacity", {})) > limits.attributes_and_capacities:
+        problems.append(f"{name}: {dn} has too many attributes and capacities")
+    for key, value in attrs.items():
+        if len(value.get("string", "")) > 64:
+            problems.append(f"{name}: {dn} attribute {key} longer than 64")
+    if len(d.get("taints", [])) > limits.taints_per_device:
+        problems.append(f"{name}: {dn} has more than {limits.taints_per_device} taints")
+    entries = d.get("consumesCounters") or []
+    if len(entries) > limits.consumption_entries_per_device:
+        problems.append(f"{name}: {dn} has {len(entries)} consumesCounters entries")
+    consumed = sum(len(e["counters"]) for e in entries)
+    if (
+        limits.counters_consumed_per_device is not None
+        and consumed > limits.counters_consumed_per_device
+    ):
+        problems.append(f"{name}: {dn} consumes {consumed} counters")
+    for e in entries:
+        if visible is not None and e["counterSet"] not in visible:
+            problems.append(f"{name}: {dn} uses {e['counterSet']} from another slice")
+    return consumed
+
+
+def _consumption_problems(slices: Sequence[Obj], pool_sets: dict[str, set[str]]) -> list[str]:
+    """Every counter a device consumes must be defined by some counter set of the pool."""
+    problems: list[str] = []
     for s in slices:
         for d in s["spec"].get("devices") or []:
             for e in d.get("consumesCounters") or []:

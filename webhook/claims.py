@@ -33,6 +33,8 @@ TEMPLATE_PREFIX = "gpu-slicer-"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-slicer"
 HASH_CHARS = 10
+DNS_LABEL_MAX = 63
+"""Kubernetes' limit on a label (RFC 1123), which request and subrequest names must be."""
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
@@ -92,7 +94,7 @@ _CACHED_TEXT_MAX = 253
 names. Kubernetes names are at most 253 characters, so real ones always are."""
 
 
-def dns_label(text: str, *, fallback: str = "x", max_len: int = 63) -> str:
+def dns_label(text: str, *, fallback: str = "x", max_len: int = DNS_LABEL_MAX) -> str:
     """Turn ``text`` into an RFC 1123 label (lower case, digits, ``-``; at most ``max_len``).
 
     Cached: the same container and profile names come back with every replica of a workload.
@@ -116,7 +118,7 @@ def unique_label(base: str, taken: set[str]) -> str:
     counter = 2
     while candidate in taken:
         suffix = f"-{counter}"
-        candidate = base[: 63 - len(suffix)].rstrip("-") + suffix
+        candidate = base[: DNS_LABEL_MAX - len(suffix)].rstrip("-") + suffix
         counter += 1
     taken.add(candidate)
     return candidate

@@ -11,9 +11,13 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kube import documents
+
+if TYPE_CHECKING:
+    from webhook.convert import ConvertResult
+    from webhook.policy import Policy
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -141,40 +145,66 @@ def _manifest_files(folder: Path) -> list[Path]:
     )
 
 
+_CONVERT = "gpu-slicer convert"
+"""How ``convert``'s messages begin."""
+
+
 def _convert(args: argparse.Namespace) -> int:
-    from webhook import convert
-    from webhook.errors import ManifestError, PolicyError
+    from webhook.errors import PolicyError
     from webhook.policy import Policy, load_policy_file
 
-    prefix = "gpu-slicer convert"
     try:
         policy = load_policy_file(args.policy) if args.policy else Policy.default()
     except PolicyError as exc:
-        return _report(f"{prefix}: invalid policy {exc.source}:", exc.problems)
-    if args.namespace is not None and not _NAMESPACE.fullmatch(args.namespace):
-        print(
-            f"{prefix}: --namespace {args.namespace!r} is not a valid namespace name: at most "
-            "63 lower-case letters, digits and '-', starting and ending with a letter or digit",
-            file=sys.stderr,
-        )
-        return 2
+        return _report(f"{_CONVERT}: invalid policy {exc.source}:", exc.problems)
     folder = Path(args.file) if args.file != "-" and Path(args.file).is_dir() else None
-    if (args.out_dir or args.beside) and folder is None:
-        print(
-            f"{prefix}: --out-dir and --beside write one file per input file: give a folder "
-            "(FILE writes to standard output)",
-            file=sys.stderr,
-        )
-        return 2
-    if args.out_dir and Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
-        print(f"{prefix}: --out-dir {args.out_dir} is a file, not a folder", file=sys.stderr)
-        return 2
-    files = _manifest_files(folder) if folder is not None else [Path(args.file)]
-    if folder is not None and not files:
-        print(f"{prefix}: {folder} holds no .yaml, .yml or .json files", file=sys.stderr)
+    problem = _convert_usage_problem(args, folder)
+    files: list[Path] = []
+    if problem is None:
+        files = _manifest_files(folder) if folder is not None else [Path(args.file)]
+        if folder is not None and not files:
+            problem = f"{folder} holds no .yaml, .yml or .json files"
+    if problem is not None:
+        print(f"{_CONVERT}: {problem}", file=sys.stderr)
         return 2
     native = frozenset(n.strip() for n in args.native_extended.split(",") if n.strip())
-    results: list[tuple[Path, Any]] = []
+    results = _convert_files(args, files, folder, policy, native)
+    if results is None:
+        return 2  # nothing written: a GitOps tree is converted whole or not at all
+    _write_converted(args, folder, results)
+    return 0
+
+
+def _convert_usage_problem(args: argparse.Namespace, folder: Path | None) -> str | None:
+    """What is wrong with ``convert``'s flags, found before any file is read."""
+    if args.namespace is not None and not _NAMESPACE.fullmatch(args.namespace):
+        return (
+            f"--namespace {args.namespace!r} is not a valid namespace name: at most "
+            "63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+        )
+    if (args.out_dir or args.beside) and folder is None:
+        return (
+            "--out-dir and --beside write one file per input file: give a folder "
+            "(FILE writes to standard output)"
+        )
+    if args.out_dir and Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
+        return f"--out-dir {args.out_dir} is a file, not a folder"
+    return None
+
+
+def _convert_files(
+    args: argparse.Namespace,
+    files: list[Path],
+    folder: Path | None,
+    policy: Policy,
+    native: frozenset[str],
+) -> list[tuple[Path, ConvertResult]] | None:
+    """Every file converted, its notes printed; None when any file could not be (each one's
+    problems printed), since a tree is converted whole or not at all."""
+    from webhook import convert
+    from webhook.errors import ManifestError
+
+    results: list[tuple[Path, ConvertResult]] = []
     failed = False
     for path in files:
         source = "<stdin>" if args.file == "-" else str(path)
@@ -188,28 +218,34 @@ def _convert(args: argparse.Namespace) -> int:
                 native_extended=native,
             )
         except documents.DocumentError as exc:
-            print(f"{prefix}: {source}: {exc}", file=sys.stderr)
+            print(f"{_CONVERT}: {source}: {exc}", file=sys.stderr)
             failed = True
             continue
         except ManifestError as exc:
             for problem in exc.problems:
                 where = "" if problem.startswith(source) else f"{source}: "
-                print(f"{prefix}: {where}{problem}", file=sys.stderr)
+                print(f"{_CONVERT}: {where}{problem}", file=sys.stderr)
             failed = True
             continue
         label = f"{path}: " if folder is not None else ""
         for line in [*result.summaries, *result.warnings]:
             print(f"{label}{line}", file=sys.stderr)
         results.append((path, result))
-    if failed:
-        return 2  # nothing written: a GitOps tree is converted whole or not at all
+    return None if failed else results
+
+
+def _write_converted(
+    args: argparse.Namespace, folder: Path | None, results: list[tuple[Path, ConvertResult]]
+) -> None:
+    """Standard output, or (a folder with --out-dir or --beside) one file per changed input."""
+    from webhook import convert
 
     def render(items: list[Any]) -> str:
         return convert.dump_json_list(items) if args.output == "json" else convert.dump_yaml(items)
 
     if folder is None or not (args.out_dir or args.beside):
         sys.stdout.write(render([item for _, r in results for item in r.items]))
-        return 0
+        return
     suffix = ".json" if args.output == "json" else ".yaml"
     for path, result in results:
         relative = path.relative_to(folder)
@@ -223,7 +259,6 @@ def _convert(args: argparse.Namespace) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(render(result.items), encoding="utf-8")
         print(f"wrote {target}", file=sys.stderr)
-    return 0
 
 
 # --- webhook serve (admission server) --------------------------------------------------------

@@ -85,25 +85,12 @@ class ServerConfig:
     # ------------------------------------------------------------------ checks
     def problems(self) -> list[str]:
         """What is wrong with these settings, each naming the flag; [] when usable."""
-        found: list[str] = []
-        host, sep, port = self.bind.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            found.append(f"--bind {self.bind!r}: expected HOST:PORT, e.g. 0.0.0.0:8443")
-        elif not 0 <= int(port) <= 65535:
-            found.append(f"--bind {self.bind!r}: port {port} is out of range (0-65535)")
-        if bool(self.tls_cert) != bool(self.tls_key):
-            found.append("give both --tls-cert and --tls-key, or neither (with --dev)")
-        if not self.dev:
-            if not (self.tls_cert or self.tls_key):
-                found.append(
-                    "give --tls-cert and --tls-key (the apiserver only calls webhooks over "
-                    "TLS), or --dev for a local self-signed server"
-                )
-            if self.namespace_mode is not None:
-                found.append(
-                    "--namespace-mode only applies with --dev; in a cluster each namespace's "
-                    "mode comes from its label gpu-slicer.io/migration"
-                )
+        found = self._bind_problems() + self._tls_problems()
+        if not self.dev and self.namespace_mode is not None:
+            found.append(
+                "--namespace-mode only applies with --dev; in a cluster each namespace's "
+                "mode comes from its label gpu-slicer.io/migration"
+            )
         if self.namespace_mode not in (None, "enabled", "audit"):
             found.append(f"--namespace-mode {self.namespace_mode!r}: use enabled or audit")
         if self.workers < 1:
@@ -118,6 +105,26 @@ class ServerConfig:
         for name in ("policy_check_s", "tls_check_s", "template_cache_ttl_s", "gc_interval_s"):
             if getattr(self, name) < 0:
                 found.append(f"--{name.replace('_', '-')} must not be negative")
+        return found
+
+    def _bind_problems(self) -> list[str]:
+        host, sep, port = self.bind.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            return [f"--bind {self.bind!r}: expected HOST:PORT, e.g. 0.0.0.0:8443"]
+        if not 0 <= int(port) <= 65535:
+            return [f"--bind {self.bind!r}: port {port} is out of range (0-65535)"]
+        return []
+
+    def _tls_problems(self) -> list[str]:
+        """Only ``--dev`` may do without a certificate: the apiserver calls webhooks over TLS."""
+        found: list[str] = []
+        if bool(self.tls_cert) != bool(self.tls_key):
+            found.append("give both --tls-cert and --tls-key, or neither (with --dev)")
+        if not self.dev and not (self.tls_cert or self.tls_key):
+            found.append(
+                "give --tls-cert and --tls-key (the apiserver only calls webhooks over "
+                "TLS), or --dev for a local self-signed server"
+            )
         return found
 
     def check(self) -> ServerConfig:

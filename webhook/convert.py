@@ -118,31 +118,7 @@ def _convert_any(
         path = POD_TEMPLATE_PATHS[kind]
     else:
         return obj
-    _check_metadata(obj.get("metadata"), "metadata")
-    template = _at(obj, path)
-    where = ".".join(path) or "the Pod"
-    if not isinstance(template, dict):
-        raise Denied(f"{'.'.join(path)}: no pod template (a mapping with a spec)")
-    if not isinstance(template.get("spec"), dict):
-        raise Denied(
-            f"{where + '.' if path else ''}spec: must be a mapping with containers, "
-            f"not {_yaml_type(template.get('spec'))}"
-        )
-    if path:
-        _check_metadata(template.get("metadata"), f"{where}.metadata")
-    prefix = f"{where}.spec" if path else "spec"
-    for key in ("initContainers", "containers"):
-        listed = template["spec"].get(key)
-        if listed is None:
-            continue
-        if not isinstance(listed, list):
-            raise Denied(f"{prefix}.{key}: must be a list of containers, not {_yaml_type(listed)}")
-        for i, item in enumerate(listed):
-            if not isinstance(item, dict):
-                raise Denied(
-                    f"{prefix}.{key}[{i}]: must be a container (a mapping), not {_yaml_type(item)}"
-                )
-            _check_resources(item.get("resources"), f"{prefix}.{key}[{i}].resources")
+    template = _pod_template(obj, path)
     raw = obj.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
     ns = str(metadata.get("namespace") or namespace or "")
@@ -163,6 +139,39 @@ def _convert_any(
     target["metadata"] = patched["metadata"]
     target["spec"] = patched["spec"]
     return out
+
+
+def _pod_template(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    """The pod (template) at ``path`` of ``obj``, checked the way the API server would check
+    it, so that a hand-written manifest gets a message rather than a crash."""
+    _check_metadata(obj.get("metadata"), "metadata")
+    template = _at(obj, path)
+    where = ".".join(path) or "the Pod"
+    if not isinstance(template, dict):
+        raise Denied(f"{'.'.join(path)}: no pod template (a mapping with a spec)")
+    if not isinstance(template.get("spec"), dict):
+        raise Denied(
+            f"{where + '.' if path else ''}spec: must be a mapping with containers, "
+            f"not {_yaml_type(template.get('spec'))}"
+        )
+    if path:
+        _check_metadata(template.get("metadata"), f"{where}.metadata")
+    prefix = f"{where}.spec" if path else "spec"
+    for key in ("initContainers", "containers"):
+        _check_containers(template["spec"].get(key), f"{prefix}.{key}")
+    return template
+
+
+def _check_containers(listed: Any, where: str) -> None:
+    """Raise Denied unless ``listed`` is absent or a list of containers with usable resources."""
+    if listed is None:
+        return
+    if not isinstance(listed, list):
+        raise Denied(f"{where}: must be a list of containers, not {_yaml_type(listed)}")
+    for i, item in enumerate(listed):
+        if not isinstance(item, dict):
+            raise Denied(f"{where}[{i}]: must be a container (a mapping), not {_yaml_type(item)}")
+        _check_resources(item.get("resources"), f"{where}[{i}].resources")
 
 
 def _collect_templates(

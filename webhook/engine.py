@@ -170,29 +170,51 @@ def _check_containers(spec: Mapping[str, Any], field: str, *, required: bool) ->
     if not isinstance(items, list):
         raise BadReview(f"request.object.spec.{field}: expected a list, got {_kind(items)}")
     for index, container in enumerate(items):
-        where = f"request.object.spec.{field}[{index}]"
-        body = _expect_dict(container, where)
-        if not isinstance(body.get("name"), str):
+        # Every review passes here: the paths in messages are only spelled out for a failure.
+        if not isinstance(container, dict) or not isinstance(container.get("name"), str):
+            where = f"request.object.spec.{field}[{index}]"
+            _expect_dict(container, where)
             raise BadReview(f"{where}.name: expected a string")
-        resources = body.get("resources")
+        resources = container.get("resources")
         if resources is None:
             continue
-        resources = _expect_dict(resources, f"{where}.resources")
-        for section in ("requests", "limits"):
-            values = resources.get(section)
-            if values is None:
-                continue
-            for key, quantity in _expect_dict(values, f"{where}.resources.{section}").items():
-                if not isinstance(quantity, str | int | float) or isinstance(quantity, bool):
-                    raise BadReview(
-                        f"{where}.resources.{section}[{key!r}]: expected a quantity, "
-                        f"got {_kind(quantity)}"
-                    )
-        claims = resources.get("claims")
-        if claims is not None and not (
-            isinstance(claims, list) and all(isinstance(c, dict) for c in claims)
-        ):
-            raise BadReview(f"{where}.resources.claims: expected a list of objects")
+        if not isinstance(resources, dict) or not _resources_ok(resources):
+            _check_resources(resources, f"request.object.spec.{field}[{index}]")
+
+
+def _resources_ok(resources: dict[str, Any]) -> bool:
+    """Whether :func:`_check_resources` would pass, without building its messages."""
+    for section in ("requests", "limits"):
+        values = resources.get(section)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            return False
+        for quantity in values.values():
+            if not isinstance(quantity, str | int | float) or isinstance(quantity, bool):
+                return False
+    claims = resources.get("claims")
+    return claims is None or (isinstance(claims, list) and all(isinstance(c, dict) for c in claims))
+
+
+def _check_resources(value: Any, where: str) -> None:
+    """Raises the BadReview for a container's ``resources`` that is not what the API allows."""
+    resources = _expect_dict(value, f"{where}.resources")
+    for section in ("requests", "limits"):
+        values = resources.get(section)
+        if values is None:
+            continue
+        for key, quantity in _expect_dict(values, f"{where}.resources.{section}").items():
+            if not isinstance(quantity, str | int | float) or isinstance(quantity, bool):
+                raise BadReview(
+                    f"{where}.resources.{section}[{key!r}]: expected a quantity, "
+                    f"got {_kind(quantity)}"
+                )
+    claims = resources.get("claims")
+    if claims is not None and not (
+        isinstance(claims, list) and all(isinstance(c, dict) for c in claims)
+    ):
+        raise BadReview(f"{where}.resources.claims: expected a list of objects")
 
 
 def pod_request(request: Mapping[str, Any]) -> PodRequest:

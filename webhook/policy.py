@@ -275,30 +275,9 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
         gpu_models = _gpu_models(data["gpuModels"], "gpuModels", problems) or ALL_MODELS
     _check_offered(mig_fallback, None, gpu_models, "", "gpuModels", problems)
     full_gpu_mig = _flag(data, "fullGpuMig", "fullGpuMig", problems)
-    namespaces: dict[str, NamespacePolicy] = {}
-    raw_ns = data.get("namespaces")
-    if raw_ns is not None:
-        if not isinstance(raw_ns, dict):
-            problems.append(
-                f"namespaces: must be a mapping of namespace names, not {_kind(raw_ns)}"
-            )
-        else:
-            for name, body in raw_ns.items():
-                path = f"namespaces.{name}"
-                if not isinstance(name, str) or not _DNS_LABEL.match(name):
-                    problems.append(f"{path}: {name!r} is not a valid namespace name (DNS label)")
-                    continue
-                namespaces[name] = _namespace(body, path, gpu_models, mig_fallback, problems)
+    namespaces = _namespaces(data.get("namespaces"), gpu_models, mig_fallback, problems)
     if target == "nvidia":
-        strict = [("nvlink", nvlink)] + [
-            (f"namespaces.{n}.nvlink", ns.nvlink) for n, ns in namespaces.items()
-        ]
-        for path, mode in strict:
-            if mode == "strict":
-                problems.append(
-                    f"{path}: strict needs an NVLink attribute, which target nvidia does not "
-                    "publish; use prefer or none"
-                )
+        _check_no_strict(nvlink, namespaces, problems)
     return Policy(
         target=target,  # type: ignore[arg-type]
         native_extended_resources=native,  # type: ignore[arg-type]
@@ -309,6 +288,43 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
         full_gpu_mig=True if full_gpu_mig is None else full_gpu_mig,
         namespaces=MappingProxyType(namespaces),
     )
+
+
+def _namespaces(
+    raw_ns: Any,
+    cluster_models: tuple[str, ...],
+    cluster_fallback: MigFallback,
+    problems: list[str],
+) -> dict[str, NamespacePolicy]:
+    """The ``namespaces`` map; entries whose name is no namespace name are left out."""
+    namespaces: dict[str, NamespacePolicy] = {}
+    if raw_ns is None:
+        return namespaces
+    if not isinstance(raw_ns, dict):
+        problems.append(f"namespaces: must be a mapping of namespace names, not {_kind(raw_ns)}")
+        return namespaces
+    for name, body in raw_ns.items():
+        path = f"namespaces.{name}"
+        if not isinstance(name, str) or not _DNS_LABEL.match(name):
+            problems.append(f"{path}: {name!r} is not a valid namespace name (DNS label)")
+            continue
+        namespaces[name] = _namespace(body, path, cluster_models, cluster_fallback, problems)
+    return namespaces
+
+
+def _check_no_strict(
+    nvlink: str, namespaces: dict[str, NamespacePolicy], problems: list[str]
+) -> None:
+    """Target nvidia publishes no NVLink attribute, so a strict NVLink chain could never match."""
+    strict = [("nvlink", nvlink)] + [
+        (f"namespaces.{n}.nvlink", ns.nvlink) for n, ns in namespaces.items()
+    ]
+    for path, mode in strict:
+        if mode == "strict":
+            problems.append(
+                f"{path}: strict needs an NVLink attribute, which target nvidia does not "
+                "publish; use prefer or none"
+            )
 
 
 def _namespace(

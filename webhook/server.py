@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import logging
 import os
 import shutil
@@ -145,31 +146,15 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
         report_extended("start-up", force=True)
         templates = ReportingTemplates(on_action=count)
     else:
-        if api is None:
-            from kube.client import RealKubeApi
-
-            api = RealKubeApi.from_config(config.kubeconfig)
-        modes = NamespaceModes(api)
-        native = ExtendedResourceNames(
-            api, on_change=lambda: report_extended("DeviceClasses listed or changed")
+        modes, native, templates = _cluster_sources(
+            config,
+            api,
+            sources=sources,
+            on_classes=lambda: report_extended("DeviceClasses listed or changed"),
+            gc_after=gc_after,
+            count=count,
+            stoppers=stoppers,
         )
-        sources.append(native)
-        modes.start()
-        native.start()
-        stoppers += [modes.stop, native.stop]
-        api_templates = ApiTemplates(
-            api, ttl_s=config.template_cache_ttl_s, gc_after_s=gc_after, on_action=count
-        )
-        templates = api_templates
-        loop = CollectorLoop(
-            TemplateCollector(
-                api, gc_after_s=gc_after, forget=api_templates.forget, on_action=count
-            ),
-            interval_s=config.gc_interval_s,
-            may_run=gc_leader(config.runtime_dir or os.environ.get(RUNTIME_DIR_ENV)),
-        )
-        loop.start()
-        stoppers.append(loop.stop)
 
     def policy_now() -> Policy:
         return store.current()
@@ -181,24 +166,66 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
         templates=templates,
     )
 
-    def readiness() -> list[str]:
-        problems: list[str] = []
-        if not store.loaded:
-            problems.append(f"no valid policy loaded: {store.last_error or 'not read yet'}")
-        if not modes.synced:
-            problems.append("the Namespace cache has not synced yet")
-        if not native.synced:
-            problems.append("the DeviceClass cache has not synced yet")
-        return problems
-
     return Runtime(
         reviewer=engine,
         metrics=metrics,
-        readiness=readiness,
+        readiness=functools.partial(_readiness, store, modes, native),
         stoppers=stoppers,
         templates=templates,
         policy=store,
     )
+
+
+def _readiness(
+    store: PolicyStore,
+    modes: NamespaceModes | StaticNamespaceModes,
+    native: ExtendedResourceNames | StaticExtendedNames,
+) -> list[str]:
+    """Why the server cannot answer reviews yet; [] once policy and caches are in."""
+    problems: list[str] = []
+    if not store.loaded:
+        problems.append(f"no valid policy loaded: {store.last_error or 'not read yet'}")
+    if not modes.synced:
+        problems.append("the Namespace cache has not synced yet")
+    if not native.synced:
+        problems.append("the DeviceClass cache has not synced yet")
+    return problems
+
+
+def _cluster_sources(
+    config: ServerConfig,
+    api: KubeApi | None,
+    *,
+    sources: list[ExtendedResourceNames | StaticExtendedNames],
+    on_classes: Callable[[], None],
+    gc_after: Callable[[], int],
+    count: Callable[[str], None],
+    stoppers: list[Callable[[], None]],
+) -> tuple[NamespaceModes, ExtendedResourceNames, ApiTemplates]:
+    """The started caches, template ensurer and collector of a server with a cluster. The
+    DeviceClass cache joins ``sources`` before it starts, so its first listing is reported;
+    what has to be stopped joins ``stoppers``."""
+    if api is None:
+        from kube.client import RealKubeApi
+
+        api = RealKubeApi.from_config(config.kubeconfig)
+    modes = NamespaceModes(api)
+    native = ExtendedResourceNames(api, on_change=on_classes)
+    sources.append(native)
+    modes.start()
+    native.start()
+    stoppers += [modes.stop, native.stop]
+    templates = ApiTemplates(
+        api, ttl_s=config.template_cache_ttl_s, gc_after_s=gc_after, on_action=count
+    )
+    loop = CollectorLoop(
+        TemplateCollector(api, gc_after_s=gc_after, forget=templates.forget, on_action=count),
+        interval_s=config.gc_interval_s,
+        may_run=gc_leader(config.runtime_dir or os.environ.get(RUNTIME_DIR_ENV)),
+    )
+    loop.start()
+    stoppers.append(loop.stop)
+    return modes, native, templates
 
 
 # ----------------------------------------------------------------------------- dev certificate

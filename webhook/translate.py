@@ -59,12 +59,14 @@ CHANGE_ANNOTATION = "annotation"
 """The ``what`` of a change made because of an annotation rather than a legacy resource."""
 
 MAX_COUNT = 2**31 - 1
+"""A legacy count above this (the largest int32) is refused as a mistake, not put in a claim."""
 MAX_CLAIM_DEVICES = 32
 """Kubernetes allocates at most this many devices to one claim (``AllocationResultsMaxSize``):
 a bigger claim is accepted by the API but the scheduler can never allocate it."""
 MAX_CLAIM_REQUESTS = 32
 """The API's limit on ``devices.requests`` of one claim."""
 WARNING_LIMIT = 119
+"""The apiserver refuses a warning of 120 characters or more."""
 _KINDS = ("initContainers", "containers")
 
 
@@ -164,15 +166,54 @@ def translate_pod(
 
     target = target_driver(policy.target)
     rules = policy.for_namespace(namespace)
-    annotations = _dict(metadata.get("annotations"))
-    containers = _containers(spec)
     warnings: list[str] = []
+    containers = _read_containers(spec, policy, native_extended, warnings)
+    needs = _needs(containers, _dict(metadata.get("annotations")), rules, target, warnings)
+    deferred = tuple((c.name, r) for c in containers for r in c.deferred)
+    if not needs:
+        return Conversion(warnings=warnings, deferred=deferred)
+    plan = _plan(needs)
+    _check_claim_size(plan.requests)
+    return _write(pod, namespace, needs, plan, target, warnings, deferred)
+
+
+def audit_warnings(conversion: Conversion) -> list[str]:
+    """What audit mode returns: one warning per conversion it would have made, then the rest."""
+    name = conversion.template_name
+    out = [
+        _short(f"gpu-slicer audit: would convert {what} in {container} to claim template {name}")
+        for container, what in conversion.changes
+    ]
+    return out + [_short(w) for w in conversion.warnings]
+
+
+def converted_annotation(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The decoded ``gpu-slicer.io/converted`` record of a pod, if it has a valid one."""
+    raw = _dict(_dict(pod.get("metadata")).get("annotations")).get(ANNOTATION_CONVERTED)
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# --- translate_pod's steps: what the containers need ----------------------------------------
+
+
+def _read_containers(
+    spec: dict[str, Any], policy: Policy, native_extended: frozenset[str], warnings: list[str]
+) -> list[_Container]:
+    """The pod's containers with their legacy requests read; refuses a pod with more running
+    containers asking for GPUs than a claim has requests, without reading the rest."""
+    containers = _containers(spec)
     running = 0
     for container in containers:
         _read_legacy(container, policy, native_extended, warnings)
         if container.legacy and container.long_running:
             # App containers and sidecars run side by side, so each needs devices (and so a
-            # request) of its own: past 32 the pod is refused without reading the rest.
+            # request) of its own.
             running += 1
             if running > MAX_CLAIM_REQUESTS:
                 raise Denied(
@@ -180,10 +221,19 @@ def translate_pod(
                     f"(the {running}th is {container.name!r}); each needs a request of its own "
                     f"and a claim holds at most {MAX_CLAIM_REQUESTS} requests"
                 )
+    return containers
 
+
+def _needs(
+    containers: Sequence[_Container],
+    annotations: dict[str, Any],
+    rules: NamespaceRules,
+    target: TargetDriver,
+    warnings: list[str],
+) -> list[_Need]:
+    """What each container that gets devices asks for, in pod order."""
     chain = _annotation_chain(annotations, rules.gpu_models)
     targeted = _targeted(annotations, containers, chain is not None)
-
     needs: list[_Need] = []
     for container in containers:
         is_targeted = container in targeted
@@ -200,12 +250,11 @@ def translate_pod(
         if not is_targeted and not container.legacy:
             continue
         needs.append(_need(container, is_targeted, chain, rules, target, warnings))
-    deferred = tuple((c.name, r) for c in containers for r in c.deferred)
-    if not needs:
-        return Conversion(warnings=warnings, deferred=deferred)
+    return needs
 
-    plan = _plan(needs)
-    requests = plan.requests
+
+def _check_claim_size(requests: Sequence[ContainerRequest]) -> None:
+    """Refuses a claim the API would refuse, or one the scheduler could never allocate."""
     if len(requests) > MAX_CLAIM_REQUESTS:
         raise Denied(
             f"the pod needs {len(requests)} requests in its claim ("
@@ -220,6 +269,21 @@ def translate_pod(
             f"{MAX_CLAIM_DEVICES} devices to one claim, so it could never be scheduled"
         )
 
+
+# --- translate_pod's steps: the template and the patch ---------------------------------------
+
+
+def _write(
+    pod: dict[str, Any],
+    namespace: str,
+    needs: Sequence[_Need],
+    plan: _Plan,
+    target: TargetDriver,
+    warnings: list[str],
+    deferred: tuple[tuple[str, str], ...],
+) -> Conversion:
+    """The template for ``plan`` and the patch that points the pod's containers at it."""
+    requests = plan.requests
     name = _template_name(requests, target, plan.nvlink_sets)
     spec_out = claims.template_spec(requests, target, plan.nvlink_sets)
     template = claims.template_object(spec_out, namespace, name=name)
@@ -227,27 +291,9 @@ def translate_pod(
     changes: list[tuple[str, str]] = []
     record: list[dict[str, Any]] = []
     for need in needs:
-        container = need.container
-        resources = _dict(container.body.get("resources"))
-        for section in ("requests", "limits"):
-            values = _dict(resources.get(section))
-            present = [r for r in container.legacy if r in values]
-            if not present:
-                continue
-            if len(present) == len(values):
-                # Only the legacy resource was there: drop the map rather than leave it empty.
-                ops.append(patch.remove([*container.path, "resources", section]))
-                continue
-            ops.extend(patch.remove([*container.path, "resources", section, r]) for r in present)
         names = plan.uses[id(need)]
-        ops.extend(
-            patch.extend(
-                pod,
-                [*container.path, "resources", "claims"],
-                [{"name": claims.CLAIM_NAME, "request": n} for n in names],
-            )
-        )
-        changes.append((container.name, need.what))
+        ops.extend(_container_ops(pod, need.container, names))
+        changes.append((need.container.name, need.what))
         record.append(_record_entry(need, names))
     ops.append(
         patch.append(
@@ -274,6 +320,32 @@ def translate_pod(
     )
 
 
+def _container_ops(
+    pod: dict[str, Any], container: _Container, names: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Drop the container's legacy resource and reference the claim's requests ``names``."""
+    ops: list[dict[str, Any]] = []
+    resources = _dict(container.body.get("resources"))
+    for section in ("requests", "limits"):
+        values = _dict(resources.get(section))
+        present = [r for r in container.legacy if r in values]
+        if not present:
+            continue
+        if len(present) == len(values):
+            # Only the legacy resource was there: drop the map rather than leave it empty.
+            ops.append(patch.remove([*container.path, "resources", section]))
+            continue
+        ops.extend(patch.remove([*container.path, "resources", section, r]) for r in present)
+    ops.extend(
+        patch.extend(
+            pod,
+            [*container.path, "resources", "claims"],
+            [{"name": claims.CLAIM_NAME, "request": n} for n in names],
+        )
+    )
+    return ops
+
+
 def _record_entry(need: _Need, names: Sequence[str]) -> dict[str, Any]:
     """The container's line in ``gpu-slicer.io/converted``."""
     container = need.container
@@ -288,28 +360,6 @@ def _record_entry(need: _Need, names: Sequence[str]) -> dict[str, Any]:
         entry["via"] = need.via
     entry["to"] = [alt.label for alt in need.build(need.count, need.count > 1)]
     return entry
-
-
-def audit_warnings(conversion: Conversion) -> list[str]:
-    """What audit mode returns: one warning per conversion it would have made, then the rest."""
-    name = conversion.template_name
-    out = [
-        _short(f"gpu-slicer audit: would convert {what} in {container} to claim template {name}")
-        for container, what in conversion.changes
-    ]
-    return out + [_short(w) for w in conversion.warnings]
-
-
-def converted_annotation(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The decoded ``gpu-slicer.io/converted`` record of a pod, if it has a valid one."""
-    raw = _dict(_dict(pod.get("metadata")).get("annotations")).get(ANNOTATION_CONVERTED)
-    if not isinstance(raw, str):
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 # --- reading the pod ------------------------------------------------------------------------
@@ -764,6 +814,11 @@ def _plan(needs: Sequence[_Need]) -> _Plan:
     segments: list[tuple[int, int, list[_Need], _Need, int]] = []
     """(owner's position in the pod, start, members covering it, owner, size)."""
     for members in groups.values():
+        if len(members) == 1 and members[0].count > 0:
+            # Nothing to share: what layout would give, one request for the whole count.
+            only = members[0]
+            segments.append((order[id(only)], 0, members, only, only.count))
+            continue
         _total, ranges = layout([(m.container.long_running, m.count) for m in members])
         edges = sorted({e for r in ranges for e in r})
         for start, end in zip(edges, edges[1:], strict=False):
