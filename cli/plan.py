@@ -24,6 +24,7 @@ from kube import documents
 from kube.api import KubeApi
 from kube.errors import KubeError, NotFound
 from slicer import catalog
+from slicer.identity import MIGRATION_LABEL
 from webhook.errors import Denied, PolicyError
 from webhook.policy import Policy, load_policy
 from webhook.translate import is_legacy_resource, translate_pod
@@ -39,7 +40,6 @@ WORKLOAD_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "Pod"),
 )
 POLICY_CONFIGMAP = "gpu-slicer-policy"
-MIGRATION_LABEL = "gpu-slicer.io/migration"
 HORIZON = "2h"
 """How long the simulated pods run: long enough that none ends, so the report compares who
 gets a GPU at all, not who gets one sooner."""

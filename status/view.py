@@ -22,14 +22,17 @@ from kube.quantity import parse_count
 from slicer import catalog
 from slicer.devices import SliceSpec, parse_device_name
 from slicer.errors import SlicerError
-from slicer.identity import DRIVER, UNHEALTHY_TAINT
+from slicer.identity import (
+    CONVERTED_ANNOTATION,
+    DRIVER,
+    LEGACY_GPU,
+    LEGACY_MIG_PREFIX,
+    MIGRATION_LABEL,
+    UNHEALTHY_TAINT,
+)
 
 Obj = dict[str, Any]
 
-MIGRATION_LABEL = "gpu-slicer.io/migration"
-CONVERTED_ANNOTATION = "gpu-slicer.io/converted"
-LEGACY_GPU = "nvidia.com/gpu"
-LEGACY_MIG_PREFIX = "nvidia.com/mig-"
 
 Mode = Literal["dynamic", "mig", "full", "static", "unknown"]
 """How the agent advertises the GPU: ``dynamic`` (the whole GPU and every MIG slice), ``mig``

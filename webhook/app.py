@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Flask, Response, current_app, request
 
 from webhook.config import MAX_BODY_BYTES, ServerConfig
+from webhook.engine import COMPACT_JSON
 from webhook.errors import BadReview, WebhookError
 
 if TYPE_CHECKING:
@@ -43,13 +44,9 @@ def runtime() -> Runtime:
     return value
 
 
-_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``, its encoder built once."""
-
-
 def _json(status: int, payload: Any) -> Response:
     return Response(
-        _COMPACT.encode(payload),
+        COMPACT_JSON.encode(payload),
         status=status,
         mimetype="application/json",
     )

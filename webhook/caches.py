@@ -24,12 +24,12 @@ from typing import Generic, Literal, Protocol, TypeVar
 
 from kube.api import KubeApi, Obj
 from kube.errors import ApiError, KubeError, NotFound
+from slicer.identity import MIGRATION_LABEL
 from webhook.errors import WebhookError
 from webhook.extended import ExtendedClass, extended_class
 
 log = logging.getLogger(__name__)
 
-MIGRATION_LABEL = "gpu-slicer.io/migration"
 Mode = Literal["enabled", "audit", "disabled"]
 T = TypeVar("T")
 

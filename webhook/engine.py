@@ -35,13 +35,11 @@ from webhook.caches import Mode
 from webhook.errors import BadReview, Denied
 from webhook.policy import Policy
 from webhook.templates import TemplateEnsurer
-from webhook.translate import Conversion, audit_warnings, translate_pod
+from webhook.translate import WARNING_MAX_BYTES, Conversion, audit_warnings, translate_pod
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-WARNING_MAX_BYTES = 119
-"""Each warning stays under 120 characters (counted in UTF-8 bytes, which is never fewer)."""
 WARNINGS_TOTAL_MAX_BYTES = 4095
 AUDIT_VALUE_MAX = 1024
 DENIAL_MAX_BYTES = 1024
@@ -296,12 +294,13 @@ def _envelope(response: AdmissionResponse) -> AdmissionReviewOut:
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
-_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``, its encoder built once."""
+COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``, its encoder built once; the
+patch and the HTTP layer's answers both use it."""
 
 
 def encode_patch(ops: Sequence[Mapping[str, Any]]) -> str:
-    return base64.b64encode(_COMPACT.encode(list(ops)).encode("utf-8")).decode("ascii")
+    return base64.b64encode(COMPACT_JSON.encode(list(ops)).encode("utf-8")).decode("ascii")
 
 
 def allowed(uid: str) -> AdmissionReviewOut:

@@ -31,6 +31,7 @@ from typing import Any
 
 from kube.quantity import QuantityError, format_bytes, parse_bytes, parse_count
 from slicer import catalog
+from slicer.identity import CONVERTED_ANNOTATION, LEGACY_GPU, LEGACY_MIG_PREFIX
 from webhook import claims, patch
 from webhook.claims import Alternative, ContainerRequest
 from webhook.errors import Denied
@@ -48,12 +49,9 @@ from webhook.policy import (
 from webhook.suggest import did_you_mean
 from webhook.targets import TargetDriver, target_driver
 
-LEGACY_GPU = "nvidia.com/gpu"
-LEGACY_MIG_PREFIX = "nvidia.com/mig-"
 ANNOTATION_PROFILES = "gpu-slicer.io/profiles"
 ANNOTATION_GPU_MEMORY = "gpu-slicer.io/gpu-memory"
 ANNOTATION_CONTAINERS = "gpu-slicer.io/containers"
-ANNOTATION_CONVERTED = "gpu-slicer.io/converted"
 SKIP_LABEL = "gpu-slicer.io/skip"
 CHANGE_ANNOTATION = "annotation"
 """The ``what`` of a change made because of an annotation rather than a legacy resource."""
@@ -65,8 +63,9 @@ MAX_CLAIM_DEVICES = 32
 a bigger claim is accepted by the API but the scheduler can never allocate it."""
 MAX_CLAIM_REQUESTS = 32
 """The API's limit on ``devices.requests`` of one claim."""
-WARNING_LIMIT = 119
-"""The apiserver refuses a warning of 120 characters or more."""
+WARNING_MAX_BYTES = 119
+"""The apiserver refuses a warning of 120 characters or more; counted in UTF-8 bytes (never
+fewer than characters) by the engine, which cuts every warning it returns to this."""
 _KINDS = ("initContainers", "containers")
 
 
@@ -189,7 +188,7 @@ def audit_warnings(conversion: Conversion) -> list[str]:
 
 def converted_annotation(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The decoded ``gpu-slicer.io/converted`` record of a pod, if it has a valid one."""
-    raw = _dict(_dict(pod.get("metadata")).get("annotations")).get(ANNOTATION_CONVERTED)
+    raw = _dict(_dict(pod.get("metadata")).get("annotations")).get(CONVERTED_ANNOTATION)
     if not isinstance(raw, str):
         return None
     try:
@@ -306,7 +305,7 @@ def _write(
         {"claim": claims.CLAIM_NAME, "template": name, "containers": record}
     )
     ops.append(
-        patch.set_map_entry(pod, ["metadata", "annotations"], ANNOTATION_CONVERTED, converted_value)
+        patch.set_map_entry(pod, ["metadata", "annotations"], CONVERTED_ANNOTATION, converted_value)
     )
     summary = "converted " + ", ".join(f"{what} in {who}" for who, what in changes) + f" to {name}"
     return Conversion(
@@ -370,7 +369,7 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= WARNING_LIMIT else text[: WARNING_LIMIT - 3] + "..."
+    return text if len(text) <= WARNING_MAX_BYTES else text[: WARNING_MAX_BYTES - 3] + "..."
 
 
 def _already_converted(spec: dict[str, Any]) -> bool:

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slicer.identity import CONVERTED_ANNOTATION
 from tests.support.webhook_cases import Pod, apply, build_pod, container, validate
 from webhook import claims
 from webhook.errors import Denied
 from webhook.policy import ALL_MODELS, Policy, full_gpu_profiles, load_policy
 from webhook.translate import (
-    ANNOTATION_CONVERTED,
     Conversion,
     audit_warnings,
     converted_annotation,
@@ -530,7 +530,7 @@ def test_the_converted_annotation_is_added_next_to_existing_ones(translate: Tran
     conversion = translate(pod)
     patched = apply(pod, conversion)
     assert patched["metadata"]["annotations"]["team"] == "search"
-    record = json.loads(patched["metadata"]["annotations"][ANNOTATION_CONVERTED])
+    record = json.loads(patched["metadata"]["annotations"][CONVERTED_ANNOTATION])
     assert record["template"] == conversion.template_name
     assert record["containers"] == [
         {
@@ -546,13 +546,13 @@ def test_missing_annotations_and_claims_lists_are_created(translate: Translate) 
     pod = build_pod(container(limits={"nvidia.com/gpu": 1}))
     assert "annotations" not in pod["metadata"] and "resourceClaims" not in pod["spec"]
     patched = apply(pod, translate(pod))
-    assert ANNOTATION_CONVERTED in patched["metadata"]["annotations"]
+    assert CONVERTED_ANNOTATION in patched["metadata"]["annotations"]
 
 
 def test_a_pod_with_no_metadata_at_all_is_patched(translate: Translate) -> None:
     pod = {"spec": {"containers": [container(limits={"nvidia.com/gpu": 1})]}}
     patched = apply(pod, translate(pod))
-    assert ANNOTATION_CONVERTED in patched["metadata"]["annotations"]
+    assert CONVERTED_ANNOTATION in patched["metadata"]["annotations"]
 
 
 def test_a_pod_without_name_or_namespace_takes_the_request_namespace(
