@@ -339,30 +339,33 @@ class SlicePublisher:
         if self._same(existing, plan.slices):
             self.metrics.publishes.labels("unchanged").inc()
             self._record(plan, current)
-            return PublishResult(
-                changed=False,
-                generation=current,
-                slices=tuple(existing),
-                deleted=(),
-                static=self._state.static,
-                fell_back=False,
-                plan=plan,
-            )
+            return self._unwritten(existing, current, plan)
         fingerprint = ",".join(plan.order)
         wait = self._held_back(existing, plan, fingerprint)
         if wait:
             self.metrics.publishes.labels("deferred").inc()
-            return PublishResult(
-                changed=False,
-                generation=current,
-                slices=tuple(existing),
-                deleted=(),
-                static=self._state.static,
-                fell_back=False,
-                plan=plan,
-                deferred_s=wait,
-            )
+            return self._unwritten(existing, current, plan, deferred_s=wait)
         return self._write_pool(gpus, allocated, existing, current, fingerprint)
+
+    def _unwritten(
+        self,
+        existing: dict[str, Obj],
+        generation: int,
+        plan: PoolPlan,
+        *,
+        deferred_s: float | None = None,
+    ) -> PublishResult:
+        """The pool stays as it is: unchanged, or held back for ``deferred_s``."""
+        return PublishResult(
+            changed=False,
+            generation=generation,
+            slices=tuple(existing),
+            deleted=(),
+            static=self._state.static,
+            fell_back=False,
+            plan=plan,
+            deferred_s=deferred_s,
+        )
 
     def _held_back(
         self, existing: dict[str, Obj], plan: PoolPlan, fingerprint: str
