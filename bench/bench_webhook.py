@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import json
 import os
 import socket
@@ -165,10 +166,15 @@ CONVERTED = deployment_pod(
 PLAIN = deployment_pod({"limits": {"cpu": "4", "memory": "32Gi"}})
 
 
-def unique_converted(index: int) -> dict[str, Any]:
-    """CONVERTED with a different annotation each time: no two pods alike (no memo hit)."""
+_BUILD_IDS = itertools.count()
+
+
+def unique_converted(_index: int) -> dict[str, Any]:
+    """CONVERTED with a different annotation each time, across rounds too: no two pods alike,
+    so the memo never answers (numbering by the round's index repeated the same pods in every
+    round, and the memo answered part of them)."""
     pod: dict[str, Any] = json.loads(json.dumps(CONVERTED))
-    pod["metadata"]["annotations"]["build-id"] = str(index)
+    pod["metadata"]["annotations"]["build-id"] = str(next(_BUILD_IDS))
     return pod
 
 
