@@ -322,6 +322,22 @@ def _mode_allows(gpu: _Gpu, alt: Alternative) -> bool:
     )
 
 
+def _profile_on(model: GpuModel, alt: Alternative) -> str | None:
+    """The MIG profile ``alt`` takes on a GPU of ``model``: its own, or for a whole GPU asked as
+    a MIG device (``gpu-mig``), the model's profile that spans the GPU; None when there is none."""
+    if alt.profile is not None:
+        return alt.profile if model.has_profile(alt.profile) else None
+    return next((p for p in alt.full_gpu if model.has_profile(p)), None)
+
+
+def _oracle_allows(gpu: _Gpu, alt: Alternative) -> bool:
+    """What gpu-slicer itself allows: every alternative of the chain, ``gpu-mig`` included (the
+    other baselines model the device plugin, which has no such thing)."""
+    if alt.kind == "gpu":
+        return gpu.mode in ("dynamic", "full")
+    return gpu.mode in ("dynamic", "mig") and _profile_on(gpu.model, alt) is not None
+
+
 class InstaSliceStrategy(_ClusterStrategy):
     name = "instaslice"
     description = "InstaSlice-style: own scheduler, first free placement, first profile only"
@@ -402,13 +418,15 @@ class OracleStrategy(_ClusterStrategy):
         return self.book.chains(pod)
 
     def gpu_can_use(self, ledger: GpuLedger, alt: Alternative) -> bool:
-        if not _mode_allows(self.gpus[ledger.node][ledger.index], alt):
+        gpu = self.gpus[ledger.node][ledger.index]
+        if not _oracle_allows(gpu, alt):
             return False
         if alt.kind == "gpu":
             return not ledger.held
-        if alt.profile is None or not ledger.model.has_profile(alt.profile) or ledger.whole:
+        profile = _profile_on(gpu.model, alt)
+        if profile is None or ledger.whole:
             return False
-        profiles = tuple(sorted([p for p, _ in ledger.placements()] + [alt.profile]))
+        profiles = tuple(sorted([p for p, _ in ledger.placements()] + [profile]))
         return pack(ledger.model, profiles) is not None
 
     def place(self, pod: PodSpec, now: float) -> Held | None:
@@ -443,7 +461,7 @@ class OracleStrategy(_ClusterStrategy):
             found = 0
             for request in demand:
                 for index, alt in enumerate(request):
-                    if any(_mode_allows(g, alt) for g in self._kinds):
+                    if any(_oracle_allows(g, alt) for g in self._kinds):
                         found += 8 - index
                         break
             self._tops[demand] = found
@@ -469,31 +487,31 @@ class OracleStrategy(_ClusterStrategy):
         self, node: str, alt: Alternative, adds: dict[int, list[str]], wholes: list[int]
     ) -> bool:
         for _ in range(alt.count):
-            choice: tuple[int, int] | None = None
+            choice: tuple[int, int, str] | None = None
             for gpu in self.gpus[node]:
-                if not _mode_allows(gpu, alt) or gpu.whole_by is not None or gpu.index in wholes:
+                if not _oracle_allows(gpu, alt) or gpu.whole_by is not None or gpu.index in wholes:
                     continue
                 if alt.kind == "gpu":
                     if gpu.empty() and not adds.get(gpu.index):
-                        choice = (0, gpu.index)
+                        choice = (0, gpu.index, "")
                         break
                     continue
-                assert alt.profile is not None
-                profiles = [p for p, _ in gpu.present()] + adds.get(gpu.index, []) + [alt.profile]
+                profile = _profile_on(gpu.model, alt)
+                assert profile is not None
+                profiles = [p for p, _ in gpu.present()] + adds.get(gpu.index, []) + [profile]
                 if pack(gpu.model, tuple(sorted(profiles))) is None:
                     continue
                 free_after = gpu.model.memory_slices - sum(
                     gpu.model.profile(p).memory_slices for p in profiles
                 )
                 if choice is None or free_after < choice[0]:
-                    choice = (free_after, gpu.index)
+                    choice = (free_after, gpu.index, profile)
             if choice is None:
                 return False
             if alt.kind == "gpu":
                 wholes.append(choice[1])
             else:
-                assert alt.profile is not None
-                adds.setdefault(choice[1], []).append(alt.profile)
+                adds.setdefault(choice[1], []).append(choice[2])
         return True
 
     def _apply(

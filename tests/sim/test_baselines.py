@@ -1,0 +1,39 @@
+"""The baselines gpu-slicer is measured against: the oracle accepts every alternative that
+gpu-slicer itself can serve, so that the packing ratio compares like with like."""
+
+from __future__ import annotations
+
+from sim.compare import compare
+from sim.scenario import parse_scenario
+
+
+def test_the_oracle_serves_a_whole_gpu_as_a_mig_device_where_gpus_run_mig() -> None:
+    # An A100 runs MIG slices only (a mode switch needs a reset), so gpu-slicer serves
+    # nvidia.com/gpu: 1 there through the chain's gpu-mig alternative, the 7g.80gb instance.
+    scenario = parse_scenario(
+        {
+            "nodes": [{"name": "n", "gpus": "A100-80GB:1"}],
+            "namespaces": {"ml": "enabled"},
+            "pods": [
+                {
+                    "name": "whole",
+                    "namespace": "ml",
+                    "at": 0,
+                    "duration": "1h",
+                    "resources": {"nvidia.com/gpu": 1},
+                },
+                {
+                    "name": "later",
+                    "namespace": "ml",
+                    "at": "30m",
+                    "duration": "1h",
+                    "resources": {"nvidia.com/mig-1g.10gb": 1},
+                },
+            ],
+        }
+    )
+    results = {r.strategy: r for r in compare(scenario, ["gpu-slicer-best-fit", "oracle"]).results}
+    assert results["gpu-slicer-best-fit"].served == 2
+    oracle = results["oracle"]
+    assert (oracle.served, oracle.pending) == (2, 0)
+    assert oracle.creations == 2  # the 7g.80gb instance, then the 1g.10gb after it ended
