@@ -21,7 +21,7 @@ Workloads: the ``noon-burst`` scenario on its own A100-80GB node, and a mixed se
 A100-80GB:1, H100-80GB:2, A30-24GB:2 and H200-141GB:1 nodes (MIG profiles, firstAvailable chains
 from memory annotations and profile lists, whole GPUs, counts of two with the NVLink
 ``matchAttribute`` constraint, two requests in one claim). Pods arrive and depart in time order
-(``sim.agreement.Timeline``); a pod that did not fit is deleted and tried again after the next
+(``sim.agreement.ReplayOrder``); a pod that did not fit is deleted and tried again after the next
 departure from its node. Prints each step, each difference and the agreement rates. Loopback
 only; stops the sandbox on exit, errors and Ctrl-C included.
 
@@ -54,9 +54,9 @@ from sim.agreement import (  # noqa: E402
     ERROR,
     UNSCHEDULABLE,
     Outcome,
+    ReplayOrder,
     ReplayPod,
     Step,
-    Timeline,
     agreement,
     mixed_pods,
     model_outcome,
@@ -253,7 +253,7 @@ class Replay:
     def run(self, label: str, pods: list[ReplayPod]) -> list[Step]:
         self.workload = label
         print(f"{label}: {len(pods)} pods", flush=True)
-        timeline = Timeline(pods)
+        timeline = ReplayOrder(pods)
         self.attempts = timeline.attempts
         timeline.run(self.place, self.release)  # every placed pod also departs
         return self.steps.get(label, [])

@@ -37,7 +37,7 @@ KEY_MODE = 0o600
 CERT_MODE = 0o644
 
 
-def write_atomically(path: Path, data: bytes, *, mode: int = CERT_MODE) -> None:
+def write_cert_file(path: Path, data: bytes, *, mode: int = CERT_MODE) -> None:
     """Writes ``data`` to ``path`` (temporary file with ``mode``, fsync, rename, fsync)."""
     path = Path(path)
     try:
@@ -73,7 +73,7 @@ def replace_files(directory: Path, files: Mapping[str, tuple[bytes, int]]) -> li
         version = Path(tempfile.mkdtemp(prefix="..", dir=directory))
         os.chmod(version, 0o755)
         for name, (data, mode) in files.items():
-            write_atomically(version / name, data, mode=mode)
+            write_cert_file(version / name, data, mode=mode)
         atomic.fsync_dir(version)
         data_link = directory / DATA_LINK
         _relink(data_link, version.name)

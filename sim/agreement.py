@@ -15,7 +15,7 @@ module holds everything that needs no cluster, so that it can be tested on its o
   (a seeded set over several node shapes: chains, whole GPUs, counts above one, NVLink
   constraints, several requests per claim), each turned into the claim spec the webhook would
   write (:func:`claim_spec_for`);
-* :class:`Timeline`: the order of arrivals, departures and retries of pending pods that the
+* :class:`ReplayOrder`: the order of arrivals, departures and retries of pending pods that the
   replay follows, driven by callbacks (the real cluster in the bench, fakes in tests).
 """
 
@@ -322,7 +322,7 @@ def mixed_pods(
 
 
 @dataclass
-class Timeline:
+class ReplayOrder:
     """Arrivals and departures in time order; a pod that could not be placed waits and is
     tried again after each departure from its node (as the scheduler retries a pending pod when
     devices are freed). Each try is one step; departures release what a pod holds.

@@ -14,7 +14,7 @@ from pathlib import Path
 from kube.memory import InMemoryKubeApi
 from sim.allocator import Pool, compile_pool
 from sim.errors import AllocationError
-from sim.kubelet import KubeletClient, PreparedClaim
+from sim.kubelet_client import KubeletClient, RunningClaim
 from sim.node import NodeBase, SimClock
 from sim.scenario import NodeSpec, Scenario
 from slicer.identity import DRIVER
@@ -118,10 +118,10 @@ class ApiNode(NodeBase):
         self.limiter.published(fingerprint)
         return True
 
-    def prepare(self, prepared: PreparedClaim) -> str:
+    def prepare(self, prepared: RunningClaim) -> str:
         return self._kubelet.prepare(prepared)
 
-    def unprepare(self, prepared: PreparedClaim) -> str:
+    def unprepare(self, prepared: RunningClaim) -> str:
         return self._kubelet.unprepare(prepared)
 
     def problems(self) -> list[str]:

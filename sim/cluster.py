@@ -12,9 +12,9 @@ What runs for real (the project's own code):
   MIG instances created at exactly the allocated placement).
 
 What is modelled: the apiserver (``kube.memory.InMemoryKubeApi``), the controller that makes a
-pod's ResourceClaim from its template (:mod:`sim.control_plane`), the scheduler
+pod's ResourceClaim from its template (:mod:`sim.plane`), the scheduler
 (:mod:`sim.scheduler`: ``sim.allocator`` per node, nodes chosen by the scenario's rule) and the
-kubelet's calls (:mod:`sim.kubelet`).
+kubelet's calls (:mod:`sim.kubelet_client`).
 
 Two ways to run, same decisions:
 
@@ -31,12 +31,12 @@ from __future__ import annotations
 from typing import Any
 
 from sim.allocator import Allocation
-from sim.control_plane import ApiControlPlane, ControlPlane, FastControlPlane
 from sim.demand import Demand, DemandBook
 from sim.errors import AllocationError
 from sim.event_loop import GpuLedger, Held, Slot, Strategy
-from sim.kubelet import PreparedClaim
+from sim.kubelet_client import RunningClaim
 from sim.node import SimClock, SimNode, parse_device_name
+from sim.plane import ApiControlPlane, FastControlPlane, SimControlPlane
 from sim.scenario import PodSpec, Scenario
 from sim.scheduler import Scheduler
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
@@ -84,14 +84,14 @@ class GpuSlicerStrategy(Strategy):
         self.through_api = through_api
         self.clock = SimClock()
         self._closed = False
-        self.plane: ControlPlane = (
+        self.plane: SimControlPlane = (
             ApiControlPlane(scenario, policy=policy, clock=self.clock)
             if through_api
             else FastControlPlane(scenario, policy=policy, clock=self.clock)
         )
         self.nodes = self.plane.nodes
         self.scheduler = Scheduler(self.nodes, scenario.node_rule)
-        self.running: dict[str, tuple[Allocation, list[PreparedClaim]]] = {}
+        self.running: dict[str, tuple[Allocation, list[RunningClaim]]] = {}
         self.claims: dict[str, list[Obj]] = {}
         self.due: dict[str, float] = {}
         self.notes.append(self.plane.description)

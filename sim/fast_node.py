@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sim.allocator import Device, Pool, compile_pool
-from sim.kubelet import PreparedClaim
+from sim.kubelet_client import RunningClaim
 from sim.node import NodeBase, SimClock, parse_device_name
 from sim.scenario import NodeSpec, Scenario
 from slicer.catalog import GpuModel, Placement
@@ -239,7 +239,7 @@ class FastNode(NodeBase):
         """Never due (see :meth:`allocation_changed`)."""
         return False
 
-    def prepare(self, prepared: PreparedClaim) -> str:
+    def prepare(self, prepared: RunningClaim) -> str:
         """What the agent would do: MIG mode switched as needed, the instances created at
         exactly the allocated placements."""
         if self._mig_enabled is None:  # the fast path alone switches MIG modes from here on
@@ -263,7 +263,7 @@ class FastNode(NodeBase):
                 made.append((spec.gpu_index, gi, ci.ci_id))
         return ""
 
-    def unprepare(self, prepared: PreparedClaim) -> str:
+    def unprepare(self, prepared: RunningClaim) -> str:
         for gpu, gi, ci in self._instances.pop(prepared.uid, ()):
             self.backend.destroy_compute_instance(gpu, gi, ci)
             self.backend.destroy_gpu_instance(gpu, gi)

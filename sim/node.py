@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from sim.allocator import Device, Pool
-from sim.kubelet import PreparedClaim
+from sim.kubelet_client import RunningClaim
 from sim.scenario import NodeSpec, Scenario
 from slicer.catalog import Placement
 from slicer.devices import DeviceSpec
@@ -70,11 +70,11 @@ class SimNode(Protocol):
         """Publish the best order now (it fell due); True when the order changed."""
         ...
 
-    def prepare(self, prepared: PreparedClaim) -> str:
+    def prepare(self, prepared: RunningClaim) -> str:
         """NodePrepareResources for one claim; returns an error message, empty when fine."""
         ...
 
-    def unprepare(self, prepared: PreparedClaim) -> str: ...
+    def unprepare(self, prepared: RunningClaim) -> str: ...
 
     def instance_placements(self, gpu: int) -> list[Placement]: ...
 

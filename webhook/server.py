@@ -235,15 +235,15 @@ def make_dev_certificate(
     directory: str | os.PathLike[str], hosts: list[str], *, days: int = 7
 ) -> tuple[Path, Path]:
     """A self-signed serving certificate for ``hosts`` (names or IPs): (cert path, key path)."""
-    from certs.files import CERT_MODE, KEY_MODE, write_atomically
+    from certs.files import CERT_MODE, KEY_MODE, write_cert_file
     from certs.issue import self_signed
 
     pair = self_signed(hosts, common_name="gpu-slicer-webhook-dev", days=days)
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = folder / "dev-tls.crt", folder / "dev-tls.key"
-    write_atomically(cert_path, pair.cert_pem, mode=CERT_MODE)
-    write_atomically(key_path, pair.key_pem, mode=KEY_MODE)
+    write_cert_file(cert_path, pair.cert_pem, mode=CERT_MODE)
+    write_cert_file(key_path, pair.key_pem, mode=KEY_MODE)
     return cert_path, key_path
 
 

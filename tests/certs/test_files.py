@@ -10,7 +10,7 @@ import pytest
 
 from certs import issue as certs_issue
 from certs.errors import CertFileError
-from certs.files import DATA_LINK, KEY_MODE, replace_files, write_atomically
+from certs.files import DATA_LINK, KEY_MODE, replace_files, write_cert_file
 from tests.support.certs_cases import NAMESPACE, SERVICE
 
 
@@ -25,7 +25,7 @@ def _versions(folder: Path) -> list[str]:
 def test_a_single_file_is_replaced_whole_with_its_mode(tmp_path: Path) -> None:
     target = tmp_path / "tls.key"
     target.write_bytes(b"old")
-    write_atomically(target, b"new key", mode=KEY_MODE)
+    write_cert_file(target, b"new key", mode=KEY_MODE)
     assert target.read_bytes() == b"new key"
     assert target.stat().st_mode & 0o777 == KEY_MODE
     assert [p.name for p in tmp_path.iterdir()] == ["tls.key"]  # no temporary file left

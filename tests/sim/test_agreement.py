@@ -9,9 +9,9 @@ from sim.agreement import (
     ERROR,
     UNSCHEDULABLE,
     Outcome,
+    ReplayOrder,
     ReplayPod,
     Step,
-    Timeline,
     agreement,
     claim_spec_for,
     mixed_pods,
@@ -174,7 +174,7 @@ def test_timeline_retries_pending_pods_after_departures_from_their_node() -> Non
         free[pod.node] += 1
         log.append(f"~{pod.name}")
 
-    timeline = Timeline(pods)
+    timeline = ReplayOrder(pods)
     timeline.run(place, release)
     # c's departure (t=70) does not retry b (another node); a's (t=100) does.
     assert log == ["a0+", "b0-", "c0+", "~c", "~a", "b1+", "~b"]

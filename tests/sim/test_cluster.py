@@ -88,7 +88,7 @@ def test_every_strategy_ends_clean_and_never_overlaps_slices(small: Scenario) ->
 def test_the_api_path_leaves_no_claim_instance_or_checkpoint_entry(small: Scenario) -> None:
     from sim.api_node import ApiNode
     from sim.cluster import GpuSlicerStrategy
-    from sim.control_plane import ApiControlPlane
+    from sim.plane import ApiControlPlane
 
     strategy = GpuSlicerStrategy(small, DemandBook(small), policy="best-fit", through_api=True)
     engine = Engine(small, strategy)

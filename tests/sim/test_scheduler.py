@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from sim.allocator import Allocation
-from sim.control_plane import FastControlPlane
 from sim.demand import DemandBook
 from sim.node import SimClock
+from sim.plane import FastControlPlane
 from sim.scenario import Scenario, parse_scenario
 from sim.scheduler import Scheduler
 

@@ -156,13 +156,6 @@ class TestCA:
         return Issued(leaf.cert_pem, leaf.key_pem, leaf.cert.public_bytes(Encoding.DER))
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` the way a careful writer does: a temp file, then rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 # ----------------------------------------------------------------------------- gunicorn
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from kube.atomic_files import write_atomically
 from tests.support.server_fixtures import (
     ROOT,
     TestCA,
@@ -25,7 +26,6 @@ from tests.support.server_fixtures import (
     gunicorn_server,
     mig_pod,
     patched,
-    write_atomically,
 )
 from webhook.server import make_dev_certificate
 

@@ -23,7 +23,7 @@ from sim.allocator import Allocation, Device
 from sim.api_node import RESOURCE, ApiNode
 from sim.demand import Translated
 from sim.fast_node import FastNode, Templates
-from sim.kubelet import PreparedClaim, scratch_dir
+from sim.kubelet_client import RunningClaim, scratch_dir
 from sim.node import SimClock, SimNode
 from sim.scenario import PodSpec, Scenario
 from slicer.deviceclasses import device_classes
@@ -31,7 +31,7 @@ from slicer.deviceclasses import device_classes
 Obj = dict[str, Any]
 
 
-class ControlPlane(Protocol):
+class SimControlPlane(Protocol):
     """What the strategy needs of the control plane besides the scheduler."""
 
     description: str
@@ -43,12 +43,12 @@ class ControlPlane(Protocol):
 
     def bind(
         self, pod: PodSpec, claims: Sequence[Obj], allocation: Allocation
-    ) -> list[PreparedClaim]:
+    ) -> list[RunningClaim]:
         """The claims allocated and reserved for the pod, the pod bound to the node; returns
         what the kubelet prepares."""
         ...
 
-    def remove(self, pod: PodSpec, prepared: Sequence[PreparedClaim]) -> None:
+    def remove(self, pod: PodSpec, prepared: Sequence[RunningClaim]) -> None:
         """The pod gone, and with it its claims."""
         ...
 
@@ -94,15 +94,15 @@ class FastControlPlane:
 
     def bind(
         self, pod: PodSpec, claims: Sequence[Obj], allocation: Allocation
-    ) -> list[PreparedClaim]:
+    ) -> list[RunningClaim]:
         prepared = []
         for claim, status in zip(claims, allocation.allocations, strict=True):
             meta = claim["metadata"]
             devices = _devices(allocation, status)
-            prepared.append(PreparedClaim(meta["uid"], meta["name"], meta["namespace"], devices))
+            prepared.append(RunningClaim(meta["uid"], meta["name"], meta["namespace"], devices))
         return prepared
 
-    def remove(self, pod: PodSpec, prepared: Sequence[PreparedClaim]) -> None:
+    def remove(self, pod: PodSpec, prepared: Sequence[RunningClaim]) -> None:
         """Nothing stored: nothing to delete."""
 
     def problems(self) -> list[str]:
@@ -200,7 +200,7 @@ class ApiControlPlane:
 
     def bind(
         self, pod: PodSpec, claims: Sequence[Obj], allocation: Allocation
-    ) -> list[PreparedClaim]:
+    ) -> list[RunningClaim]:
         prepared = []
         for claim, status in zip(claims, allocation.allocations, strict=True):
             devices = _devices(allocation, status)
@@ -211,13 +211,13 @@ class ApiControlPlane:
                 "reservedFor": [{"resource": "pods", "name": pod.name}],
             }
             meta = self.api.update(stored)["metadata"]
-            prepared.append(PreparedClaim(meta["uid"], meta["name"], meta["namespace"], devices))
+            prepared.append(RunningClaim(meta["uid"], meta["name"], meta["namespace"], devices))
         self.api.patch(
             "v1", "Pod", pod.name, {"spec": {"nodeName": allocation.node}}, namespace=pod.namespace
         )
         return prepared
 
-    def remove(self, pod: PodSpec, prepared: Sequence[PreparedClaim]) -> None:
+    def remove(self, pod: PodSpec, prepared: Sequence[RunningClaim]) -> None:
         self.api.delete("v1", "Pod", pod.name, pod.namespace)
         for claim in prepared:  # the claim controller: owner gone, claim goes
             self.api.delete(RESOURCE, "ResourceClaim", claim.name, claim.namespace)

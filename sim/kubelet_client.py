@@ -2,7 +2,7 @@
 
 Through the API the kubelet talks v1 gRPC to a real agent per node over unix sockets, as on a
 real node; the fast path prepares on the simulated backend directly and needs only
-:class:`PreparedClaim`.
+:class:`RunningClaim`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sim.allocator import Device
 
 
 @dataclass
-class PreparedClaim:
+class RunningClaim:
     """What the kubelet model holds for one running pod's claim."""
 
     uid: str
@@ -63,10 +63,10 @@ class KubeletClient:
             response_deserializer=self.pb.NodeUnprepareResourcesResponse.FromString,
         )
 
-    def _claim(self, prepared: PreparedClaim) -> Any:
+    def _claim(self, prepared: RunningClaim) -> Any:
         return self.pb.Claim(namespace=prepared.namespace, uid=prepared.uid, name=prepared.name)
 
-    def prepare(self, prepared: PreparedClaim) -> str:
+    def prepare(self, prepared: RunningClaim) -> str:
         """NodePrepareResources for one claim; an error message, empty when the agent prepared
         exactly the allocated devices."""
         request = self.pb.NodePrepareResourcesRequest(claims=[self._claim(prepared)])
@@ -80,7 +80,7 @@ class KubeletClient:
             return f"prepared {got}, allocated {wanted}"
         return ""
 
-    def unprepare(self, prepared: PreparedClaim) -> str:
+    def unprepare(self, prepared: RunningClaim) -> str:
         request = self.pb.NodeUnprepareResourcesRequest(claims=[self._claim(prepared)])
         response = self.unprepare_call(request, timeout=30)
         return str(response.claims[prepared.uid].error)
