@@ -54,7 +54,7 @@ def _json(status: int, payload: Any) -> Response:
 
 def _error(status: int, outcome: str, message: str, started: float) -> Response:
     rt = runtime()
-    rt.metrics.requests.labels(outcome=outcome, mode="n/a").inc()
+    rt.metrics.count(rt.metrics.requests, outcome, "n/a")
     rt.metrics.latency.observe(time.perf_counter() - started)
     return _json(status, {"error": message})
 
@@ -107,11 +107,11 @@ def mutate_pods() -> Response:
         log.exception("admission failed unexpectedly; failurePolicy decides")
         return _error(500, "error", "internal error while reviewing the pod", started)
     metrics = rt.metrics
-    metrics.requests.labels(outcome=result.outcome, mode=result.mode).inc()
+    metrics.count(metrics.requests, result.outcome, result.mode)
     for _container, resource in result.changes:
-        metrics.conversions.labels(resource=resource, mode=result.mode).inc()
+        metrics.count(metrics.conversions, resource, result.mode)
     for _container, resource in result.deferred:
-        metrics.deferred.labels(resource=resource, mode=result.mode).inc()
+        metrics.count(metrics.deferred, resource, result.mode)
     reply = _json(200, result.body)
     metrics.latency.observe(time.perf_counter() - started)
     return reply

@@ -89,6 +89,7 @@ class Metrics:
     ) -> None:
         _use_multiprocess_values_if_configured()
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
         self.certificate = CertificateExpiry(certificate) if certificate else None
         if self.certificate is not None:
             self.registry.register(self.certificate)
@@ -142,6 +143,22 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+
+    def count(self, counter: Counter, *values: str) -> None:
+        """``counter.labels(*values).inc()``, with the labelled child remembered here.
+
+        Every admission counts one or more labelled samples, and ``labels()`` checks its
+        arguments, converts them to str and takes the metric's lock to find a child it has
+        already made. The child of a given label set never changes (nothing here removes one),
+        so the one ``labels()`` returned is kept in a dict and incremented directly: the same
+        sample, the same value, a fraction of the work. ``values`` are in the metric's label
+        order.
+        """
+        key = (counter, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children.setdefault(key, counter.labels(*values))
+        child.inc()
 
     def exposition(self) -> tuple[bytes, str]:
         """(body, content type) of the text exposition, summed over all workers if multiprocess."""

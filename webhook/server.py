@@ -133,7 +133,7 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
         return store.current().template_gc_after_s if store.loaded else 0
 
     def count(action: str) -> None:
-        metrics.templates.labels(action=action).inc()
+        metrics.count(metrics.templates, action)
 
     stoppers: list[Callable[[], None]] = [store.stop]
     templates: TemplateEnsurer

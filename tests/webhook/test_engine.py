@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import marshal
 import re
 from collections.abc import Callable
 from typing import Any
@@ -368,6 +369,31 @@ def test_pods_whose_values_differ_only_in_type_have_different_keys(values: list[
         pod["spec"]["priority"] = value
         keys.add(pod_key(pod))
     assert len(keys) == len(values)
+
+
+def test_replicas_decoded_from_the_same_review_text_share_one_key() -> None:
+    """Keys (marshal format 4) also reflect how a pod's objects are shared; pods decoded from the
+    same JSON text are shared alike (repeated keys, small ints, one-letter strings), so every
+    replica after the first is answered by the memo."""
+    policy = Policy.default()
+    engine = enabled_engine(lambda: policy)
+    pod = mig_pod("1g.10gb", annotations={"a": "1", "b": "1", "c": "x" * 40, "d": "x" * 40})
+    text = json.dumps(admission_review(pod))
+    assert len({pod_key(json.loads(text)["request"]["object"]) for _ in range(20)}) == 1
+    for uid in range(20):
+        body = json.loads(text)
+        body["request"]["uid"] = str(uid)
+        engine.review(body)
+    assert (engine.memo.misses, engine.memo.hits) == (1, 19)
+
+
+def test_a_key_reads_back_as_the_pod_it_was_made_of() -> None:
+    """Equal keys mean equal pods: marshal.loads of a key is one value, the pod itself."""
+    pod = json.loads(json.dumps(mig_pod("1g.10gb", annotations={"é": "ü", "n": "1"})))
+    pod["spec"]["shared"] = [pod["metadata"]["annotations"]] * 2
+    key = pod_key(pod)
+    assert isinstance(key, bytes)
+    assert marshal.loads(key) == pod
 
 
 def test_pods_whose_keys_come_in_another_order_are_a_miss() -> None:
