@@ -126,14 +126,11 @@ class _ClusterStrategy(Strategy):
             for request in demand:
                 sizes = [
                     alt.count
-                    * (
-                        m.memory_slices
-                        if alt.kind == "gpu" or alt.profile is None
-                        else m.profile(alt.profile).memory_slices
-                    )
+                    * (m.memory_slices if alt.kind == "gpu" else m.profile(p).memory_slices)
                     for alt in request
                     for m in self._models
-                    if alt.kind == "gpu" or (alt.profile and m.has_profile(alt.profile))
+                    for p in _names_of(alt)
+                    if alt.kind == "gpu" or m.has_profile(p)
                 ]
                 need += min(sizes, default=0)
             self._need[demand] = need
@@ -323,11 +320,20 @@ def _mode_allows(gpu: _Gpu, alt: Alternative) -> bool:
 
 
 def _profile_on(model: GpuModel, alt: Alternative) -> str | None:
-    """The MIG profile ``alt`` takes on a GPU of ``model``: its own, or for a whole GPU asked as
-    a MIG device (``gpu-mig``), the model's profile that spans the GPU; None when there is none."""
+    """The MIG profile ``alt`` takes on a GPU of ``model``: its own; for a memory chain's last
+    entry, the model's smallest of its profiles; for a whole GPU asked as a MIG device
+    (``gpu-mig``), the model's profile that spans the GPU; None when there is none."""
     if alt.profile is not None:
         return alt.profile if model.has_profile(alt.profile) else None
-    return next((p for p in alt.full_gpu if model.has_profile(p)), None)
+    return next((p for p in alt.any_of or alt.full_gpu if model.has_profile(p)), None)
+
+
+def _names_of(alt: Alternative) -> tuple[str, ...]:
+    """The profile names ``alt`` may take (one placeholder for a whole GPU); a full-GPU MIG
+    alternative counts as its whole GPU through the chain's whole-GPU entry beside it."""
+    if alt.kind == "gpu":
+        return ("",)
+    return (alt.profile,) if alt.profile else alt.any_of
 
 
 def _oracle_allows(gpu: _Gpu, alt: Alternative) -> bool:

@@ -181,8 +181,9 @@ class GpuSlicerStrategy(Strategy):
                 for model in models:
                     if alt.kind == "gpu":
                         options.append(alt.count * model.memory_slices)
-                    elif alt.profile is not None and model.has_profile(alt.profile):
-                        options.append(alt.count * model.profile(alt.profile).memory_slices)
+                    for name in (alt.profile,) if alt.profile else alt.any_of:
+                        if model.has_profile(name):
+                            options.append(alt.count * model.profile(name).memory_slices)
             total += min(options, default=0)
         return total
 

@@ -95,6 +95,9 @@ class DemandBook:
         for alt in chain:
             if alt.kind == "gpu" or alt.profile in self._profiles:
                 return alt
+            mine = [p for p in alt.any_of if p in self._profiles]
+            if mine:  # a memory chain's last entry: the person would name their GPU's profile
+                return Alternative("mig", alt.count, mine[0], min_memory_bytes=alt.min_memory_bytes)
         return chain[0]
 
     def translated(self, pod: PodSpec) -> Translated:

@@ -59,22 +59,29 @@ def profile_selector(
     """
     attrs = attributes(target)
     expression = f'"profile" in {attrs} && {attrs}.profile == {quote(profile)}'
-    if min_memory_bytes is not None:
-        capacity = f"device.capacity[{quote(target.domain)}]"
-        size = quote(format_bytes(min_memory_bytes))
-        expression += (
-            f' && "memory" in {capacity} && {capacity}.memory.compareTo(quantity({size})) >= 0'
-        )
-    return expression
+    return expression + _memory_guard(target, min_memory_bytes)
+
+
+def _memory_guard(target: TargetDriver, min_memory_bytes: int | None) -> str:
+    """`` && <the device has at least min_memory_bytes>``; empty without a minimum."""
+    if min_memory_bytes is None:
+        return ""
+    capacity = f"device.capacity[{quote(target.domain)}]"
+    size = quote(format_bytes(min_memory_bytes))
+    return f' && "memory" in {capacity} && {capacity}.memory.compareTo(quantity({size})) >= 0'
 
 
 @functools.lru_cache(maxsize=256)
-def profiles_selector(target: TargetDriver, profiles: tuple[str, ...]) -> str:
+def profiles_selector(
+    target: TargetDriver, profiles: tuple[str, ...], *, min_memory_bytes: int | None = None
+) -> str:
     """Select MIG devices whose profile is one of ``profiles`` (one alternative that stands for
-    "the instance that spans the GPU" on whichever GPU model a node has); a single profile gives
-    exactly :func:`profile_selector`'s expression."""
+    "the instance that spans the GPU", or "a big enough instance", on whichever GPU model a node
+    has); a single profile gives exactly :func:`profile_selector`'s expression."""
     if len(profiles) == 1:
-        return profile_selector(target, profiles[0])
+        return profile_selector(target, profiles[0], min_memory_bytes=min_memory_bytes)
     attrs = attributes(target)
     names = ", ".join(quote(p) for p in profiles)
-    return f'"profile" in {attrs} && {attrs}.profile in [{names}]'
+    return f'"profile" in {attrs} && {attrs}.profile in [{names}]' + _memory_guard(
+        target, min_memory_bytes
+    )

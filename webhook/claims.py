@@ -54,12 +54,17 @@ class Alternative:
     """All ``count`` devices must share the NVLink domain attribute."""
     full_gpu: tuple[str, ...] = ()
     """Kind ``mig`` without a profile: any of these profiles, each the whole of its GPU."""
+    any_of: tuple[str, ...] = ()
+    """Kind ``mig`` without a profile, the last entry of a memory chain: any of these profiles
+    (with at least ``min_memory_bytes``), for the GPU models the named entries leave out."""
 
     @functools.cached_property
     def label(self) -> str:
         """Human form: ``2 x gpu (nvlink)``, ``1 x 1g.10gb``, ``1 x gpu as MIG 7g.80gb``."""
         if self.kind == "gpu":
             what = "gpu"
+        elif self.any_of:
+            what = f"one of {'|'.join(self.any_of)}"
         elif self.profile is None:
             what = f"gpu as MIG {'|'.join(self.full_gpu)}"
         else:
@@ -69,6 +74,8 @@ class Alternative:
     @functools.cached_property
     def base_name(self) -> str:
         """The subrequest name before de-duplication."""
+        if self.any_of:
+            return "mig-other-models"
         if self.kind == "gpu" or self.profile is None:
             base = "gpu" if self.kind == "gpu" else "gpu-mig"
             return f"{base}-nvlink" if self.nvlink else base
@@ -131,7 +138,11 @@ def _device_fields(target: TargetDriver, alt: Alternative) -> dict[str, Any]:
             "allocationMode": "ExactCount",
             "count": alt.count,
         }
-    if alt.profile is None:
+    if alt.any_of:
+        expression = cel.profiles_selector(
+            target, alt.any_of, min_memory_bytes=alt.min_memory_bytes
+        )
+    elif alt.profile is None:
         expression = cel.profiles_selector(target, alt.full_gpu)
     else:
         expression = cel.profile_selector(
@@ -241,6 +252,6 @@ def profiles_of(requests: Iterable[ContainerRequest]) -> list[str]:
     seen: dict[str, None] = {}
     for request in requests:
         for alt in request.alternatives:
-            for profile in (alt.profile,) if alt.profile else alt.full_gpu:
+            for profile in (alt.profile,) if alt.profile else alt.any_of or alt.full_gpu:
                 seen.setdefault(profile, None)
     return list(seen)

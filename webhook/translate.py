@@ -501,11 +501,15 @@ def _targeted(
 # --- chains -------------------------------------------------------------------------------
 
 
+_Entry = tuple[str | tuple[str, ...], int | None]
+"""A chain entry: a profile or ``gpu`` (or, last in a memory chain, any of several profiles)
+and the minimum memory in bytes, or None."""
+
+
 @dataclass(frozen=True)
 class _Chain:
     source: str
-    entries: tuple[tuple[str, int | None], ...]
-    """(profile or "gpu", minimum memory in bytes or None)."""
+    entries: tuple[_Entry, ...]
 
 
 def _annotation_chain(annotations: dict[str, Any], models: tuple[str, ...]) -> _Chain | None:
@@ -592,7 +596,7 @@ def _parse_profiles(raw: Any, models: tuple[str, ...]) -> list[str]:
     return names
 
 
-def _memory_chain(raw: Any, models: tuple[str, ...]) -> tuple[tuple[str, int | None], ...]:
+def _memory_chain(raw: Any, models: tuple[str, ...]) -> tuple[_Entry, ...]:
     try:
         wanted = parse_bytes(raw)
     except QuantityError as exc:
@@ -614,28 +618,45 @@ def _memory_chain(raw: Any, models: tuple[str, ...]) -> tuple[tuple[str, int | N
 
 
 @functools.lru_cache(maxsize=256)
-def _memory_entries(
-    wanted: int, models: tuple[str, ...]
-) -> tuple[tuple[str, int | None], ...] | None:
+def _memory_entries(wanted: int, models: tuple[str, ...]) -> tuple[_Entry, ...] | None:
     """The memory chain for ``wanted`` bytes on ``models`` (None: none of their profiles has
     that much); depends only on the static catalog, so it is computed once per size and model
     set. Only the policy's models count: profiles of other GPUs would use up the 8 entries.
 
+    The entries are the fitting profiles, smallest first. When more names fit than a chain
+    holds and the first 8 would leave some model without any entry (on the whole catalog, an
+    H200 asked for 40G), the last entry is instead "any of" the smallest fitting profile of
+    each model the first 7 leave out, so every model in force can serve the pod.
+
     Every entry also selects on the memory capacity the node publishes (which the agent reads
     from NVML), not only on the profile name: a profile's memory differs by driver, so the
     catalog's figure only picks the candidates and the device's own capacity decides."""
-    in_force = _gpu_models(models)
-    found = catalog.profiles_with_memory(wanted, in_force)
+    found = catalog.profiles_with_memory(wanted, _gpu_models(models))
     if not found:
         return None
-    entries: dict[str, int | None] = {}
-    for _model, profile in found:
-        if profile.name in entries:
-            continue
-        entries[profile.name] = wanted
-        if len(entries) == MAX_ALTERNATIVES:
-            break
-    return tuple(entries.items())
+    names = list(dict.fromkeys(profile.name for _model, profile in found))
+    if len(names) > MAX_ALTERNATIVES and _left_out(found, names[:MAX_ALTERNATIVES]):
+        named = names[: MAX_ALTERNATIVES - 1]
+        rest = tuple(dict.fromkeys(p.name for m, p in found if m.key in _left_out(found, named)))
+        return (*((n, wanted) for n in named), (_smallest_each(found, rest), wanted))
+    return tuple((n, wanted) for n in names[:MAX_ALTERNATIVES])
+
+
+def _left_out(found: list[tuple[catalog.GpuModel, catalog.Profile]], named: list[str]) -> set[str]:
+    """The models of ``found`` that have no profile among ``named``."""
+    covered = {m.key for m, p in found if p.name in named}
+    return {m.key for m, _p in found} - covered
+
+
+def _smallest_each(
+    found: list[tuple[catalog.GpuModel, catalog.Profile]], names: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Of ``names``, each model's smallest fitting one (``found`` is smallest first)."""
+    first: dict[str, str] = {}
+    for model, profile in found:
+        if profile.name in names:
+            first.setdefault(model.key, profile.name)
+    return tuple(dict.fromkeys(n for n in names if n in first.values()))
 
 
 @functools.cache
@@ -717,7 +738,7 @@ def _chain_need(
     count: int,
     what: str,
     via: str | None,
-    entries: tuple[tuple[str, int | None], ...],
+    entries: tuple[_Entry, ...],
 ) -> _Need:
     """A need whose chain is a fixed list of profiles (or ``gpu``)."""
     return _Need(
@@ -726,9 +747,7 @@ def _chain_need(
 
 
 @functools.lru_cache(maxsize=1024)
-def _chain(
-    entries: tuple[tuple[str, int | None], ...], count: int, _several: bool
-) -> tuple[Alternative, ...]:
+def _chain(entries: tuple[_Entry, ...], count: int, _several: bool) -> tuple[Alternative, ...]:
     """A fixed chain for ``count`` devices (NVLink does not apply to it)."""
     return tuple(_entry(p, count, memory) for p, memory in entries)
 
@@ -867,8 +886,10 @@ def _profile_of_resource(token: str, models: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _entry(name: str, count: int, min_memory: int | None) -> Alternative:
+def _entry(name: str | tuple[str, ...], count: int, min_memory: int | None) -> Alternative:
     """One alternative; cached, as Alternatives are immutable and replicas ask for the same."""
+    if isinstance(name, tuple):
+        return Alternative(kind="mig", count=count, any_of=name, min_memory_bytes=min_memory)
     if name == WHOLE_GPU:
         return _whole_gpus(count, False)
     return Alternative(kind="mig", count=count, profile=name, min_memory_bytes=min_memory)

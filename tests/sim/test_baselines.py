@@ -37,3 +37,31 @@ def test_the_oracle_serves_a_whole_gpu_as_a_mig_device_where_gpus_run_mig() -> N
     oracle = results["oracle"]
     assert (oracle.served, oracle.pending) == (2, 0)
     assert oracle.creations == 2  # the 7g.80gb instance, then the 1g.10gb after it ended
+
+
+def test_a_memory_chain_on_the_default_policy_is_served_on_an_h200_by_gpu_slicer_and_oracle() -> (
+    None
+):
+    # No gpuModels: the chain spans the whole catalog, and 40Gi fits more profile names than a
+    # chain holds; the H200's own (3g.71gb) is in its last, "any of" entry.
+    scenario = parse_scenario(
+        {
+            "nodes": [{"name": "n", "gpus": "H200-141GB:1"}],
+            "namespaces": {"ml": "enabled"},
+            "pods": [
+                {
+                    "name": "forty",
+                    "namespace": "ml",
+                    "at": 0,
+                    "duration": "1h",
+                    "annotations": {"gpu-slicer.io/gpu-memory": "40Gi"},
+                }
+            ],
+        }
+    )
+    comparison = compare(scenario, ["gpu-slicer-best-fit", "oracle"], through_api=True)
+    assert [(r.strategy, r.served) for r in comparison.results] == [
+        ("gpu-slicer-best-fit", 1),
+        ("oracle", 1),
+    ]
+    assert all(problems == [] for problems in comparison.problems.values())

@@ -220,6 +220,33 @@ def test_a_memory_chain_selects_only_devices_with_enough_memory_smallest_first(
         assert set().union(*picked) == fitting
 
 
+@pytest.mark.parametrize("size", ["10Gi", "15Gi", "20Gi", "40G", "40Gi", "70Gi", "80Gi"])
+def test_a_memory_chain_on_the_whole_catalog_reaches_every_gpu_big_enough(
+    size: str, devices: dict[str, list[Device]], policy: Policy
+) -> None:
+    # The default policy's chain spans every catalog model; more profile names fit than a chain
+    # has entries, so its last entry stands for the models the named ones leave out (an H200
+    # asked for 40G, a B300). Every GPU with an instance big enough must be reachable.
+    pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": size})
+    chain = alternatives(converted_template(pod, policy))
+    ours = devices["gpu-slicer"]
+    wanted = parse_bytes(size)
+
+    def gpu_of(name: str) -> str:
+        return "-".join(name.split("-")[:2])
+
+    big_enough = {
+        gpu_of(name_of(d))
+        for d in ours
+        if profile_of(d, GPU_SLICER) is not None
+        and not str(profile_of(d, GPU_SLICER)).endswith("+me")
+        and memory_of(d, GPU_SLICER) >= wanted
+    }
+    reached = {gpu_of(n) for sub in chain for n in chosen(sub, ours, GPU_SLICER)}
+    assert len(chain) <= 8
+    assert reached == big_enough
+
+
 def test_right_sized_gpus_select_the_namespace_profiles_in_order(
     devices: dict[str, list[Device]], embeddings_policy: Policy
 ) -> None:
