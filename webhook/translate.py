@@ -637,8 +637,8 @@ def _memory_entries(wanted: int, models: tuple[str, ...]) -> tuple[_Entry, ...] 
     names = list(dict.fromkeys(profile.name for _model, profile in found))
     if len(names) > MAX_ALTERNATIVES and _left_out(found, names[:MAX_ALTERNATIVES]):
         named = names[: MAX_ALTERNATIVES - 1]
-        rest = tuple(dict.fromkeys(p.name for m, p in found if m.key in _left_out(found, named)))
-        return (*((n, wanted) for n in named), (_smallest_each(found, rest), wanted))
+        rest = _smallest_of(found, _left_out(found, named))
+        return (*((n, wanted) for n in named), (rest, wanted))
     return tuple((n, wanted) for n in names[:MAX_ALTERNATIVES])
 
 
@@ -648,15 +648,16 @@ def _left_out(found: list[tuple[catalog.GpuModel, catalog.Profile]], named: list
     return {m.key for m, _p in found} - covered
 
 
-def _smallest_each(
-    found: list[tuple[catalog.GpuModel, catalog.Profile]], names: tuple[str, ...]
+def _smallest_of(
+    found: list[tuple[catalog.GpuModel, catalog.Profile]], models: set[str]
 ) -> tuple[str, ...]:
-    """Of ``names``, each model's smallest fitting one (``found`` is smallest first)."""
+    """Each of ``models``' smallest fitting profile, smallest first (``found`` is)."""
     first: dict[str, str] = {}
     for model, profile in found:
-        if profile.name in names:
+        if model.key in models:
             first.setdefault(model.key, profile.name)
-    return tuple(dict.fromkeys(n for n in names if n in first.values()))
+    smallest = set(first.values())
+    return tuple(dict.fromkeys(p.name for _m, p in found if p.name in smallest))
 
 
 @functools.cache
