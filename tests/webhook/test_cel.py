@@ -96,6 +96,17 @@ def memory_of(device: Device, target: TargetDriver) -> int | Fraction:
     return device.capacity[target.domain]["memory"]
 
 
+def big_enough(devices: list[Device], wanted: int) -> set[str]:
+    """The MIG devices (not ``+me`` variants) with at least ``wanted`` bytes of memory."""
+    return {
+        name_of(d)
+        for d in devices
+        if profile_of(d, GPU_SLICER) is not None
+        and not str(profile_of(d, GPU_SLICER)).endswith("+me")
+        and memory_of(d, GPU_SLICER) >= wanted
+    }
+
+
 def converted_template(pod: dict[str, Any], policy: Policy, namespace: str = "ml") -> Any:
     conversion = translate_pod(pod, namespace=namespace, policy=policy)
     (template,) = conversion.templates
@@ -204,13 +215,7 @@ def test_a_memory_chain_selects_only_devices_with_enough_memory_smallest_first(
     ours = devices["gpu-slicer"]
     wanted = parse_bytes(size)
     memory = {name_of(d): memory_of(d, GPU_SLICER) for d in ours}
-    fitting = {
-        name_of(d)
-        for d in ours
-        if profile_of(d, GPU_SLICER) is not None
-        and not str(profile_of(d, GPU_SLICER)).endswith("+me")
-        and memory[name_of(d)] >= wanted
-    }
+    fitting = big_enough(ours, wanted)
     picked = [chosen(subrequest, ours, GPU_SLICER) for subrequest in chain]
     assert all(picked), "every alternative selects some device"
     assert all(memory[name] >= wanted for names in picked for name in names)
@@ -235,16 +240,10 @@ def test_a_memory_chain_on_the_whole_catalog_reaches_every_gpu_big_enough(
     def gpu_of(name: str) -> str:
         return "-".join(name.split("-")[:2])
 
-    big_enough = {
-        gpu_of(name_of(d))
-        for d in ours
-        if profile_of(d, GPU_SLICER) is not None
-        and not str(profile_of(d, GPU_SLICER)).endswith("+me")
-        and memory_of(d, GPU_SLICER) >= wanted
-    }
+    gpus = {gpu_of(name) for name in big_enough(ours, wanted)}
     reached = {gpu_of(n) for sub in chain for n in chosen(sub, ours, GPU_SLICER)}
     assert len(chain) <= 8
-    assert reached == big_enough
+    assert reached == gpus
 
 
 def test_right_sized_gpus_select_the_namespace_profiles_in_order(
