@@ -24,7 +24,7 @@ from kube import documents
 from kube.api import KubeApi
 from kube.errors import KubeError, NotFound
 from slicer import catalog
-from slicer.identity import MIGRATION_LABEL
+from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 from webhook.errors import Denied, PolicyError
 from webhook.policy import Policy, load_policy
 from webhook.translate import is_legacy_resource, translate_pod
@@ -156,7 +156,7 @@ def _raw(text: str) -> Obj:
 def native_extended_names(api: KubeApi) -> frozenset[str]:
     """Legacy names a DeviceClass serves through ``extendedResourceName`` (KEP-5004)."""
     try:
-        classes = api.list("resource.k8s.io/v1", "DeviceClass").items
+        classes = api.list(RESOURCE_API, "DeviceClass").items
     except KubeError:
         return frozenset()  # an apiserver without resource.k8s.io/v1 serves none
     return frozenset(

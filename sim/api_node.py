@@ -8,7 +8,6 @@ the agent's gRPC services on unix sockets (``slicer.plugin``), backed by its ``D
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from kube.memory import InMemoryKubeApi
@@ -17,13 +16,8 @@ from sim.errors import AllocationError
 from sim.kubelet_client import KubeletClient, RunningClaim
 from sim.node import NodeBase, SimClock
 from sim.scenario import NodeSpec, Scenario
-from slicer.identity import DRIVER
-
-RESOURCE = "resource.k8s.io/v1"
-
-
-def order_fingerprint_names(names: Sequence[str]) -> str:
-    return ",".join(names)
+from slicer.identity import DRIVER, RESOURCE_API
+from slicer.ordering import order_fingerprint
 
 
 class ApiNode(NodeBase):
@@ -43,7 +37,7 @@ class ApiNode(NodeBase):
         self.api = api
         self._start_services(root)
         self.pool = self._publish()
-        self.limiter.published(order_fingerprint_names(self.current_order()))
+        self.limiter.published(order_fingerprint(self.current_order()))
 
     def _start_services(self, root: Path) -> None:
         """The agent's parts for this node, wired by the agent's own factory."""
@@ -89,7 +83,7 @@ class ApiNode(NodeBase):
         self._publisher.publish(self.gpu_states(), allocated=list(self.allocated.values()))
         self.publishes += 1
         listed = self.api.list(
-            RESOURCE, "ResourceSlice", field_selector=f"spec.nodeName={self.name}"
+            RESOURCE_API, "ResourceSlice", field_selector=f"spec.nodeName={self.name}"
         ).items
         pool = compile_pool(DRIVER, self.name, listed)
         if pool is None:
@@ -103,15 +97,15 @@ class ApiNode(NodeBase):
         """Tell the limiter; returns the time to call :meth:`republish`."""
         if not self.dynamic:
             return None
-        self.limiter.observe(order_fingerprint_names(self.best_order()))
+        self.limiter.observe(order_fingerprint(self.best_order()))
         due = self.limiter.due_in()
         return None if due is None else self.clock.now + due
 
     def republish(self) -> bool:
         """Publish the best order now (the limiter said it is due); True when it changed."""
         order = self.best_order()
-        fingerprint = order_fingerprint_names(order)
-        if fingerprint == order_fingerprint_names(self.current_order()):
+        fingerprint = order_fingerprint(order)
+        if fingerprint == order_fingerprint(self.current_order()):
             self.limiter.published(fingerprint)
             return False
         self.pool = self._publish()

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.demand import Demand, DemandBook
+from sim.demand import Demand, DemandBook, min_memory_slices
 from sim.event_loop import GpuLedger, Held, Slot, Strategy
 from sim.geometry import free_placements, pack, resolve_profile
 from sim.scenario import NodeSpec, PodSpec, Scenario
@@ -122,18 +122,7 @@ class _ClusterStrategy(Strategy):
         """A node with fewer free memory slices than the demand's smallest form cannot host it."""
         need = self._need.get(demand)
         if need is None:
-            need = 0
-            for request in demand:
-                sizes = [
-                    alt.count
-                    * (m.memory_slices if alt.kind == "gpu" else m.profile(p).memory_slices)
-                    for alt in request
-                    for m in self._models
-                    for p in _names_of(alt)
-                    if alt.kind == "gpu" or m.has_profile(p)
-                ]
-                need += min(sizes, default=0)
-            self._need[demand] = need
+            need = self._need[demand] = min_memory_slices(demand, self._models)
         return self.capacity[node] - self.order.used[node] >= need
 
     def _nodes(self, demand: Demand, by_name: bool = False) -> tuple[list[str] | NodeOrder, int]:
@@ -326,14 +315,6 @@ def _profile_on(model: GpuModel, alt: Alternative) -> str | None:
     if alt.profile is not None:
         return alt.profile if model.has_profile(alt.profile) else None
     return next((p for p in alt.any_of or alt.full_gpu if model.has_profile(p)), None)
-
-
-def _names_of(alt: Alternative) -> tuple[str, ...]:
-    """The profile names ``alt`` may take (one placeholder for a whole GPU); a full-GPU MIG
-    alternative counts as its whole GPU through the chain's whole-GPU entry beside it."""
-    if alt.kind == "gpu":
-        return ("",)
-    return (alt.profile,) if alt.profile else alt.any_of
 
 
 def _oracle_allows(gpu: _Gpu, alt: Alternative) -> bool:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.allocator import Allocation
-from sim.demand import Demand, DemandBook
+from sim.demand import Demand, DemandBook, min_memory_slices
 from sim.errors import AllocationError
 from sim.event_loop import GpuLedger, Held, Slot, Strategy
 from sim.kubelet_client import RunningClaim
@@ -174,18 +174,7 @@ class GpuSlicerStrategy(Strategy):
         """Memory slices the pod needs at least, on any model of the cluster (a necessary
         condition the scheduler uses to skip nodes without enough free slices)."""
         models = {m.key: m for n in self.scenario.nodes for m in n.models}.values()
-        total = 0
-        for request in self.demand(pod):
-            options = []
-            for alt in request:
-                for model in models:
-                    if alt.kind == "gpu":
-                        options.append(alt.count * model.memory_slices)
-                    for name in (alt.profile,) if alt.profile else alt.any_of:
-                        if model.has_profile(name):
-                            options.append(alt.count * model.profile(name).memory_slices)
-            total += min(options, default=0)
-        return total
+        return min_memory_slices(self.demand(pod), models)
 
     def _check_instances(self, node: SimNode, allocation: Allocation) -> None:
         """Every prepared MIG device has exactly its instance on the GPU, and nothing else is."""

@@ -21,10 +21,12 @@ is computed once per distinct pod shape and shared.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from sim.scenario import PodSpec, Scenario
+from slicer.catalog import GpuModel
 from webhook.claims import Alternative
 from webhook.errors import WebhookError
 from webhook.policy import Policy, load_policy
@@ -53,6 +55,26 @@ class Translated:
             return None
         spec: Obj = self.conversion.templates[0]["spec"]["spec"]
         return spec
+
+
+def min_memory_slices(demand: Demand, models: Iterable[GpuModel]) -> int:
+    """Memory slices ``demand`` needs at least, on whichever of ``models`` (a necessary
+    condition: a node with fewer free slices cannot host it). A whole GPU asked as its
+    full-size MIG instance counts through the chain's whole-GPU entry beside it."""
+    models = list(models)
+    total = 0
+    for request in demand:
+        sizes = []
+        for alt in request:
+            for model in models:
+                if alt.kind == "gpu":
+                    sizes.append(alt.count * model.memory_slices)
+                    continue
+                for name in (alt.profile,) if alt.profile else alt.any_of:
+                    if model.has_profile(name):
+                        sizes.append(alt.count * model.profile(name).memory_slices)
+        total += min(sizes, default=0)
+    return total
 
 
 def scenario_policy(scenario: Scenario) -> Policy:

@@ -20,13 +20,14 @@ import jsonpatch
 from kube import errors as kerrors
 from kube.memory import InMemoryKubeApi
 from sim.allocator import Allocation, Device
-from sim.api_node import RESOURCE, ApiNode
+from sim.api_node import ApiNode
 from sim.demand import Translated
 from sim.fast_node import FastNode, Templates
 from sim.kubelet_client import RunningClaim, scratch_dir
 from sim.node import SimClock, SimNode
 from sim.scenario import PodSpec, Scenario
 from slicer.deviceclasses import device_classes
+from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 
 Obj = dict[str, Any]
 
@@ -81,7 +82,7 @@ class FastControlPlane:
     def admit(self, pod: PodSpec, translated: Translated) -> list[Obj]:
         self._uids += 1
         claim = {
-            "apiVersion": RESOURCE,
+            "apiVersion": RESOURCE_API,
             "kind": "ResourceClaim",
             "metadata": {
                 "name": f"{pod.name}-gpu-slicer",
@@ -125,7 +126,7 @@ class ApiControlPlane:
         for obj in device_classes():
             self.api.create(obj)
         for ns, mode in scenario.namespaces.items():
-            labels = {"gpu-slicer.io/migration": mode} if mode != "disabled" else {}
+            labels = {MIGRATION_LABEL: mode} if mode != "disabled" else {}
             self.api.create(
                 {
                     "apiVersion": "v1",
@@ -174,10 +175,10 @@ class ApiControlPlane:
 
     def _claim_from_template(self, pod: PodSpec, stored: Obj, entry: str, template: str) -> Obj:
         """What the claim controller makes for one of the pod's claim entries."""
-        found = self.api.get(RESOURCE, "ResourceClaimTemplate", template, pod.namespace)
+        found = self.api.get(RESOURCE_API, "ResourceClaimTemplate", template, pod.namespace)
         return self.api.create(
             {
-                "apiVersion": RESOURCE,
+                "apiVersion": RESOURCE_API,
                 "kind": "ResourceClaim",
                 "metadata": {
                     "name": f"{pod.name}-{entry}",
@@ -205,7 +206,7 @@ class ApiControlPlane:
         for claim, status in zip(claims, allocation.allocations, strict=True):
             devices = _devices(allocation, status)
             meta = claim["metadata"]
-            stored = self.api.get(RESOURCE, "ResourceClaim", meta["name"], meta["namespace"])
+            stored = self.api.get(RESOURCE_API, "ResourceClaim", meta["name"], meta["namespace"])
             stored["status"] = {
                 "allocation": status,
                 "reservedFor": [{"resource": "pods", "name": pod.name}],
@@ -220,12 +221,12 @@ class ApiControlPlane:
     def remove(self, pod: PodSpec, prepared: Sequence[RunningClaim]) -> None:
         self.api.delete("v1", "Pod", pod.name, pod.namespace)
         for claim in prepared:  # the claim controller: owner gone, claim goes
-            self.api.delete(RESOURCE, "ResourceClaim", claim.name, claim.namespace)
+            self.api.delete(RESOURCE_API, "ResourceClaim", claim.name, claim.namespace)
 
     def problems(self) -> list[str]:
         allocated = [
             c
-            for c in self.api.list(RESOURCE, "ResourceClaim").items
+            for c in self.api.list(RESOURCE_API, "ResourceClaim").items
             if (c.get("status") or {}).get("allocation")
         ]
         return [f"{len(allocated)} claims still allocated in the API"] if allocated else []

@@ -71,11 +71,9 @@ class NodeAgent:
             clock=clock,
         )
         self.metrics = parts.metrics
-        self.mig = parts.mig
         self.state = parts.state
         self.claims = parts.claims
         self.health = parts.health
-        self.limiter = parts.limiter
         self.publisher = parts.publisher
         self.reconciler = parts.reconciler
         self.driver = parts.driver

@@ -75,16 +75,15 @@ class AgentParts:
     """An agent's parts, wired to each other and to ``metrics``; none of them running yet."""
 
     metrics: AgentMetrics
-    mig: MigModeManager
     state: DeviceState
+    """Prepares and unprepares; owns the MIG-mode manager (``state.mig``)."""
     claims: ClaimCache
     health: HealthTracker
     reconciler: Reconciler
     driver: DraDriver
     publisher: SlicePublisher | None
-    """The ResourceSlice writer; None when the caller gave its own ``republish``."""
-    limiter: RepublishLimiter | None
-    """Holds back order-only rewrites of the publisher; None with the caller's ``republish``."""
+    """The ResourceSlice writer (with its republish limiter); None when the caller gave its own
+    ``republish``."""
 
 
 def assemble(
@@ -126,7 +125,6 @@ def assemble(
         on_error=lambda _error: metrics.api_errors.labels("watch-claims").inc(),
     )
     health = HealthTracker(backend, on_change=wake.set, metrics=metrics)
-    limiter: RepublishLimiter | None = None
     publisher: SlicePublisher | None = None
     if republish is None:
         limiter = RepublishLimiter(
@@ -156,7 +154,7 @@ def assemble(
         wake=wake,
     )
     driver = DraDriver(state, claims, pool=config.node, max_parallel=max_parallel)
-    return AgentParts(metrics, mig, state, claims, health, reconciler, driver, publisher, limiter)
+    return AgentParts(metrics, state, claims, health, reconciler, driver, publisher)
 
 
 def kubelet_plugin(config: AgentConfig, driver: DraDriver, *, workers: int = 8) -> PluginServer:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slicer.identity import DRIVER
+from slicer.identity import DRIVER, RESOURCE_API
 from slicer.inventory import MANAGED_BY
 
 Obj = dict[str, Any]
@@ -40,7 +40,7 @@ def device_class(name: str, expression: str, *, extended_resource_name: str | No
     if extended_resource_name:
         spec["extendedResourceName"] = extended_resource_name
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": RESOURCE_API,
         "kind": "DeviceClass",
         "metadata": {"name": name, "labels": dict(MANAGED_BY)},
         "spec": spec,

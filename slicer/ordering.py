@@ -261,9 +261,9 @@ def get_policy(name: str) -> OrderPolicy:
         ) from None
 
 
-def order_fingerprint(candidates: Sequence[Candidate]) -> str:
-    """A compact identity of an order, to tell whether republishing would change anything."""
-    return ",".join(c.name for c in candidates)
+def order_fingerprint(names: Sequence[str]) -> str:
+    """A compact identity of a device order, what :class:`RepublishLimiter` compares."""
+    return ",".join(names)
 
 
 class RepublishLimiter:

@@ -57,7 +57,7 @@ from slicer.inventory import (
     plan_pool,
 )
 from slicer.layout import StaticLayout
-from slicer.ordering import OrderPolicy, RepublishLimiter
+from slicer.ordering import OrderPolicy, RepublishLimiter, order_fingerprint
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -340,7 +340,7 @@ class SlicePublisher:
             self.metrics.publishes.labels("unchanged").inc()
             self._record(plan, current)
             return self._unwritten(existing, current, plan)
-        fingerprint = ",".join(plan.order)
+        fingerprint = order_fingerprint(plan.order)
         wait = self._held_back(existing, plan, fingerprint)
         if wait:
             self.metrics.publishes.labels("deferred").inc()

@@ -20,6 +20,7 @@ from kube import documents
 from kube.api import KubeApi
 from kube.errors import Forbidden, KubeError, NotFound, Unavailable
 from kube.names import subdomain_problem
+from slicer.identity import RESOURCE_API
 from status.render import as_json, table
 from status.view import ClusterStatus, build_status
 
@@ -37,8 +38,8 @@ def read_status(api: KubeApi, *, node: str | None = None) -> ClusterStatus:
     Raises StatusReadError with a one-line reason when the cluster cannot be read."""
     lists = {}
     for api_version, kind in (
-        ("resource.k8s.io/v1", "ResourceSlice"),
-        ("resource.k8s.io/v1", "ResourceClaim"),
+        (RESOURCE_API, "ResourceSlice"),
+        (RESOURCE_API, "ResourceClaim"),
         ("v1", "Pod"),
         ("v1", "Namespace"),
     ):

@@ -24,7 +24,7 @@ from typing import Generic, Literal, Protocol, TypeVar
 
 from kube.api import KubeApi, Obj
 from kube.errors import ApiError, KubeError, NotFound
-from slicer.identity import MIGRATION_LABEL
+from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 from webhook.errors import WebhookError
 from webhook.extended import ExtendedClass, extended_class
 
@@ -289,7 +289,7 @@ class ExtendedResourceNames:
         self._on_change = on_change
         self.cache: WatchCache[ExtendedClass | None] = WatchCache(
             api,
-            "resource.k8s.io/v1",
+            RESOURCE_API,
             "DeviceClass",
             extended_class,
             watch_timeout_s=watch_timeout_s,

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from slicer.identity import RESOURCE_API
 from webhook import cel
 from webhook.targets import TargetDriver
 
@@ -240,7 +241,7 @@ def template_object(
     if namespace:
         metadata["namespace"] = namespace
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": RESOURCE_API,
         "kind": "ResourceClaimTemplate",
         "metadata": metadata,
         "spec": spec,

@@ -174,45 +174,31 @@ def _check_containers(spec: Mapping[str, Any], field: str, *, required: bool) ->
             _expect_dict(container, where)
             raise BadReview(f"{where}.name: expected a string")
         resources = container.get("resources")
-        if resources is None:
-            continue
-        if not isinstance(resources, dict) or not _resources_ok(resources):
-            _check_resources(resources, f"request.object.spec.{field}[{index}]")
+        problem = None if resources is None else _resources_problem(resources)
+        if problem:
+            raise BadReview(f"request.object.spec.{field}[{index}].resources{problem}")
 
 
-def _resources_ok(resources: dict[str, Any]) -> bool:
-    """Whether :func:`_check_resources` would pass, without building its messages."""
+def _resources_problem(resources: Any) -> str | None:
+    """What is wrong with a container's ``resources``, as the path below it and the problem
+    (``.limits['x']: expected a quantity, got a list``); None when the API would take it."""
+    if not isinstance(resources, dict):
+        return f": expected a JSON object, got {_kind(resources)}"
     for section in ("requests", "limits"):
         values = resources.get(section)
         if values is None:
             continue
         if not isinstance(values, dict):
-            return False
-        for quantity in values.values():
+            return f".{section}: expected a JSON object, got {_kind(values)}"
+        for key, quantity in values.items():
             if not isinstance(quantity, str | int | float) or isinstance(quantity, bool):
-                return False
-    claims = resources.get("claims")
-    return claims is None or (isinstance(claims, list) and all(isinstance(c, dict) for c in claims))
-
-
-def _check_resources(value: Any, where: str) -> None:
-    """Raises the BadReview for a container's ``resources`` that is not what the API allows."""
-    resources = _expect_dict(value, f"{where}.resources")
-    for section in ("requests", "limits"):
-        values = resources.get(section)
-        if values is None:
-            continue
-        for key, quantity in _expect_dict(values, f"{where}.resources.{section}").items():
-            if not isinstance(quantity, str | int | float) or isinstance(quantity, bool):
-                raise BadReview(
-                    f"{where}.resources.{section}[{key!r}]: expected a quantity, "
-                    f"got {_kind(quantity)}"
-                )
+                return f".{section}[{key!r}]: expected a quantity, got {_kind(quantity)}"
     claims = resources.get("claims")
     if claims is not None and not (
         isinstance(claims, list) and all(isinstance(c, dict) for c in claims)
     ):
-        raise BadReview(f"{where}.resources.claims: expected a list of objects")
+        return ".claims: expected a list of objects"
+    return None
 
 
 def pod_request(request: Mapping[str, Any]) -> PodRequest:

@@ -35,11 +35,11 @@ from typing import Protocol
 
 from kube.api import KubeApi, Obj
 from kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
+from slicer.identity import RESOURCE_API
 from webhook.errors import TemplateError
 
 log = logging.getLogger(__name__)
 
-API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceClaimTemplate"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-slicer"
@@ -138,7 +138,7 @@ class ApiTemplates:
                     pass
                 try:
                     existing = self.api.patch(
-                        API_VERSION,
+                        RESOURCE_API,
                         KIND,
                         name,
                         {"metadata": {"annotations": {LAST_REFERENCED: stamp}}},
@@ -235,7 +235,7 @@ class TemplateCollector:
         now = self._wall()
         stamp = _rfc3339(now)
         templates = self.api.list(
-            API_VERSION, KIND, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+            RESOURCE_API, KIND, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
         ).items
         referenced: dict[str, set[str]] = {}
         for template in templates:
@@ -259,7 +259,11 @@ class TemplateCollector:
                 continue
             try:
                 self.api.delete(
-                    API_VERSION, KIND, name, namespace, resource_version=meta.get("resourceVersion")
+                    RESOURCE_API,
+                    KIND,
+                    name,
+                    namespace,
+                    resource_version=meta.get("resourceVersion"),
                 )
             except (Conflict, NotFound):
                 result.kept.append(ref)  # stamped or deleted by someone else meanwhile
@@ -273,7 +277,7 @@ class TemplateCollector:
     def _stamp(self, namespace: str, name: str, stamp: str) -> None:
         try:
             self.api.patch(
-                API_VERSION,
+                RESOURCE_API,
                 KIND,
                 name,
                 {"metadata": {"annotations": {LAST_REFERENCED: stamp}}},

@@ -35,7 +35,7 @@ def test_the_reconciler_publishes_through_the_slice_publisher_by_default(
     api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
 ) -> None:
     parts = assemble(_config(tmp_path), backend=backend, api=api)
-    assert parts.publisher is not None and parts.limiter is not None
+    assert parts.publisher is not None
     parts.claims.sync_once()
     assert parts.reconciler.reconcile_once().republished
     assert api.objects(*SLICES)
@@ -50,7 +50,7 @@ def test_a_republish_of_the_callers_replaces_the_publisher(
         views.append(view)
 
     parts = assemble(_config(tmp_path), backend=backend, api=api, republish=record)
-    assert parts.publisher is None and parts.limiter is None
+    assert parts.publisher is None
     parts.reconciler.reconcile_once()
     assert len(views) == 1 and len(views[0].gpus) == 2
     assert not api.objects(*SLICES)
