@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Flask, Response, current_app, request
 
 from webhook.config import MAX_BODY_BYTES, ServerConfig
-from webhook.engine import COMPACT_JSON
+from webhook.engine import compact_json
 from webhook.errors import BadReview, WebhookError
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def runtime() -> Runtime:
 
 def _json(status: int, payload: Any) -> Response:
     return Response(
-        COMPACT_JSON.encode(payload),
+        compact_json(payload),
         status=status,
         mimetype="application/json",
     )

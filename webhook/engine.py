@@ -22,7 +22,6 @@ Reinvocation adds nothing because translation of an already-converted pod is an 
 from __future__ import annotations
 
 import base64
-import json
 import marshal
 import re
 import threading
@@ -30,6 +29,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NotRequired, TypedDict
+
+import orjson
 
 from webhook.caches import Mode
 from webhook.errors import BadReview, Denied
@@ -280,13 +281,17 @@ def _envelope(response: AdmissionResponse) -> AdmissionReviewOut:
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
-COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``, its encoder built once; the
-patch and the HTTP layer's answers both use it."""
+def compact_json(value: Any) -> bytes:
+    """UTF-8 JSON without spaces, keys in insertion order: the bytes of
+    ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)`` for the values answers hold
+    (text, booleans, small integers, lists and maps with text keys). orjson writes them about
+    eight times faster than the standard library, which matters on every admission: the patch
+    and the HTTP layer's answers both use it."""
+    return orjson.dumps(value)
 
 
 def encode_patch(ops: Sequence[Mapping[str, Any]]) -> str:
-    return base64.b64encode(COMPACT_JSON.encode(list(ops)).encode("utf-8")).decode("ascii")
+    return base64.b64encode(compact_json(list(ops))).decode("ascii")
 
 
 def allowed(uid: str) -> AdmissionReviewOut:

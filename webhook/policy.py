@@ -62,6 +62,11 @@ class MigFallback:
     mode: Literal["none", "larger"] = "none"
     explicit: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
+    def __hash__(self) -> int:
+        # The mapping is read-only (a MappingProxyType over a dict of tuples): hashable by
+        # value, so rules that hold it can key the translation's caches.
+        return hash((self.mode, tuple(self.explicit.items())))
+
     def fallbacks_for(self, profile: str) -> tuple[str, ...] | None:
         """Explicit fallbacks of ``profile``; None when ``mode`` decides."""
         return self.explicit.get(profile)

@@ -27,7 +27,7 @@ import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kube.quantity import QuantityError, format_bytes, parse_bytes, parse_count
 from slicer import catalog
@@ -41,6 +41,7 @@ from webhook.policy import (
     WHOLE_GPU,
     NamespaceRules,
     Policy,
+    Target,
     full_gpu_profiles,
     is_known_profile,
     model_profile_set,
@@ -92,8 +93,10 @@ class Conversion:
         return str(self.templates[0]["metadata"]["name"])
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Container:
+    """A container of the pod being read: its raw body and the legacy requests found in it."""
+
     kind: str
     index: int
     name: str
@@ -106,10 +109,34 @@ class _Container:
     def path(self) -> list[patch.Token]:
         return ["spec", self.kind, self.index]
 
+    def facts(self) -> _Facts:
+        return _Facts(
+            self.kind,
+            self.index,
+            self.name,
+            self.body.get("restartPolicy") == "Always",
+            next(iter(self.legacy.items()), None),
+            tuple(self.deferred),
+        )
+
+
+class _Facts(NamedTuple):
+    """What the claim and its template depend on of one container (read once, hashable): the
+    plan is derived from these alone, so pods that differ elsewhere share it."""
+
+    kind: str
+    position: int
+    """Index in the pod's list of ``kind``."""
+    name: str
+    restart_always: bool
+    legacy: tuple[str, int] | None
+    """The legacy resource to convert and its count (a container converts at most one)."""
+    deferred: tuple[str, ...]
+
     @property
     def sidecar(self) -> bool:
         """A restartable init container: it keeps running beside the app containers."""
-        return self.kind == "initContainers" and self.body.get("restartPolicy") == "Always"
+        return self.kind == "initContainers" and self.restart_always
 
     @property
     def long_running(self) -> bool:
@@ -126,7 +153,7 @@ uses them wants several, which is when NVLink alternatives come first."""
 class _Need:
     """What one converted container asks for: ``count`` devices of one kind (``key``)."""
 
-    container: _Container
+    container: _Facts
     count: int
     what: str
     """The legacy resource converted, or "annotation"."""
@@ -134,6 +161,41 @@ class _Need:
     key: tuple[Any, ...]
     """Containers with equal keys want the same devices, so they can pass them on."""
     build: Builder
+
+
+class _Shape(NamedTuple):
+    """Everything the claim, its template and the record depend on: the containers' facts and
+    the gpu-slicer annotations (key, value), in a fixed order. Two pods of one shape get the
+    same claim; only where the patch points (which maps and lists exist) differs per pod."""
+
+    containers: tuple[_Facts, ...]
+    annotations: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class _Derived:
+    """The part of a conversion that follows from the pod's :class:`_Shape` alone. Shared
+    between the pods of one shape, so it holds nothing mutable: each conversion gets its own
+    template and lists (callers may change what they are given)."""
+
+    warnings: tuple[str, ...] = ()
+    requests: tuple[ContainerRequest, ...] = ()
+    """Empty: nothing to convert."""
+    nvlink_sets: tuple[claims.NvlinkSet, ...] = ()
+    uses: tuple[tuple[_Facts, tuple[str, ...]], ...] = ()
+    """Each converted container, in pod order, and the requests it references."""
+    template_name: str = ""
+    changes: tuple[tuple[str, str], ...] = ()
+    record: str = ""
+    """The value of the ``gpu-slicer.io/converted`` annotation."""
+    summary: str = ""
+
+
+ANNOTATIONS_READ = (ANNOTATION_PROFILES, ANNOTATION_GPU_MEMORY, ANNOTATION_CONTAINERS)
+"""The annotations translation reads (the skip label and the pod's claims are checked first)."""
+SHAPE_CACHE_TEXT_MAX = 4096
+"""Shapes whose names and annotation values add up to more characters are derived every time,
+never remembered: a pod of many containers with long names would pin its size per entry."""
 
 
 def is_legacy_resource(name: str) -> bool:
@@ -149,7 +211,11 @@ def translate_pod(
     policy: Policy,
     native_extended: frozenset[str] = frozenset(),
 ) -> Conversion:
-    """Translate ``pod`` (raw JSON as received); raises Denied when it cannot be admitted."""
+    """Translate ``pod`` (raw JSON as received); raises Denied when it cannot be admitted.
+
+    Reads the pod into its :class:`_Shape`, derives the claim from the shape (remembered per
+    shape: replicas and pods of one workload kind ask alike), then writes the patch against
+    this pod's own JSON."""
     if not isinstance(pod, dict):
         raise Denied("the object is not a Pod (expected a JSON object)")
     metadata = _dict(pod.get("metadata"))
@@ -163,17 +229,23 @@ def translate_pod(
             summary="already converted", warnings=_left_behind(spec, policy, native_extended)
         )
 
-    target = target_driver(policy.target)
-    rules = policy.for_namespace(namespace)
     warnings: list[str] = []
     containers = _read_containers(spec, policy, native_extended, warnings)
-    needs = _needs(containers, _dict(metadata.get("annotations")), rules, target, warnings)
     deferred = tuple((c.name, r) for c in containers for r in c.deferred)
-    if not needs:
+    annotations = _dict(metadata.get("annotations"))
+    asked = tuple((k, annotations[k]) for k in ANNOTATIONS_READ if k in annotations)
+    if not asked and not any(c.legacy or c.deferred for c in containers):
+        return Conversion(warnings=warnings, deferred=deferred)  # nothing asks for devices
+    shape = _Shape(tuple(c.facts() for c in containers), asked)
+    derived = _derive_for(shape, policy.for_namespace(namespace), policy.target)
+    warnings.extend(derived.warnings)
+    if not derived.requests:
         return Conversion(warnings=warnings, deferred=deferred)
-    plan = _plan(needs)
-    _check_claim_size(plan.requests)
-    return _write(pod, namespace, needs, plan, target, warnings, deferred)
+    spec_out = claims.template_spec(
+        derived.requests, target_driver(policy.target), derived.nvlink_sets
+    )
+    template = claims.template_object(spec_out, namespace, name=derived.template_name)
+    return _write(pod, containers, derived, template, warnings, deferred)
 
 
 def audit_warnings(conversion: Conversion) -> list[str]:
@@ -198,7 +270,7 @@ def converted_annotation(pod: dict[str, Any]) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-# --- translate_pod's steps: what the containers need ----------------------------------------
+# --- translate_pod's steps: reading the containers -------------------------------------------
 
 
 def _read_containers(
@@ -210,7 +282,7 @@ def _read_containers(
     running = 0
     for container in containers:
         _read_legacy(container, policy, native_extended, warnings)
-        if container.legacy and container.long_running:
+        if container.legacy and container.facts().long_running:
             # App containers and sidecars run side by side, so each needs devices (and so a
             # request) of its own.
             running += 1
@@ -223,14 +295,61 @@ def _read_containers(
     return containers
 
 
+# --- translate_pod's steps: the claim, from the shape ----------------------------------------
+
+
+def _derive_for(shape: _Shape, rules: NamespaceRules, target: Target) -> _Derived:
+    """:func:`_derive`, remembered unless the shape is too large to keep, or holds an
+    annotation value that is not text (a pod read from YAML may have any)."""
+    values = [v for _k, v in shape.annotations]
+    if not all(isinstance(v, str) for v in values) or (
+        sum(map(len, values)) + sum(len(c.name) for c in shape.containers) > SHAPE_CACHE_TEXT_MAX
+    ):
+        return _derive(shape, rules, target)
+    return _derive_cached(shape, rules, target)
+
+
+def _derive(shape: _Shape, rules: NamespaceRules, target: Target) -> _Derived:
+    """The claim a pod of this shape gets, pure in its arguments; raises Denied."""
+    driver = target_driver(target)
+    warnings: list[str] = []
+    needs = _needs(shape, rules, driver, warnings)
+    if not needs:
+        return _Derived(warnings=tuple(warnings))
+    plan = _plan(needs)
+    _check_claim_size(plan.requests)
+    name = claims.template_name(claims.template_spec(plan.requests, driver, plan.nvlink_sets))
+    uses = tuple((need.container, plan.uses[id(need)]) for need in needs)
+    changes = tuple((need.container.name, need.what) for need in needs)
+    record = claims.canonical_json(
+        {
+            "claim": claims.CLAIM_NAME,
+            "template": name,
+            "containers": [_record_entry(need, plan.uses[id(need)]) for need in needs],
+        }
+    )
+    summary = "converted " + ", ".join(f"{what} in {who}" for who, what in changes) + f" to {name}"
+    return _Derived(
+        warnings=tuple(warnings),
+        requests=plan.requests,
+        nvlink_sets=plan.nvlink_sets,
+        uses=uses,
+        template_name=name,
+        changes=changes,
+        record=record,
+        summary=summary,
+    )
+
+
+_derive_cached = functools.lru_cache(maxsize=1024)(_derive)
+
+
 def _needs(
-    containers: Sequence[_Container],
-    annotations: dict[str, Any],
-    rules: NamespaceRules,
-    target: TargetDriver,
-    warnings: list[str],
+    shape: _Shape, rules: NamespaceRules, target: TargetDriver, warnings: list[str]
 ) -> list[_Need]:
     """What each container that gets devices asks for, in pod order."""
+    annotations = dict(shape.annotations)
+    containers = shape.containers
     chain = _annotation_chain(annotations, rules.gpu_models)
     targeted = _targeted(annotations, containers, chain is not None)
     needs: list[_Need] = []
@@ -269,53 +388,58 @@ def _check_claim_size(requests: Sequence[ContainerRequest]) -> None:
         )
 
 
-# --- translate_pod's steps: the template and the patch ---------------------------------------
+def _record_entry(need: _Need, names: Sequence[str]) -> dict[str, Any]:
+    """The container's line in ``gpu-slicer.io/converted``."""
+    container = need.container
+    entry: dict[str, Any] = {"container": container.name}
+    if len(names) == 1:
+        entry["request"] = names[0]
+    else:
+        entry["requests"] = list(names)
+    if container.legacy is not None and need.what == container.legacy[0]:
+        entry["from"] = {need.what: container.legacy[1]}
+    if need.via:
+        entry["via"] = need.via
+    entry["to"] = [alt.label for alt in need.build(need.count, need.count > 1)]
+    return entry
+
+
+# --- translate_pod's steps: the patch, against this pod --------------------------------------
 
 
 def _write(
     pod: dict[str, Any],
-    namespace: str,
-    needs: Sequence[_Need],
-    plan: _Plan,
-    target: TargetDriver,
+    containers: Sequence[_Container],
+    derived: _Derived,
+    template: dict[str, Any],
     warnings: list[str],
     deferred: tuple[tuple[str, str], ...],
 ) -> Conversion:
-    """The template for ``plan`` and the patch that points the pod's containers at it."""
-    requests = plan.requests
-    name = _template_name(requests, target, plan.nvlink_sets)
-    spec_out = claims.template_spec(requests, target, plan.nvlink_sets)
-    template = claims.template_object(spec_out, namespace, name=name)
+    """The patch that points this pod's containers at the derived claim's requests."""
     ops: list[dict[str, Any]] = []
-    changes: list[tuple[str, str]] = []
-    record: list[dict[str, Any]] = []
-    for need in needs:
-        names = plan.uses[id(need)]
-        ops.extend(_container_ops(pod, need.container, names))
-        changes.append((need.container.name, need.what))
-        record.append(_record_entry(need, names))
+    for facts, names in derived.uses:
+        container = next(
+            c for c in containers if c.index == facts.position and c.kind == facts.kind
+        )
+        ops.extend(_container_ops(pod, container, names))
     ops.append(
         patch.append(
             pod,
             ["spec", "resourceClaims"],
-            {"name": claims.CLAIM_NAME, "resourceClaimTemplateName": name},
+            {"name": claims.CLAIM_NAME, "resourceClaimTemplateName": derived.template_name},
         )
     )
-    converted_value = claims.canonical_json(
-        {"claim": claims.CLAIM_NAME, "template": name, "containers": record}
-    )
     ops.append(
-        patch.set_map_entry(pod, ["metadata", "annotations"], CONVERTED_ANNOTATION, converted_value)
+        patch.set_map_entry(pod, ["metadata", "annotations"], CONVERTED_ANNOTATION, derived.record)
     )
-    summary = "converted " + ", ".join(f"{what} in {who}" for who, what in changes) + f" to {name}"
     return Conversion(
         patch=ops,
         templates=[template],
         warnings=warnings,
-        changes=changes,
-        summary=summary,
+        changes=list(derived.changes),
+        summary=derived.summary,
         deferred=deferred,
-        requests=requests,
+        requests=derived.requests,
     )
 
 
@@ -330,11 +454,12 @@ def _container_ops(
         present = [r for r in container.legacy if r in values]
         if not present:
             continue
+        at = [*container.path, "resources", section]
         if len(present) == len(values):
             # Only the legacy resource was there: drop the map rather than leave it empty.
-            ops.append(patch.remove([*container.path, "resources", section]))
+            ops.append(patch.remove(at))
             continue
-        ops.extend(patch.remove([*container.path, "resources", section, r]) for r in present)
+        ops.extend(patch.remove([*at, r]) for r in present)
     ops.extend(
         patch.extend(
             pod,
@@ -343,22 +468,6 @@ def _container_ops(
         )
     )
     return ops
-
-
-def _record_entry(need: _Need, names: Sequence[str]) -> dict[str, Any]:
-    """The container's line in ``gpu-slicer.io/converted``."""
-    container = need.container
-    entry: dict[str, Any] = {"container": container.name}
-    if len(names) == 1:
-        entry["request"] = names[0]
-    else:
-        entry["requests"] = list(names)
-    if need.what in container.legacy:
-        entry["from"] = {need.what: container.legacy[need.what]}
-    if need.via:
-        entry["via"] = need.via
-    entry["to"] = [alt.label for alt in need.build(need.count, need.count > 1)]
-    return entry
 
 
 # --- reading the pod ------------------------------------------------------------------------
@@ -426,10 +535,9 @@ def _read_legacy(
     resources = _dict(container.body.get("resources"))
     requests = _dict(resources.get("requests"))
     limits = _dict(resources.get("limits"))
-    names = [
-        n
-        for n in dict.fromkeys([*limits, *requests])
-        if isinstance(n, str) and is_legacy_resource(n)
+    names = [n for n in limits if isinstance(n, str) and is_legacy_resource(n)]
+    names += [
+        n for n in requests if isinstance(n, str) and is_legacy_resource(n) and n not in limits
     ]
     for resource in names:
         counts = {}
@@ -469,8 +577,8 @@ def _read_legacy(
 
 
 def _targeted(
-    annotations: dict[str, Any], containers: Sequence[_Container], has_chain: bool
-) -> list[_Container]:
+    annotations: dict[str, Any], containers: Sequence[_Facts], has_chain: bool
+) -> list[_Facts]:
     """Containers the annotations apply to (identity list; empty when no annotation asks)."""
     raw = annotations.get(ANNOTATION_CONTAINERS)
     by_name = {c.name: c for c in containers}
@@ -526,19 +634,6 @@ def _annotation_chain(annotations: dict[str, Any], models: tuple[str, ...]) -> _
     if memory is not None:
         return _Chain(ANNOTATION_GPU_MEMORY, _memory_chain(memory, models))
     return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _template_name(
-    requests: tuple[ContainerRequest, ...],
-    target: TargetDriver,
-    nvlink_sets: tuple[claims.NvlinkSet, ...],
-) -> str:
-    """``claims.template_name`` of the spec these requests make, a pure function of them.
-
-    Replicas of a workload make equal requests: their spec is hashed once, not once per pod.
-    """
-    return claims.template_name(claims.template_spec(requests, target, nvlink_sets))
 
 
 def _valid_chain_entries(models: tuple[str, ...]) -> str:
@@ -682,7 +777,7 @@ def _larger_profiles(name: str, models: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _need(
-    container: _Container,
+    container: _Facts,
     targeted: bool,
     chain: _Chain | None,
     rules: NamespaceRules,
@@ -692,7 +787,7 @@ def _need(
     """What one container asks for: its count, the kind of device (and its chain), what is
     converted (a legacy resource name or "annotation") and the annotation or policy that chose
     the chain, if one did."""
-    legacy_name, legacy_count = next(iter(container.legacy.items()), (None, 1))
+    legacy_name, legacy_count = container.legacy or (None, 1)
     if targeted and chain is not None:
         return _chain_need(
             container, legacy_count, legacy_name or CHANGE_ANNOTATION, chain.source, chain.entries
@@ -735,7 +830,7 @@ def _need(
 
 
 def _chain_need(
-    container: _Container,
+    container: _Facts,
     count: int,
     what: str,
     via: str | None,
