@@ -24,11 +24,10 @@ def pointer(tokens: Sequence[Token]) -> str:
     """The JSON Pointer of a path given as tokens; ``[]`` is the whole document."""
     if not tokens:
         return ""
-    parts = [str(t) for t in tokens]
-    joined = "/".join(parts)
-    if "~" not in joined and joined.count("/") == len(parts) - 1:
-        return "/" + joined  # no token holds "~" or "/": nothing to escape
-    return "/" + "/".join([p.replace("~", "~0").replace("/", "~1") for p in parts])
+    # Most tokens hold neither "~" nor "/": only those are escaped (checked in C, per token).
+    return "/" + "/".join(
+        [t if type(t) is str and "/" not in t and "~" not in t else escape(t) for t in tokens]
+    )
 
 
 def lookup(doc: Any, tokens: Sequence[Token]) -> Any:
@@ -44,7 +43,7 @@ def lookup(doc: Any, tokens: Sequence[Token]) -> Any:
     return node
 
 
-def _creating(doc: Any, parent: Sequence[Token], tail: Any) -> Op:
+def _creating(doc: Any, parent: Sequence[Token], tail: Any, *, at: Sequence[Token] = ()) -> Op:
     """An ``add`` of ``tail`` wrapped in every map that is missing along ``parent``.
 
     ``parent`` names nested map keys; the deepest existing map receives a single ``add`` whose
@@ -58,7 +57,7 @@ def _creating(doc: Any, parent: Sequence[Token], tail: Any) -> Op:
         value = {str(token): value}
     if depth == len(parent):
         raise AssertionError("unreachable: caller handles existing parents")
-    return {"op": "add", "path": pointer(parent[: depth + 1]), "value": value}
+    return {"op": "add", "path": pointer([*at, *parent[: depth + 1]]), "value": value}
 
 
 def set_map_entry(doc: Any, parent: Sequence[Token], key: str, value: Any) -> Op:
@@ -80,23 +79,31 @@ def append(doc: Any, parent: Sequence[Token], value: Any) -> Op:
     return _new_list(doc, parent, existing, [value])
 
 
-def extend(doc: Any, parent: Sequence[Token], values: Sequence[Any]) -> list[Op]:
+def extend(
+    doc: Any, parent: Sequence[Token], values: Sequence[Any], *, at: Sequence[Token] = ()
+) -> list[Op]:
     """Append every one of ``values`` to the list at ``parent``: one ``add`` per value to an
     existing list, else a single operation creating the list with all of them (a second
-    ``add`` of a list that was missing would replace the first)."""
+    ``add`` of a list that was missing would replace the first).
+
+    ``at``: where ``doc`` lies in the document being patched (the operations' paths start
+    there), so that a caller holding a deep node need not walk down to it again."""
     existing = lookup(doc, parent)
     if isinstance(existing, list):
-        return [{"op": "add", "path": pointer([*parent, "-"]), "value": v} for v in values]
-    return [_new_list(doc, parent, existing, list(values))] if values else []
+        path = pointer([*at, *parent, "-"])
+        return [{"op": "add", "path": path, "value": v} for v in values]
+    return [_new_list(doc, parent, existing, list(values), at=at)] if values else []
 
 
-def _new_list(doc: Any, parent: Sequence[Token], existing: Any, items: list[Any]) -> Op:
+def _new_list(
+    doc: Any, parent: Sequence[Token], existing: Any, items: list[Any], *, at: Sequence[Token] = ()
+) -> Op:
     if existing is not None:
         # Present but not a list (null is handled as missing above): replace it with a list.
-        return {"op": "replace", "path": pointer(parent), "value": items}
+        return {"op": "replace", "path": pointer([*at, *parent]), "value": items}
     if isinstance(lookup(doc, parent[:-1]), dict):
-        return {"op": "add", "path": pointer(parent), "value": items}
-    return _creating(doc, parent[:-1], {str(parent[-1]): items})
+        return {"op": "add", "path": pointer([*at, *parent]), "value": items}
+    return _creating(doc, parent[:-1], {str(parent[-1]): items}, at=at)
 
 
 def remove(tokens: Sequence[Token]) -> Op:

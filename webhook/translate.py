@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -101,6 +102,8 @@ class _Container:
     index: int
     name: str
     body: dict[str, Any]
+    resources: dict[str, Any]
+    """The body's ``resources`` ({} when it has none or they are not a map)."""
     legacy: dict[str, int] = field(default_factory=dict)
     """Legacy resources to convert, name -> count (zero counts and deferred names left out)."""
     deferred: list[str] = field(default_factory=list)
@@ -182,8 +185,9 @@ class _Derived:
     requests: tuple[ContainerRequest, ...] = ()
     """Empty: nothing to convert."""
     nvlink_sets: tuple[claims.NvlinkSet, ...] = ()
-    uses: tuple[tuple[_Facts, tuple[str, ...]], ...] = ()
-    """Each converted container, in pod order, and the requests it references."""
+    uses: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    """Each converted container (its place in the shape, which is its place among the pod's
+    containers as read), in pod order, and the requests it references."""
     template_name: str = ""
     changes: tuple[tuple[str, str], ...] = ()
     record: str = ""
@@ -196,6 +200,7 @@ ANNOTATIONS_READ = (ANNOTATION_PROFILES, ANNOTATION_GPU_MEMORY, ANNOTATION_CONTA
 SHAPE_CACHE_TEXT_MAX = 4096
 """Shapes whose names and annotation values add up to more characters are derived every time,
 never remembered: a pod of many containers with long names would pin its size per entry."""
+_NAME = operator.attrgetter("name")
 
 
 def is_legacy_resource(name: str) -> bool:
@@ -231,12 +236,12 @@ def translate_pod(
 
     warnings: list[str] = []
     containers = _read_containers(spec, policy, native_extended, warnings)
-    deferred = tuple((c.name, r) for c in containers for r in c.deferred)
+    deferred = tuple([(c.name, r) for c in containers for r in c.deferred])
     annotations = _dict(metadata.get("annotations"))
-    asked = tuple((k, annotations[k]) for k in ANNOTATIONS_READ if k in annotations)
+    asked = tuple([(k, annotations[k]) for k in ANNOTATIONS_READ if k in annotations])
     if not asked and not any(c.legacy or c.deferred for c in containers):
         return Conversion(warnings=warnings, deferred=deferred)  # nothing asks for devices
-    shape = _Shape(tuple(c.facts() for c in containers), asked)
+    shape = _Shape(tuple([c.facts() for c in containers]), asked)
     derived = _derive_for(shape, policy.for_namespace(namespace), policy.target)
     warnings.extend(derived.warnings)
     if not derived.requests:
@@ -301,10 +306,10 @@ def _read_containers(
 def _derive_for(shape: _Shape, rules: NamespaceRules, target: Target) -> _Derived:
     """:func:`_derive`, remembered unless the shape is too large to keep, or holds an
     annotation value that is not text (a pod read from YAML may have any)."""
-    values = [v for _k, v in shape.annotations]
-    if not all(isinstance(v, str) for v in values) or (
-        sum(map(len, values)) + sum(len(c.name) for c in shape.containers) > SHAPE_CACHE_TEXT_MAX
-    ):
+    size = sum(map(len, map(_NAME, shape.containers)))
+    for _key, value in shape.annotations:
+        size += len(value) if isinstance(value, str) else SHAPE_CACHE_TEXT_MAX + 1
+    if size > SHAPE_CACHE_TEXT_MAX:
         return _derive(shape, rules, target)
     return _derive_cached(shape, rules, target)
 
@@ -319,7 +324,7 @@ def _derive(shape: _Shape, rules: NamespaceRules, target: Target) -> _Derived:
     plan = _plan(needs)
     _check_claim_size(plan.requests)
     name = claims.template_name(claims.template_spec(plan.requests, driver, plan.nvlink_sets))
-    uses = tuple((need.container, plan.uses[id(need)]) for need in needs)
+    uses = tuple((shape.containers.index(n.container), plan.uses[id(n)]) for n in needs)
     changes = tuple((need.container.name, need.what) for need in needs)
     record = claims.canonical_json(
         {
@@ -417,11 +422,8 @@ def _write(
 ) -> Conversion:
     """The patch that points this pod's containers at the derived claim's requests."""
     ops: list[dict[str, Any]] = []
-    for facts, names in derived.uses:
-        container = next(
-            c for c in containers if c.index == facts.position and c.kind == facts.kind
-        )
-        ops.extend(_container_ops(pod, container, names))
+    for place, names in derived.uses:
+        ops.extend(_container_ops(containers[place], names))
     ops.append(
         patch.append(
             pod,
@@ -443,12 +445,10 @@ def _write(
     )
 
 
-def _container_ops(
-    pod: dict[str, Any], container: _Container, names: Sequence[str]
-) -> list[dict[str, Any]]:
+def _container_ops(container: _Container, names: Sequence[str]) -> list[dict[str, Any]]:
     """Drop the container's legacy resource and reference the claim's requests ``names``."""
     ops: list[dict[str, Any]] = []
-    resources = _dict(container.body.get("resources"))
+    resources = container.resources
     for section in ("requests", "limits"):
         values = _dict(resources.get(section))
         present = [r for r in container.legacy if r in values]
@@ -460,13 +460,8 @@ def _container_ops(
             ops.append(patch.remove(at))
             continue
         ops.extend(patch.remove([*at, r]) for r in present)
-    ops.extend(
-        patch.extend(
-            pod,
-            [*container.path, "resources", "claims"],
-            [{"name": claims.CLAIM_NAME, "request": n} for n in names],
-        )
-    )
+    refs = [{"name": claims.CLAIM_NAME, "request": n} for n in names]
+    ops.extend(patch.extend(container.body, ["resources", "claims"], refs, at=container.path))
     return ops
 
 
@@ -523,16 +518,15 @@ def _containers(spec: dict[str, Any]) -> list[_Container]:
             continue
         for index, body in enumerate(items):
             if isinstance(body, dict):
-                found.append(
-                    _Container(kind=kind, index=index, name=str(body.get("name", "")), body=body)
-                )
+                name = str(body.get("name", ""))
+                found.append(_Container(kind, index, name, body, _dict(body.get("resources"))))
     return found
 
 
 def _read_legacy(
     container: _Container, policy: Policy, native_extended: frozenset[str], warnings: list[str]
 ) -> None:
-    resources = _dict(container.body.get("resources"))
+    resources = container.resources
     requests = _dict(resources.get("requests"))
     limits = _dict(resources.get("limits"))
     names = [n for n in limits if isinstance(n, str) and is_legacy_resource(n)]
