@@ -44,6 +44,9 @@ KIND = "ResourceClaimTemplate"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-slicer"
 LAST_REFERENCED = "gpu-slicer.io/last-referenced"
+KNOWN_MAX = 50_000
+"""Templates remembered as existing (or reported) per process; past this the memory starts over
+(a busy cluster has far fewer: one per namespace and distinct GPU request)."""
 
 Action = Callable[[str], None]
 
@@ -120,7 +123,7 @@ class ApiTemplates:
                 continue
             self._ensure_one(template, namespace, name)
             with self._lock:
-                if len(self._known) > 50_000:
+                if len(self._known) > KNOWN_MAX:
                     self._known.clear()
                 self._known[(namespace, name)] = self._clock()
 
@@ -176,10 +179,14 @@ def _stamped(template: Obj, stamp: str) -> Obj:
 
 @dataclass
 class ReportingTemplates:
-    """``--dev``: no cluster, so templates are only reported (logged and remembered)."""
+    """``--dev``: no cluster, so templates are only reported (logged, counted and remembered),
+    each once per namespace and name, as a cluster creates each once and then knows it: the
+    replicas of a workload do not log and count the same template again."""
 
     on_action: Action = _noop
     reported: list[str] = field(default_factory=list)
+    """The first 1,000 reported, in order (for tests and ``--dev`` sessions)."""
+    _seen: set[str] = field(default_factory=set)
 
     def ensure(self, templates: Sequence[Obj], *, dry_run: bool) -> None:
         if dry_run:
@@ -187,6 +194,11 @@ class ReportingTemplates:
         for template in templates:
             meta = template.get("metadata", {})
             ref = f"{meta.get('namespace')}/{meta.get('name')}"
+            if ref in self._seen:
+                continue
+            if len(self._seen) >= KNOWN_MAX:
+                self._seen.clear()
+            self._seen.add(ref)
             log.info("would create template (dev mode: no cluster)", extra={"template": ref})
             self.on_action("reported")
             if len(self.reported) < 1000:

@@ -204,6 +204,9 @@ def test_metrics_count_requests_by_outcome_and_conversions_by_resource(
         == 2
     )
     assert metric(client, "gpu_slicer_webhook_request_duration_seconds_count") == 4
+    # Both patched pods name one template: reported once, as a cluster creates it once.
+    assert metric(client, 'gpu_slicer_webhook_templates_total{action="reported"}') == 1
+    post(client, admission_review(mig_pod("2g.20gb")))
     assert metric(client, 'gpu_slicer_webhook_templates_total{action="reported"}') == 2
 
 
