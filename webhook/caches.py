@@ -27,6 +27,7 @@ from kube.errors import ApiError, KubeError, NotFound
 from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 from webhook.errors import WebhookError
 from webhook.extended import ExtendedClass, extended_class
+from webhook.locks import memory_lock
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class WatchCache(Generic[T]):
         self._backoff = backoff_s
         self._on_change = on_change
         self._items: dict[tuple[str, str], T] = {}
-        self._lock = threading.Lock()
+        self._lock = memory_lock()
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -232,7 +233,7 @@ class NamespaceModes:
         self._miss_ttl_s = miss_ttl_s
         self._clock = clock
         self._misses: dict[str, tuple[Mode, float]] = {}
-        self._lock = threading.Lock()
+        self._lock = memory_lock()
 
     @property
     def synced(self) -> bool:

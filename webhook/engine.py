@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import marshal
 import re
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ import orjson
 
 from webhook.caches import Mode
 from webhook.errors import BadReview, Denied
+from webhook.locks import memory_lock
 from webhook.policy import Policy
 from webhook.templates import TemplateEnsurer
 from webhook.translate import WARNING_MAX_BYTES, Conversion, audit_warnings, translate_pod
@@ -467,7 +467,7 @@ class TranslationMemo:
             OrderedDict()
         )
         self._policy: Policy | None = None
-        self._lock = threading.Lock()
+        self._lock = memory_lock()
         self.bytes = 0  # sum of the stored keys' sizes
         self.hits = 0
         self.misses = 0

@@ -37,6 +37,7 @@ from kube.api import KubeApi, Obj
 from kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
 from slicer.identity import RESOURCE_API
 from webhook.errors import TemplateError
+from webhook.locks import memory_lock
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class ApiTemplates:
         """(namespace, name) -> when the template was last confirmed (``clock``). The trust
         window is applied at lookup, so a policy reload that shortens the GC delay also
         shortens it for templates confirmed before the reload."""
-        self._lock = threading.Lock()
+        self._lock = memory_lock()
 
     def ttl_s(self) -> float:
         """How long a known template is trusted: never more than half the GC delay."""

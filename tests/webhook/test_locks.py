@@ -1,0 +1,65 @@
+"""The admission path's memory-only locks: the operating system's, even under gevent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from tests.support.webhook_cases import build_pod, container
+from webhook.engine import TranslationMemo
+from webhook.locks import memory_lock
+from webhook.policy import Policy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_after_gevent_patches_threading_the_lock_is_still_the_operating_systems() -> None:
+    # A fresh interpreter: patching this one would change every other test.
+    script = (
+        "from gevent import monkey; monkey.patch_all()\n"
+        "import threading, _thread\n"
+        "from gevent.monkey import get_original\n"
+        "from webhook.locks import memory_lock\n"
+        "os_lock = type(get_original('_thread', 'allocate_lock')())\n"
+        "print(type(memory_lock()) is os_lock, type(threading.Lock()) is os_lock)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    # memory_lock keeps the OS lock where threading.Lock became gevent's.
+    assert done.stdout.split() == ["True", "False"]
+
+
+def test_the_lock_excludes_real_threads() -> None:
+    lock = memory_lock()
+    assert lock.acquire(blocking=False)
+    taken: list[bool] = []
+    other = threading.Thread(target=lambda: taken.append(lock.acquire(blocking=False)))
+    other.start()
+    other.join()
+    assert taken == [False]
+    lock.release()
+
+
+def test_the_memo_keeps_its_accounting_under_concurrent_threads() -> None:
+    memo = TranslationMemo(maxsize=16)
+    policy = Policy.default()
+    pods = [
+        build_pod(container(limits={"nvidia.com/mig-1g.10gb": 1}), annotations={"n": str(i)})
+        for i in range(40)
+    ]
+
+    def admit(offset: int) -> None:
+        for i in range(400):
+            memo.translate(pods[(i + offset) % len(pods)], namespace="ml", policy=policy)
+
+    threads = [threading.Thread(target=admit, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert memo.hits + memo.misses == 8 * 400
+    assert len(memo._entries) <= 16
+    assert memo.bytes == sum(len(key[2]) for key in memo._entries)
