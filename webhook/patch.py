@@ -43,21 +43,70 @@ def lookup(doc: Any, tokens: Sequence[Token]) -> Any:
     return node
 
 
-def _creating(doc: Any, parent: Sequence[Token], tail: Any, *, at: Sequence[Token] = ()) -> Op:
-    """An ``add`` of ``tail`` wrapped in every map that is missing along ``parent``.
+# Writing into a map or a list that may be missing is two steps: where the document stands
+# (``map_state``/``list_state``, a small int: all that the operations depend on besides the
+# path and the value) and the operation for that state (``map_entry_op``/``list_ops``, pure).
+# Callers that see many documents of one shape can remember the operations per state.
 
-    ``parent`` names nested map keys; the deepest existing map receives a single ``add`` whose
-    value builds the rest, so the patch never refers to a path that is not there.
-    """
+IS_LIST = -1
+"""``list_state``: the list exists."""
+NOT_LIST = -2
+"""``list_state``: something other than a list (or null) is there: it is replaced."""
+
+
+def map_state(doc: Any, parent: Sequence[Token]) -> int:
+    """How many leading tokens of ``parent`` (map keys) reach a map that exists: ``len(parent)``
+    when ``parent`` itself is a map, 0 when only the document is."""
     depth = len(parent)
     while depth > 0 and not isinstance(lookup(doc, parent[:depth]), dict):
         depth -= 1
+    return depth
+
+
+def list_state(doc: Any, parent: Sequence[Token]) -> int:
+    """IS_LIST, NOT_LIST, or (nothing there) the ``map_state`` of the list's parent map."""
+    existing = lookup(doc, parent)
+    if isinstance(existing, list):
+        return IS_LIST
+    if existing is not None:
+        return NOT_LIST
+    return map_state(doc, parent[:-1])
+
+
+def _nested_add(parent: Sequence[Token], depth: int, tail: Any, at: Sequence[Token]) -> Op:
+    """An ``add`` of ``tail`` at ``parent``, wrapped in every map missing below ``depth``:
+    the deepest existing map receives one ``add`` whose value builds the rest, so the patch
+    never refers to a path that is not there."""
     value = tail
     for token in reversed(parent[depth + 1 :]):
         value = {str(token): value}
-    if depth == len(parent):
-        raise AssertionError("unreachable: caller handles existing parents")
     return {"op": "add", "path": pointer([*at, *parent[: depth + 1]]), "value": value}
+
+
+def map_entry_op(
+    state: int, parent: Sequence[Token], key: str, value: Any, *, at: Sequence[Token] = ()
+) -> Op:
+    """``set_map_entry`` for a document whose ``map_state(doc, parent)`` is ``state``."""
+    if state == len(parent):
+        return {"op": "add", "path": pointer([*at, *parent, key]), "value": value}
+    return _nested_add(parent, state, {key: value}, at)
+
+
+def list_ops(
+    state: int, parent: Sequence[Token], values: Sequence[Any], *, at: Sequence[Token] = ()
+) -> list[Op]:
+    """``extend`` for a document whose ``list_state(doc, parent)`` is ``state``."""
+    if state == IS_LIST:
+        path = pointer([*at, *parent, "-"])
+        return [{"op": "add", "path": path, "value": v} for v in values]
+    if not values:
+        return []
+    items = list(values)
+    if state == NOT_LIST:
+        return [{"op": "replace", "path": pointer([*at, *parent]), "value": items}]
+    if state == len(parent) - 1:
+        return [{"op": "add", "path": pointer([*at, *parent]), "value": items}]
+    return [_nested_add(parent[:-1], state, {str(parent[-1]): items}, at)]
 
 
 def set_map_entry(doc: Any, parent: Sequence[Token], key: str, value: Any) -> Op:
@@ -66,17 +115,13 @@ def set_map_entry(doc: Any, parent: Sequence[Token], key: str, value: Any) -> Op
     ``parent`` must be a path of map keys below something that exists (at least the document).
     An existing key is replaced (``add`` on an existing member replaces it).
     """
-    if isinstance(lookup(doc, parent), dict):
-        return {"op": "add", "path": pointer([*parent, key]), "value": value}
-    return _creating(doc, parent, {key: value})
+    return map_entry_op(map_state(doc, parent), parent, key, value)
 
 
 def append(doc: Any, parent: Sequence[Token], value: Any) -> Op:
     """Append ``value`` to the list at ``parent``, creating the list (and its maps) when missing."""
-    existing = lookup(doc, parent)
-    if isinstance(existing, list):
-        return {"op": "add", "path": pointer([*parent, "-"]), "value": value}
-    return _new_list(doc, parent, existing, [value])
+    (op,) = list_ops(list_state(doc, parent), parent, [value])
+    return op
 
 
 def extend(
@@ -88,22 +133,7 @@ def extend(
 
     ``at``: where ``doc`` lies in the document being patched (the operations' paths start
     there), so that a caller holding a deep node need not walk down to it again."""
-    existing = lookup(doc, parent)
-    if isinstance(existing, list):
-        path = pointer([*at, *parent, "-"])
-        return [{"op": "add", "path": path, "value": v} for v in values]
-    return [_new_list(doc, parent, existing, list(values), at=at)] if values else []
-
-
-def _new_list(
-    doc: Any, parent: Sequence[Token], existing: Any, items: list[Any], *, at: Sequence[Token] = ()
-) -> Op:
-    if existing is not None:
-        # Present but not a list (null is handled as missing above): replace it with a list.
-        return {"op": "replace", "path": pointer([*at, *parent]), "value": items}
-    if isinstance(lookup(doc, parent[:-1]), dict):
-        return {"op": "add", "path": pointer([*at, *parent]), "value": items}
-    return _creating(doc, parent[:-1], {str(parent[-1]): items}, at=at)
+    return list_ops(list_state(doc, parent), parent, values, at=at)
 
 
 def remove(tokens: Sequence[Token]) -> Op:

@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import orjson
+
 from kube.quantity import QuantityError, format_bytes, parse_bytes, parse_count
 from slicer import catalog
 from slicer.identity import CONVERTED_ANNOTATION, LEGACY_GPU, LEGACY_MIG_PREFIX
@@ -108,10 +110,6 @@ class _Container:
     """Legacy resources to convert, name -> count (zero counts and deferred names left out)."""
     deferred: list[str] = field(default_factory=list)
 
-    @property
-    def path(self) -> list[patch.Token]:
-        return ["spec", self.kind, self.index]
-
     def facts(self) -> _Facts:
         return _Facts(
             self.kind,
@@ -178,21 +176,30 @@ class _Shape(NamedTuple):
 @dataclass(frozen=True)
 class _Derived:
     """The part of a conversion that follows from the pod's :class:`_Shape` alone. Shared
-    between the pods of one shape, so it holds nothing mutable: each conversion gets its own
-    template and lists (callers may change what they are given)."""
+    between the pods of one shape: each conversion gets its own template, lists and operations
+    (callers may change what they are given), never objects held here."""
 
     warnings: tuple[str, ...] = ()
     requests: tuple[ContainerRequest, ...] = ()
     """Empty: nothing to convert."""
     nvlink_sets: tuple[claims.NvlinkSet, ...] = ()
-    uses: tuple[tuple[int, tuple[str, ...]], ...] = ()
-    """Each converted container (its place in the shape, which is its place among the pod's
-    containers as read), in pod order, and the requests it references."""
+    uses: tuple[_Use, ...] = ()
     template_name: str = ""
     changes: tuple[tuple[str, str], ...] = ()
     record: str = ""
     """The value of the ``gpu-slicer.io/converted`` annotation."""
     summary: str = ""
+    patches: dict[tuple[int, ...], bytes] = field(default_factory=dict, compare=False)
+    """The patch (JSON) for each :func:`_layout` seen so far, at most LAYOUTS_KEPT."""
+
+
+class _Use(NamedTuple):
+    """A converted container: its place in the shape (which is its place among the pod's
+    containers as read), its facts, and the claim's requests it references, in order."""
+
+    place: int
+    facts: _Facts
+    names: tuple[str, ...]
 
 
 ANNOTATIONS_READ = (ANNOTATION_PROFILES, ANNOTATION_GPU_MEMORY, ANNOTATION_CONTAINERS)
@@ -324,7 +331,9 @@ def _derive(shape: _Shape, rules: NamespaceRules, target: Target) -> _Derived:
     plan = _plan(needs)
     _check_claim_size(plan.requests)
     name = claims.template_name(claims.template_spec(plan.requests, driver, plan.nvlink_sets))
-    uses = tuple((shape.containers.index(n.container), plan.uses[id(n)]) for n in needs)
+    uses = tuple(
+        _Use(shape.containers.index(n.container), n.container, plan.uses[id(n)]) for n in needs
+    )
     changes = tuple((need.container.name, need.what) for need in needs)
     record = claims.canonical_json(
         {
@@ -420,20 +429,19 @@ def _write(
     warnings: list[str],
     deferred: tuple[tuple[str, str], ...],
 ) -> Conversion:
-    """The patch that points this pod's containers at the derived claim's requests."""
-    ops: list[dict[str, Any]] = []
-    for place, names in derived.uses:
-        ops.extend(_container_ops(containers[place], names))
-    ops.append(
-        patch.append(
-            pod,
-            ["spec", "resourceClaims"],
-            {"name": claims.CLAIM_NAME, "resourceClaimTemplateName": derived.template_name},
-        )
-    )
-    ops.append(
-        patch.set_map_entry(pod, ["metadata", "annotations"], CONVERTED_ANNOTATION, derived.record)
-    )
+    """The patch that points this pod's containers at the derived claim's requests.
+
+    The operations depend on the shape and on where the pod's maps and lists stand
+    (:func:`_layout`), nothing else: pods of one shape and layout get the same patch, so it is
+    written once and each further pod gets a fresh copy decoded from its JSON."""
+    layout = _layout(pod, containers, derived)
+    known = derived.patches.get(layout)
+    if known is not None:
+        ops: list[dict[str, Any]] = orjson.loads(known)
+    else:
+        ops = _patch(derived, layout)
+        if len(derived.patches) < LAYOUTS_KEPT:
+            derived.patches[layout] = orjson.dumps(ops)
     return Conversion(
         patch=ops,
         templates=[template],
@@ -445,23 +453,60 @@ def _write(
     )
 
 
-def _container_ops(container: _Container, names: Sequence[str]) -> list[dict[str, Any]]:
-    """Drop the container's legacy resource and reference the claim's requests ``names``."""
+LAYOUTS_KEPT = 16
+"""Patches remembered per shape; pods of one workload share one layout, a few at most."""
+_ABSENT, _ONLY, _AMONG = 0, 1, 2
+"""Where a converted container's legacy resource is in one of its resources sections."""
+
+
+def _layout(
+    pod: dict[str, Any], containers: Sequence[_Container], derived: _Derived
+) -> tuple[int, ...]:
+    """Where this pod stands for each operation: per converted container, its legacy
+    resource in requests and in limits (absent, the only entry, among others) and the
+    ``patch.list_state`` of its ``resources.claims``; then the list state of
+    ``spec.resourceClaims`` and the ``patch.map_state`` of ``metadata.annotations``."""
+    layout: list[int] = []
+    for use in derived.uses:
+        container = containers[use.place]
+        legacy = use.facts.legacy
+        for section in ("requests", "limits"):
+            values = _dict(container.resources.get(section))
+            if legacy is None or legacy[0] not in values:
+                layout.append(_ABSENT)
+            else:
+                layout.append(_ONLY if len(values) == 1 else _AMONG)
+        layout.append(patch.list_state(container.body, _CLAIMS))
+    layout.append(patch.list_state(pod, _POD_CLAIMS))
+    layout.append(patch.map_state(pod, _ANNOTATIONS))
+    return tuple(layout)
+
+
+_CLAIMS = ("resources", "claims")
+_POD_CLAIMS = ("spec", "resourceClaims")
+_ANNOTATIONS = ("metadata", "annotations")
+
+
+def _patch(derived: _Derived, layout: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The operations for a pod of ``derived``'s shape that stands as ``layout`` says: drop
+    each converted container's legacy resource, reference the claim's requests, add the
+    claim and the ``gpu-slicer.io/converted`` record."""
     ops: list[dict[str, Any]] = []
-    resources = container.resources
-    for section in ("requests", "limits"):
-        values = _dict(resources.get(section))
-        present = [r for r in container.legacy if r in values]
-        if not present:
-            continue
-        at = [*container.path, "resources", section]
-        if len(present) == len(values):
-            # Only the legacy resource was there: drop the map rather than leave it empty.
-            ops.append(patch.remove(at))
-            continue
-        ops.extend(patch.remove([*at, r]) for r in present)
-    refs = [{"name": claims.CLAIM_NAME, "request": n} for n in names]
-    ops.extend(patch.extend(container.body, ["resources", "claims"], refs, at=container.path))
+    states = iter(layout)
+    for use in derived.uses:
+        path: list[patch.Token] = ["spec", use.facts.kind, use.facts.position]
+        for section in ("requests", "limits"):
+            state = next(states)
+            if state == _ONLY:
+                # Only the legacy resource was there: drop the map rather than leave it empty.
+                ops.append(patch.remove([*path, "resources", section]))
+            elif state == _AMONG and use.facts.legacy is not None:
+                ops.append(patch.remove([*path, "resources", section, use.facts.legacy[0]]))
+        refs = [{"name": claims.CLAIM_NAME, "request": n} for n in use.names]
+        ops.extend(patch.list_ops(next(states), _CLAIMS, refs, at=path))
+    entry = {"name": claims.CLAIM_NAME, "resourceClaimTemplateName": derived.template_name}
+    ops.extend(patch.list_ops(next(states), _POD_CLAIMS, [entry]))
+    ops.append(patch.map_entry_op(next(states), _ANNOTATIONS, CONVERTED_ANNOTATION, derived.record))
     return ops
 
 
