@@ -97,7 +97,7 @@ def mutate_pods() -> Response:
         )
     rt = runtime()
     try:
-        result = rt.reviewer.review(body)
+        result = rt.reviewer.review(body, raw)
     except BadReview as exc:
         return _error(400, "bad_request", f"malformed AdmissionReview: {exc.message}", started)
     except WebhookError as exc:

@@ -22,6 +22,7 @@ Reinvocation adds nothing because translation of an already-converted pod is an 
 from __future__ import annotations
 
 import base64
+import functools
 import marshal
 import re
 from collections import OrderedDict
@@ -432,6 +433,33 @@ def pod_key(pod: dict[str, Any]) -> bytes | str:
         return repr(pod)
 
 
+_PLAIN_UID = re.compile(r"[A-Za-z0-9-]{1,128}")
+
+
+def review_key(body: Any, raw: bytes) -> bytes | None:
+    """An exact key for the review ``raw`` (its bytes, decoded as ``body``) but for its uid,
+    which the apiserver makes new for every request: the bytes with the uid's JSON string cut
+    out and a NUL byte (which JSON text never holds) where it was. None when the uid is not a
+    plain one (letters, digits, dashes: the apiserver's are UUIDs) or is not found as is.
+
+    Equal keys mean equal reviews but for that one string: with the same bytes before the cut
+    the cut starts in the same place of the same JSON, so it is the same token in both (or, if
+    the first match is not the uid's own string, the uid's string lies after it and is equal in
+    both). The pod, the namespace and everything else translation reads are then equal. Cheaper
+    than :func:`pod_key` (finding and copying bytes against encoding every value), so replicas
+    are answered from the memo for less, and a pod seen for the first time pays less for the
+    look-up."""
+    request = body.get("request") if isinstance(body, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    if not isinstance(uid, str) or not _PLAIN_UID.fullmatch(uid):
+        return None
+    token = b'"' + uid.encode("ascii") + b'"'
+    start = raw.find(token)
+    if start < 0:
+        return None
+    return raw[:start] + b"\0" + raw[start + len(token) :]
+
+
 MEMO_ENTRY_MAX_BYTES = 64 * 1024
 """Pods whose key is larger are translated every time, never remembered: replicas of real
 workloads are a few KiB, and a 3 MiB pod would pin 3 MiB per entry."""
@@ -444,8 +472,9 @@ class TranslationMemo:
     """Remembers recent translations: the replicas of a Deployment arrive as identical pods.
 
     Translation is a pure function of (pod, namespace, policy, native names), so a hit is
-    exactly what translating again would give. The pod is keyed by its :func:`pod_key`; a pod
-    that differs in any value or type (or only in key order) is a miss. Denials are not
+    exactly what translating again would give. The pod is keyed by the bytes of its review but
+    for the uid (:func:`review_key`, when the HTTP layer passes them) or by its own
+    :func:`pod_key`; a pod that differs in any value or type (or only in key order) is a miss. Denials are not
     remembered (they are cheap and carry user-facing messages). The memo empties itself when the
     policy object changes.
 
@@ -463,7 +492,7 @@ class TranslationMemo:
         self.maxsize = maxsize
         self.max_bytes = max_bytes
         self.entry_max_bytes = entry_max_bytes
-        self._entries: OrderedDict[tuple[str, frozenset[str], bytes | str], Conversion] = (
+        self._entries: OrderedDict[tuple[str, frozenset[str], str, bytes | str], Conversion] = (
             OrderedDict()
         )
         self._policy: Policy | None = None
@@ -479,8 +508,12 @@ class TranslationMemo:
         namespace: str,
         policy: Policy,
         native_extended: frozenset[str] = frozenset(),
+        review: bytes | None = None,
     ) -> Conversion:
-        key = (namespace, native_extended, pod_key(pod))
+        """``translate_pod``, remembered. ``review``: the :func:`review_key` of the review the
+        pod came in, used as the key instead of the pod's own (the two kinds never match)."""
+        kind, exact = ("pod", pod_key(pod)) if review is None else ("review", review)
+        key = (namespace, native_extended, kind, exact)
         with self._lock:
             if policy is not self._policy:
                 self._entries.clear()
@@ -495,7 +528,7 @@ class TranslationMemo:
         conversion = translate_pod(
             pod, namespace=namespace, policy=policy, native_extended=native_extended
         )
-        size = len(key[2])
+        size = len(key[3])
         if size > self.entry_max_bytes:
             return conversion
         with self._lock:
@@ -506,7 +539,7 @@ class TranslationMemo:
                     len(self._entries) > self.maxsize or self.bytes > self.max_bytes
                 ):
                     evicted, _ = self._entries.popitem(last=False)
-                    self.bytes -= len(evicted[2])
+                    self.bytes -= len(evicted[3])
         return conversion
 
 
@@ -527,12 +560,20 @@ class AdmissionEngine:
         self._templates = templates
         self.memo = TranslationMemo()
 
-    def review(self, body: Any) -> ReviewResult:
+    def review(self, body: Any, raw: bytes | None = None) -> ReviewResult:
+        """``raw``: the bytes ``body`` was decoded from, when the caller has them (the HTTP
+        layer does): the memo then keys on them (:func:`review_key`)."""
+        key = None if raw is None else review_key(body, raw)
+        translate = (
+            self.memo.translate
+            if key is None
+            else functools.partial(self.memo.translate, review=key)
+        )
         return review(
             body,
             policy=self._policy(),
             mode_for_namespace=self._mode,
             native_extended=self._native(),
             ensure_templates=self._templates,
-            translate=self.memo.translate,
+            translate=translate,
         )

@@ -62,7 +62,7 @@ RBAC_RULES: dict[tuple[str, str], frozenset[str]] = {
 
 
 class Reviewer(Protocol):
-    def review(self, body: Any) -> ReviewResult: ...
+    def review(self, body: Any, raw: bytes | None = None) -> ReviewResult: ...
 
 
 @dataclass

@@ -29,6 +29,7 @@ from webhook.engine import (
     limit_warnings,
     pod_key,
     review,
+    review_key,
 )
 from webhook.errors import BadReview, TemplateError
 from webhook.policy import Policy
@@ -439,5 +440,51 @@ def test_the_memo_is_bounded_by_bytes_not_entries() -> None:
         memo.translate(small, namespace="ml", policy=policy)
         assert memo.bytes <= memo.max_bytes
     assert 0 < len(memo._entries) < 300
-    assert all(len(key[2]) <= memo.entry_max_bytes for key in memo._entries)
-    assert memo.bytes == sum(len(key[2]) for key in memo._entries)
+    assert all(len(key[-1]) <= memo.entry_max_bytes for key in memo._entries)
+    assert memo.bytes == sum(len(key[-1]) for key in memo._entries)
+
+
+# --- the review's bytes as the memo's key ------------------------------------------------------
+
+
+def _raw(pod: dict[str, Any], uid: str, namespace: str = "ml") -> tuple[Any, bytes]:
+    raw = json.dumps(admission_review(pod, uid=uid, namespace=namespace)).encode()
+    return json.loads(raw), raw
+
+
+def test_replicas_sent_as_bytes_are_answered_from_the_memo_with_their_own_uid() -> None:
+    policy = Policy.default()
+    engine = enabled_engine(lambda: policy)
+    answers = [engine.review(*_raw(mig_pod(), f"0f3c-{i}")) for i in range(5)]
+    assert (engine.memo.misses, engine.memo.hits) == (1, 4)
+    assert [a.response["uid"] for a in answers] == [f"0f3c-{i}" for i in range(5)]
+    direct = run(admission_review(mig_pod(), uid="0f3c-4"))
+    assert answers[-1].body == direct.body
+
+
+def test_reviews_that_differ_anywhere_but_the_uid_have_different_keys() -> None:
+    body, raw = _raw(mig_pod(), "u-1")
+    key = review_key(body, raw)
+    assert key is not None and key == review_key(*_raw(mig_pod(), "u-2-longer"))
+    for other in (
+        _raw(mig_pod("2g.20gb"), "u-1"),
+        _raw(mig_pod(), "u-1", namespace="other"),
+        _raw(mig_pod(annotations={"note": "u-1"}), "u-1"),
+    ):
+        assert review_key(*other) != key
+
+
+def test_a_uid_that_is_also_a_value_in_the_pod_still_keys_exactly() -> None:
+    # The first match is the pod's label, not the uid: the cut falls there in both reviews, and
+    # the real uids that follow differ, so the keys differ; equal uids give equal reviews.
+    first = _raw(mig_pod(labels={"a": "same"}), "same")
+    second = _raw(mig_pod(labels={"a": "other"}), "other")
+    assert review_key(*first) != review_key(*second)
+    assert review_key(*first) == review_key(*_raw(mig_pod(labels={"a": "same"}), "same"))
+
+
+@pytest.mark.parametrize("uid", ['we"ird', "back\\slash", "é", "", "x" * 200])
+def test_a_uid_that_is_not_plain_falls_back_to_the_pod_key(uid: str) -> None:
+    body, raw = _raw(mig_pod(), "plain")
+    body["request"]["uid"] = uid
+    assert review_key(body, raw) is None

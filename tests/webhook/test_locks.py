@@ -62,4 +62,4 @@ def test_the_memo_keeps_its_accounting_under_concurrent_threads() -> None:
         thread.join()
     assert memo.hits + memo.misses == 8 * 400
     assert len(memo._entries) <= 16
-    assert memo.bytes == sum(len(key[2]) for key in memo._entries)
+    assert memo.bytes == sum(len(key[-1]) for key in memo._entries)
