@@ -474,9 +474,9 @@ class TranslationMemo:
     Translation is a pure function of (pod, namespace, policy, native names), so a hit is
     exactly what translating again would give. The pod is keyed by the bytes of its review but
     for the uid (:func:`review_key`, when the HTTP layer passes them) or by its own
-    :func:`pod_key`; a pod that differs in any value or type (or only in key order) is a miss. Denials are not
-    remembered (they are cheap and carry user-facing messages). The memo empties itself when the
-    policy object changes.
+    :func:`pod_key`; a pod that differs in any value or type (or only in key order) is a miss.
+    Denials are not remembered (they are cheap and carry user-facing messages). The memo empties
+    itself when the policy object changes.
 
     Bounded by bytes as well as entries: a key over ``entry_max_bytes`` is not stored, and the
     least recently used entries go once the keys add up to more than ``max_bytes``.

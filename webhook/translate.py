@@ -210,6 +210,14 @@ never remembered: a pod of many containers with long names would pin its size pe
 _NAME = operator.attrgetter("name")
 
 
+_VENDOR = LEGACY_GPU[: LEGACY_GPU.index("/") + 1]
+"""``nvidia.com/``: what every legacy resource name starts with."""
+
+
+def _is_vendor_key(key: object) -> bool:
+    return isinstance(key, str) and key.startswith(_VENDOR)
+
+
 def is_legacy_resource(name: str) -> bool:
     return name == LEGACY_GPU or (
         name.startswith(LEGACY_MIG_PREFIX) and len(name) > len(LEGACY_MIG_PREFIX)
@@ -563,8 +571,17 @@ def _containers(spec: dict[str, Any]) -> list[_Container]:
             continue
         for index, body in enumerate(items):
             if isinstance(body, dict):
-                name = str(body.get("name", ""))
-                found.append(_Container(kind, index, name, body, _dict(body.get("resources"))))
+                name = body.get("name", "")
+                resources = body.get("resources")
+                found.append(
+                    _Container(
+                        kind,
+                        index,
+                        name if isinstance(name, str) else str(name),
+                        body,
+                        resources if isinstance(resources, dict) else {},
+                    )
+                )
     return found
 
 
@@ -574,27 +591,27 @@ def _read_legacy(
     resources = container.resources
     requests = _dict(resources.get("requests"))
     limits = _dict(resources.get("limits"))
-    names = [n for n in limits if isinstance(n, str) and is_legacy_resource(n)]
+    # The vendor prefix first: most keys are cpu and memory, and this keeps them cheap.
+    names = [n for n in limits if _is_vendor_key(n) and is_legacy_resource(n)]
     names += [
-        n for n in requests if isinstance(n, str) and is_legacy_resource(n) and n not in limits
+        n for n in requests if _is_vendor_key(n) and is_legacy_resource(n) and n not in limits
     ]
     for resource in names:
-        counts = {}
+        count: int | None = None
         for section, values in (("limits", limits), ("requests", requests)):
-            if resource in values:
-                try:
-                    counts[section] = parse_count(values[resource])
-                except QuantityError as exc:
-                    raise Denied(
-                        f"container {container.name!r}: {section}[{resource}]: {exc}"
-                    ) from exc
-        if len(set(counts.values())) > 1:
-            raise Denied(
-                f"container {container.name!r}: {resource} is {counts['requests']} in requests "
-                f"but {counts['limits']} in limits; extended resources need them equal"
-            )
-        count = next(iter(counts.values()))
-        if count == 0:
+            if resource not in values:
+                continue
+            try:
+                value = parse_count(values[resource])
+            except QuantityError as exc:
+                raise Denied(f"container {container.name!r}: {section}[{resource}]: {exc}") from exc
+            if count is not None and value != count:
+                raise Denied(
+                    f"container {container.name!r}: {resource} is {value} in requests "
+                    f"but {count} in limits; extended resources need them equal"
+                )
+            count = value
+        if not count:  # zero: nothing asked (None cannot be: the name came from a section)
             continue
         if count > MAX_COUNT:
             raise Denied(f"container {container.name!r}: {resource}: {count} is too many devices")
