@@ -181,6 +181,11 @@ def _check_containers(spec: Mapping[str, Any], field: str, *, required: bool) ->
             raise BadReview(f"request.object.spec.{field}[{index}].resources{problem}")
 
 
+_QUANTITY_TYPES = (str, int, float)
+"""A tuple, not ``str | int | float``: the union would be built again at every check, and every
+quantity of every container is checked on every review."""
+
+
 def _resources_problem(resources: Any) -> str | None:
     """What is wrong with a container's ``resources``, as the path below it and the problem
     (``.limits['x']: expected a quantity, got a list``); None when the API would take it."""
@@ -193,7 +198,7 @@ def _resources_problem(resources: Any) -> str | None:
         if not isinstance(values, dict):
             return f".{section}: expected a JSON object, got {_kind(values)}"
         for key, quantity in values.items():
-            if not isinstance(quantity, str | int | float) or isinstance(quantity, bool):
+            if not isinstance(quantity, _QUANTITY_TYPES) or isinstance(quantity, bool):
                 return f".{section}[{key!r}]: expected a quantity, got {_kind(quantity)}"
     claims = resources.get("claims")
     if claims is not None and not (
@@ -257,6 +262,8 @@ def limit_warnings(
     total: int = WARNINGS_TOTAL_MAX_BYTES,
 ) -> list[str]:
     """Warnings the apiserver passes on whole: each under 120, together under 4096 (bytes)."""
+    if not warnings:
+        return []
     out: list[str] = []
     used = 0
     cleaned = [_cut(_clean(str(w)), each) for w in warnings]

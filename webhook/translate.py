@@ -135,14 +135,14 @@ class _Facts(NamedTuple):
     deferred: tuple[str, ...]
 
     @property
-    def sidecar(self) -> bool:
-        """A restartable init container: it keeps running beside the app containers."""
-        return self.kind == "initContainers" and self.restart_always
-
-    @property
     def long_running(self) -> bool:
-        """Runs until the pod ends (app containers and sidecars), so holds its devices."""
-        return self.kind == "containers" or self.sidecar
+        return _long_running(self.kind, self.restart_always)
+
+
+def _long_running(kind: str, restart_always: bool) -> bool:
+    """Runs until the pod ends, so holds its devices: app containers, and sidecars (restartable
+    init containers, which keep running beside the app containers)."""
+    return kind == "containers" or (kind == "initContainers" and restart_always)
 
 
 Builder = Callable[[int, bool], tuple[Alternative, ...]]
@@ -302,7 +302,9 @@ def _read_containers(
     running = 0
     for container in containers:
         _read_legacy(container, policy, native_extended, warnings)
-        if container.legacy and container.facts().long_running:
+        if container.legacy and _long_running(
+            container.kind, container.body.get("restartPolicy") == "Always"
+        ):
             # App containers and sidecars run side by side, so each needs devices (and so a
             # request) of its own.
             running += 1
