@@ -15,8 +15,11 @@ Kinds (a Deployment's pod, as in ``bench_webhook.py``, with a sidecar and many o
   right-sized       ``nvidia.com/gpu: 1`` in a namespace with a ``gpu`` list
   nothing to do     CPU and memory only
 
-Each kind runs twice: the same pod object every call, and ("fresh") a different pod object each
-call (a unique annotation), as the webhook sees pods that its memo does not answer.
+Each kind runs three ways: the same pod object every call; ("fresh") a different pod object each
+call (a unique annotation), as the webhook sees pods that its memo does not answer, whose claim
+translation derives once per GPU shape and remembers; and ("new") a pod whose GPU shape is new
+each call too (its first container's name differs), so the claim is derived every time (with
+more calls than the 1,024 shapes remembered, every pass misses).
 
     python bench/bench_translate.py [--calls 5000] [--rounds 5] [--profile KIND]
 """
@@ -47,6 +50,12 @@ Pod = dict[str, Any]
 def _with_annotation(pod: Pod, key: str, value: str) -> Pod:
     out = copy.deepcopy(pod)
     out["metadata"]["annotations"][key] = value
+    return out
+
+
+def _renamed(pod: Pod, name: str) -> Pod:
+    out = copy.deepcopy(pod)
+    out["spec"]["containers"][0]["name"] = name
     return out
 
 
@@ -113,7 +122,8 @@ def main() -> int:
 
         same = [pod] * args.calls
         fresh = [_with_annotation(pod, "build-id", str(i)) for i in range(args.calls)]
-        for variant, pods in (("same", same), ("fresh", fresh)):
+        new = [_renamed(p, f"main-{i}") for i, p in enumerate(fresh)]
+        for variant, pods in (("same", same), ("fresh", fresh), ("new", new)):
             took = best_per_call(translate, pods, args.rounds)
             base = best_per_call(round_trip, pods, args.rounds)
             print(
