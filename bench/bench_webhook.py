@@ -58,6 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sandbox.process import free_port  # noqa: E402
 from webhook.config import ServerConfig  # noqa: E402
 from webhook.server import make_dev_certificate  # noqa: E402
 
@@ -365,15 +366,9 @@ def server_cpu_seconds(master: int) -> float:
 # ----------------------------------------------------------------------------- main
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start_server(tmp: Path, workers: int) -> tuple[subprocess.Popen[bytes], int, Path]:
     cert, key = make_dev_certificate(tmp, ["127.0.0.1"])
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SLICER_")}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     settings = ServerConfig(

@@ -7,6 +7,7 @@ workers, for example), and nothing outlives the sandbox.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import ssl
@@ -135,10 +136,48 @@ def https_ok(url: str, *, ca: Path | None, client_cert: tuple[Path, Path] | None
         return False
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PICKED = 10000
+"""Ports are picked at or above this (below it lie well-known and registered services)."""
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel takes outgoing connections' source ports from (Linux's file; the
+    IANA range where there is none)."""
+    try:
+        low, high = (int(part) for part in EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return 49152, 65535
+    return low, high
+
+
 def free_port() -> int:
+    """A port free on 127.0.0.1 now, outside the ephemeral range where there is room.
+
+    A component listens seconds after its port is chosen, and meanwhile every outgoing
+    connection (the apiserver to etcd, each client to the apiserver) takes a source port from
+    the ephemeral range: a port the kernel handed out there (``bind(0)``) can be some
+    connection's by the time the component binds it (seen: the webhook refused to start with
+    "port already in use"). Ports below the range are never handed out that way.
+    """
+    low, _high = ephemeral_ports()
+    if low - LOWEST_PICKED >= 1000:
+        for _attempt in range(100):
+            port = random.randrange(LOWEST_PICKED, low)
+            if _bindable(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def check_port_free(port: int, flag: str) -> int:

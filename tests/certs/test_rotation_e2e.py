@@ -22,17 +22,11 @@ from pathlib import Path
 import pytest
 
 from certs import issue as certs_issue
+from sandbox.process import free_port
 from tests.support.certs_cases import NAMESPACE, SERVICE
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = f"{SERVICE}.{NAMESPACE}.svc"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _client(*cas: certs_issue.Issued) -> ssl.SSLContext:
@@ -56,7 +50,7 @@ def _get(port: int, context: ssl.SSLContext, path: str = "/healthz") -> tuple[in
 
 @contextmanager
 def _serve(folder: Path, log: Path) -> Iterator[int]:
-    port = _free_port()
+    port = free_port()
     env = {
         k: v
         for k, v in os.environ.items()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ import grpc
 import pytest
 
 from cli.main import build_parser, main
+from sandbox.process import free_port
 from slicer.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -240,16 +240,10 @@ def test_without_a_toolkit_spec_the_agent_says_pods_get_no_cuda_libraries(
     assert with_toolkit.metrics.value("gpu_slicer_agent_cdi_toolkit_edits") == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
     short_dir: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     registry, plugins = short_dir / "reg", short_dir / "plugins"
     proc = subprocess.Popen(
         [

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from certs import issue as certs_issue
 from kube.api import Obj
+from sandbox.process import free_port
 from webhook.config import ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,12 +158,6 @@ class TestCA:
 
 
 # ----------------------------------------------------------------------------- gunicorn
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
