@@ -345,7 +345,7 @@ class SlicePublisher:
         if wait:
             self.metrics.publishes.labels("deferred").inc()
             return self._unwritten(existing, current, plan, deferred_s=wait)
-        return self._write_pool(gpus, allocated, existing, current, fingerprint)
+        return self._write_pool(plan, existing, current, fingerprint)
 
     def _unwritten(
         self,
@@ -377,19 +377,17 @@ class SlicePublisher:
         return self._limiter.due_in()
 
     def _write_pool(
-        self,
-        gpus: Sequence[GpuState],
-        allocated: Sequence[DeviceSpec],
-        existing: dict[str, Obj],
-        current: int,
-        fingerprint: str,
+        self, plan: PoolPlan, existing: dict[str, Obj], current: int, fingerprint: str
     ) -> PublishResult:
-        """Write the pool at a new generation, delete what it no longer has, check the read-back."""
+        """Write the pool at a new generation, delete what it no longer has, check the read-back.
+
+        ``plan`` was made at the current generation to compare with what is published; only its
+        slices' pool generation changes (planning again for it was the same work twice)."""
         generation = max(current, self._generation) + 1
         self._generation = generation
-        plan = self.plan(gpus, allocated=allocated, generation=generation)
         owner = self._owner_reference()
         for obj in plan.slices:
+            obj["spec"]["pool"]["generation"] = generation
             if owner is not None:
                 obj["metadata"]["ownerReferences"] = [owner]
             self._write(obj, existing.get(obj["metadata"]["name"]))
