@@ -26,6 +26,7 @@ from webhook.engine import (
     AdmissionEngine,
     ReviewResult,
     TranslationMemo,
+    compact_json,
     limit_warnings,
     pod_key,
     review,
@@ -488,3 +489,16 @@ def test_a_uid_that_is_not_plain_falls_back_to_the_pod_key(uid: str) -> None:
     body, raw = _raw(mig_pod(), "plain")
     body["request"]["uid"] = uid
     assert review_key(body, raw) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"uid": "é-ü\u2028", "allowed": True, "status": {"code": 403, "message": 'a "b"\n\t\\'}},
+        ["\x00\x1f\x7f", {"k": [None, False, 0, -1, 2**40]}],
+        {"warnings": ["gpu-slicer audit: would convert nvidia.com/gpu in main"], "x": {}},
+    ],
+)
+def test_answers_are_the_bytes_the_standard_library_would_write(value: Any) -> None:
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    assert compact_json(value) == expected
