@@ -19,6 +19,7 @@ import jsonpatch
 import yaml
 
 from kube import documents
+from webhook import patch
 from webhook.errors import Denied, ManifestError
 from webhook.policy import Policy
 from webhook.translate import Conversion, audit_warnings, translate_pod
@@ -135,7 +136,7 @@ def _convert_any(
     _collect_templates(conversion, result, seen)
     patched = jsonpatch.apply_patch(pod, conversion.patch)
     out = copy.deepcopy(obj)
-    target = _at(out, path)
+    target = patch.lookup(out, path)
     target["metadata"] = patched["metadata"]
     target["spec"] = patched["spec"]
     return out
@@ -145,7 +146,7 @@ def _pod_template(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
     """The pod (template) at ``path`` of ``obj``, checked the way the API server would check
     it, so that a hand-written manifest gets a message rather than a crash."""
     _check_metadata(obj.get("metadata"), "metadata")
-    template = _at(obj, path)
+    template = patch.lookup(obj, path)
     where = ".".join(path) or "the Pod"
     if not isinstance(template, dict):
         raise Denied(f"{'.'.join(path)}: no pod template (a mapping with a spec)")
@@ -183,15 +184,6 @@ def _collect_templates(
         if key not in seen:
             seen.add(key)
             result.templates.append(template)
-
-
-def _at(obj: dict[str, Any], path: Sequence[str]) -> Any:
-    node: Any = obj
-    for key in path:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
 
 
 def _check_metadata(value: Any, where: str) -> None:

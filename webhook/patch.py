@@ -83,19 +83,25 @@ def _nested_add(parent: Sequence[Token], depth: int, tail: Any, at: Sequence[Tok
     return {"op": "add", "path": pointer([*at, *parent[: depth + 1]]), "value": value}
 
 
-def map_entry_op(
-    state: int, parent: Sequence[Token], key: str, value: Any, *, at: Sequence[Token] = ()
-) -> Op:
-    """``set_map_entry`` for a document whose ``map_state(doc, parent)`` is ``state``."""
+def map_entry_op(state: int, parent: Sequence[Token], key: str, value: Any) -> Op:
+    """Set ``parent[key] = value`` in a document whose ``map_state(doc, parent)`` is ``state``:
+    an ``add`` into the map, or one that creates the missing maps around the entry. ``parent``
+    is a path of map keys; an existing key is replaced (``add`` on a member replaces it)."""
     if state == len(parent):
-        return {"op": "add", "path": pointer([*at, *parent, key]), "value": value}
-    return _nested_add(parent, state, {key: value}, at)
+        return {"op": "add", "path": pointer([*parent, key]), "value": value}
+    return _nested_add(parent, state, {key: value}, ())
 
 
 def list_ops(
     state: int, parent: Sequence[Token], values: Sequence[Any], *, at: Sequence[Token] = ()
 ) -> list[Op]:
-    """``extend`` for a document whose ``list_state(doc, parent)`` is ``state``."""
+    """Append ``values`` to the list at ``parent`` in a document whose ``list_state(doc,
+    parent)`` is ``state``: one ``add`` per value to an existing list, else a single operation
+    that creates (or replaces) the list with all of them, and the maps it needs (a second
+    ``add`` of a list that was missing would replace the first).
+
+    ``at``: where the document inspected lies in the one being patched (the operations' paths
+    start there), so that a caller holding a deep node need not walk down to it again."""
     if state == IS_LIST:
         path = pointer([*at, *parent, "-"])
         return [{"op": "add", "path": path, "value": v} for v in values]
@@ -107,33 +113,6 @@ def list_ops(
     if state == len(parent) - 1:
         return [{"op": "add", "path": pointer([*at, *parent]), "value": items}]
     return [_nested_add(parent[:-1], state, {str(parent[-1]): items}, at)]
-
-
-def set_map_entry(doc: Any, parent: Sequence[Token], key: str, value: Any) -> Op:
-    """Set ``parent[key] = value``, creating ``parent`` (and its missing ancestors) when needed.
-
-    ``parent`` must be a path of map keys below something that exists (at least the document).
-    An existing key is replaced (``add`` on an existing member replaces it).
-    """
-    return map_entry_op(map_state(doc, parent), parent, key, value)
-
-
-def append(doc: Any, parent: Sequence[Token], value: Any) -> Op:
-    """Append ``value`` to the list at ``parent``, creating the list (and its maps) when missing."""
-    (op,) = list_ops(list_state(doc, parent), parent, [value])
-    return op
-
-
-def extend(
-    doc: Any, parent: Sequence[Token], values: Sequence[Any], *, at: Sequence[Token] = ()
-) -> list[Op]:
-    """Append every one of ``values`` to the list at ``parent``: one ``add`` per value to an
-    existing list, else a single operation creating the list with all of them (a second
-    ``add`` of a list that was missing would replace the first).
-
-    ``at``: where ``doc`` lies in the document being patched (the operations' paths start
-    there), so that a caller holding a deep node need not walk down to it again."""
-    return list_ops(list_state(doc, parent), parent, values, at=at)
 
 
 def remove(tokens: Sequence[Token]) -> Op:

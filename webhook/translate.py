@@ -110,12 +110,16 @@ class _Container:
     """Legacy resources to convert, name -> count (zero counts and deferred names left out)."""
     deferred: list[str] = field(default_factory=list)
 
+    @property
+    def restart_always(self) -> bool:
+        return self.body.get("restartPolicy") == "Always"
+
     def facts(self) -> _Facts:
         return _Facts(
             self.kind,
             self.index,
             self.name,
-            self.body.get("restartPolicy") == "Always",
+            self.restart_always,
             next(iter(self.legacy.items()), None),
             tuple(self.deferred),
         )
@@ -254,8 +258,9 @@ def translate_pod(
     deferred = tuple([(c.name, r) for c in containers for r in c.deferred])
     annotations = _dict(metadata.get("annotations"))
     asked = tuple([(k, annotations[k]) for k in ANNOTATIONS_READ if k in annotations])
-    if not asked and not any(c.legacy or c.deferred for c in containers):
-        return Conversion(warnings=warnings, deferred=deferred)  # nothing asks for devices
+    if not asked and not any(c.legacy for c in containers):
+        # Nothing asks for devices (deferred names alone convert nothing): no shape to derive.
+        return Conversion(warnings=warnings, deferred=deferred)
     shape = _Shape(tuple([c.facts() for c in containers]), asked)
     derived = _derive_for(shape, policy.for_namespace(namespace), policy.target)
     warnings.extend(derived.warnings)
@@ -302,9 +307,7 @@ def _read_containers(
     running = 0
     for container in containers:
         _read_legacy(container, policy, native_extended, warnings)
-        if container.legacy and _long_running(
-            container.kind, container.body.get("restartPolicy") == "Always"
-        ):
+        if container.legacy and _long_running(container.kind, container.restart_always):
             # App containers and sidecars run side by side, so each needs devices (and so a
             # request) of its own.
             running += 1

@@ -333,14 +333,19 @@ def _probes(api: InMemoryKubeApi) -> int:
     )
 
 
+def _rechecking(api: InMemoryKubeApi, now: list[float]) -> SlicePublisher:
+    """node-a's publisher, rechecking the apiserver every 600 s of the clock ``now[0]``."""
+    return SlicePublisher(
+        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
+    )
+
+
 def test_after_a_fallback_a_probe_switches_back_once_the_apiserver_keeps_counters(
     api: InMemoryKubeApi,
     make_states: Callable[..., list[GpuState]],
 ) -> None:
     now = [0.0]
-    publisher = SlicePublisher(
-        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
-    )
+    publisher = _rechecking(api, now)
     states = make_states("H100-80GB:2")
     api.drop_fields("ResourceSlice", DROPPED)
     assert publisher.publish(states).fell_back and publisher.fell_back
@@ -408,9 +413,7 @@ def test_a_probe_that_the_real_write_contradicts_backs_off(
     make_states: Callable[..., list[GpuState]],
 ) -> None:
     now = [0.0]
-    publisher = SlicePublisher(
-        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
-    )
+    publisher = _rechecking(api, now)
     states = make_states("H100-80GB:1")
     api.drop_fields("ResourceSlice", DROPPED)
     publisher.publish(states)
@@ -432,9 +435,7 @@ def test_a_switch_back_stays_unconfirmed_until_a_write_reads_the_counters_back(
     make_states: Callable[..., list[GpuState]],
 ) -> None:
     now = [0.0]
-    publisher = SlicePublisher(
-        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
-    )
+    publisher = _rechecking(api, now)
     asked = SlicePublisher(api, "node-b", sleep=lambda _: None, static=True)
     assert asked.state is LayoutState.STATIC and publisher.state is LayoutState.PARTITIONABLE
     states = make_states("H100-80GB:1")
@@ -459,9 +460,7 @@ def test_a_new_server_version_is_picked_up_at_the_next_recheck(
 ) -> None:
     now = [0.0]
     api.set_server_version(1, 34)
-    publisher = SlicePublisher(
-        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
-    )
+    publisher = _rechecking(api, now)
     states = make_states("H100-80GB:2")
     assert publisher.publish(states).plan.layout == "combined"
     api.set_server_version(1, 36)

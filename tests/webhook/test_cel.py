@@ -191,6 +191,14 @@ def test_a_whole_gpu_request_selects_only_whole_gpus(
 
 # 9800Mi, 19712Mi and 39000Mi fall between the memory of one profile name on two models
 # (1g.10gb, 2g.20gb, 3g.40gb), so their chains select by capacity too.
+def _memory_chain(
+    size: str, devices: dict[str, list[Device]], policy: Policy
+) -> tuple[list[dict[str, Any]], list[Device], int]:
+    """The chain a ``gpu-memory: size`` pod gets, gpu-slicer's devices and the bytes asked."""
+    pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": size})
+    return alternatives(converted_template(pod, policy)), devices["gpu-slicer"], parse_bytes(size)
+
+
 @pytest.mark.parametrize(
     "size",
     [
@@ -210,10 +218,7 @@ def test_a_whole_gpu_request_selects_only_whole_gpus(
 def test_a_memory_chain_selects_only_devices_with_enough_memory_smallest_first(
     size: str, devices: dict[str, list[Device]], policy: Policy
 ) -> None:
-    pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": size})
-    chain = alternatives(converted_template(pod, policy))
-    ours = devices["gpu-slicer"]
-    wanted = parse_bytes(size)
+    chain, ours, wanted = _memory_chain(size, devices, policy)
     memory = {name_of(d): memory_of(d, GPU_SLICER) for d in ours}
     fitting = big_enough(ours, wanted)
     picked = [chosen(subrequest, ours, GPU_SLICER) for subrequest in chain]
@@ -232,10 +237,7 @@ def test_a_memory_chain_on_the_whole_catalog_reaches_every_gpu_big_enough(
     # The default policy's chain spans every catalog model; more profile names fit than a chain
     # has entries, so its last entry stands for the models the named ones leave out (an H200
     # asked for 40G, a B300). Every GPU with an instance big enough must be reachable.
-    pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": size})
-    chain = alternatives(converted_template(pod, policy))
-    ours = devices["gpu-slicer"]
-    wanted = parse_bytes(size)
+    chain, ours, wanted = _memory_chain(size, devices, policy)
 
     def gpu_of(name: str) -> str:
         return "-".join(name.split("-")[:2])

@@ -7,10 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.support.webhook_cases import build_pod, container
-from webhook.engine import TranslationMemo
 from webhook.locks import memory_lock
-from webhook.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,15 +18,18 @@ def test_after_gevent_patches_threading_the_lock_is_still_the_operating_systems(
         "from gevent import monkey; monkey.patch_all()\n"
         "import threading, _thread\n"
         "from gevent.monkey import get_original\n"
+        "from webhook.engine import TranslationMemo\n"
         "from webhook.locks import memory_lock\n"
         "os_lock = type(get_original('_thread', 'allocate_lock')())\n"
-        "print(type(memory_lock()) is os_lock, type(threading.Lock()) is os_lock)\n"
+        "print(type(memory_lock()) is os_lock, type(TranslationMemo()._lock) is os_lock,\n"
+        "      type(threading.Lock()) is os_lock)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    # memory_lock keeps the OS lock where threading.Lock became gevent's.
-    assert done.stdout.split() == ["True", "False"]
+    # memory_lock (and the memo, which takes one) keeps the OS lock where threading.Lock
+    # became gevent's.
+    assert done.stdout.split() == ["True", "True", "False"]
 
 
 def test_the_lock_excludes_real_threads() -> None:
@@ -41,25 +41,3 @@ def test_the_lock_excludes_real_threads() -> None:
     other.join()
     assert taken == [False]
     lock.release()
-
-
-def test_the_memo_keeps_its_accounting_under_concurrent_threads() -> None:
-    memo = TranslationMemo(maxsize=16)
-    policy = Policy.default()
-    pods = [
-        build_pod(container(limits={"nvidia.com/mig-1g.10gb": 1}), annotations={"n": str(i)})
-        for i in range(40)
-    ]
-
-    def admit(offset: int) -> None:
-        for i in range(400):
-            memo.translate(pods[(i + offset) % len(pods)], namespace="ml", policy=policy)
-
-    threads = [threading.Thread(target=admit, args=(k,)) for k in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert memo.hits + memo.misses == 8 * 400
-    assert len(memo._entries) <= 16
-    assert memo.bytes == sum(len(key[-1]) for key in memo._entries)

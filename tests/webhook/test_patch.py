@@ -17,6 +17,16 @@ def applied(doc: dict[str, Any], ops: list[dict[str, Any]]) -> Any:
     return jsonpatch.apply_patch(copy.deepcopy(doc), ops)
 
 
+def set_entry(doc: Any, parent: list[patch.Token], key: str, value: Any) -> patch.Op:
+    """Both steps, as translation takes them: where the document stands, then the operation."""
+    return patch.map_entry_op(patch.map_state(doc, parent), parent, key, value)
+
+
+def append(doc: Any, parent: list[patch.Token], value: Any) -> patch.Op:
+    (op,) = patch.list_ops(patch.list_state(doc, parent), parent, [value])
+    return op
+
+
 @pytest.mark.parametrize(
     ("token", "escaped"),
     [
@@ -40,12 +50,12 @@ def test_a_key_with_a_slash_is_removed_from_the_right_map() -> None:
 
 def test_a_key_with_a_tilde_round_trips_through_jsonpatch() -> None:
     doc: dict[str, Any] = {"m": {}}
-    assert applied(doc, [patch.set_map_entry(doc, ["m"], "a~1/b", 1)]) == {"m": {"a~1/b": 1}}
+    assert applied(doc, [set_entry(doc, ["m"], "a~1/b", 1)]) == {"m": {"a~1/b": 1}}
 
 
 def test_setting_an_entry_creates_every_missing_map() -> None:
     doc: dict[str, Any] = {"metadata": {"name": "x"}}
-    op = patch.set_map_entry(doc, ["metadata", "annotations"], "gpu-slicer.io/converted", "{}")
+    op = set_entry(doc, ["metadata", "annotations"], "gpu-slicer.io/converted", "{}")
     assert op == {
         "op": "add",
         "path": "/metadata/annotations",
@@ -59,26 +69,26 @@ def test_setting_an_entry_creates_every_missing_map() -> None:
 
 def test_setting_an_entry_under_a_missing_grandparent_nests_the_maps() -> None:
     doc: dict[str, Any] = {}
-    op = patch.set_map_entry(doc, ["metadata", "annotations"], "k", "v")
+    op = set_entry(doc, ["metadata", "annotations"], "k", "v")
     assert applied(doc, [op]) == {"metadata": {"annotations": {"k": "v"}}}
 
 
 def test_setting_an_entry_keeps_the_other_entries() -> None:
     doc = {"metadata": {"annotations": {"other": "1"}}}
-    op = patch.set_map_entry(doc, ["metadata", "annotations"], "k", "v")
+    op = set_entry(doc, ["metadata", "annotations"], "k", "v")
     assert op["path"] == "/metadata/annotations/k"
     assert applied(doc, [op])["metadata"]["annotations"] == {"other": "1", "k": "v"}
 
 
 def test_a_null_parent_is_treated_as_missing() -> None:
     doc: dict[str, Any] = {"metadata": {"annotations": None}}
-    op = patch.set_map_entry(doc, ["metadata", "annotations"], "k", "v")
+    op = set_entry(doc, ["metadata", "annotations"], "k", "v")
     assert applied(doc, [op])["metadata"]["annotations"] == {"k": "v"}
 
 
 def test_appending_to_a_missing_list_creates_it() -> None:
     doc: dict[str, Any] = {"spec": {"containers": [{"name": "a"}]}}
-    op = patch.append(doc, ["spec", "containers", 0, "resources", "claims"], {"name": "c"})
+    op = append(doc, ["spec", "containers", 0, "resources", "claims"], {"name": "c"})
     assert op == {
         "op": "add",
         "path": "/spec/containers/0/resources",
@@ -92,7 +102,7 @@ def test_appending_to_a_missing_list_creates_it() -> None:
 
 def test_appending_to_an_existing_list_keeps_its_entries() -> None:
     doc = {"spec": {"resourceClaims": [{"name": "mine"}]}}
-    op = patch.append(doc, ["spec", "resourceClaims"], {"name": "gpu-slicer"})
+    op = append(doc, ["spec", "resourceClaims"], {"name": "gpu-slicer"})
     assert op["path"] == "/spec/resourceClaims/-"
     assert applied(doc, [op])["spec"]["resourceClaims"] == [
         {"name": "mine"},
@@ -117,3 +127,17 @@ def test_the_pointer_of_the_root_is_empty() -> None:
 @given(st.lists(st.one_of(st.text(alphabet="ab/~01", max_size=4), st.integers(0, 12)), max_size=6))
 def test_a_pointer_escapes_every_token(tokens: list[str | int]) -> None:
     assert patch.pointer(tokens) == "".join("/" + patch.escape(t) for t in tokens)
+
+
+def test_a_list_where_something_else_stands_is_replaced_and_paths_start_at_the_node() -> None:
+    container = {"name": "main", "resources": {"claims": "not-a-list"}}
+    doc = {"spec": {"containers": [container]}}
+    state = patch.list_state(container, ["resources", "claims"])
+    assert state == patch.NOT_LIST
+    ops = patch.list_ops(
+        state, ["resources", "claims"], [{"name": "a"}, {"name": "b"}], at=["spec", "containers", 0]
+    )
+    assert applied(doc, ops)["spec"]["containers"][0]["resources"]["claims"] == [
+        {"name": "a"},
+        {"name": "b"},
+    ]
