@@ -135,25 +135,27 @@ class WatchCache(Generic[T]):
                     self.relist()
                 self.follow()
                 delay = self._backoff[0]
-            except NotFound as exc:
-                if not self._absent_ok:
-                    delay = self._pause(delay, exc)
-                    continue
-                # The API group is not served at all: nothing of this kind exists. Count as
-                # synced and empty, and look again much later (the cluster may be upgraded).
-                with self._lock:
-                    self._items = {}
-                self._synced.set()
-                self._changed()
-                self._resource_version = None
-                self._stop.wait(self._backoff[1] * 10)
-            except ApiError as exc:
-                if exc.status == 410:  # history gone: start again from a fresh list
-                    self._resource_version = None
-                    continue
-                delay = self._pause(delay, exc)
             except KubeError as exc:
-                delay = self._pause(delay, exc)
+                if self._stop.is_set():
+                    return  # stopping: the API closing under the watch is not a failure
+                delay = self._after_failure(exc, delay)
+
+    def _after_failure(self, exc: KubeError, delay: float) -> float:
+        """What to do after a failed list or watch; the pause before the next try."""
+        if isinstance(exc, NotFound) and self._absent_ok:
+            # The API group is not served at all: nothing of this kind exists. Count as
+            # synced and empty, and look again much later (the cluster may be upgraded).
+            with self._lock:
+                self._items = {}
+            self._synced.set()
+            self._changed()
+            self._resource_version = None
+            self._stop.wait(self._backoff[1] * 10)
+            return delay
+        if isinstance(exc, ApiError) and exc.status == 410:
+            self._resource_version = None  # history gone: start again from a fresh list
+            return delay
+        return self._pause(delay, exc)
 
     def _pause(self, delay: float, exc: Exception) -> float:
         log.warning(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -175,3 +177,39 @@ def test_an_apiserver_without_device_classes_counts_as_synced_and_empty(
         assert [c.verb for c in api.calls] == ["list"]  # no watch on a missing API
     finally:
         names.stop()
+
+
+class _DroppingApi(InMemoryKubeApi):
+    """Watches that hang until ``drop`` is set, then fail as a connection torn down would."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.drop = threading.Event()
+        self.error = error
+
+    def watch(self, *_args: Any, **_kwargs: Any) -> Iterator[Any]:
+        self.drop.wait(5)
+        raise self.error
+        yield  # a generator, as the real watch is
+
+
+@pytest.mark.parametrize(
+    "error", [Unavailable("connection reset"), NotFound("the server is going away")]
+)
+def test_a_watch_that_fails_while_the_cache_stops_is_not_reported_or_acted_on(
+    error: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A shutdown (or a test's teardown) stops the caches, then the connections go; the failure
+    # that follows is no news: no "watch failed" warning, no relist, no "classes changed".
+    api = _DroppingApi(error)
+    changes: list[str] = []
+    names = ExtendedResourceNames(api, on_change=lambda: changes.append("changed"))
+    names.cache.start()
+    eventually(lambda: names.synced)
+    seen = (len(changes), len([c for c in api.calls if c.verb == "list"]))
+    with caplog.at_level("WARNING", logger="webhook.caches"):
+        names.cache.stop()
+        api.drop.set()
+        names.cache.stop(timeout_s=5)
+    assert not [r for r in caplog.records if "watch failed" in r.getMessage()]
+    assert (len(changes), len([c for c in api.calls if c.verb == "list"])) == seen
