@@ -27,6 +27,9 @@ from sandbox.pki import Pki, client_kubeconfig
 from sandbox.process import Component, free_port, https_ok, stop_all
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+CONTROLLER_MANAGER_QPS = 100.0
+"""What docs/install-kubernetes.md recommends for clusters where many converted pods start at
+once (see ``ControlPlane.controller_manager_qps``)."""
 
 
 def feature_gates(*, partitionable: bool | None) -> dict[str, bool]:
@@ -37,6 +40,12 @@ def feature_gates(*, partitionable: bool | None) -> dict[str, bool]:
     layout.
     """
     return {} if partitionable is None else {"DRAPartitionableDevices": partitionable}
+
+
+def _client_rate_flags(qps: float | None) -> list[str]:
+    if qps is None:
+        return []
+    return [f"--kube-api-qps={qps:g}", f"--kube-api-burst={int(2 * qps)}"]
 
 
 def _gates_flag(gates: dict[str, bool]) -> list[str]:
@@ -55,7 +64,16 @@ class ControlPlane:
     state_dir: Path
     apiserver_port: int
     gates: dict[str, bool] = field(default_factory=dict)
+    controller_manager_qps: float | None = CONTROLLER_MANAGER_QPS
+    """The controller manager's client rate (``--kube-api-qps``; burst twice that). Its claim
+    controller creates every pod's ResourceClaim from its template through this client, so it
+    caps how fast converted pods can start (Kubernetes' default, 20, gives about 11 pods/s);
+    None keeps the release's default."""
+    scheduler_qps: float | None = None
+    """The scheduler's client rate (``clientConnection.qps``; burst twice that); None: the
+    release's default (50)."""
     components: list[Component] = field(default_factory=list)
+    scheduler_port: int = 0
 
     @property
     def server(self) -> str:
@@ -130,6 +148,7 @@ class ControlPlane:
                 f"--root-ca-file={self.pki.ca_cert}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
+                *_client_rate_flags(self.controller_manager_qps),
                 *_gates_flag(self.gates),
             ],
             log_dir=self.log_dir,
@@ -142,16 +161,20 @@ class ControlPlane:
             groups=[],
         )
         settings = self.state_dir / "kube-scheduler.yaml"
+        connection: dict[str, object] = {"kubeconfig": str(scheduler_config)}
+        if self.scheduler_qps is not None:
+            connection |= {"qps": self.scheduler_qps, "burst": int(2 * self.scheduler_qps)}
         settings.write_text(
             yaml.safe_dump(
                 {
                     "apiVersion": "kubescheduler.config.k8s.io/v1",
                     "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {"kubeconfig": str(scheduler_config)},
+                    "clientConnection": connection,
                     "leaderElection": {"leaderElect": False},
                 }
             )
         )
+        self.scheduler_port = free_port()
         scheduler = Component(
             "kube-scheduler",
             [
@@ -160,7 +183,7 @@ class ControlPlane:
                 f"--authentication-kubeconfig={scheduler_config}",
                 f"--authorization-kubeconfig={scheduler_config}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
+                f"--secure-port={self.scheduler_port}",
                 *_gates_flag(self.gates),
             ],
             log_dir=self.log_dir,

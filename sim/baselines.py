@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.demand import Demand, DemandBook, min_memory_slices
+from sim.demand import Demand, DemandBook, min_memory_slices, offers
 from sim.event_loop import GpuLedger, Held, Slot, Strategy
 from sim.geometry import free_placements, pack, resolve_profile
 from sim.scenario import NodeSpec, PodSpec, Scenario
@@ -309,12 +309,12 @@ def _mode_allows(gpu: _Gpu, alt: Alternative) -> bool:
 
 
 def _profile_on(model: GpuModel, alt: Alternative) -> str | None:
-    """The MIG profile ``alt`` takes on a GPU of ``model``: its own; for a memory chain's last
-    entry, the model's smallest of its profiles; for a whole GPU asked as a MIG device
+    """The MIG profile ``alt`` takes on a GPU of ``model``: its own; for a tier of a memory
+    chain, the model's profile in it with enough memory; for a whole GPU asked as a MIG device
     (``gpu-mig``), the model's profile that spans the GPU; None when there is none."""
     if alt.profile is not None:
         return alt.profile if model.has_profile(alt.profile) else None
-    return next((p for p in alt.any_of or alt.full_gpu if model.has_profile(p)), None)
+    return next((p for p in alt.any_of or alt.full_gpu if offers(model, alt, p)), None)
 
 
 def _oracle_allows(gpu: _Gpu, alt: Alternative) -> bool:

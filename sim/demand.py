@@ -57,6 +57,16 @@ class Translated:
         return spec
 
 
+def offers(model: GpuModel, alt: Alternative, profile: str) -> bool:
+    """Whether a GPU of ``model`` can serve ``alt`` as ``profile``: it has the profile, with
+    the memory the alternative asks for (the CEL memory guard the scheduler evaluates)."""
+    if not model.has_profile(profile):
+        return False
+    return alt.min_memory_bytes is None or model.profile(profile).memory_bytes >= (
+        alt.min_memory_bytes
+    )
+
+
 def min_memory_slices(demand: Demand, models: Iterable[GpuModel]) -> int:
     """Memory slices ``demand`` needs at least, on whichever of ``models`` (a necessary
     condition: a node with fewer free slices cannot host it). A whole GPU asked as its
@@ -71,7 +81,7 @@ def min_memory_slices(demand: Demand, models: Iterable[GpuModel]) -> int:
                     sizes.append(alt.count * model.memory_slices)
                     continue
                 for name in (alt.profile,) if alt.profile else alt.any_of:
-                    if model.has_profile(name):
+                    if offers(model, alt, name):
                         sizes.append(alt.count * model.profile(name).memory_slices)
         total += min(sizes, default=0)
     return total

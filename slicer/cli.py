@@ -44,11 +44,11 @@ from slicer.cdi import (
     toolkit_spec_from_ctk,
 )
 from slicer.deviceclasses import device_classes
-from slicer.devices import SliceSpec
 from slicer.errors import BackendError, CatalogError, GpuSpecError, SlicerError
-from slicer.inventory import MODES, GpuState, InventoryError, default_mode, plan_pool
+from slicer.inventory import MODES, InventoryError
 from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
+from slicer.preview import preview_pool
 from slicer.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
@@ -201,43 +201,19 @@ def run_slices(args: argparse.Namespace) -> int:
         return fail(problem)
     if not 0 <= args.generation < 2**63:
         return fail(f"--generation {args.generation} must be >= 0 and fit in 64 bits")
-    try:
-        backend = SimulatedBackend(args.gpus, node_name=args.node)
-    except SlicerError as exc:
-        return fail(str(exc))
     major, minor = (int(x) for x in args.k8s_version.split("."))
-    infos = backend.gpus()
-    models = [catalog.get_model(info.model) for info in infos]
-    owned: dict[int, frozenset[SliceSpec]] = {}
-    layout = None
-    if args.static_layout:
-        try:
-            layout = StaticLayout.load(Path(args.static_layout))
-            layout.check(models)
-            owned = _build_static_layout(backend, layout, len(infos))
-        except (SlicerError, BackendError) as exc:
-            return fail(str(exc))
-        infos = backend.gpus()
-    states = [
-        GpuState(
-            info,
-            mode=args.mode or default_mode(models[info.index]),
-            instances=tuple(backend.instances(info.index)),
-            owned=owned.get(info.index, frozenset()),
-        )
-        for info in infos
-    ]
     try:
-        plan = plan_pool(
+        layout = StaticLayout.load(Path(args.static_layout)) if args.static_layout else None
+        plan = preview_pool(
             args.node,
-            states,
+            args.gpus,
             server_version=(major, minor),
-            generation=args.generation,
-            policy=args.order,
-            static=layout is not None,
+            mode=args.mode,
+            order=args.order,
             static_layout=layout,
+            generation=args.generation,
         )
-    except InventoryError as exc:
+    except (SlicerError, BackendError, InventoryError) as exc:
         return fail(str(exc))
     objects = list(plan.slices)
     if args.device_classes:
@@ -248,25 +224,6 @@ def run_slices(args: argparse.Namespace) -> int:
     else:
         yaml.dump_all(objects, sys.stdout, Dumper=YAML_DUMPER, sort_keys=False)
     return 0
-
-
-def _build_static_layout(
-    backend: SimulatedBackend, layout: StaticLayout, count: int
-) -> dict[int, frozenset[SliceSpec]]:
-    """Create the configured instances on the simulated GPUs, as the agent would at start-up."""
-    owned: dict[int, frozenset[SliceSpec]] = {}
-    for index in range(count):
-        wanted = layout.for_gpu(index)
-        if not wanted:
-            continue
-        backend.set_mig_mode(index, True)
-        made: set[SliceSpec] = set()
-        for profile, start in wanted:
-            gi = backend.create_gpu_instance(index, profile, start)
-            backend.create_compute_instance(index, gi)
-            made.add(SliceSpec(index, profile, start))
-        owned[index] = frozenset(made)
-    return owned
 
 
 # --- agent run ------------------------------------------------------------------------------

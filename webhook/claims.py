@@ -56,8 +56,8 @@ class Alternative:
     full_gpu: tuple[str, ...] = ()
     """Kind ``mig`` without a profile: any of these profiles, each the whole of its GPU."""
     any_of: tuple[str, ...] = ()
-    """Kind ``mig`` without a profile, the last entry of a memory chain: any of these profiles
-    (with at least ``min_memory_bytes``), for the GPU models the named entries leave out."""
+    """Kind ``mig`` without a profile, a tier of a memory chain: any of these profiles with at
+    least ``min_memory_bytes`` (at most one of them fits on each GPU model)."""
 
     @functools.cached_property
     def label(self) -> str:
@@ -76,7 +76,7 @@ class Alternative:
     def base_name(self) -> str:
         """The subrequest name before de-duplication."""
         if self.any_of:
-            return "mig-other-models"
+            return "mig-fit"
         if self.kind == "gpu" or self.profile is None:
             base = "gpu" if self.kind == "gpu" else "gpu-mig"
             return f"{base}-nvlink" if self.nvlink else base

@@ -777,43 +777,53 @@ def _memory_chain(raw: Any, models: tuple[str, ...]) -> tuple[_Entry, ...]:
 def _memory_entries(wanted: int, models: tuple[str, ...]) -> tuple[_Entry, ...] | None:
     """The memory chain for ``wanted`` bytes on ``models`` (None: none of their profiles has
     that much); depends only on the static catalog, so it is computed once per size and model
-    set. Only the policy's models count: profiles of other GPUs would use up the 8 entries.
+    set. Only the policy's models count.
 
-    The entries are the fitting profiles, smallest first. When more names fit than a chain
-    holds and the first 8 would leave some model without any entry (on the whole catalog, an
-    H200 asked for 40G), the last entry is instead "any of" the smallest fitting profile of
-    each model the first 7 leave out, so every model in force can serve the pod.
+    The chain is in tiers: the first entry is every model's smallest fitting profile, the second
+    every model's second smallest, and so on (:func:`_tiers`). On a node of one GPU model the
+    alternatives are thus exactly that model's fitting profiles, smallest first, as if the chain
+    named only them, while the scheduler tries as few alternatives as the model needs: a chain
+    that named every model's profiles one by one made an A100 node reject seven alternatives
+    (each a CEL evaluation over every device) before reaching its own profile. On a node with
+    several GPU models, a tier takes whichever model's slice comes first in the agent's device
+    order.
 
     Every entry also selects on the memory capacity the node publishes (which the agent reads
-    from NVML), not only on the profile name: a profile's memory differs by driver, so the
-    catalog's figure only picks the candidates and the device's own capacity decides."""
+    from NVML), not only on the profile name: a profile's memory differs by driver and model, so
+    the catalog's figure only picks the candidates and the device's own capacity decides."""
     found = catalog.profiles_with_memory(wanted, _gpu_models(models))
     if not found:
         return None
-    names = list(dict.fromkeys(profile.name for _model, profile in found))
-    if len(names) > MAX_ALTERNATIVES and _left_out(found, names[:MAX_ALTERNATIVES]):
-        named = names[: MAX_ALTERNATIVES - 1]
-        rest = _smallest_of(found, _left_out(found, named))
-        return (*((n, wanted) for n in named), (rest, wanted))
-    return tuple((n, wanted) for n in names[:MAX_ALTERNATIVES])
+    return tuple(
+        (names[0] if len(names) == 1 else names, wanted)
+        for names in _tiers(found)[:MAX_ALTERNATIVES]
+    )
 
 
-def _left_out(found: list[tuple[catalog.GpuModel, catalog.Profile]], named: list[str]) -> set[str]:
-    """The models of ``found`` that have no profile among ``named``."""
-    covered = {m.key for m, p in found if p.name in named}
-    return {m.key for m, _p in found} - covered
-
-
-def _smallest_of(
-    found: list[tuple[catalog.GpuModel, catalog.Profile]], models: set[str]
-) -> tuple[str, ...]:
-    """Each of ``models``' smallest fitting profile, smallest first (``found`` is)."""
-    first: dict[str, str] = {}
+def _tiers(found: list[tuple[catalog.GpuModel, catalog.Profile]]) -> list[tuple[str, ...]]:
+    """Profile names in tiers: a name's tier is one more than the longest run of smaller
+    fitting profiles before it on any model, so each model's profiles fall in strictly
+    increasing tiers and a tier holds at most one fitting profile of each model. Two models
+    that order the same names oppositely (none in the catalog) would make that impossible:
+    every name then gets a tier of its own, in memory order."""
+    order = list(dict.fromkeys(profile.name for _model, profile in found))
+    by_model: dict[str, list[str]] = {}
     for model, profile in found:
-        if model.key in models:
-            first.setdefault(model.key, profile.name)
-    smallest = set(first.values())
-    return tuple(dict.fromkeys(p.name for _m, p in found if p.name in smallest))
+        by_model.setdefault(model.key, []).append(profile.name)
+    tier = dict.fromkeys(order, 1)
+    for _round in range(len(order)):
+        changed = False
+        for names in by_model.values():
+            for smaller, larger in zip(names, names[1:], strict=False):
+                if tier[larger] <= tier[smaller]:
+                    tier[larger] = tier[smaller] + 1
+                    changed = True
+        if not changed:
+            tiers: dict[int, list[str]] = {}
+            for name in order:
+                tiers.setdefault(tier[name], []).append(name)
+            return [tuple(tiers[t]) for t in sorted(tiers)]
+    return [(name,) for name in order]
 
 
 @functools.cache

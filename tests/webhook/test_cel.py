@@ -234,9 +234,9 @@ def test_a_memory_chain_selects_only_devices_with_enough_memory_smallest_first(
 def test_a_memory_chain_on_the_whole_catalog_reaches_every_gpu_big_enough(
     size: str, devices: dict[str, list[Device]], policy: Policy
 ) -> None:
-    # The default policy's chain spans every catalog model; more profile names fit than a chain
-    # has entries, so its last entry stands for the models the named ones leave out (an H200
-    # asked for 40G, a B300). Every GPU with an instance big enough must be reachable.
+    # The default policy's chain spans every catalog model: more profile names fit than a chain
+    # has entries, so each entry is a tier of every model's k-th fitting profile (an H200 asked
+    # for 40G, a B300). Every GPU with an instance big enough must be reachable.
     chain, ours, wanted = _memory_chain(size, devices, policy)
 
     def gpu_of(name: str) -> str:
@@ -246,6 +246,39 @@ def test_a_memory_chain_on_the_whole_catalog_reaches_every_gpu_big_enough(
     reached = {gpu_of(n) for sub in chain for n in chosen(sub, ours, GPU_SLICER)}
     assert len(chain) <= 8
     assert reached == gpus
+
+
+@pytest.mark.parametrize("size", ["4Gi", "9800Mi", "12Gi", "19712Mi", "20Gi", "40G", "70Gi"])
+def test_on_each_gpu_model_a_memory_chain_offers_its_fitting_profiles_smallest_first(
+    size: str, devices: dict[str, list[Device]], policy: Policy
+) -> None:
+    # The chain is in tiers (one alternative stands for every model's k-th smallest fitting
+    # profile), so on a node of one model the scheduler sees exactly the chain that names that
+    # model's profiles one by one: each alternative selects one profile of the GPU, in order.
+    chain, ours, wanted = _memory_chain(size, devices, policy)
+    by_gpu: dict[str, list[Device]] = {}
+    for device in ours:
+        parent = device.attributes[GPU_SLICER.domain].get("parentUUID")
+        if parent is not None:
+            by_gpu.setdefault(str(parent), []).append(device)
+    checked = 0
+    for gpu_devices in by_gpu.values():
+        fitting = big_enough(gpu_devices, wanted)
+        size = {
+            profile_of(d, GPU_SLICER): (
+                memory_of(d, GPU_SLICER),
+                d.capacity[GPU_SLICER.domain]["multiprocessors"],
+            )
+            for d in gpu_devices
+        }
+        expected = sorted(profiles(fitting, gpu_devices, GPU_SLICER), key=size.__getitem__)
+        offered = [
+            profiles(chosen(sub, gpu_devices, GPU_SLICER), gpu_devices, GPU_SLICER) for sub in chain
+        ]
+        assert all(len(found) <= 1 for found in offered), offered
+        assert [p for found in offered for p in found] == expected[: len(chain)]
+        checked += bool(expected)
+    assert checked >= 5
 
 
 def test_right_sized_gpus_select_the_namespace_profiles_in_order(

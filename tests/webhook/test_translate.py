@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slicer import catalog
 from slicer.identity import CONVERTED_ANNOTATION
 from tests.support.webhook_cases import Pod, apply, build_pod, container, validate
 from webhook import claims
@@ -310,10 +311,19 @@ def test_a_bad_profiles_annotation_is_denied_with_what_is_valid(
 def test_the_memory_annotation_builds_the_smallest_fitting_chain(translate: Translate) -> None:
     pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": "12Gi"})
     (request,) = requests_of(translate(pod))
-    names = profiles(request)
-    assert 1 < len(names) <= 8
-    assert len(set(names)) == len(names)
-    assert names[0] == "1g.18gb"  # the 12 GB profiles have a little less than 12 GiB
+    tiers = [set(entry.split("|")) for entry in profiles(request)]
+    assert 1 < len(tiers) <= 8
+    # every model's smallest fitting profile comes first: the 12 GB profiles have a little less
+    # than 12 GiB, so an H200's is 1g.18gb and an H100 80GB's 1g.20gb
+    assert {"1g.18gb", "1g.20gb"} <= tiers[0] and "1g.12gb" not in set().union(*tiers)
+    # on an A100 80GB: its fitting profiles, one per tier, smallest first, then nothing
+    a100 = [p for p in catalog.get_model("A100-80GB").profiles if not p.media_exclusive]
+    fitting = [
+        p.name for p in sorted(a100, key=lambda p: p.memory_bytes) if p.memory_bytes >= 12 * 2**30
+    ]
+    offered = [sorted(t & {p.name for p in a100}) for t in tiers]
+    assert offered == [[name] for name in fitting] + [[]] * (len(tiers) - len(fitting))
+    assert fitting[0] == "1g.20gb"
 
 
 def test_every_entry_of_a_memory_chain_selects_on_the_memory_the_node_publishes(
@@ -336,7 +346,8 @@ H100_A100 = load_policy("gpuModels: [H100-80GB, A100-80GB]")
 def test_a_memory_chain_uses_only_the_policy_gpu_models_and_reaches_larger_slices() -> None:
     pod = build_pod(container(), annotations={"gpu-slicer.io/gpu-memory": "15Gi"})
     everywhere = profiles(requests_of(translate_pod(pod, namespace="ml", policy=Policy()))[0])
-    assert "1g.18gb" in everywhere and "3g.40gb" not in everywhere  # the cut this key avoids
+    # the whole catalog: tiers of many models' profiles (1g.18gb is an H200's, 3g.71gb too)
+    assert "1g.18gb" in everywhere[0].split("|") and len(everywhere[0].split("|")) > 2
     (request,) = requests_of(translate_pod(pod, namespace="ml", policy=H100_A100))
     assert profiles(request) == ["1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
 

@@ -1,0 +1,228 @@
+"""gpu-slicer's claims on the real kube-scheduler at cluster size, against a plain-device baseline.
+
+For each Kubernetes release and node count, one control plane (built like the sandbox's) with
+hollow nodes (:mod:`sandbox.hollow`: Node objects and ResourceSlices, nothing behind them), and
+in that one run, one after the other on the same nodes:
+
+1. ``plain``: pods whose claim asks for one device of another driver that publishes as many
+   devices per node as gpu-slicer does, without counters (the baseline);
+2. gpu-slicer's slices are added to every node (what ``gpu-slicer slices --gpus SPEC`` prints);
+3. ``plain-gs``: the same plain pods again, now beside gpu-slicer's slices: what gpu-slicer
+   costs everyone else;
+4. gpu-slicer's claim shapes, as the webhook writes them for the default policy:
+   ``single`` (``nvidia.com/mig-1g.10gb: 1``), ``fallback`` (profiles annotation
+   ``1g.10gb,2g.20gb,3g.40gb``), ``memory`` (``gpu-slicer.io/gpu-memory: 20Gi``), ``whole``
+   (``nvidia.com/gpu: 1``), ``nvlink`` (``nvidia.com/gpu: 2``, NVLink first);
+5. with ``--static``: the same nodes in the static layout (the agent's ``--publish static``
+   mode: the layout's instances only, no counters), ``plain-static`` and the shapes again.
+
+Each run creates its pods held by a scheduling gate, each with its own ResourceClaim, releases
+them together and times until every pod is bound (or ``--timeout`` passed: pods/s is then what
+was bound in that time); scheduler CPU per pod is read from /proc. Runs are cleared before the
+next (pods deleted, claims deallocated by the controller manager). Ratios within one run are the
+figures to trust on a shared machine; absolute rates move with the host.
+
+    python bench/bench_scheduler.py [--versions 1.36,1.37] [--nodes 20,100,250] [--pods 100]
+        [--gpus A100-80GB:8] [--timeout 60] [--static] [--workloads plain,single,...]
+        [--json FILE]
+
+Builds each release's binaries into the cache on first use (``sandbox.binaries``); loopback
+only; every control plane is stopped on exit, errors and Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sandbox.hollow import (  # noqa: E402
+    PLAIN_DRIVER,
+    HollowCluster,
+    RunResult,
+    device_count,
+    gpu_slicer_slices,
+    plain_device_class,
+    plain_slices,
+)
+from sim.agreement import claim_spec_for  # noqa: E402
+from slicer.deviceclasses import device_classes  # noqa: E402
+from slicer.identity import DRIVER  # noqa: E402
+from slicer.layout import StaticLayout  # noqa: E402
+
+Obj = dict[str, Any]
+
+SHAPES: dict[str, tuple[Mapping[str, int], Mapping[str, str]]] = {
+    "single": ({"nvidia.com/mig-1g.10gb": 1}, {}),
+    "fallback": ({}, {"gpu-slicer.io/profiles": "1g.10gb,2g.20gb,3g.40gb"}),
+    "memory": ({}, {"gpu-slicer.io/gpu-memory": "20Gi"}),
+    "whole": ({"nvidia.com/gpu": 1}, {}),
+    "nvlink": ({"nvidia.com/gpu": 2}, {}),
+}
+"""Each gpu-slicer workload: the container's legacy resources and the pod's annotations."""
+PLAIN_SPEC: Obj = {
+    "devices": {
+        "requests": [{"name": "dev", "exactly": {"deviceClassName": PLAIN_DRIVER, "count": 1}}]
+    }
+}
+STATIC_LAYOUT = StaticLayout.from_mapping(
+    {
+        # An A100-80GB node as a morning's mig-parted config might leave it: half the GPUs in
+        # 1g slices, a quarter in 2g, a quarter in 3g (the shapes the workloads ask for).
+        "default": ["1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4"]
+        + ["1g.10gb@5", "1g.10gb@6"],
+        "gpus": {
+            "4": ["2g.20gb@0", "2g.20gb@2", "2g.20gb@4"],
+            "5": ["2g.20gb@0", "2g.20gb@2", "2g.20gb@4"],
+            "6": ["3g.40gb@0", "3g.40gb@4"],
+            "7": ["3g.40gb@0", "3g.40gb@4"],
+        },
+    }
+)
+"""What ``--static`` publishes on every node (for 8-GPU A100/H100-80GB nodes)."""
+
+
+def pods_for(workload: str, pods: int, nodes: int) -> int:
+    """Fewer pods where each takes whole GPUs, so that every run fits the free devices."""
+    if workload == "whole":
+        return min(pods, 2 * nodes)
+    if workload == "nvlink":
+        return min(pods, nodes)
+    return pods
+
+
+def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResult]:
+    folder = Path(tempfile.mkdtemp(prefix=f"bench-sched-{version}-{nodes}-"))
+    cluster = HollowCluster(folder, k8s_version=version, progress=_say)
+    results: list[RunResult] = []
+    try:
+        cluster.start()
+        server = cluster.api_version
+        cluster.create_all([plain_device_class(), *device_classes()])
+        names = [f"node-{i:04d}" for i in range(nodes)]
+        cluster.add_nodes(names)
+        ours = {n: gpu_slicer_slices(n, args.gpus, server) for n in names}
+        per_node = device_count(ours[names[0]])
+        cluster.create_all([s for n in names for s in plain_slices(n, per_node)])
+        _say(f"{nodes} nodes, {per_node} devices per node and driver; Kubernetes {cluster.release}")
+        time.sleep(2)
+
+        def run(workload: str, spec: Obj, label: str | None = None) -> None:
+            if args.workloads and (label or workload) not in args.workloads:
+                return
+            name = label or workload
+            result = cluster.run(
+                name,
+                spec,
+                pods=pods_for(workload, args.pods, nodes),
+                timeout_s=args.timeout,
+            )
+            results.append(result)
+            _say(
+                f"  {name:<14} {result.bound:>4}/{result.released} bound in {result.seconds:6.1f}"
+                f" s: {result.pods_per_s:7.2f} pods/s, {result.cpu_ms_per_pod:8.1f} ms CPU/pod"
+            )
+            cluster.clear(f"bench-{name}")
+
+        run("plain", PLAIN_SPEC)
+        cluster.create_all([s for n in names for s in ours[n]])
+        time.sleep(2)
+        run("plain", PLAIN_SPEC, "plain-gs")
+        for shape, (resources, annotations) in SHAPES.items():
+            run(shape, claim_spec_for([resources], annotations=annotations))
+        if args.static:
+            cluster.delete_slices(DRIVER)
+            static = [
+                s
+                for n in names
+                for s in gpu_slicer_slices(n, args.gpus, server, static_layout=STATIC_LAYOUT)
+            ]
+            cluster.create_all(static)
+            time.sleep(2)
+            run("plain", PLAIN_SPEC, "plain-static")
+            for shape in ("single", "fallback", "memory"):
+                resources, annotations = SHAPES[shape]
+                run(shape, claim_spec_for([resources], annotations=annotations), f"{shape}-static")
+    finally:
+        cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    return results
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def table(rows: list[tuple[str, int, list[RunResult]]]) -> str:
+    """One line per (release, nodes, workload): pods/s, CPU per pod, ratio to ``plain``."""
+    out = [
+        f"{'release':<9} {'nodes':>5}  {'workload':<16} {'pods/s':>8} {'CPU ms/pod':>11}"
+        f" {'x plain':>8} {'x single':>9}"
+    ]
+    for release, nodes, results in rows:
+        rate = {r.workload: r.pods_per_s for r in results}
+        for r in results:
+            base = rate.get("plain")
+            single = rate.get("single-static" if r.workload.endswith("-static") else "single")
+            vs_plain = f"{r.pods_per_s / base:.2f}" if base else "-"
+            vs_single = (
+                f"{r.pods_per_s / single:.2f}"
+                if single
+                and r.workload in ("memory", "fallback", "memory-static", "fallback-static")
+                else ""
+            )
+            partial = "" if r.bound == r.released else f" ({r.bound}/{r.released})"
+            out.append(
+                f"{release:<9} {nodes:>5}  {r.workload + partial:<16} {r.pods_per_s:>8.2f}"
+                f" {r.cpu_ms_per_pod:>11.1f} {vs_plain:>8} {vs_single:>9}"
+            )
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", default="1.36,1.37", help="Kubernetes minors (1.35-1.37)")
+    parser.add_argument("--nodes", default="20,100,250", help="node counts, comma-separated")
+    parser.add_argument("--pods", type=int, default=100, help="pods per run (default 100)")
+    parser.add_argument("--gpus", default="A100-80GB:8", help="GPUs per node (default A100-80GB:8)")
+    parser.add_argument("--timeout", type=float, default=60, help="seconds per run at most")
+    parser.add_argument("--static", action="store_true", help="also measure the static layout")
+    parser.add_argument("--workloads", default="", help="only these runs (comma-separated)")
+    parser.add_argument("--json", type=Path, help="write every run's figures here")
+    args = parser.parse_args()
+    args.workloads = {w for w in args.workloads.split(",") if w}
+    rows: list[tuple[str, int, list[RunResult]]] = []
+    try:
+        for version in args.versions.split(","):
+            for nodes in (int(n) for n in args.nodes.split(",")):
+                results = measure(args, version, nodes)
+                rows.append((version, nodes, results))
+                print(table(rows[-1:]), flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+    print()
+    print(table(rows))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                [
+                    {"version": v, "nodes": n, "gpus": args.gpus, "runs": [asdict(r) for r in rs]}
+                    for v, n, rs in rows
+                ],
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""The pool an agent would publish for simulated GPUs, without a cluster or a GPU.
+
+``gpu-slicer slices`` prints it, and the scheduler benchmark's hollow nodes publish it: the same
+path as the agent's (simulated backend -> GPU states -> :func:`slicer.inventory.plan_pool`), so
+what they show is what an agent on such a node writes.
+"""
+
+from __future__ import annotations
+
+from slicer import catalog
+from slicer.devices import SliceSpec
+from slicer.inventory import GpuState, PoolPlan, default_mode, plan_pool
+from slicer.layout import StaticLayout
+from slicer.simulated import SimulatedBackend
+
+
+def preview_pool(
+    node: str,
+    gpus: str,
+    *,
+    server_version: tuple[int, int] = (1, 36),
+    mode: str | None = None,
+    order: str = "best-fit",
+    static_layout: StaticLayout | None = None,
+    generation: int = 1,
+) -> PoolPlan:
+    """The pool of ``node`` with simulated ``gpus`` (``A100-80GB:8``). With ``static_layout``
+    the layout's instances are created first and only they are advertised, without counters.
+
+    Raises :class:`slicer.errors.SlicerError` (bad spec, a layout the GPUs cannot hold) or
+    :class:`slicer.inventory.InventoryError`."""
+    backend = SimulatedBackend(gpus, node_name=node)
+    infos = backend.gpus()
+    models = [catalog.get_model(info.model) for info in infos]
+    owned: dict[int, frozenset[SliceSpec]] = {}
+    if static_layout is not None:
+        static_layout.check(models)
+        owned = _create_layout(backend, static_layout, len(infos))
+        infos = backend.gpus()
+    states = [
+        GpuState(
+            info,
+            mode=mode or default_mode(models[info.index]),
+            instances=tuple(backend.instances(info.index)),
+            owned=owned.get(info.index, frozenset()),
+        )
+        for info in infos
+    ]
+    return plan_pool(
+        node,
+        states,
+        server_version=server_version,
+        generation=generation,
+        policy=order,
+        static=static_layout is not None,
+        static_layout=static_layout,
+    )
+
+
+def _create_layout(
+    backend: SimulatedBackend, layout: StaticLayout, count: int
+) -> dict[int, frozenset[SliceSpec]]:
+    """Create the configured instances on the simulated GPUs, as the agent would at start-up."""
+    owned: dict[int, frozenset[SliceSpec]] = {}
+    for index in range(count):
+        wanted = layout.for_gpu(index)
+        if not wanted:
+            continue
+        backend.set_mig_mode(index, True)
+        made: set[SliceSpec] = set()
+        for profile, start in wanted:
+            gi = backend.create_gpu_instance(index, profile, start)
+            backend.create_compute_instance(index, gi)
+            made.add(SliceSpec(index, profile, start))
+        owned[index] = frozenset(made)
+    return owned
