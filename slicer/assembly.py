@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from kube.api import KubeApi
 from slicer.agent_metrics import AgentMetrics
@@ -41,6 +42,10 @@ KUBELET_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 KUBELET_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 CDI_DIR = "/var/run/cdi"
 CHECKPOINT_DIR = "/var/lib/gpu-slicer"
+
+
+Advertise = Literal["partitionable", "static"]
+ADVERTISE_CHOICES: tuple[Advertise, ...] = ("partitionable", "static")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,10 @@ class AgentConfig:
     """The edits every claim's CDI spec carries (the NVIDIA Container Toolkit's, when found)."""
     static_layout: StaticLayout | None = None
     """Which existing instances the static layout (no counters) advertises besides the agent's."""
+    advertise: Advertise = "partitionable"
+    """``partitionable``: every slice the GPUs could host, with counters (falling back to the
+    static layout on its own when the apiserver drops counters); ``static``: always the static
+    layout, for releases whose scheduler does not scale with counters (:mod:`slicer.scaling`)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,7 @@ def assemble(
             metrics=PublisherMetrics(metrics.registry),
             limiter=limiter,
             recheck_interval_s=config.reprobe_interval_s or None,
+            static=config.advertise == "static",
             static_layout=config.static_layout,
             clock=clock,
         )

@@ -27,6 +27,7 @@ from kube.names import subdomain_problem
 from slicer import agent_lock, catalog
 from slicer.agent import NodeAgent
 from slicer.assembly import (
+    ADVERTISE_CHOICES,
     CDI_DIR,
     CHECKPOINT_DIR,
     KUBELET_PLUGINS_DIR,
@@ -49,6 +50,7 @@ from slicer.inventory import MODES, InventoryError
 from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
 from slicer.preview import preview_pool
+from slicer.scaling import DEGRADES_AT_NODES
 from slicer.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
@@ -364,6 +366,14 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "apiserver has no partitionable devices [GPU_SLICER_STATIC_LAYOUT]",
     )
     run.add_argument(
+        "--advertise",
+        default=_env("GPU_SLICER_ADVERTISE", default="partitionable"),
+        help="partitionable: every MIG slice the GPUs could host, with shared counters, "
+        "instances made just in time; static: only the instances that exist (the "
+        "static layout), for Kubernetes releases before 1.37 in clusters beyond about "
+        f"{DEGRADES_AT_NODES} GPU nodes (docs/install-kubernetes.md) [GPU_SLICER_ADVERTISE]",
+    )
+    run.add_argument(
         "--lock-wait",
         type=_float_or_text,
         default=_env("GPU_SLICER_LOCK_WAIT", default="0"),
@@ -421,6 +431,7 @@ def _flag_problem(args: argparse.Namespace) -> str | None:
         ("--backend", args.backend, ("nvml", "simulated")),
         ("--kube", args.kube, ("cluster", "memory")),
         ("--policy", args.policy, tuple(POLICIES)),
+        ("--advertise", args.advertise, ADVERTISE_CHOICES),
     ):
         if value not in choices:
             return f"{flag} {value!r} is not one of {', '.join(choices)}"
@@ -480,6 +491,7 @@ def _agent_config(args: argparse.Namespace) -> tuple[AgentConfig, float]:
         reprobe_interval_s=reprobe_interval,
         cdi_common=_common_edits(args),
         static_layout=layout,
+        advertise=args.advertise,
     )
     return config, lock_wait
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from slicer import catalog
 from slicer.devices import SliceSpec
-from slicer.inventory import GpuState, PoolPlan, default_mode, plan_pool
+from slicer.inventory import GpuState, Mode, PoolPlan, default_mode, plan_pool
 from slicer.layout import StaticLayout
 from slicer.simulated import SimulatedBackend
 
@@ -19,7 +19,7 @@ def preview_pool(
     gpus: str,
     *,
     server_version: tuple[int, int] = (1, 36),
-    mode: str | None = None,
+    mode: Mode | None = None,
     order: str = "best-fit",
     static_layout: StaticLayout | None = None,
     generation: int = 1,

@@ -48,6 +48,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kube import errors as kerr
 from kube.api import KubeApi, event_for
+from slicer import scaling
 from slicer.devices import DeviceSpec
 from slicer.errors import PublishError
 from slicer.identity import DRIVER, RESOURCE_API
@@ -101,6 +102,13 @@ class PublisherMetrics:
             "gpu_slicer_slices_static_layout",
             "1 while only existing instances are advertised "
             "because the apiserver has no partitionable devices",
+            registry=r,
+        )
+        self.quadratic_scheduling = Gauge(
+            "gpu_slicer_slices_quadratic_scheduling",
+            "1 while this pool publishes counters to a Kubernetes release whose scheduler "
+            "cost for them grows with the square of the nodes that do (before 1.37; "
+            "docs/install-kubernetes.md#scheduler-scaling)",
             registry=r,
         )
         self.devices = Gauge(
@@ -244,6 +252,8 @@ class SlicePublisher:
         """A write was Invalid: re-read the version at the next publish, due or not."""
         self._generation = 0
         """The highest generation written, so a pool that emptied out never goes back in time."""
+        self._warned_release: tuple[int, int] | None = None
+        """The release last warned about for quadratic scheduling (once per release)."""
         self.metrics.static_layout.set(1 if static else 0)
 
     @property
@@ -326,11 +336,22 @@ class SlicePublisher:
             plan=result.plan,
         )
 
+    def _note_scaling(self) -> None:
+        """Say so (a warning once per release, a gauge) while counters go to a release whose
+        scheduler pays for them with the square of the node count."""
+        version = self.server_version()
+        quadratic = not self._state.static and not scaling.partitionable_scales(version)
+        self.metrics.quadratic_scheduling.set(1 if quadratic else 0)
+        if quadratic and self._warned_release != version:
+            self._warned_release = version
+            log.warning(scaling.quadratic_warning(version), extra={"node": self._node})
+
     def _publish_pass(
         self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]
     ) -> PublishResult:
         """Recheck when due, then write the pool unless it is unchanged or held back."""
         self._recheck(gpus, allocated)
+        self._note_scaling()
         existing = self._existing()
         current = max(
             (s["spec"]["pool"].get("generation", 0) for s in existing.values()), default=0

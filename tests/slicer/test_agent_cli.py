@@ -68,6 +68,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "GPU_SLICER_TOOLKIT_CDI_SPEC": "/t.yaml",
         "GPU_SLICER_NVIDIA_CTK": "/usr/bin/nvidia-ctk",
         "GPU_SLICER_STATIC_LAYOUT": "/l.yaml",
+        "GPU_SLICER_ADVERTISE": "static",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -95,6 +96,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "/usr/bin/nvidia-ctk",
         Path("/l.yaml"),
     )
+    assert args.advertise == "static"
     monkeypatch.setenv("GPU_SLICER_NODE", "explicit")
     assert build_parser().parse_args(["agent", "run"]).node == "explicit"
 
@@ -119,6 +121,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
             "not both",
         ),
         (["--node", "n", "--static-layout", "/nonexistent/layout.yaml"], "--static-layout"),
+        (["--node", "n", "--advertise", "counters"], "--advertise 'counters' is not one of"),
     ],
     ids=[
         "no-node",
@@ -132,6 +135,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "missing-toolkit-spec",
         "two-toolkit-sources",
         "missing-layout",
+        "bad-advertise",
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(

@@ -41,6 +41,27 @@ def test_the_reconciler_publishes_through_the_slice_publisher_by_default(
     assert api.objects(*SLICES)
 
 
+@pytest.mark.parametrize("advertise", ["partitionable", "static"])
+def test_the_advertise_setting_decides_whether_counters_are_published(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path, advertise: str
+) -> None:
+    config = AgentConfig(
+        node=NODE, checkpoint_dir=tmp_path / "c", cdi_dir=tmp_path / "d", advertise=advertise
+    )  # type: ignore[arg-type]
+    parts = assemble(config, backend=backend, api=api)
+    parts.claims.sync_once()
+    parts.reconciler.reconcile_once()
+    counters = [s for s in api.objects(*SLICES) if s["spec"].get("sharedCounters")]
+    consuming = [
+        d
+        for s in api.objects(*SLICES)
+        for d in s["spec"].get("devices", ())
+        if d.get("consumesCounters")
+    ]
+    assert bool(counters) == bool(consuming) == (advertise == "partitionable")
+    assert api.objects(*SLICES)
+
+
 def test_a_republish_of_the_callers_replaces_the_publisher(
     api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
 ) -> None:

@@ -470,3 +470,32 @@ def test_a_new_server_version_is_picked_up_at_the_next_recheck(
     result = publisher.publish(states)
     assert result.changed and result.plan.layout == "split"
     assert check_limits(slices_of(api), (1, 36)) == []
+
+
+# --- releases whose scheduler does not scale with counters ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "static", "warned"),
+    [((1, 36), False, True), ((1, 37), False, False), ((1, 36), True, False)],
+    ids=["1.36 with counters", "1.37 with counters", "1.36 static layout"],
+)
+def test_counters_on_a_release_without_the_scheduler_fix_are_reported_once(
+    make_states: Callable[..., list[GpuState]],
+    caplog: pytest.LogCaptureFixture,
+    version: tuple[int, int],
+    static: bool,
+    warned: bool,
+) -> None:
+    api = InMemoryKubeApi(server_version=version)
+    metrics = PublisherMetrics()
+    publisher = SlicePublisher(api, "node-a", static=static, metrics=metrics)
+    with caplog.at_level(logging.WARNING, logger="slicer.publisher"):
+        publisher.publish(make_states("H200:2"))
+        publisher.publish(make_states("H200:1"))
+    warnings = [r.getMessage() for r in caplog.records if "square" in r.getMessage()]
+    assert len(warnings) == (1 if warned else 0)
+    if warned:
+        assert "fixed in 1.37" in warnings[0] and "--advertise static" in warnings[0]
+    gauge = metrics.registry.get_sample_value("gpu_slicer_slices_quadratic_scheduling")
+    assert gauge == (1.0 if warned else 0.0)
