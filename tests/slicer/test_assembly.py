@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kube.memory import InMemoryKubeApi
-from slicer.assembly import AgentConfig, AgentParts, assemble, discover_modes
+from slicer.assembly import Advertise, AgentConfig, AgentParts, assemble, discover_modes
 from slicer.claim_cache import AllocatedDevice
 from slicer.reconciler import NodeView
 from slicer.simulated import SimulatedBackend
@@ -43,11 +43,11 @@ def test_the_reconciler_publishes_through_the_slice_publisher_by_default(
 
 @pytest.mark.parametrize("advertise", ["partitionable", "static"])
 def test_the_advertise_setting_decides_whether_counters_are_published(
-    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path, advertise: str
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path, advertise: Advertise
 ) -> None:
     config = AgentConfig(
         node=NODE, checkpoint_dir=tmp_path / "c", cdi_dir=tmp_path / "d", advertise=advertise
-    )  # type: ignore[arg-type]
+    )
     parts = assemble(config, backend=backend, api=api)
     parts.claims.sync_once()
     parts.reconciler.reconcile_once()
