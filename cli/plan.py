@@ -25,6 +25,7 @@ from kube.api import KubeApi
 from kube.errors import KubeError, NotFound
 from slicer import catalog
 from slicer.identity import MIGRATION_LABEL, RESOURCE_API
+from slicer.scaling import partitionable_scales, quadratic_warning
 from webhook.errors import Denied, PolicyError
 from webhook.policy import Policy, load_policy
 from webhook.translate import is_legacy_resource, translate_pod
@@ -437,7 +438,10 @@ def build_plan(
         ns: labels[ns] for ns in wanted if namespaces or any(w.namespace == ns for w in workloads)
     }
     plan = Plan(shown, source, workloads, nodes, skipped, None)
-    plan.simulation = simulate(plan, raw, api.server_version())
+    version = api.server_version()
+    plan.simulation = simulate(plan, raw, version)
+    if nodes and not partitionable_scales(version):
+        plan.notes.append(quadratic_warning(version, len(nodes)))
     if any(w.kind == "DaemonSet" for w in workloads):
         plan.notes.append(
             "DaemonSets count one pod per GPU node; their node selectors are not applied"

@@ -37,7 +37,7 @@ def release_text(version: tuple[int, int]) -> str:
 def quadratic_warning(version: tuple[int, int], nodes: int | None = None) -> str:
     """The line an admin reads where the cluster's release lacks the fix (agent log, status,
     plan): what happens, from what size, what to do."""
-    where = f" with {nodes} nodes publishing counters" if nodes is not None else ""
+    where = f" ({nodes} GPU nodes here)" if nodes is not None else ""
     return (
         f"Kubernetes {release_text(version)} schedules partitionable devices at a cost that "
         f"grows with the square of the nodes publishing counters (fixed in "

@@ -15,6 +15,7 @@ import logging
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 from kube import documents
 from kube.api import KubeApi
@@ -22,7 +23,7 @@ from kube.errors import Forbidden, KubeError, NotFound, Unavailable
 from kube.names import subdomain_problem
 from slicer.identity import RESOURCE_API
 from status.render import as_json, table
-from status.view import ClusterStatus, build_status
+from status.view import ClusterStatus, build_status, scaling_notes
 
 PREFIX = "gpu-slicer status"
 
@@ -61,9 +62,14 @@ def read_status(api: KubeApi, *, node: str | None = None) -> ClusterStatus:
             raise StatusReadError(f"cannot reach the cluster: {exc}") from exc
         except KubeError as exc:
             raise StatusReadError(f"listing {kind}s failed: {exc}") from exc
-    return build_status(
+    status = build_status(
         lists["ResourceSlice"], lists["ResourceClaim"], lists["Pod"], lists["Namespace"], node=node
     )
+    try:
+        version = api.server_version()
+    except KubeError:
+        return status  # the lists were read: a version the apiserver will not tell costs a note
+    return replace(status, notes=(*status.notes, *scaling_notes(version, lists["ResourceSlice"])))
 
 
 def _default_api(kubeconfig: str | None) -> KubeApi:

@@ -30,6 +30,7 @@ from slicer.identity import (
     MIGRATION_LABEL,
     UNHEALTHY_TAINT,
 )
+from slicer.scaling import partitionable_scales, quadratic_warning
 
 Obj = dict[str, Any]
 
@@ -555,3 +556,18 @@ def _namespaces(
         )
         for n in shown
     )
+
+
+def scaling_notes(version: tuple[int, int], slices: Sequence[Obj]) -> tuple[str, ...]:
+    """A note when the cluster's release schedules partitionable devices at a cost that grows
+    with the square of the nodes publishing counters (:mod:`slicer.scaling`), and some do."""
+    if partitionable_scales(version):
+        return ()
+    nodes = {
+        s["spec"].get("nodeName") or s["spec"]["pool"]["name"]
+        for s in slices
+        if s.get("spec", {}).get("sharedCounters")
+    }
+    if not nodes:
+        return ()
+    return (quadratic_warning(version, len(nodes)),)

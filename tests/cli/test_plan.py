@@ -245,3 +245,19 @@ def test_a_kubeconfig_the_client_cannot_parse_is_named(
     assert plan_cli.run_plan(args) == 1
     err = capsys.readouterr().err
     assert err.startswith("gpu-slicer plan: ") and str(kubeconfig) in err
+
+
+@pytest.mark.parametrize(("version", "warned"), [((1, 36), True), ((1, 37), False)])
+def test_plan_says_when_the_release_schedules_counters_with_quadratic_cost(
+    cluster: InMemoryKubeApi,
+    capsys: pytest.CaptureFixture[str],
+    version: tuple[int, int],
+    warned: bool,
+) -> None:
+    cluster.server_version = lambda: version  # type: ignore[method-assign]
+    assert _run(cluster, ["-o", "json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    found = [n for n in notes if "square of the nodes" in n]
+    assert len(found) == (1 if warned else 0)
+    if warned:
+        assert "(2 GPU nodes here)" in found[0] and "fixed in 1.37" in found[0]

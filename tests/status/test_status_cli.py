@@ -173,3 +173,19 @@ def test_importing_the_command_does_not_import_the_kubernetes_client_or_ssl() ->
     subprocess.run(
         [sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2]
     )
+
+
+@pytest.mark.parametrize(("version", "warned"), [((1, 36), True), ((1, 37), False)])
+def test_status_says_when_the_release_schedules_counters_with_quadratic_cost(
+    cluster: InMemoryKubeApi,
+    capsys: pytest.CaptureFixture[str],
+    version: tuple[int, int],
+    warned: bool,
+) -> None:
+    cluster.server_version = lambda: version  # type: ignore[method-assign]
+    assert _run(cluster, ["-o", "json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    found = [n for n in notes if "square of the nodes" in n]
+    assert len(found) == (1 if warned else 0)
+    if warned:
+        assert "(2 GPU nodes here)" in found[0] and "--advertise static" in found[0]
