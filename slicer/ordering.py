@@ -116,9 +116,18 @@ class RanksGpus(Protocol):
 
 
 def _profile_rank(model: GpuModel, profile: Profile | None) -> tuple[int, int, int, int]:
+    """Where a profile's devices stand among one GPU's: the whole GPU, then MIG profiles from
+    small to large, media-extension (``+me``) variants last.
+
+    Only the order of devices a request can match decides what it gets, and a request's
+    selector matches one profile per GPU, so this order changes no allocation. It decides how
+    many devices the scheduler rejects (a CEL evaluation each, tens of microseconds) before it
+    reaches the one a request asks for: the rarely asked ``+me`` variants no longer stand
+    between the small profiles and the rest, and a whole GPU is found first on its GPU.
+    """
     if profile is None:
-        return (1, 0, 0, 0)
-    return (0, profile.compute_slices, profile.memory_slices, int(profile.media_exclusive))
+        return (0, 0, 0, 0)
+    return (1, int(profile.media_exclusive), profile.compute_slices, profile.memory_slices)
 
 
 def _larger(a: Profile, b: Profile) -> bool:

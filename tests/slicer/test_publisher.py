@@ -310,7 +310,7 @@ def test_an_order_only_change_waits_for_the_limiter_but_a_content_change_does_no
     clock[0] = 31
     written = publisher.publish(states, allocated=busy)
     assert written.changed and written.generation == 2
-    assert pool_order(api)[0].startswith("gpu-2-mig-1g10gb-")
+    assert pool_order(api)[0] == "gpu-2"  # the GPU in use leads the order now
     # What is advertised changed (a GPU went full): no waiting, even right after a publish.
     changed = publisher.publish(make_states("H100-80GB:3", mode="full"), allocated=busy)
     assert changed.changed and changed.deferred_s is None
