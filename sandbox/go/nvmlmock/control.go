@@ -1,0 +1,250 @@
+package main
+
+// Test controls: functions outside NVML's API, prefixed gpuSlicerMock, that tests call through
+// ctypes to set the node up and to make the GPU misbehave. Each returns 0 on success, else an
+// NVML return code (INVALID_ARGUMENT for a bad index).
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"unsafe"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+var lastError string
+
+// gpuSlicerMockReset replaces the node by the GPUs of spec ("h100:2,l4") and forgets every
+// instance, handle, event set and fault. Handles taken before are invalid afterwards.
+//
+//export gpuSlicerMockReset
+func gpuSlicerMockReset(spec *C.char) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	if err := state.reset(C.GoString(spec)); err != nil {
+		lastError = err.Error()
+		return C.int(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	return 0
+}
+
+// gpuSlicerMockLastError is the message of the last failed control call.
+//
+//export gpuSlicerMockLastError
+func gpuSlicerMockLastError(buf *C.char, length C.uint) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	return C.int(putString(buf, length, lastError))
+}
+
+// gpuSlicerMockFail makes the next `times` calls of an NVML function return code.
+//
+//export gpuSlicerMockFail
+func gpuSlicerMockFail(function *C.char, code C.int, times C.int) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	state.faults[C.GoString(function)] = &fault{ret: nvml.Return(code), times: int(times)}
+	return 0
+}
+
+func gpuAt(index C.uint) (*gpu, C.int) {
+	if int(index) >= len(state.gpus) {
+		lastError = "no such GPU index"
+		return nil, C.int(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	return state.gpus[index], 0
+}
+
+// gpuSlicerMockSetMigMode sets the current and pending MIG mode as a node would boot with them.
+//
+//export gpuSlicerMockSetMigMode
+func gpuSlicerMockSetMigMode(index C.uint, current, pending C.int) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := gpuAt(index)
+	if r != 0 {
+		return r
+	}
+	g.current, g.pending = int(current), int(pending)
+	g.dev.MigMode = int(current)
+	return 0
+}
+
+// gpuSlicerMockNeedsReset marks a GPU whose MIG mode changes stay pending until a reset the
+// driver cannot do itself (a cloud VM with the GPU passed through).
+//
+//export gpuSlicerMockNeedsReset
+func gpuSlicerMockNeedsReset(index C.uint, needs C.int) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := gpuAt(index)
+	if r != 0 {
+		return r
+	}
+	g.needsReset = needs != 0
+	return 0
+}
+
+// gpuSlicerMockResetGpu is the GPU reset: the pending MIG mode takes effect, instances are gone.
+//
+//export gpuSlicerMockResetGpu
+func gpuSlicerMockResetGpu(index C.uint) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := gpuAt(index)
+	if r != 0 {
+		return r
+	}
+	for id, gi := range g.gis {
+		for _, ci := range gi.cis {
+			delete(state.cis, ci.handle)
+			delete(state.migs, ci.migHandle)
+		}
+		delete(state.gis, gi.handle)
+		_ = gi.gi.Destroy()
+		delete(g.gis, id)
+	}
+	g.processes = map[uint32][]uint32{}
+	g.current = g.pending
+	g.dev.MigMode = g.current
+	return 0
+}
+
+// gpuSlicerMockMoveCiProfile offers, on one GPU, the compute-instance profile of constant from
+// under constant to instead (for every GPU-instance profile that has it): a GPU whose full-size
+// compute instance is not the one a table assumes.
+//
+//export gpuSlicerMockMoveCiProfile
+func gpuSlicerMockMoveCiProfile(index C.uint, from, to C.int) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := gpuAt(index)
+	if r != 0 {
+		return r
+	}
+	for _, cis := range g.ciProfiles {
+		if info, ok := cis[int(from)]; ok {
+			delete(cis, int(from))
+			info.Id = uint32(to)
+			cis[int(to)] = info
+		}
+	}
+	return 0
+}
+
+// gpuSlicerMockSetProcess puts a process (pid) on a GPU instance; pid 0 removes them all.
+//
+//export gpuSlicerMockSetProcess
+func gpuSlicerMockSetProcess(index C.uint, giID C.uint, pid C.uint) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := gpuAt(index)
+	if r != 0 {
+		return r
+	}
+	if pid == 0 {
+		delete(g.processes, uint32(giID))
+	} else {
+		g.processes[uint32(giID)] = append(g.processes[uint32(giID)], uint32(pid))
+	}
+	return 0
+}
+
+// gpuSlicerMockXid delivers an Xid critical error of the GPU to the event sets registered for it.
+//
+//export gpuSlicerMockXid
+func gpuSlicerMockXid(index C.uint, xid C.ulonglong) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := gpuAt(index)
+	if r != 0 {
+		return r
+	}
+	for _, s := range g.xidEventSet {
+		s.queue <- event{device: g.handle, eventType: uint64(nvml.EventTypeXidCriticalError), data: uint64(xid)}
+	}
+	return 0
+}
+
+// gpuSlicerMockLoseGpu makes every call on the GPU answer GPU_IS_LOST (lost != 0) or not.
+//
+//export gpuSlicerMockLoseGpu
+func gpuSlicerMockLoseGpu(index C.uint, lost C.int) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := gpuAt(index)
+	if r != 0 {
+		return r
+	}
+	g.lost = lost != 0
+	return 0
+}
+
+type describedCI struct {
+	ID        uint32 `json:"id"`
+	ProfileID uint32 `json:"profile_id"`
+	UUID      string `json:"uuid"`
+}
+
+type describedGI struct {
+	ID        uint32        `json:"id"`
+	ProfileID uint32        `json:"profile_id"`
+	Start     uint32        `json:"start"`
+	Size      uint32        `json:"size"`
+	Compute   []describedCI `json:"compute_instances"`
+}
+
+type describedGPU struct {
+	Index      int           `json:"index"`
+	UUID       string        `json:"uuid"`
+	Name       string        `json:"name"`
+	MigCurrent int           `json:"mig_current"`
+	MigPending int           `json:"mig_pending"`
+	Instances  []describedGI `json:"gpu_instances"`
+	InitCount  int           `json:"-"`
+	MigCapable bool          `json:"mig_capable"`
+	NeedsReset bool          `json:"needs_reset"`
+}
+
+// gpuSlicerMockDescribe writes the node as JSON: the mock's own view, not NVML's answers.
+//
+//export gpuSlicerMockDescribe
+func gpuSlicerMockDescribe(buf *C.char, length C.uint) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	out := struct {
+		Initialized int            `json:"initialized"`
+		GPUs        []describedGPU `json:"gpus"`
+	}{Initialized: state.initCount}
+	for _, g := range state.gpus {
+		d := describedGPU{
+			Index: g.index, UUID: g.dev.UUID, Name: g.dev.Config.Name, MigCurrent: g.current,
+			MigPending: g.pending, MigCapable: g.migCapable, NeedsReset: g.needsReset,
+			Instances: []describedGI{},
+		}
+		for _, gi := range g.sortedInstances() {
+			dg := describedGI{
+				ID: gi.gi.Info.Id, ProfileID: gi.gi.Info.ProfileId,
+				Start: gi.gi.Info.Placement.Start, Size: gi.gi.Info.Placement.Size,
+				Compute: []describedCI{},
+			}
+			for _, ci := range gi.sortedCompute() {
+				dg.Compute = append(dg.Compute, describedCI{ci.ci.Info.Id, ci.ci.Info.ProfileId, ci.uuid})
+			}
+			d.Instances = append(d.Instances, dg)
+		}
+		out.GPUs = append(out.GPUs, d)
+	}
+	text, _ := json.Marshal(out)
+	if len(text)+1 > int(length) {
+		return C.int(-(len(text) + 1))
+	}
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(length))
+	copy(dst, text)
+	dst[len(text)] = 0
+	return 0
+}

@@ -1,0 +1,984 @@
+package main
+
+/*
+#cgo CFLAGS: -DNVML_NO_UNVERSIONED_FUNC_DEFS
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "nvml.h"
+
+static nvmlDevice_t mkDevice(uintptr_t v) { nvmlDevice_t d; d.handle = (struct nvmlDevice_st*)v; return d; }
+static uintptr_t ofDevice(nvmlDevice_t d) { return (uintptr_t)d.handle; }
+static nvmlGpuInstance_t mkGi(uintptr_t v) { nvmlGpuInstance_t g; g.handle = (struct nvmlGpuInstance_st*)v; return g; }
+static uintptr_t ofGi(nvmlGpuInstance_t g) { return (uintptr_t)g.handle; }
+static nvmlComputeInstance_t mkCi(uintptr_t v) { nvmlComputeInstance_t c; c.handle = (struct nvmlComputeInstance_st*)v; return c; }
+static uintptr_t ofCi(nvmlComputeInstance_t c) { return (uintptr_t)c.handle; }
+static nvmlEventSet_t mkSet(uintptr_t v) { nvmlEventSet_t s; s.handle = (struct nvmlEventSet_st*)v; return s; }
+static uintptr_t ofSet(nvmlEventSet_t s) { return (uintptr_t)s.handle; }
+static void setGi(nvmlGpuInstance_t *array, unsigned int i, uintptr_t v) { array[i] = mkGi(v); }
+static void setCi(nvmlComputeInstance_t *array, unsigned int i, uintptr_t v) { array[i] = mkCi(v); }
+*/
+import "C"
+
+import (
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+)
+
+func ret(r nvml.Return) C.nvmlReturn_t { return C.nvmlReturn_t(r) }
+
+// putString copies s into a C buffer of length n, as NVML does (INSUFFICIENT_SIZE if it does not fit).
+func putString(dst *C.char, n C.uint, s string) C.nvmlReturn_t {
+	if dst == nil {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	if len(s)+1 > int(n) {
+		return ret(nvml.ERROR_INSUFFICIENT_SIZE)
+	}
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(dst)), int(n))
+	copy(buf, s)
+	buf[len(s)] = 0
+	return ret(nvml.SUCCESS)
+}
+
+func putFixed(dst []C.char, s string) {
+	for i := range dst {
+		dst[i] = 0
+	}
+	for i := 0; i < len(s) && i < len(dst)-1; i++ {
+		dst[i] = C.char(s[i])
+	}
+}
+
+// enter locks the mock and applies an injected fault of the function, if any.
+func enter(function string) (nvml.Return, bool) {
+	mu.Lock()
+	return state.take(function)
+}
+
+// --- init ---------------------------------------------------------------------------------
+
+//export nvmlInitWithFlags
+func nvmlInitWithFlags(flags C.uint) C.nvmlReturn_t {
+	if r, ok := enter("nvmlInit"); ok {
+		mu.Unlock()
+		return ret(r)
+	}
+	defer mu.Unlock()
+	if state.gpus == nil {
+		if err := state.reset("h100:8"); err != nil {
+			return ret(nvml.ERROR_UNKNOWN)
+		}
+	}
+	state.initCount++
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlInit_v2
+func nvmlInit_v2() C.nvmlReturn_t { return nvmlInitWithFlags(0) }
+
+//export nvmlShutdown
+func nvmlShutdown() C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	if state.initCount == 0 {
+		return ret(nvml.ERROR_UNINITIALIZED)
+	}
+	state.initCount--
+	return ret(nvml.SUCCESS)
+}
+
+var errorStrings = map[nvml.Return]*C.char{}
+
+// gpuSlicerErrorText backs nvmlErrorString (const_wrappers.c): one C string per code, kept.
+//
+//export gpuSlicerErrorText
+func gpuSlicerErrorText(result C.nvmlReturn_t) *C.char {
+	mu.Lock()
+	defer mu.Unlock()
+	r := nvml.Return(result)
+	s, ok := errorStrings[r]
+	if !ok {
+		s = C.CString(errorText(r))
+		errorStrings[r] = s
+	}
+	return s
+}
+
+func errorText(r nvml.Return) string {
+	texts := map[nvml.Return]string{
+		nvml.SUCCESS:                      "Success",
+		nvml.ERROR_UNINITIALIZED:          "Uninitialized",
+		nvml.ERROR_INVALID_ARGUMENT:       "Invalid Argument",
+		nvml.ERROR_NOT_SUPPORTED:          "Not Supported",
+		nvml.ERROR_NO_PERMISSION:          "Insufficient Permissions",
+		nvml.ERROR_NOT_FOUND:              "Not Found",
+		nvml.ERROR_INSUFFICIENT_SIZE:      "Insufficient Size",
+		nvml.ERROR_TIMEOUT:                "Timeout",
+		nvml.ERROR_GPU_IS_LOST:            "GPU is lost",
+		nvml.ERROR_RESET_REQUIRED:         "GPU requires reset",
+		nvml.ERROR_IN_USE:                 "In use by another client",
+		nvml.ERROR_INSUFFICIENT_RESOURCES: "Insufficient resources",
+		nvml.ERROR_UNKNOWN:                "Unknown Error",
+	}
+	if t, ok := texts[r]; ok {
+		return t
+	}
+	return "Unknown Error"
+}
+
+// --- system -------------------------------------------------------------------------------
+
+//export nvmlSystemGetDriverVersion
+func nvmlSystemGetDriverVersion(version *C.char, length C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	return putString(version, length, "580.95.05")
+}
+
+//export nvmlSystemGetNVMLVersion
+func nvmlSystemGetNVMLVersion(version *C.char, length C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	return putString(version, length, "13.580.95.05")
+}
+
+//export nvmlSystemGetCudaDriverVersion
+func nvmlSystemGetCudaDriverVersion(v *C.int) C.nvmlReturn_t {
+	*v = 13000
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlSystemGetCudaDriverVersion_v2
+func nvmlSystemGetCudaDriverVersion_v2(v *C.int) C.nvmlReturn_t {
+	return nvmlSystemGetCudaDriverVersion(v)
+}
+
+// --- devices ------------------------------------------------------------------------------
+
+//export nvmlDeviceGetCount_v2
+func nvmlDeviceGetCount_v2(count *C.uint) C.nvmlReturn_t {
+	if r, ok := enter("nvmlDeviceGetCount"); ok {
+		mu.Unlock()
+		return ret(r)
+	}
+	defer mu.Unlock()
+	if state.initCount == 0 {
+		return ret(nvml.ERROR_UNINITIALIZED)
+	}
+	*count = C.uint(len(state.gpus))
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceGetHandleByIndex_v2
+func nvmlDeviceGetHandleByIndex_v2(index C.uint, device *C.nvmlDevice_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	if state.initCount == 0 {
+		return ret(nvml.ERROR_UNINITIALIZED)
+	}
+	if int(index) >= len(state.gpus) {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	*device = C.mkDevice(C.uintptr_t(state.gpus[index].handle))
+	return ret(nvml.SUCCESS)
+}
+
+// anyDevice resolves a GPU or a MIG device handle.
+func anyDevice(h C.nvmlDevice_t) (*gpu, *computeInstance, nvml.Return) {
+	v := uintptr(C.ofDevice(h))
+	if ci, ok := state.migs[v]; ok {
+		if state.initCount == 0 {
+			return nil, nil, nvml.ERROR_UNINITIALIZED
+		}
+		return ci.gi.gpu, ci, nvml.SUCCESS
+	}
+	g, r := state.device(v)
+	return g, nil, r
+}
+
+//export nvmlDeviceGetName
+func nvmlDeviceGetName(device C.nvmlDevice_t, name *C.char, length C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	return putString(name, length, g.dev.Config.Name)
+}
+
+//export nvmlDeviceGetUUID
+func nvmlDeviceGetUUID(device C.nvmlDevice_t, uuid *C.char, length C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, ci, r := anyDevice(device)
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if ci != nil {
+		return putString(uuid, length, ci.uuid)
+	}
+	return putString(uuid, length, g.dev.UUID)
+}
+
+//export nvmlDeviceGetBrand
+func nvmlDeviceGetBrand(device C.nvmlDevice_t, brand *C.nvmlBrandType_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r == nvml.SUCCESS {
+		*brand = C.nvmlBrandType_t(g.dev.Config.Brand)
+	}
+	return ret(r)
+}
+
+//export nvmlDeviceGetArchitecture
+func nvmlDeviceGetArchitecture(device C.nvmlDevice_t, arch *C.nvmlDeviceArchitecture_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r == nvml.SUCCESS {
+		*arch = C.nvmlDeviceArchitecture_t(g.dev.Config.Architecture)
+	}
+	return ret(r)
+}
+
+//export nvmlDeviceGetMinorNumber
+func nvmlDeviceGetMinorNumber(device C.nvmlDevice_t, minor *C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r == nvml.SUCCESS {
+		*minor = C.uint(g.dev.Minor)
+	}
+	return ret(r)
+}
+
+//export nvmlDeviceGetIndex
+func nvmlDeviceGetIndex(device C.nvmlDevice_t, index *C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r == nvml.SUCCESS {
+		*index = C.uint(g.index)
+	}
+	return ret(r)
+}
+
+//export nvmlDeviceGetCudaComputeCapability
+func nvmlDeviceGetCudaComputeCapability(device C.nvmlDevice_t, major, minor *C.int) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r == nvml.SUCCESS {
+		*major, *minor = C.int(g.dev.Config.CudaMajor), C.int(g.dev.Config.CudaMinor)
+	}
+	return ret(r)
+}
+
+//export nvmlDeviceGetMemoryInfo
+func nvmlDeviceGetMemoryInfo(device C.nvmlDevice_t, memory *C.nvmlMemory_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r == nvml.SUCCESS {
+		memory.total = C.ulonglong(g.dev.MemoryInfo.Total)
+		memory.free = C.ulonglong(g.dev.MemoryInfo.Total)
+		memory.used = 0
+	}
+	return ret(r)
+}
+
+// busID is NVML's spelling of the mock's PCI address: 00000000:XX:00.0.
+func busID(g *gpu) string {
+	return "0000" + strings.ToUpper(g.dev.PciBusID)
+}
+
+func fillPci(pci *C.nvmlPciInfo_t, g *gpu) {
+	id := busID(g)
+	putFixed(pci.busId[:], id)
+	putFixed(pci.busIdLegacy[:], id[4:])
+	pci.domain = 0
+	pci.bus = C.uint(g.index)
+	pci.device = 0
+	pci.pciDeviceId = C.uint(g.dev.Config.PciDeviceId)
+	pci.pciSubSystemId = 0
+}
+
+//export nvmlDeviceGetPciInfo_v3
+func nvmlDeviceGetPciInfo_v3(device C.nvmlDevice_t, pci *C.nvmlPciInfo_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r == nvml.SUCCESS {
+		fillPci(pci, g)
+	}
+	return ret(r)
+}
+
+//export nvmlDeviceGetComputeRunningProcesses_v3
+func nvmlDeviceGetComputeRunningProcesses_v3(device C.nvmlDevice_t, count *C.uint, infos *C.nvmlProcessInfo_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, ci, r := anyDevice(device)
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	var pids []uint32
+	for giID, list := range g.processes {
+		if ci == nil || ci.gi.gi.Info.Id == giID {
+			pids = append(pids, list...)
+		}
+	}
+	if len(pids) == 0 {
+		*count = 0
+		return ret(nvml.SUCCESS)
+	}
+	if infos == nil || int(*count) < len(pids) {
+		*count = C.uint(len(pids))
+		return ret(nvml.ERROR_INSUFFICIENT_SIZE)
+	}
+	out := unsafe.Slice(infos, int(*count))
+	for i, pid := range pids {
+		out[i] = C.nvmlProcessInfo_t{}
+		out[i].pid = C.uint(pid)
+		out[i].usedGpuMemory = C.ulonglong(1 << 30)
+	}
+	*count = C.uint(len(pids))
+	return ret(nvml.SUCCESS)
+}
+
+// --- NVLink: an HGX board, every link active and leading to an NVSwitch; none on PCIe cards. ----
+
+//export nvmlDeviceGetNvLinkState
+func nvmlDeviceGetNvLinkState(device C.nvmlDevice_t, link C.uint, active *C.nvmlEnableState_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if !g.migCapable || link >= 18 {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	*active = C.NVML_FEATURE_ENABLED
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceGetNvLinkRemoteDeviceType
+func nvmlDeviceGetNvLinkRemoteDeviceType(device C.nvmlDevice_t, link C.uint, kind *C.nvmlIntNvLinkDeviceType_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if !g.migCapable {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	*kind = C.NVML_NVLINK_DEVICE_TYPE_SWITCH
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceGetNvLinkRemotePciInfo_v2
+func nvmlDeviceGetNvLinkRemotePciInfo_v2(device C.nvmlDevice_t, link C.uint, pci *C.nvmlPciInfo_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if !g.migCapable {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	*pci = C.nvmlPciInfo_t{}
+	putFixed(pci.busId[:], "00000000:C0:00.0")
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceGetGpuFabricInfoV
+func nvmlDeviceGetGpuFabricInfoV(device C.nvmlDevice_t, info *C.nvmlGpuFabricInfoV_t) C.nvmlReturn_t {
+	return ret(nvml.ERROR_NOT_SUPPORTED)
+}
+
+// --- MIG mode -----------------------------------------------------------------------------
+
+//export nvmlDeviceGetMigMode
+func nvmlDeviceGetMigMode(device C.nvmlDevice_t, current, pending *C.uint) C.nvmlReturn_t {
+	if r, ok := enter("nvmlDeviceGetMigMode"); ok {
+		mu.Unlock()
+		return ret(r)
+	}
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if !g.migCapable {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	*current, *pending = C.uint(g.current), C.uint(g.pending)
+	return ret(nvml.SUCCESS)
+}
+
+// nvmlDeviceSetMigMode: the call succeeds and the activation status says whether the mode took
+// effect: IN_USE while instances exist, RESET_REQUIRED (mode left pending) on a GPU marked as
+// needing a reset, as NVML does where it cannot reset the GPU itself (pass-through VMs).
+//
+//export nvmlDeviceSetMigMode
+func nvmlDeviceSetMigMode(device C.nvmlDevice_t, mode C.uint, activation *C.nvmlReturn_t) C.nvmlReturn_t {
+	if r, ok := enter("nvmlDeviceSetMigMode"); ok {
+		mu.Unlock()
+		return ret(r)
+	}
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if !g.migCapable {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	if mode > 1 {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	switch {
+	case len(g.gis) > 0:
+		*activation = ret(nvml.ERROR_IN_USE)
+	case g.needsReset && int(mode) != g.current:
+		g.pending = int(mode)
+		*activation = ret(nvml.ERROR_RESET_REQUIRED)
+	default:
+		g.current, g.pending = int(mode), int(mode)
+		g.dev.MigMode = int(mode)
+		*activation = ret(nvml.SUCCESS)
+	}
+	return ret(nvml.SUCCESS)
+}
+
+// --- GPU instances ------------------------------------------------------------------------
+
+func giProfile(g *gpu, profile C.uint) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+	if !g.migCapable {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	info, r := g.dev.GetGpuInstanceProfileInfo(int(profile))
+	return info, r
+}
+
+func fillGiProfileV(out *C.nvmlGpuInstanceProfileInfo_v2_t, profile int, in nvml.GpuInstanceProfileInfo) {
+	out.id = C.uint(in.Id)
+	out.isP2pSupported = C.uint(in.IsP2pSupported)
+	out.sliceCount = C.uint(in.SliceCount)
+	out.instanceCount = C.uint(in.InstanceCount)
+	out.multiprocessorCount = C.uint(in.MultiprocessorCount)
+	out.copyEngineCount = C.uint(in.CopyEngineCount)
+	out.decoderCount = C.uint(in.DecoderCount)
+	out.encoderCount = C.uint(in.EncoderCount)
+	out.jpegCount = C.uint(in.JpegCount)
+	out.ofaCount = C.uint(in.OfaCount)
+	out.memorySizeMB = C.ulonglong(in.MemorySizeMB)
+	putFixed(out.name[:], profileName(profile, in))
+}
+
+//export nvmlDeviceGetGpuInstanceProfileInfoV
+func nvmlDeviceGetGpuInstanceProfileInfoV(device C.nvmlDevice_t, profile C.uint, info *C.nvmlGpuInstanceProfileInfo_v2_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if info.version != C.nvmlGpuInstanceProfileInfo_v2 && info.version != C.nvmlGpuInstanceProfileInfo_v3 {
+		return ret(nvml.ERROR_ARGUMENT_VERSION_MISMATCH)
+	}
+	in, r := giProfile(g, profile)
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	fillGiProfileV(info, int(profile), in)
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceGetGpuInstancePossiblePlacements_v2
+func nvmlDeviceGetGpuInstancePossiblePlacements_v2(device C.nvmlDevice_t, profileID C.uint, placements *C.nvmlGpuInstancePlacement_t, count *C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if !g.migCapable {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	if count == nil {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	found, ok := g.dev.Config.MIGProfiles.GpuInstancePlacements[int(profileID)]
+	if !ok {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	if placements == nil {
+		*count = C.uint(len(found))
+		return ret(nvml.SUCCESS)
+	}
+	if int(*count) < len(found) {
+		*count = C.uint(len(found))
+		return ret(nvml.ERROR_INSUFFICIENT_SIZE)
+	}
+	out := unsafe.Slice(placements, len(found))
+	for i, p := range found {
+		out[i].start, out[i].size = C.uint(p.Start), C.uint(p.Size)
+	}
+	*count = C.uint(len(found))
+	return ret(nvml.SUCCESS)
+}
+
+// gpuSlicerCreateGpuInstance backs nvmlDeviceCreateGpuInstanceWithPlacement (const_wrappers.c).
+//
+//export gpuSlicerCreateGpuInstance
+func gpuSlicerCreateGpuInstance(device C.nvmlDevice_t, profileID C.uint, placement *C.nvmlGpuInstancePlacement_t, out *C.nvmlGpuInstance_t) C.nvmlReturn_t {
+	if r, ok := enter("nvmlDeviceCreateGpuInstanceWithPlacement"); ok {
+		mu.Unlock()
+		return ret(r)
+	}
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if !g.migCapable || g.current != 1 {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	if placement == nil || out == nil {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	p := nvml.GpuInstancePlacement{Start: uint32(placement.start), Size: uint32(placement.size)}
+	if r := g.placementFree(int(profileID), p); r != nvml.SUCCESS {
+		return ret(r)
+	}
+	info := g.dev.Config.MIGProfiles.GpuInstanceProfiles[int(profileID)]
+	created, r := g.dev.CreateGpuInstanceWithPlacement(&info, &p)
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	gi := &gpuInstance{
+		gpu:    g,
+		gi:     created.(*server.GpuInstance),
+		handle: state.newHandle(giBase),
+		cis:    map[uint32]*computeInstance{},
+	}
+	g.gis[gi.gi.Info.Id] = gi
+	state.gis[gi.handle] = gi
+	*out = C.mkGi(C.uintptr_t(gi.handle))
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceGetGpuInstances
+func nvmlDeviceGetGpuInstances(device C.nvmlDevice_t, profileID C.uint, instances *C.nvmlGpuInstance_t, count *C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if !g.migCapable {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	if _, ok := g.dev.Config.MIGProfiles.GpuInstanceProfiles[int(profileID)]; !ok || count == nil {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	var found []*gpuInstance
+	for _, gi := range g.sortedInstances() {
+		if gi.gi.Info.ProfileId == uint32(profileID) {
+			found = append(found, gi)
+		}
+	}
+	if int(*count) < len(found) {
+		*count = C.uint(len(found))
+		return ret(nvml.ERROR_INSUFFICIENT_SIZE)
+	}
+	for i, gi := range found {
+		C.setGi(instances, C.uint(i), C.uintptr_t(gi.handle))
+	}
+	*count = C.uint(len(found))
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceGetGpuInstanceById
+func nvmlDeviceGetGpuInstanceById(device C.nvmlDevice_t, id C.uint, gpuInstance *C.nvmlGpuInstance_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if !g.migCapable {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	gi, ok := g.gis[uint32(id)]
+	if !ok {
+		return ret(nvml.ERROR_NOT_FOUND)
+	}
+	*gpuInstance = C.mkGi(C.uintptr_t(gi.handle))
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlGpuInstanceGetInfo
+func nvmlGpuInstanceGetInfo(gpuInstance C.nvmlGpuInstance_t, info *C.nvmlGpuInstanceInfo_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	gi, r := state.gpuInstance(uintptr(C.ofGi(gpuInstance)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	in := gi.gi.Info
+	info.device = C.mkDevice(C.uintptr_t(gi.gpu.handle))
+	info.id = C.uint(in.Id)
+	info.profileId = C.uint(in.ProfileId)
+	info.placement.start = C.uint(in.Placement.Start)
+	info.placement.size = C.uint(in.Placement.Size)
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlGpuInstanceDestroy
+func nvmlGpuInstanceDestroy(gpuInstance C.nvmlGpuInstance_t) C.nvmlReturn_t {
+	if r, ok := enter("nvmlGpuInstanceDestroy"); ok {
+		mu.Unlock()
+		return ret(r)
+	}
+	defer mu.Unlock()
+	gi, r := state.gpuInstance(uintptr(C.ofGi(gpuInstance)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if len(gi.cis) > 0 || len(gi.gpu.processes[gi.gi.Info.Id]) > 0 {
+		return ret(nvml.ERROR_IN_USE)
+	}
+	if r := gi.gi.Destroy(); r != nvml.SUCCESS {
+		return ret(r)
+	}
+	delete(gi.gpu.gis, gi.gi.Info.Id)
+	delete(state.gis, gi.handle)
+	return ret(nvml.SUCCESS)
+}
+
+// --- compute instances --------------------------------------------------------------------
+
+//export nvmlGpuInstanceGetComputeInstanceProfileInfoV
+func nvmlGpuInstanceGetComputeInstanceProfileInfoV(gpuInstance C.nvmlGpuInstance_t, profile, engProfile C.uint, info *C.nvmlComputeInstanceProfileInfo_v2_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	gi, r := state.gpuInstance(uintptr(C.ofGi(gpuInstance)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if info.version != C.nvmlComputeInstanceProfileInfo_v2 {
+		return ret(nvml.ERROR_ARGUMENT_VERSION_MISMATCH)
+	}
+	if int(profile) >= nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	if int(engProfile) != nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	in, ok := gi.gpu.ciProfiles[int(gi.gi.Info.ProfileId)][int(profile)]
+	if !ok {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	info.id = C.uint(in.Id)
+	info.sliceCount = C.uint(in.SliceCount)
+	info.instanceCount = C.uint(in.InstanceCount)
+	info.multiprocessorCount = C.uint(in.MultiprocessorCount)
+	info.sharedCopyEngineCount = C.uint(in.SharedCopyEngineCount)
+	info.sharedDecoderCount = C.uint(in.SharedDecoderCount)
+	info.sharedEncoderCount = C.uint(in.SharedEncoderCount)
+	info.sharedJpegCount = C.uint(in.SharedJpegCount)
+	info.sharedOfaCount = C.uint(in.SharedOfaCount)
+	putFixed(info.name[:], "")
+	return ret(nvml.SUCCESS)
+}
+
+// ciProfileByID finds the compute-instance profile whose id (not constant) is profileID.
+func ciProfileByID(gi *gpuInstance, profileID C.uint) (nvml.ComputeInstanceProfileInfo, bool) {
+	for _, info := range gi.gpu.ciProfiles[int(gi.gi.Info.ProfileId)] {
+		if info.Id == uint32(profileID) {
+			return info, true
+		}
+	}
+	return nvml.ComputeInstanceProfileInfo{}, false
+}
+
+//export nvmlGpuInstanceCreateComputeInstance
+func nvmlGpuInstanceCreateComputeInstance(gpuInstance C.nvmlGpuInstance_t, profileID C.uint, out *C.nvmlComputeInstance_t) C.nvmlReturn_t {
+	if r, ok := enter("nvmlGpuInstanceCreateComputeInstance"); ok {
+		mu.Unlock()
+		return ret(r)
+	}
+	defer mu.Unlock()
+	gi, r := state.gpuInstance(uintptr(C.ofGi(gpuInstance)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	info, ok := ciProfileByID(gi, profileID)
+	if !ok || out == nil {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	used := uint32(0)
+	for _, ci := range gi.cis {
+		p, _ := ciProfileByID(gi, C.uint(ci.ci.Info.ProfileId))
+		used += p.SliceCount
+	}
+	giInfo := gi.gpu.dev.Config.MIGProfiles.GpuInstanceProfiles[int(gi.gi.Info.ProfileId)]
+	if used+info.SliceCount > giInfo.SliceCount {
+		return ret(nvml.ERROR_INSUFFICIENT_RESOURCES)
+	}
+	created, r := gi.gi.CreateComputeInstance(&info)
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	state.migSerial++
+	ci := &computeInstance{
+		gi:        gi,
+		ci:        created.(*server.ComputeInstance),
+		handle:    state.newHandle(ciBase),
+		migHandle: state.newHandle(migBase),
+		uuid:      migUUID(gi.gpu, state.migSerial),
+	}
+	gi.cis[ci.ci.Info.Id] = ci
+	state.cis[ci.handle] = ci
+	state.migs[ci.migHandle] = ci
+	*out = C.mkCi(C.uintptr_t(ci.handle))
+	return ret(nvml.SUCCESS)
+}
+
+// migUUID is unique per creation, as real MIG UUIDs are.
+func migUUID(g *gpu, serial int) string {
+	base := strings.TrimPrefix(g.dev.UUID, "GPU-")
+	return "MIG-" + base[:24] + strings.Repeat("0", 12-len(itoa(serial))) + itoa(serial)
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var digits []byte
+	for ; n > 0; n /= 10 {
+		digits = append([]byte{byte('0' + n%10)}, digits...)
+	}
+	return string(digits)
+}
+
+//export nvmlGpuInstanceGetComputeInstances
+func nvmlGpuInstanceGetComputeInstances(gpuInstance C.nvmlGpuInstance_t, profileID C.uint, instances *C.nvmlComputeInstance_t, count *C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	gi, r := state.gpuInstance(uintptr(C.ofGi(gpuInstance)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if _, ok := ciProfileByID(gi, profileID); !ok || count == nil {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	var found []*computeInstance
+	for _, ci := range gi.sortedCompute() {
+		if ci.ci.Info.ProfileId == uint32(profileID) {
+			found = append(found, ci)
+		}
+	}
+	if int(*count) < len(found) {
+		*count = C.uint(len(found))
+		return ret(nvml.ERROR_INSUFFICIENT_SIZE)
+	}
+	for i, ci := range found {
+		C.setCi(instances, C.uint(i), C.uintptr_t(ci.handle))
+	}
+	*count = C.uint(len(found))
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlGpuInstanceGetComputeInstanceById
+func nvmlGpuInstanceGetComputeInstanceById(gpuInstance C.nvmlGpuInstance_t, id C.uint, computeInstance *C.nvmlComputeInstance_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	gi, r := state.gpuInstance(uintptr(C.ofGi(gpuInstance)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	ci, ok := gi.cis[uint32(id)]
+	if !ok {
+		return ret(nvml.ERROR_NOT_FOUND)
+	}
+	*computeInstance = C.mkCi(C.uintptr_t(ci.handle))
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlComputeInstanceGetInfo_v2
+func nvmlComputeInstanceGetInfo_v2(computeInstance C.nvmlComputeInstance_t, info *C.nvmlComputeInstanceInfo_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	ci, r := state.computeInstance(uintptr(C.ofCi(computeInstance)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	info.device = C.mkDevice(C.uintptr_t(ci.migHandle))
+	info.gpuInstance = C.mkGi(C.uintptr_t(ci.gi.handle))
+	info.id = C.uint(ci.ci.Info.Id)
+	info.profileId = C.uint(ci.ci.Info.ProfileId)
+	p, _ := ciProfileByID(ci.gi, C.uint(ci.ci.Info.ProfileId))
+	info.placement.start = 0
+	info.placement.size = C.uint(p.SliceCount)
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlComputeInstanceDestroy
+func nvmlComputeInstanceDestroy(computeInstance C.nvmlComputeInstance_t) C.nvmlReturn_t {
+	if r, ok := enter("nvmlComputeInstanceDestroy"); ok {
+		mu.Unlock()
+		return ret(r)
+	}
+	defer mu.Unlock()
+	ci, r := state.computeInstance(uintptr(C.ofCi(computeInstance)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if len(ci.gi.gpu.processes[ci.gi.gi.Info.Id]) > 0 {
+		return ret(nvml.ERROR_IN_USE)
+	}
+	if r := ci.ci.Destroy(); r != nvml.SUCCESS {
+		return ret(r)
+	}
+	delete(ci.gi.cis, ci.ci.Info.Id)
+	delete(state.cis, ci.handle)
+	delete(state.migs, ci.migHandle)
+	return ret(nvml.SUCCESS)
+}
+
+// --- MIG device handles -------------------------------------------------------------------
+
+//export nvmlDeviceIsMigDeviceHandle
+func nvmlDeviceIsMigDeviceHandle(device C.nvmlDevice_t, isMig *C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	_, ci, r := anyDevice(device)
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	*isMig = 0
+	if ci != nil {
+		*isMig = 1
+	}
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceGetGpuInstanceId
+func nvmlDeviceGetGpuInstanceId(device C.nvmlDevice_t, id *C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	_, ci, r := anyDevice(device)
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if ci == nil {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	*id = C.uint(ci.gi.gi.Info.Id)
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceGetComputeInstanceId
+func nvmlDeviceGetComputeInstanceId(device C.nvmlDevice_t, id *C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	_, ci, r := anyDevice(device)
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if ci == nil {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	*id = C.uint(ci.ci.Info.Id)
+	return ret(nvml.SUCCESS)
+}
+
+// --- events -------------------------------------------------------------------------------
+
+//export nvmlEventSetCreate
+func nvmlEventSetCreate(set *C.nvmlEventSet_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	if state.initCount == 0 {
+		return ret(nvml.ERROR_UNINITIALIZED)
+	}
+	s := &eventSet{handle: state.newHandle(eventSetBase), queue: make(chan event, 1024)}
+	state.eventSets[s.handle] = s
+	*set = C.mkSet(C.uintptr_t(s.handle))
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlDeviceRegisterEvents
+func nvmlDeviceRegisterEvents(device C.nvmlDevice_t, types C.ulonglong, set C.nvmlEventSet_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	s, ok := state.eventSets[uintptr(C.ofSet(set))]
+	if !ok {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	if uint64(types)&uint64(nvml.EventTypeXidCriticalError) != 0 {
+		g.xidEventSet = append(g.xidEventSet, s)
+	}
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlEventSetWait_v2
+func nvmlEventSetWait_v2(set C.nvmlEventSet_t, data *C.nvmlEventData_t, timeoutMs C.uint) C.nvmlReturn_t {
+	mu.Lock()
+	s, ok := state.eventSets[uintptr(C.ofSet(set))]
+	mu.Unlock()
+	if !ok {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	var e event
+	select {
+	case e = <-s.queue:
+	case <-time.After(time.Duration(timeoutMs) * time.Millisecond):
+		return ret(nvml.ERROR_TIMEOUT)
+	}
+	*data = C.nvmlEventData_t{}
+	data.device = C.mkDevice(C.uintptr_t(e.device))
+	data.eventType = C.ulonglong(e.eventType)
+	data.eventData = C.ulonglong(e.data)
+	data.gpuInstanceId = C.uint(0xFFFFFFFF)
+	data.computeInstanceId = C.uint(0xFFFFFFFF)
+	return ret(nvml.SUCCESS)
+}
+
+//export nvmlEventSetFree
+func nvmlEventSetFree(set C.nvmlEventSet_t) C.nvmlReturn_t {
+	mu.Lock()
+	defer mu.Unlock()
+	h := uintptr(C.ofSet(set))
+	if _, ok := state.eventSets[h]; !ok {
+		return ret(nvml.ERROR_INVALID_ARGUMENT)
+	}
+	delete(state.eventSets, h)
+	for _, g := range state.gpus {
+		kept := g.xidEventSet[:0]
+		for _, s := range g.xidEventSet {
+			if s.handle != h {
+				kept = append(kept, s)
+			}
+		}
+		g.xidEventSet = kept
+	}
+	return ret(nvml.SUCCESS)
+}
