@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from kube.memory import InMemoryKubeApi
-from slicer import catalog
 from slicer.agent_metrics import AgentMetrics
 from slicer.assembly import AgentConfig, assemble
+from slicer.backend import model_of
 from slicer.claim_cache import ClaimCache
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
@@ -152,7 +152,7 @@ def build_agent(
         config,
         backend=backend,
         api=api,
-        modes={g.index: default_mode(catalog.get_model(g.model)) for g in backend.gpus()},
+        modes={g.index: default_mode(model_of(g)) for g in backend.gpus()},
         republish=published.append,
         state_clock=clock or time.time,
     )

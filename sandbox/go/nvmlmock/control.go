@@ -32,6 +32,17 @@ func gpuSlicerMockReset(spec *C.char) C.int {
 	return 0
 }
 
+// gpuSlicerMockSetRoot makes the mock keep the driver's capability files under root (see
+// procfs.go); an empty root stops it.
+//
+//export gpuSlicerMockSetRoot
+func gpuSlicerMockSetRoot(root *C.char) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	procRoot = C.GoString(root)
+	return 0
+}
+
 // gpuSlicerMockLastError is the message of the last failed control call.
 //
 //export gpuSlicerMockLastError
@@ -107,6 +118,7 @@ func gpuSlicerMockResetGpu(index C.uint) C.int {
 		delete(state.gis, gi.handle)
 		_ = gi.gi.Destroy()
 		delete(g.gis, id)
+		withdrawGi(g, id)
 	}
 	g.processes = map[uint32][]uint32{}
 	g.current = g.pending

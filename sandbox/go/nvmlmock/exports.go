@@ -471,7 +471,7 @@ func giProfile(g *gpu, profile C.uint) (nvml.GpuInstanceProfileInfo, nvml.Return
 	return info, r
 }
 
-func fillGiProfileV(out *C.nvmlGpuInstanceProfileInfo_v2_t, profile int, in nvml.GpuInstanceProfileInfo) {
+func fillGiProfileV(out *C.nvmlGpuInstanceProfileInfo_v2_t, g *gpu, profile int, in nvml.GpuInstanceProfileInfo) {
 	out.id = C.uint(in.Id)
 	out.isP2pSupported = C.uint(in.IsP2pSupported)
 	out.sliceCount = C.uint(in.SliceCount)
@@ -483,7 +483,7 @@ func fillGiProfileV(out *C.nvmlGpuInstanceProfileInfo_v2_t, profile int, in nvml
 	out.jpegCount = C.uint(in.JpegCount)
 	out.ofaCount = C.uint(in.OfaCount)
 	out.memorySizeMB = C.ulonglong(in.MemorySizeMB)
-	putFixed(out.name[:], profileName(profile, in))
+	putFixed(out.name[:], profileName(g, profile, in))
 }
 
 //export nvmlDeviceGetGpuInstanceProfileInfoV
@@ -501,7 +501,7 @@ func nvmlDeviceGetGpuInstanceProfileInfoV(device C.nvmlDevice_t, profile C.uint,
 	if r != nvml.SUCCESS {
 		return ret(r)
 	}
-	fillGiProfileV(info, int(profile), in)
+	fillGiProfileV(info, g, int(profile), in)
 	return ret(nvml.SUCCESS)
 }
 
@@ -575,6 +575,7 @@ func gpuSlicerCreateGpuInstance(device C.nvmlDevice_t, profileID C.uint, placeme
 	}
 	g.gis[gi.gi.Info.Id] = gi
 	state.gis[gi.handle] = gi
+	publishGi(gi)
 	*out = C.mkGi(C.uintptr_t(gi.handle))
 	return ret(nvml.SUCCESS)
 }
@@ -665,6 +666,7 @@ func nvmlGpuInstanceDestroy(gpuInstance C.nvmlGpuInstance_t) C.nvmlReturn_t {
 	}
 	delete(gi.gpu.gis, gi.gi.Info.Id)
 	delete(state.gis, gi.handle)
+	withdrawGi(gi.gpu, gi.gi.Info.Id)
 	return ret(nvml.SUCCESS)
 }
 
@@ -753,6 +755,7 @@ func nvmlGpuInstanceCreateComputeInstance(gpuInstance C.nvmlGpuInstance_t, profi
 	gi.cis[ci.ci.Info.Id] = ci
 	state.cis[ci.handle] = ci
 	state.migs[ci.migHandle] = ci
+	publishCi(ci)
 	*out = C.mkCi(C.uintptr_t(ci.handle))
 	return ret(nvml.SUCCESS)
 }
@@ -856,6 +859,7 @@ func nvmlComputeInstanceDestroy(computeInstance C.nvmlComputeInstance_t) C.nvmlR
 	delete(ci.gi.cis, ci.ci.Info.Id)
 	delete(state.cis, ci.handle)
 	delete(state.migs, ci.migHandle)
+	withdrawCi(ci.gi.gpu, ci.gi.gi.Info.Id, ci.ci.Info.Id)
 	return ret(nvml.SUCCESS)
 }
 

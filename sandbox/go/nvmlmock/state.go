@@ -271,13 +271,25 @@ func (w *world) computeInstance(h uintptr) (*computeInstance, nvml.Return) {
 	return ci, nvml.SUCCESS
 }
 
-// profileName is what real NVML puts in the v2 struct: "MIG 1g.10gb", "+me" for the profile that
-// owns the media engines. Memory is rounded up to whole GB, as NVIDIA names profiles.
-func profileName(profile int, info nvml.GpuInstanceProfileInfo) string {
-	gb := int(math.Ceil(float64(info.MemorySizeMB) / 1024))
+// profileName is what real NVML puts in the v2 struct: "MIG 1g.10gb", with "+me" for the
+// profile that owns the media engines. NVIDIA names a profile by its share of the GPU's memory
+// slices times the GPU's memory in GB, rounded half up (H200: 3g.71gb is 4/8 of 141); that rule
+// gives every name the mock's tables carry in their comments.
+func profileName(g *gpu, profile int, info nvml.GpuInstanceProfileInfo) string {
+	placements := g.dev.Config.MIGProfiles.GpuInstancePlacements
+	slices, size := uint32(0), uint32(0)
+	for id, list := range placements {
+		for _, p := range list {
+			slices = max(slices, p.Start+p.Size)
+			if id == profile {
+				size = p.Size
+			}
+		}
+	}
+	gb := int(math.Floor(float64(g.dev.Config.MemoryMB)/1024*float64(size)/float64(slices) + 0.5))
 	name := fmt.Sprintf("MIG %dg.%dgb", info.SliceCount, gb)
 	switch profile {
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1:
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:
 		name += "+me"
 	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
 		name += "+me.all"
