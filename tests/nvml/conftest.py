@@ -14,12 +14,15 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kube.memory import InMemoryKubeApi
 from sandbox import nvml_mock
 from sandbox.errors import BuildError
 from slicer.nvml import NvmlBackend
+from tests.support.agent_fixtures import Agent, build_agent
 from tests.support.nvml_mock import MockNvml
 
 BOOT_ID = "8a5d2c1e-0f3b-4d8e-9a77-3c1e5b0d9f42"
@@ -82,3 +85,21 @@ def make_backend(mock: MockNvml, node_root: Path) -> Iterator[Callable[[], NvmlB
 @pytest.fixture
 def backend(make_backend: Callable[[], NvmlBackend]) -> NvmlBackend:
     return make_backend()
+
+
+@pytest.fixture
+def api() -> InMemoryKubeApi:
+    return InMemoryKubeApi()
+
+
+@pytest.fixture
+def make_agent(
+    make_backend: Callable[[], NvmlBackend], api: InMemoryKubeApi, tmp_path: Path
+) -> Callable[..., Agent]:
+    """An agent's parts on a fresh NvmlBackend (or ``backend``), on one checkpoint and CDI
+    folder: calling it again is the agent restarted."""
+
+    def make(backend: Any = None) -> Agent:
+        return build_agent(backend or make_backend(), api, tmp_path / "agent")
+
+    return make

@@ -62,7 +62,8 @@ def test_profiles_come_from_the_gpu_and_differences_from_the_catalog_are_listed(
     # The mock's figures (48 SMs, 40 GiB), not the catalog's (60 SMs, 39.5 GiB).
     assert (three.multiprocessors, three.memory_bytes) == (48, 40 * catalog.GIB)
     assert three.starts == (0, 4) and three.memory_slices == 4
-    assert any("3g.40gb: multiprocessors 60 in the catalog, 48" in d for d in info.catalog_differences)
+    differences = info.catalog_differences
+    assert any("3g.40gb: multiprocessors 60 in the catalog, 48" in d for d in differences)
 
 
 def _slices(backend: GpuBackend) -> list[dict[str, Any]]:
