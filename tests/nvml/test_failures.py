@@ -1,0 +1,51 @@
+"""Failures users of NVIDIA's DRA driver report, on the mock library through the real bindings
+(their counterparts on the simulated backend are in tests/slicer)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kube.memory import InMemoryKubeApi
+from slicer.state import PrepareError
+from tests.support import nvml_mock
+from tests.support.agent_fixtures import Agent, allocate_claim
+from tests.support.nvml_mock import MockNvml
+
+# --- the GPU instance is created, the compute instance is not --------------------------------
+
+
+def test_a_failed_compute_instance_leaves_no_gpu_instance(
+    mock: MockNvml, make_agent: Callable[..., Agent], api: InMemoryKubeApi
+) -> None:
+    agent = make_agent()
+    claim = allocate_claim(api, ["gpu-0-mig-3g40gb-4"])
+    mock.fail("nvmlGpuInstanceCreateComputeInstance", nvml_mock.INSUFFICIENT_RESOURCES)
+    with pytest.raises(PrepareError, match="Insufficient resources") as failed:
+        agent.prepare(claim)
+    assert "rolling it back failed" not in str(failed.value)
+    assert mock.instances(0) == []
+    assert agent.state.taints(0) == ()
+
+
+def test_a_failed_rollback_taints_the_gpu_until_the_retry_uses_the_instance(
+    mock: MockNvml, make_agent: Callable[..., Agent], api: InMemoryKubeApi
+) -> None:
+    agent = make_agent()
+    claim = allocate_claim(api, ["gpu-1-mig-2g20gb-2"])
+    mock.fail("nvmlGpuInstanceCreateComputeInstance", nvml_mock.UNKNOWN)
+    mock.fail("nvmlGpuInstanceDestroy", nvml_mock.UNKNOWN)
+    with pytest.raises(PrepareError) as failed:
+        agent.prepare(claim)
+    message = str(failed.value)
+    assert "rolling it back failed too" in message and "destroy GPU instance" in message
+    assert "gpu-slicer.io/unhealthy=rollback-failed" in message
+    [left] = mock.instances(1)
+    assert left["compute_instances"] == []
+    assert [t.value for t in agent.state.taints(1)] == ["rollback-failed"]
+
+    [device] = agent.prepare(claim)
+    [used] = mock.instances(1)
+    assert used["id"] == left["id"] == device.gi_id and len(used["compute_instances"]) == 1
+    assert agent.state.taints(1) == ()
