@@ -11,9 +11,11 @@ Thin on purpose: geometry decisions live in the catalog and the agent; this modu
 * GPU instances are always created at an explicit placement, passed by reference
   (``byref(c_nvmlGpuInstancePlacement_t(start, size))``): NVML's own choice depends on the order
   of creation and would not match what the scheduler allocated.
-* The compute instance spans the GPU instance (the catalog's ``ci_nvml_constant``, shared
-  engines); its MIG UUID comes from the compute instance's own device handle, not from walking
-  every MIG device.
+* The compute instance spans the GPU instance (shared engines). Its profile is the one the GPU
+  offers for that GPU instance with all its compute slices, read from NVML, never assumed: the
+  catalog's ``ci_nvml_constant`` only breaks a tie (users of NVIDIA's driver saw a full-size
+  GPU instance whose full compute profile was not the expected constant). Its MIG UUID comes
+  from the compute instance's own device handle, not from walking every MIG device.
 * Capability minors are read from ``<root>/proc/driver/nvidia/capabilities/gpu<minor>/mig/...``
   and the boot id from ``<root>/proc/sys/kernel/random/boot_id``; ``root`` is injectable so
   tests can lay out those files, and so can the ``pynvml`` module itself (``nvml=``).
@@ -76,8 +78,6 @@ _ERRORS: dict[str, tuple[type[BackendError], str]] = {
 
 # NVML answers for profiles a device does not offer.
 _ABSENT = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND")
-
-_CI_FALLBACK_SLICES = (1, 2, 3, 4, 6, 7, 8)
 
 _XID_FELL_OFF_THE_BUS = 79
 
@@ -234,7 +234,7 @@ class NvmlBackend:
         gi = self._gpu_instance(gpu_index, gi_id)
         gi_info = self._call(gpu_index, "nvmlGpuInstanceGetInfo", gi)
         profile = self._profile_by_id(gpu_index, int(gi_info.profileId))
-        ci_profile = self._ci_profile(gpu_index, gi, profile, profile.ci_nvml_constant)
+        ci_profile = self._full_ci_profile(gpu_index, gi, profile)
         ci = self._call(
             gpu_index,
             "nvmlGpuInstanceCreateComputeInstance",
@@ -767,12 +767,16 @@ class NvmlBackend:
         profile: catalog.Profile,
         constant: str,
         *,
+        value: int | None = None,
         missing_ok: bool = False,
     ) -> Any:
+        """NVML's info on one compute-instance profile (by constant, or by ``value``) in a GI of
+        ``profile``; None when the GPU does not offer it and ``missing_ok``."""
         key = (gpu, profile.name, constant)
         if key in self._ci_profile_info:
             return self._ci_profile_info[key]
-        value = getattr(self._nvml, constant, None)
+        if value is None:
+            value = getattr(self._nvml, constant, None)
         info = None
         if value is not None:
             try:
@@ -793,20 +797,56 @@ class NvmlBackend:
             self._ci_profile_info[key] = info
         return info
 
+    def _ci_profiles_offered(
+        self, gpu: int, gi: Any, profile: catalog.Profile
+    ) -> list[tuple[str, Any]]:
+        """(constant, info) of every compute-instance profile the GPU offers in ``profile``."""
+        nvml = self._nvml
+        prefix = "NVML_COMPUTE_INSTANCE_PROFILE_"
+        count = int(getattr(nvml, f"{prefix}COUNT", 0))
+        names = {
+            int(getattr(nvml, n)): n
+            for n in dir(nvml)
+            if n.startswith(prefix) and n != f"{prefix}COUNT"
+        }
+        offered = []
+        for value in range(count):
+            constant = names.get(value, f"{prefix}{value}")
+            info = self._ci_profile(gpu, gi, profile, constant, value=value, missing_ok=True)
+            if info is not None:
+                offered.append((constant, info))
+        return offered
+
+    def _full_ci_profile(self, gpu: int, gi: Any, profile: catalog.Profile) -> Any:
+        """The compute-instance profile spanning all compute slices of a ``profile`` GPU
+        instance, as this GPU offers it (the catalog's constant preferred among equals)."""
+        offered = self._ci_profiles_offered(gpu, gi, profile)
+        full = [(c, i) for c, i in offered if int(i.sliceCount) == profile.compute_slices]
+        if not full:
+            listed = ", ".join(f"{c} ({int(i.sliceCount)} slices)" for c, i in offered)
+            raise NotSupported(
+                f"GPU {gpu} offers no compute-instance profile spanning a {profile.name} GPU "
+                f"instance ({profile.compute_slices} compute slices); it offers: "
+                f"{listed or 'none'}. Report the GPU model and driver version to gpu-slicer",
+                gpu=gpu,
+            )
+        chosen = next((f for f in full if f[0] == profile.ci_nvml_constant), full[0])
+        if chosen[0] != profile.ci_nvml_constant:
+            log.info(
+                "GPU %d: the full compute profile of %s is %s (catalog: %s)",
+                gpu,
+                profile.name,
+                chosen[0],
+                profile.ci_nvml_constant,
+            )
+        return chosen[1]
+
     def _compute_instances(
         self, gpu: int, gi: Any, profile: catalog.Profile
     ) -> list[tuple[int, Any]]:
-        """(CI id, CI info) of every compute instance of a GI, lowest id first."""
-        constants = [profile.ci_nvml_constant] + [
-            f"NVML_COMPUTE_INSTANCE_PROFILE_{n}_SLICE"
-            for n in _CI_FALLBACK_SLICES
-            if n < profile.compute_slices
-        ]
+        """(CI id, CI info) of every compute instance of a GI, of any profile, lowest id first."""
         found: dict[int, Any] = {}
-        for constant in constants:
-            info = self._ci_profile(gpu, gi, profile, constant, missing_ok=True)
-            if info is None:
-                continue
+        for _, info in self._ci_profiles_offered(gpu, gi, profile):
             for ci in self._list(
                 gpu,
                 "nvmlGpuInstanceGetComputeInstances",
@@ -817,8 +857,6 @@ class NvmlBackend:
             ):
                 ci_info = self._call(gpu, "nvmlComputeInstanceGetInfo", ci)
                 found[int(ci_info.id)] = ci_info
-            if found:
-                break
         return sorted(found.items(), key=lambda item: item[0])
 
     def _gpu_instance(self, gpu: int, gi_id: int) -> Any:

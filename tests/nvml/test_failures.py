@@ -49,3 +49,26 @@ def test_a_failed_rollback_taints_the_gpu_until_the_retry_uses_the_instance(
     [used] = mock.instances(1)
     assert used["id"] == left["id"] == device.gi_id and len(used["compute_instances"]) == 1
     assert agent.state.taints(1) == ()
+
+
+# --- the compute profile of a full-size GPU instance is read, not assumed ---------------------
+
+CI_7_SLICE = 4  # NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE
+CI_7_SLICE_NVL = 8  # NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE_NVL
+
+
+def test_the_full_size_compute_profile_is_the_one_the_gpu_offers(
+    mock: MockNvml, make_agent: Callable[..., Agent], api: InMemoryKubeApi
+) -> None:
+    # GPU 0 offers its 7-slice compute profile under another constant than the catalog's.
+    mock.move_ci_profile(0, CI_7_SLICE, CI_7_SLICE_NVL)
+    agent = make_agent()
+    claim = allocate_claim(api, ["gpu-0-mig-7g80gb-0"])
+    [device] = agent.prepare(claim)
+    [gi] = mock.instances(0)
+    [ci] = gi["compute_instances"]
+    assert ci["profile_id"] == CI_7_SLICE_NVL and device.uuid == ci["uuid"]
+    # Listing finds a compute instance of any profile: the slice is complete, not half-made.
+    [listed] = agent.backend.instances(0)
+    assert (listed.ci_id, listed.uuid) == (ci["id"], ci["uuid"])
+    assert agent.unprepare(claim) and mock.instances(0) == []

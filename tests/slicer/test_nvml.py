@@ -200,12 +200,11 @@ def test_the_compute_instance_spans_the_gpu_instance_and_its_uuid_comes_from_its
     backend, fake = backend_for(tmp_path, FakeGpu("H100-80GB"))
     gi_id = backend.create_gpu_instance(0, "2g.20gb", 2)
     mig = backend.create_compute_instance(0, gi_id)
+    # Every compute profile the GPU instance offers is read; the one spanning it is used.
     lookups = [c for c in fake.calls if c[0] == "nvmlGpuInstanceGetComputeInstanceProfileInfo"]
     assert [args[1:] for _, args in lookups] == [
-        (
-            real.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE,
-            real.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-        )
+        (value, real.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        for value in range(real.NVML_COMPUTE_INSTANCE_PROFILE_COUNT)
     ]
     [(_, (_, ci_profile_id))] = [
         c for c in fake.calls if c[0] == "nvmlGpuInstanceCreateComputeInstance"
@@ -556,3 +555,18 @@ def test_without_profile_facts_a_catalog_gpu_falls_back_to_the_catalog(
     (info,) = backend.gpus()
     assert info.mig_model is None and info.model == "A30-24GB"
     assert "using the catalog's values" in caplog.text
+
+
+def test_a_gpu_instance_no_compute_profile_spans_fails_with_what_the_gpu_offers(
+    tmp_path: Path,
+) -> None:
+    backend, fake = backend_for(tmp_path, FakeGpu("H100-80GB"))
+    gi_id = backend.create_gpu_instance(0, "7g.80gb", 0)
+    # The GPU offers every compute profile but the 7-slice one.
+    fake.fail(
+        "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+        real.NVML_ERROR_NOT_SUPPORTED,
+        times=real.NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
+    )
+    with pytest.raises(NotSupported, match="no compute-instance profile spanning a 7g.80gb"):
+        backend.create_compute_instance(0, gi_id)
