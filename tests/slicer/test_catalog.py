@@ -525,4 +525,3 @@ def test_catalog_for_an_unknown_model_exits_2_and_lists_the_models(
     assert "V100" in err
     for key in catalog.model_keys():
         assert key in err
-
