@@ -30,7 +30,9 @@ Thin on purpose: geometry decisions live in the catalog and the agent; this modu
   GPU the catalog does not know (GB200, B300, RTX PRO 6000, ...) is advertised from those facts.
   Only when NVML reports no profile (MIG mode off on a driver that needs it on) does a catalog
   GPU fall back to the catalog's model; the facts are read again once MIG mode is on.
-* GPUs with neither catalog entry nor MIG profiles (no MIG) are left out with a warning.
+* A GPU with neither a catalog entry nor MIG profiles (an L4 or L40S beside H100s: NVML answers
+  NOT_SUPPORTED to its MIG calls) is reported with MIG off and no MIG model, so the agent offers
+  it whole; leaving it out would hide a usable GPU from the cluster.
 """
 
 from __future__ import annotations
@@ -132,7 +134,6 @@ class NvmlBackend:
         self._infos: dict[int, GpuInfo] = {}
         self._profile_info: dict[tuple[int, str], Any] = {}
         self._ci_profile_info: dict[tuple[int, str, str], Any] = {}
-        self._foreign: set[int] = set()
         self._domains_known = False
         self._event_set: Any = None
         self._lost: set[int] = set()
@@ -147,21 +148,17 @@ class NvmlBackend:
             raise BackendError(f"cannot read the boot id from {path}: {exc}") from exc
 
     def gpus(self) -> list[GpuInfo]:
-        """Catalog GPUs with their current MIG mode (a lost GPU keeps its last known facts)."""
+        """Every GPU with its current MIG mode (a lost GPU keeps its last known facts)."""
         self._start()
         found: list[GpuInfo] = []
         for index in range(len(self._handles)):
-            if index in self._foreign:
-                continue
             try:
                 info = self._infos.get(index) or self._discover(index)
             except GpuLost as exc:
                 log.warning("GPU %d is lost before it could be discovered: %s", index, exc)
                 continue
-            if info is None:
-                continue
             try:
-                current, pending = self._call(index, "nvmlDeviceGetMigMode", self._handles[index])
+                current, pending = self._mig_mode(index)
             except GpuLost:
                 found.append(info)
                 continue
@@ -177,7 +174,7 @@ class NvmlBackend:
 
     def instances(self, gpu_index: int) -> list[MigInstance]:
         handle = self._handle(gpu_index)
-        current, _ = self._call(gpu_index, "nvmlDeviceGetMigMode", handle)
+        current, _ = self._mig_mode(gpu_index)
         if not current:
             return []
         found: list[MigInstance] = []
@@ -371,6 +368,16 @@ class NvmlBackend:
             self._handles = [self._call(i, "nvmlDeviceGetHandleByIndex", i) for i in range(count)]
             self._started = True
 
+    def _mig_mode(self, gpu_index: int) -> tuple[bool, bool]:
+        """(current, pending); a GPU without MIG (NVML: NOT_SUPPORTED) is off and stays so."""
+        try:
+            current, pending = self._call(
+                gpu_index, "nvmlDeviceGetMigMode", self._handles[gpu_index]
+            )
+        except NotSupported:
+            return False, False
+        return bool(current), bool(pending)
+
     def _handle(self, gpu_index: int) -> Any:
         self._start()
         if not 0 <= gpu_index < len(self._handles):
@@ -407,14 +414,20 @@ class NvmlBackend:
 
     def _model(self, gpu_index: int) -> catalog.GpuModel:
         self._handle(gpu_index)
-        if gpu_index not in self._models and self._discover(gpu_index) is None:
+        if gpu_index not in self._models and gpu_index not in self._infos:
+            self._discover(gpu_index)
+        model = self._models.get(gpu_index)
+        if model is None:
+            name = self._infos[gpu_index].product_name
             raise NotSupported(
-                f"GPU {gpu_index} is not a MIG-capable model in the catalog", gpu=gpu_index
+                f"GPU {gpu_index} ({name}) has no MIG: neither the catalog nor NVML knows a MIG "
+                "profile of it; it is offered whole only",
+                gpu=gpu_index,
             )
-        return self._models[gpu_index]
+        return model
 
-    def _discover(self, index: int) -> GpuInfo | None:
-        """Static facts of one GPU; None (with a warning) when it has no MIG at all."""
+    def _discover(self, index: int) -> GpuInfo:
+        """Static facts of one GPU (one without MIG has no MIG model)."""
         handle = self._handle(index)
         name = _text(self._call(index, "nvmlDeviceGetName", handle))
         pci = self._call(index, "nvmlDeviceGetPciInfo", handle)
@@ -441,17 +454,15 @@ class NvmlBackend:
             base=known,
         )
         if known is None and hw_model is None:
-            log.warning(
+            log.info(
                 "GPU %d (%s, PCI device %#010x) is not in the catalog and NVML reports no MIG "
                 "profile for it (no MIG, or MIG mode off on a driver that lists profiles only "
-                "with MIG on); leaving it out",
+                "with MIG on): offering it whole",
                 index,
                 name,
                 int(pci.pciDeviceId),
             )
-            self._foreign.add(index)
-            return None
-        current, pending = self._call(index, "nvmlDeviceGetMigMode", handle)
+        current, pending = self._mig_mode(index)
         info = GpuInfo(
             index=index,
             minor=int(self._call(index, "nvmlDeviceGetMinorNumber", handle)),
@@ -473,9 +484,9 @@ class NvmlBackend:
             catalog_differences=tuple(differences),
         )
         model = hw_model or known
-        assert model is not None
         with self._lock:
-            self._models[index] = model
+            if model is not None:
+                self._models[index] = model
             self._infos[index] = info
         return info
 

@@ -30,6 +30,10 @@ Tests and the simulator use :class:`SimulatedBackend` wherever the node agent wo
   ``nvlink_domain`` (an HGX board), except H100 NVL cards, which are bridged in pairs of
   consecutive indices; the PCIe-only A30 has none. ``nvlink=False`` gives no GPU a domain.
 
+GPUs without MIG (an L4 or L40S beside MIG GPUs) are models without profiles
+(:func:`non_mig_model`): they report no MIG facts, so the agent offers them whole, and
+``set_mig_mode`` on them raises ``NotSupported`` as NVML does. No NVLink for them.
+
 Instances made by someone else (a person running ``nvidia-smi``, mig-parted) are simulated by
 calling ``create_gpu_instance`` / ``create_compute_instance`` directly, outside the agent.
 
@@ -184,7 +188,9 @@ class SimulatedBackend:
         """Every backend call as ``(method, args)``, in order, failed ones included."""
         self._gpus: list[_Gpu] = []
         for index, model in enumerate(models):
-            if mig_enabled is None:
+            if not model.profiles:
+                enabled = False
+            elif mig_enabled is None:
                 enabled = not model.supports_dynamic_mig
             elif isinstance(mig_enabled, bool):
                 enabled = mig_enabled
@@ -199,7 +205,7 @@ class SimulatedBackend:
                     pci_bus_id=bus_id,
                     pcie_root=root,
                     nvlink_domain=_nvlink_domain(node_name, model, index, models)
-                    if nvlink
+                    if nvlink and model.profiles
                     else None,
                     mig_current=enabled,
                     mig_pending=enabled,
@@ -237,7 +243,7 @@ class SimulatedBackend:
                     cuda_driver_version=self._cuda_driver_version,
                     # A model that is not the catalog's (a test's own GPU) is reported as the
                     # NVML backend reports facts read off the GPU.
-                    mig_model=None if _in_catalog(g.model) else g.model,
+                    mig_model=None if _in_catalog(g.model) or not g.model.profiles else g.model,
                 )
                 for g in self._gpus
             ]
@@ -357,6 +363,8 @@ class SimulatedBackend:
         self._enter("set_mig_mode", gpu_index, gpu_index, enabled)
         with self._lock:
             gpu = self._live_gpu(gpu_index)
+            if not gpu.model.profiles:
+                raise NotSupported(f"GPU {gpu_index} ({gpu.model.key}) has no MIG", gpu=gpu_index)
             if gpu.mig_current == enabled and gpu.mig_pending == enabled:
                 return
             if gpu.instances:
@@ -676,6 +684,32 @@ def _nvlink_domain(
         group = f"/pair-{position // 2}"
     digest = hashlib.sha256(f"{node_name}/{model.key}{group}".encode()).hexdigest()
     return f"nvlink-{digest[:16]}"
+
+
+def non_mig_model(
+    key: str,
+    product_name: str,
+    *,
+    memory_bytes: int,
+    architecture: str,
+    cuda_compute_capability: str,
+) -> catalog.GpuModel:
+    """A GPU without MIG for a simulated node: a model with no profile, offered whole."""
+    return catalog.GpuModel(
+        key=key,
+        aliases=(),
+        product_names=(product_name,),
+        pci_device_ids=(),
+        architecture=architecture,
+        cuda_compute_capability=cuda_compute_capability,
+        memory_bytes=memory_bytes,
+        memory_slices=0,
+        compute_slices=0,
+        multiprocessors=0,
+        engines=catalog.Engines(0, 0, 0, 0, 0),
+        profiles=(),
+        confirmed=False,
+    )
 
 
 def _in_catalog(model: catalog.GpuModel) -> bool:

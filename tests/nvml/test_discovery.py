@@ -11,10 +11,9 @@ import pytest
 
 from kube.quantity import parse_bytes
 from slicer import catalog
-from slicer.backend import GpuBackend, model_of
-from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.nvml import NvmlBackend
 from slicer.simulated import SimulatedBackend
+from tests.support.agent_fixtures import node_slices
 from tests.support.nvml_mock import MockNvml
 
 # Attributes that identify one GPU or node (the mock's UUIDs are random, its driver version and
@@ -66,18 +65,6 @@ def test_profiles_come_from_the_gpu_and_differences_from_the_catalog_are_listed(
     assert any("3g.40gb: multiprocessors 60 in the catalog, 48" in d for d in differences)
 
 
-def _slices(backend: GpuBackend) -> list[dict[str, Any]]:
-    states = [
-        GpuState(
-            info=g,
-            mode=default_mode(model_of(g)),
-            instances=tuple(backend.instances(g.index)),
-        )
-        for g in backend.gpus()
-    ]
-    return build_slices("node-a", states)
-
-
 def _comparable(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Slice specs without the identity attributes, and without a whole GPU's memory capacity:
     the simulated GPU has its model's memory, the real one what NVML reports, which is less
@@ -107,7 +94,7 @@ def test_same_resource_slices_as_the_simulated_backend_for_the_same_model(
     models = [i.mig_model for i in infos]
     assert all(m is not None for m in models)
     simulated = SimulatedBackend([m for m in models if m is not None], node_name="node-a")
-    ours, theirs = _slices(backend), _slices(simulated)
+    ours, theirs = node_slices(backend), node_slices(simulated)
     assert _comparable(ours) == _comparable(theirs)
     devices = {d["name"]: d for s in ours for d in s["spec"].get("devices", [])}
     for info in infos:

@@ -4,13 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from kube.memory import InMemoryKubeApi
+from slicer.nvml import NvmlBackend
 from slicer.state import PrepareError
 from tests.support import nvml_mock
-from tests.support.agent_fixtures import Agent, allocate_claim
+from tests.support.agent_fixtures import (
+    Agent,
+    allocate_claim,
+    assert_mixed_node,
+    devices_by_name,
+    node_slices,
+)
 from tests.support.nvml_mock import MockNvml
 
 # --- the GPU instance is created, the compute instance is not --------------------------------
@@ -72,3 +80,27 @@ def test_the_full_size_compute_profile_is_the_one_the_gpu_offers(
     [listed] = agent.backend.instances(0)
     assert (listed.ci_id, listed.uuid) == (ci["id"], ci["uuid"])
     assert agent.unprepare(claim) and mock.instances(0) == []
+
+
+# --- MIG-capable and non-MIG GPUs on one node --------------------------------------------------
+
+
+def test_a_node_with_h100s_and_an_l4_publishes_both_kinds(
+    mock: MockNvml,
+    make_backend: Callable[[], NvmlBackend],
+    make_agent: Callable[..., Agent],
+    api: InMemoryKubeApi,
+    node_root: Path,
+) -> None:
+    mock.reset("h100,l40s,h100", root=node_root)
+    backend = make_backend()
+    l40s = backend.gpus()[1]
+    assert (l40s.product_name, l40s.mig_model, l40s.mig_enabled) == ("NVIDIA L40S", None, False)
+    assert_mixed_node(devices_by_name(node_slices(backend)), whole_only=1, mig=(0, 2))
+
+    agent = make_agent(backend)
+    [whole] = agent.prepare(allocate_claim(api, ["gpu-1"]))
+    assert whole.uuid == mock.describe()["gpus"][1]["uuid"]
+    [mig] = agent.prepare(allocate_claim(api, ["gpu-2-mig-1g10gb-0"]))
+    assert [g["id"] for g in mock.instances(2)] == [mig.gi_id]
+    assert mock.describe()["gpus"][1]["mig_current"] == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pynvml as real
 import pytest
 
-from slicer.backend import GpuBackend, HealthEvent
+from slicer.backend import GpuBackend, HealthEvent, model_of
 from slicer.errors import (
     BackendError,
     GpuInUse,
@@ -97,15 +97,21 @@ def test_a_model_is_found_by_product_name_when_the_pci_id_is_unknown(tmp_path: P
     assert [g.model for g in backend.gpus()] == ["H200-141GB"]
 
 
-def test_gpus_without_mig_are_left_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_gpus_without_mig_are_offered_whole(tmp_path: Path) -> None:
     backend, _ = backend_for(
         tmp_path,
         FakeGpu("A30", name="Tesla V100-SXM2-16GB", pci_device_id=0x1DB110DE, mig_capable=False),
         FakeGpu("A30"),
     )
-    assert [g.index for g in backend.gpus()] == [1]
-    assert "Tesla V100" in caplog.text
-    with pytest.raises(NotSupported, match="not a MIG-capable model"):
+    v100, a30 = backend.gpus()
+    assert (v100.product_name, v100.mig_model, v100.mig_enabled) == (
+        "Tesla V100-SXM2-16GB",
+        None,
+        False,
+    )
+    assert model_of(v100) is None and model_of(a30) is not None
+    assert backend.instances(0) == []
+    with pytest.raises(NotSupported, match="has no MIG"):
         backend.create_gpu_instance(0, "1g.6gb", 0)
 
 
