@@ -38,6 +38,7 @@ Instances made by someone else (a person running ``nvidia-smi``, mig-parted) are
 calling ``create_gpu_instance`` / ``create_compute_instance`` directly, outside the agent.
 
 Test hooks: :meth:`attach_process` / :meth:`detach_process`, :meth:`set_blocking_client`,
+:meth:`require_reset` (a GPU whose MIG mode changes wait for a reset, as on cloud VMs),
 :meth:`lose_gpu` / :meth:`recover_gpu` / :meth:`inject_xid` (queue health events),
 :meth:`inject_fault` (the next calls of a method raise or stall), :meth:`reset_gpu`,
 :meth:`reboot`, and :attr:`calls`, the log of every backend call. All state sits under one lock:
@@ -130,6 +131,8 @@ class _Gpu:
     """Processes on the whole GPU (full mode)."""
     lost: bool = False
     blocking_client: str | None = None
+    cannot_reset: bool = False
+    """MIG mode changes wait for a reset nothing on the node can do (a cloud VM)."""
 
     def all_pids(self) -> set[int]:
         found = set(self.pids)
@@ -387,7 +390,7 @@ class SimulatedBackend:
             gpu.mig_pending = enabled
             if gpu.mig_current == enabled:
                 return  # a pending change was taken back: nothing waits for a reset any more
-            if gpu.model.supports_dynamic_mig or self._auto_reset:
+            if (gpu.model.supports_dynamic_mig or self._auto_reset) and not gpu.cannot_reset:
                 gpu.mig_current = enabled
                 return
             raise ResetRequired(
@@ -507,6 +510,13 @@ class SimulatedBackend:
         """A client such as ``nvidia-dcgm`` that keeps MIG mode from changing (None clears)."""
         with self._lock:
             self._gpu(gpu_index).blocking_client = client
+
+    def require_reset(self, gpu_index: int, required: bool = True) -> None:
+        """MIG mode changes on the GPU stay pending until a reset the node cannot do, as on a
+        cloud VM with the GPU passed through: ``set_mig_mode`` raises ResetRequired even on
+        Hopper and newer, and ``auto_reset`` does not apply."""
+        with self._lock:
+            self._gpu(gpu_index).cannot_reset = required
 
     def lose_gpu(self, gpu_index: int) -> None:
         """The GPU falls off the bus: calls on it raise GpuLost; a gpu-lost event is queued."""

@@ -104,3 +104,26 @@ def test_a_node_with_h100s_and_an_l4_publishes_both_kinds(
     [mig] = agent.prepare(allocate_claim(api, ["gpu-2-mig-1g10gb-0"]))
     assert [g["id"] for g in mock.instances(2)] == [mig.gi_id]
     assert mock.describe()["gpus"][1]["mig_current"] == 0
+
+
+# --- a MIG mode change that needs a reset this node cannot do --------------------------------
+
+
+def test_a_mig_mode_change_needing_a_reset_keeps_the_gpu_usable(
+    mock: MockNvml, make_agent: Callable[..., Agent], api: InMemoryKubeApi
+) -> None:
+    mock.needs_reset(0)  # NVML: SetMigMode succeeds, its activation status is RESET_REQUIRED
+    agent = make_agent()
+    with pytest.raises(PrepareError, match="needs a GPU reset") as failed:
+        agent.prepare(allocate_claim(api, ["gpu-0-mig-3g40gb-0"]))
+    assert "(activation status)" in str(failed.value), "what NVML answered is in the message"
+    described = mock.describe()["gpus"][0]
+    assert (described["mig_current"], described["mig_pending"]) == (0, 0), "nothing pending"
+    assert agent.state.mig.mode(0) == "full"
+    info = agent.backend.gpus()[0]
+    assert (info.mig_enabled, info.mig_pending) == (False, False)
+    [whole] = agent.prepare(allocate_claim(api, ["gpu-0"]))
+    assert whole.uuid == described["uuid"]
+    # GPU 1 switches as usual.
+    agent.prepare(allocate_claim(api, ["gpu-1-mig-3g40gb-0"]))
+    assert mock.describe()["gpus"][1]["mig_current"] == 1
