@@ -144,3 +144,19 @@ def test_the_mock_models_have_the_catalogs_geometry(
         extra = {q.name for q in theirs.profiles} - {p.name for p in ours.profiles}
         problems += [f"{info.model}: the mock offers {n}, the catalog does not" for n in extra]
     assert problems == [], "\n".join(problems)
+
+
+def test_gpus_in_one_fabric_clique_share_an_nvlink_domain(
+    mock: MockNvml, make_backend: Callable[[], NvmlBackend], node_root: Any
+) -> None:
+    """The fabric info struct goes through the real bindings (their v2 layout, NVML's check of
+    its version); a GPU whose fabric probe is not complete falls back to its NVLinks."""
+    mock.reset("b200:3", root=node_root)
+    cluster = bytes(range(16))
+    mock.set_fabric(0, cluster, 7)
+    mock.set_fabric(1, cluster, 7)
+    mock.set_fabric(2, cluster, 8, complete=False)
+    first, second, third = make_backend().gpus()
+    assert first.nvlink_domain == "00010203-0405-0607-0809-0a0b0c0d0e0f.7"
+    assert second.nvlink_domain == first.nvlink_domain
+    assert third.nvlink_domain is not None and third.nvlink_domain.startswith("nvlink-")

@@ -82,6 +82,12 @@ class MockNvml:
     def xid(self, index: int, xid: int) -> None:
         self._ok(self.lib.gpuSlicerMockXid(index, xid), "xid")
 
+    def set_fabric(self, index: int, cluster: bytes, clique: int, *, complete: bool = True) -> None:
+        """The GPU belongs to fabric ``cluster`` (16 bytes), clique ``clique``."""
+        raw = (ctypes.c_ubyte * 16)(*cluster)
+        state = 3 if complete else 1  # NVML_GPU_FABRIC_STATE_COMPLETED / _NOT_STARTED
+        self._ok(self.lib.gpuSlicerMockSetFabric(index, raw, clique, state), "set fabric")
+
     def lose_gpu(self, index: int, lost: bool = True) -> None:
         self._ok(self.lib.gpuSlicerMockLoseGpu(index, int(lost)), "lose GPU")
 

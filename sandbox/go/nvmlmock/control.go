@@ -182,6 +182,23 @@ func gpuSlicerMockXid(index C.uint, xid C.ulonglong) C.int {
 	return 0
 }
 
+// gpuSlicerMockSetFabric puts a GPU in a fabric clique: 16 bytes of cluster UUID, the clique id
+// and the probe state (3: complete).
+//
+//export gpuSlicerMockSetFabric
+func gpuSlicerMockSetFabric(index C.uint, cluster *C.uchar, clique C.uint, probe C.uint) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := gpuAt(index)
+	if r != 0 {
+		return r
+	}
+	f := &fabric{clique: uint32(clique), state: uint8(probe)}
+	copy(f.cluster[:], unsafe.Slice((*byte)(unsafe.Pointer(cluster)), 16))
+	g.fabric = f
+	return 0
+}
+
 // gpuSlicerMockLoseGpu makes every call on the GPU answer GPU_IS_LOST (lost != 0) or not.
 //
 //export gpuSlicerMockLoseGpu

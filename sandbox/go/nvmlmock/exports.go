@@ -401,9 +401,34 @@ func nvmlDeviceGetNvLinkRemotePciInfo_v2(device C.nvmlDevice_t, link C.uint, pci
 	return ret(nvml.SUCCESS)
 }
 
+// nvmlDeviceGetGpuFabricInfoV answers for a GPU given a fabric clique (gpuSlicerMockSetFabric),
+// in the v2 or v3 layout the caller's version field asks for; other GPUs have no fabric.
+//
 //export nvmlDeviceGetGpuFabricInfoV
 func nvmlDeviceGetGpuFabricInfoV(device C.nvmlDevice_t, info *C.nvmlGpuFabricInfoV_t) C.nvmlReturn_t {
-	return ret(nvml.ERROR_NOT_SUPPORTED)
+	mu.Lock()
+	defer mu.Unlock()
+	g, r := state.device(uintptr(C.ofDevice(device)))
+	if r != nvml.SUCCESS {
+		return ret(r)
+	}
+	if g.fabric == nil {
+		return ret(nvml.ERROR_NOT_SUPPORTED)
+	}
+	if info.version != C.nvmlGpuFabricInfo_v2 && info.version != C.nvmlGpuFabricInfo_v3 {
+		return ret(nvml.ERROR_ARGUMENT_VERSION_MISMATCH)
+	}
+	for i, b := range g.fabric.cluster {
+		info.clusterUuid[i] = C.uchar(b)
+	}
+	info.status = ret(nvml.SUCCESS)
+	info.cliqueId = C.uint(g.fabric.clique)
+	info.state = C.nvmlGpuFabricState_t(g.fabric.state)
+	info.healthMask = 0
+	if info.version == C.nvmlGpuFabricInfo_v3 {
+		info.healthSummary = 0
+	}
+	return ret(nvml.SUCCESS)
 }
 
 // --- MIG mode -----------------------------------------------------------------------------

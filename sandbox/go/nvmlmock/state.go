@@ -85,6 +85,14 @@ type gpu struct {
 	handle      uintptr
 	processes   map[uint32][]uint32 // GI id -> pids
 	xidEventSet []*eventSet
+	fabric      *fabric
+}
+
+// fabric is a GPU's place in a multi-node NVLink fabric (GB200 NVL and the like).
+type fabric struct {
+	cluster [16]byte
+	clique  uint32
+	state   uint8
 }
 
 type gpuInstance struct {
