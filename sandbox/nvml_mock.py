@@ -43,6 +43,11 @@ _DECLARED = re.compile(r"DECLDIR\s+(\w+)\s*\(")
 def ensure(*, cache: Path | None = None, progress: Progress = print) -> Path:
     """The path of the built library, building it into the cache if it is not there."""
     target = (cache or cache_root()) / "nvmlmock" / sources_digest()
+    if not (target / "build.json").exists() and shutil.which("go") is None:
+        raise BuildError(
+            "Go (1.26 or newer) is not on the PATH: it builds the mock NVML library the "
+            "tests/nvml tier runs against (with cgo, so a C compiler too)"
+        )
     _cached(target, lambda go, folder: _build(go, folder, progress))
     return target / LIBRARY
 
