@@ -19,7 +19,6 @@ folder renamed into place, ``build.json`` marking completion. Needs Go and a C c
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -28,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox.binaries import GO_DIR, Progress, _cached, _go_version, _run, cache_root
+from sandbox.binaries import GO_DIR, Progress, _cached, _run, cache_root, install
 from sandbox.errors import BuildError
 
 MODULE = GO_DIR / "nvmlmock"
@@ -113,21 +112,7 @@ def _build(go: str, target: Path, progress: Progress) -> None:
             )
         shutil.rmtree(source)
         (staging / f"{Path(LIBRARY).stem}.h").unlink(missing_ok=True)
-        elapsed = time.monotonic() - started
-        (staging / "build.json").write_text(
-            json.dumps(
-                {
-                    "go": _go_version(go),
-                    "seconds": round(elapsed, 1),
-                    "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+        elapsed = install(go, staging, target, started, {})
         progress(f"built the mock NVML library in {elapsed:.0f} s")
     finally:
         shutil.rmtree(staging, ignore_errors=True)

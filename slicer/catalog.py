@@ -650,6 +650,34 @@ NOT_PUBLISHED: dict[str, str] = {
 """What of the catalog NVIDIA's published MIG tables (the MIG user guide, mig-parted's default
 configuration) do not confirm: a model key, or ``<model key> <profile>``, and why."""
 
+
+def whole_only_model(
+    key: str,
+    *,
+    product_name: str = "",
+    memory_bytes: int = 0,
+    architecture: str = "",
+    cuda_compute_capability: str = "",
+) -> GpuModel:
+    """A GPU model without MIG (an L4, an L40S; or one nothing is known of): it has no
+    profile, so it is only ever offered whole."""
+    return GpuModel(
+        key=key,
+        aliases=(),
+        product_names=(product_name,) if product_name else (),
+        pci_device_ids=(),
+        architecture=architecture,
+        cuda_compute_capability=cuda_compute_capability,
+        memory_bytes=memory_bytes,
+        memory_slices=0,
+        compute_slices=0,
+        multiprocessors=0,
+        engines=Engines(0, 0, 0, 0, 0),
+        profiles=(),
+        confirmed=False,
+    )
+
+
 _BY_KEY = {m.key.lower(): m for m in MODELS} | {a.lower(): m for m in MODELS for a in m.aliases}
 
 

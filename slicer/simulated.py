@@ -31,8 +31,8 @@ Tests and the simulator use :class:`SimulatedBackend` wherever the node agent wo
   consecutive indices; the PCIe-only A30 has none. ``nvlink=False`` gives no GPU a domain.
 
 GPUs without MIG (an L4 or L40S beside MIG GPUs) are models without profiles
-(:func:`non_mig_model`): they report no MIG facts, so the agent offers them whole, and
-``set_mig_mode`` on them raises ``NotSupported`` as NVML does. No NVLink for them.
+(:func:`slicer.catalog.whole_only_model`): they report no MIG facts, so the agent offers them
+whole, and ``set_mig_mode`` on them raises ``NotSupported`` as NVML does. No NVLink for them.
 
 Instances made by someone else (a person running ``nvidia-smi``, mig-parted) are simulated by
 calling ``create_gpu_instance`` / ``create_compute_instance`` directly, outside the agent.
@@ -694,32 +694,6 @@ def _nvlink_domain(
         group = f"/pair-{position // 2}"
     digest = hashlib.sha256(f"{node_name}/{model.key}{group}".encode()).hexdigest()
     return f"nvlink-{digest[:16]}"
-
-
-def non_mig_model(
-    key: str,
-    product_name: str,
-    *,
-    memory_bytes: int,
-    architecture: str,
-    cuda_compute_capability: str,
-) -> catalog.GpuModel:
-    """A GPU without MIG for a simulated node: a model with no profile, offered whole."""
-    return catalog.GpuModel(
-        key=key,
-        aliases=(),
-        product_names=(product_name,),
-        pci_device_ids=(),
-        architecture=architecture,
-        cuda_compute_capability=cuda_compute_capability,
-        memory_bytes=memory_bytes,
-        memory_slices=0,
-        compute_slices=0,
-        multiprocessors=0,
-        engines=catalog.Engines(0, 0, 0, 0, 0),
-        profiles=(),
-        confirmed=False,
-    )
 
 
 def _in_catalog(model: catalog.GpuModel) -> bool:

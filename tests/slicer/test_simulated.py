@@ -29,7 +29,7 @@ from slicer.errors import (
     NotSupported,
     ResetRequired,
 )
-from slicer.simulated import SimulatedBackend, non_mig_model, placement_gi_id
+from slicer.simulated import SimulatedBackend, placement_gi_id
 from tests.support.agent_fixtures import (
     NODE,
     allocate_claim,
@@ -629,9 +629,9 @@ def test_concurrent_creates_never_overfill_a_gpu() -> None:
 
 # --- a node with MIG and non-MIG GPUs ----------------------------------------------------------
 
-L4 = non_mig_model(
+L4 = catalog.whole_only_model(
     "L4",
-    "NVIDIA L4",
+    product_name="NVIDIA L4",
     memory_bytes=23034 * catalog.MIB,
     architecture="Ada Lovelace",
     cuda_compute_capability="8.9",

@@ -62,27 +62,26 @@ func gpuSlicerMockFail(function *C.char, code C.int, times C.int) C.int {
 	return 0
 }
 
-func gpuAt(index C.uint) (*gpu, C.int) {
+// onGpuAt runs fn on GPU index under the lock; INVALID_ARGUMENT for an index out of range.
+func onGpuAt(index C.uint, fn func(*gpu)) C.int {
+	mu.Lock()
+	defer mu.Unlock()
 	if int(index) >= len(state.gpus) {
 		lastError = "no such GPU index"
-		return nil, C.int(nvml.ERROR_INVALID_ARGUMENT)
+		return C.int(nvml.ERROR_INVALID_ARGUMENT)
 	}
-	return state.gpus[index], 0
+	fn(state.gpus[index])
+	return 0
 }
 
 // gpuSlicerMockSetMigMode sets the current and pending MIG mode as a node would boot with them.
 //
 //export gpuSlicerMockSetMigMode
 func gpuSlicerMockSetMigMode(index C.uint, current, pending C.int) C.int {
-	mu.Lock()
-	defer mu.Unlock()
-	g, r := gpuAt(index)
-	if r != 0 {
-		return r
-	}
-	g.current, g.pending = int(current), int(pending)
-	g.dev.MigMode = int(current)
-	return 0
+	return onGpuAt(index, func(g *gpu) {
+		g.current, g.pending = int(current), int(pending)
+		g.dev.MigMode = int(current)
+	})
 }
 
 // gpuSlicerMockNeedsReset marks a GPU whose MIG mode changes stay pending until a reset the
@@ -90,40 +89,30 @@ func gpuSlicerMockSetMigMode(index C.uint, current, pending C.int) C.int {
 //
 //export gpuSlicerMockNeedsReset
 func gpuSlicerMockNeedsReset(index C.uint, needs C.int) C.int {
-	mu.Lock()
-	defer mu.Unlock()
-	g, r := gpuAt(index)
-	if r != 0 {
-		return r
-	}
-	g.needsReset = needs != 0
-	return 0
+	return onGpuAt(index, func(g *gpu) {
+		g.needsReset = needs != 0
+	})
 }
 
 // gpuSlicerMockResetGpu is the GPU reset: the pending MIG mode takes effect, instances are gone.
 //
 //export gpuSlicerMockResetGpu
 func gpuSlicerMockResetGpu(index C.uint) C.int {
-	mu.Lock()
-	defer mu.Unlock()
-	g, r := gpuAt(index)
-	if r != 0 {
-		return r
-	}
-	for id, gi := range g.gis {
-		for _, ci := range gi.cis {
-			delete(state.cis, ci.handle)
-			delete(state.migs, ci.migHandle)
+	return onGpuAt(index, func(g *gpu) {
+		for id, gi := range g.gis {
+			for _, ci := range gi.cis {
+				delete(state.cis, ci.handle)
+				delete(state.migs, ci.migHandle)
+			}
+			delete(state.gis, gi.handle)
+			_ = gi.gi.Destroy()
+			delete(g.gis, id)
+			withdrawGi(g, id)
 		}
-		delete(state.gis, gi.handle)
-		_ = gi.gi.Destroy()
-		delete(g.gis, id)
-		withdrawGi(g, id)
-	}
-	g.processes = map[uint32][]uint32{}
-	g.current = g.pending
-	g.dev.MigMode = g.current
-	return 0
+		g.processes = map[uint32][]uint32{}
+		g.current = g.pending
+		g.dev.MigMode = g.current
+	})
 }
 
 // gpuSlicerMockMoveCiProfile offers, on one GPU, the compute-instance profile of constant from
@@ -132,54 +121,39 @@ func gpuSlicerMockResetGpu(index C.uint) C.int {
 //
 //export gpuSlicerMockMoveCiProfile
 func gpuSlicerMockMoveCiProfile(index C.uint, from, to C.int) C.int {
-	mu.Lock()
-	defer mu.Unlock()
-	g, r := gpuAt(index)
-	if r != 0 {
-		return r
-	}
-	for _, cis := range g.ciProfiles {
-		if info, ok := cis[int(from)]; ok {
-			delete(cis, int(from))
-			info.Id = uint32(to)
-			cis[int(to)] = info
+	return onGpuAt(index, func(g *gpu) {
+		for _, cis := range g.ciProfiles {
+			if info, ok := cis[int(from)]; ok {
+				delete(cis, int(from))
+				info.Id = uint32(to)
+				cis[int(to)] = info
+			}
 		}
-	}
-	return 0
+	})
 }
 
 // gpuSlicerMockSetProcess puts a process (pid) on a GPU instance; pid 0 removes them all.
 //
 //export gpuSlicerMockSetProcess
 func gpuSlicerMockSetProcess(index C.uint, giID C.uint, pid C.uint) C.int {
-	mu.Lock()
-	defer mu.Unlock()
-	g, r := gpuAt(index)
-	if r != 0 {
-		return r
-	}
-	if pid == 0 {
-		delete(g.processes, uint32(giID))
-	} else {
-		g.processes[uint32(giID)] = append(g.processes[uint32(giID)], uint32(pid))
-	}
-	return 0
+	return onGpuAt(index, func(g *gpu) {
+		if pid == 0 {
+			delete(g.processes, uint32(giID))
+		} else {
+			g.processes[uint32(giID)] = append(g.processes[uint32(giID)], uint32(pid))
+		}
+	})
 }
 
 // gpuSlicerMockXid delivers an Xid critical error of the GPU to the event sets registered for it.
 //
 //export gpuSlicerMockXid
 func gpuSlicerMockXid(index C.uint, xid C.ulonglong) C.int {
-	mu.Lock()
-	defer mu.Unlock()
-	g, r := gpuAt(index)
-	if r != 0 {
-		return r
-	}
-	for _, s := range g.xidEventSet {
-		s.queue <- event{device: g.handle, eventType: uint64(nvml.EventTypeXidCriticalError), data: uint64(xid)}
-	}
-	return 0
+	return onGpuAt(index, func(g *gpu) {
+		for _, s := range g.xidEventSet {
+			s.queue <- event{device: g.handle, eventType: uint64(nvml.EventTypeXidCriticalError), data: uint64(xid)}
+		}
+	})
 }
 
 // gpuSlicerMockSetFabric puts a GPU in a fabric clique: 16 bytes of cluster UUID, the clique id
@@ -187,30 +161,20 @@ func gpuSlicerMockXid(index C.uint, xid C.ulonglong) C.int {
 //
 //export gpuSlicerMockSetFabric
 func gpuSlicerMockSetFabric(index C.uint, cluster *C.uchar, clique C.uint, probe C.uint) C.int {
-	mu.Lock()
-	defer mu.Unlock()
-	g, r := gpuAt(index)
-	if r != 0 {
-		return r
-	}
-	f := &fabric{clique: uint32(clique), state: uint8(probe)}
-	copy(f.cluster[:], unsafe.Slice((*byte)(unsafe.Pointer(cluster)), 16))
-	g.fabric = f
-	return 0
+	return onGpuAt(index, func(g *gpu) {
+		f := &fabric{clique: uint32(clique), state: uint8(probe)}
+		copy(f.cluster[:], unsafe.Slice((*byte)(unsafe.Pointer(cluster)), 16))
+		g.fabric = f
+	})
 }
 
 // gpuSlicerMockLoseGpu makes every call on the GPU answer GPU_IS_LOST (lost != 0) or not.
 //
 //export gpuSlicerMockLoseGpu
 func gpuSlicerMockLoseGpu(index C.uint, lost C.int) C.int {
-	mu.Lock()
-	defer mu.Unlock()
-	g, r := gpuAt(index)
-	if r != 0 {
-		return r
-	}
-	g.lost = lost != 0
-	return 0
+	return onGpuAt(index, func(g *gpu) {
+		g.lost = lost != 0
+	})
 }
 
 type describedCI struct {

@@ -254,29 +254,29 @@ func (w *world) device(h uintptr) (*gpu, nvml.Return) {
 	return g, nvml.SUCCESS
 }
 
-func (w *world) gpuInstance(h uintptr) (*gpuInstance, nvml.Return) {
+// lookup finds a handle's object: UNINITIALIZED before nvmlInit, INVALID_ARGUMENT for a handle
+// it does not know (a destroyed instance's), GPU_IS_LOST when the object's GPU is lost.
+func lookup[T any](w *world, items map[uintptr]T, h uintptr, gpuOf func(T) *gpu) (T, nvml.Return) {
+	var none T
 	if w.initCount == 0 {
-		return nil, nvml.ERROR_UNINITIALIZED
+		return none, nvml.ERROR_UNINITIALIZED
 	}
-	gi, ok := w.gis[h]
+	item, ok := items[h]
 	if !ok {
-		return nil, nvml.ERROR_INVALID_ARGUMENT
+		return none, nvml.ERROR_INVALID_ARGUMENT
 	}
-	if gi.gpu.lost {
-		return nil, nvml.ERROR_GPU_IS_LOST
+	if gpuOf(item).lost {
+		return none, nvml.ERROR_GPU_IS_LOST
 	}
-	return gi, nvml.SUCCESS
+	return item, nvml.SUCCESS
+}
+
+func (w *world) gpuInstance(h uintptr) (*gpuInstance, nvml.Return) {
+	return lookup(w, w.gis, h, func(gi *gpuInstance) *gpu { return gi.gpu })
 }
 
 func (w *world) computeInstance(h uintptr) (*computeInstance, nvml.Return) {
-	if w.initCount == 0 {
-		return nil, nvml.ERROR_UNINITIALIZED
-	}
-	ci, ok := w.cis[h]
-	if !ok {
-		return nil, nvml.ERROR_INVALID_ARGUMENT
-	}
-	return ci, nvml.SUCCESS
+	return lookup(w, w.cis, h, func(ci *computeInstance) *gpu { return ci.gi.gpu })
 }
 
 // profileName is what real NVML puts in the v2 struct: "MIG 1g.10gb", with "+me" for the
