@@ -463,6 +463,20 @@ func nvmlDeviceSetMigMode(device C.nvmlDevice_t, mode C.uint, activation *C.nvml
 	})
 }
 
+// fillHandles answers an NVML list call: INSUFFICIENT_SIZE and the count needed when the
+// caller's array is too small, else the handles and their count.
+func fillHandles(count *C.uint, handles []uintptr, set func(int, uintptr)) nvml.Return {
+	if int(*count) < len(handles) {
+		*count = C.uint(len(handles))
+		return nvml.ERROR_INSUFFICIENT_SIZE
+	}
+	for i, h := range handles {
+		set(i, h)
+	}
+	*count = C.uint(len(handles))
+	return nvml.SUCCESS
+}
+
 // --- GPU instances ------------------------------------------------------------------------
 
 func giProfile(g *gpu, profile C.uint) (nvml.GpuInstanceProfileInfo, nvml.Return) {
@@ -576,21 +590,15 @@ func nvmlDeviceGetGpuInstances(device C.nvmlDevice_t, profileID C.uint, instance
 		if _, ok := g.dev.Config.MIGProfiles.GpuInstanceProfiles[int(profileID)]; !ok || count == nil {
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
-		var found []*gpuInstance
+		var found []uintptr
 		for _, gi := range g.sortedInstances() {
 			if gi.gi.Info.ProfileId == uint32(profileID) {
-				found = append(found, gi)
+				found = append(found, gi.handle)
 			}
 		}
-		if int(*count) < len(found) {
-			*count = C.uint(len(found))
-			return nvml.ERROR_INSUFFICIENT_SIZE
-		}
-		for i, gi := range found {
-			C.setGi(instances, C.uint(i), C.uintptr_t(gi.handle))
-		}
-		*count = C.uint(len(found))
-		return nvml.SUCCESS
+		return fillHandles(count, found, func(i int, h uintptr) {
+			C.setGi(instances, C.uint(i), C.uintptr_t(h))
+		})
 	})
 }
 
@@ -740,21 +748,15 @@ func nvmlGpuInstanceGetComputeInstances(handle C.nvmlGpuInstance_t, profileID C.
 		if _, ok := ciProfileByID(gi, profileID); !ok || count == nil {
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
-		var found []*computeInstance
+		var found []uintptr
 		for _, ci := range gi.sortedCompute() {
 			if ci.ci.Info.ProfileId == uint32(profileID) {
-				found = append(found, ci)
+				found = append(found, ci.handle)
 			}
 		}
-		if int(*count) < len(found) {
-			*count = C.uint(len(found))
-			return nvml.ERROR_INSUFFICIENT_SIZE
-		}
-		for i, ci := range found {
-			C.setCi(instances, C.uint(i), C.uintptr_t(ci.handle))
-		}
-		*count = C.uint(len(found))
-		return nvml.SUCCESS
+		return fillHandles(count, found, func(i int, h uintptr) {
+			C.setCi(instances, C.uint(i), C.uintptr_t(h))
+		})
 	})
 }
 
