@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+from kube.memory import InMemoryKubeApi
 from kube.quantity import parse_bytes
 from slicer import catalog
 from slicer.nvml import NvmlBackend
 from slicer.simulated import SimulatedBackend
-from tests.support.agent_fixtures import node_slices
+from tests.support.agent_fixtures import Agent, allocate_claim, devices_by_name, node_slices
 from tests.support.nvml_mock import MockNvml
 
 # Attributes that identify one GPU or node (the mock's UUIDs are random, its driver version and
@@ -160,3 +161,24 @@ def test_gpus_in_one_fabric_clique_share_an_nvlink_domain(
     assert first.nvlink_domain == "00010203-0405-0607-0809-0a0b0c0d0e0f.7"
     assert second.nvlink_domain == first.nvlink_domain
     assert third.nvlink_domain is not None and third.nvlink_domain.startswith("nvlink-")
+
+
+def test_a_driver_without_profiles_while_mig_is_off_gets_the_gpus_facts_once_it_is_on(
+    mock: MockNvml, make_agent: Callable[..., Agent], api: InMemoryKubeApi
+) -> None:
+    """Until MIG is on the catalog's model stands in; the first slice switches MIG on, and from
+    then on the agent publishes the GPU's own profile facts."""
+    mock.profiles_need_mig(0)
+    agent = make_agent()
+    before = agent.backend.gpus()[0]
+    assert before.mig_model is None and before.model == "H100-80GB"
+    names = devices_by_name(node_slices(agent.backend))
+    assert "gpu-0-mig-3g40gb-4" in names, "the catalog's slices are offered meanwhile"
+    claim = allocate_claim(api, ["gpu-0-mig-3g40gb-4"])
+    [device] = agent.prepare(claim)
+    after = agent.backend.gpus()[0]
+    assert after.mig_enabled and after.mig_model is not None
+    assert after.mig_model.profile("3g.40gb").multiprocessors == 48, "the GPU's figure"
+    [gi] = mock.instances(0)
+    assert (gi["start"], gi["size"], gi["id"]) == (4, 4, device.gi_id)
+    assert agent.unprepare(claim) and mock.instances(0) == []

@@ -68,6 +68,10 @@ class MockNvml:
     def needs_reset(self, index: int, needs: bool = True) -> None:
         self._ok(self.lib.gpuSlicerMockNeedsReset(index, int(needs)), "needs reset")
 
+    def profiles_need_mig(self, index: int, needs: bool = True) -> None:
+        """The GPU reports its MIG profiles only while MIG is on (some drivers)."""
+        self._ok(self.lib.gpuSlicerMockProfilesNeedMig(index, int(needs)), "profiles need MIG")
+
     def reset_gpu(self, index: int) -> None:
         self._ok(self.lib.gpuSlicerMockResetGpu(index), "reset GPU")
 

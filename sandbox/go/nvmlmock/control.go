@@ -94,6 +94,16 @@ func gpuSlicerMockNeedsReset(index C.uint, needs C.int) C.int {
 	})
 }
 
+// gpuSlicerMockProfilesNeedMig makes the GPU report its GPU-instance profiles only while MIG
+// is on (NOT_SUPPORTED before), as some drivers do.
+//
+//export gpuSlicerMockProfilesNeedMig
+func gpuSlicerMockProfilesNeedMig(index C.uint, needs C.int) C.int {
+	return onGpuAt(index, func(g *gpu) {
+		g.profilesNeedMig = needs != 0
+	})
+}
+
 // gpuSlicerMockResetGpu is the GPU reset: the pending MIG mode takes effect, instances are gone.
 //
 //export gpuSlicerMockResetGpu

@@ -480,7 +480,7 @@ func fillHandles(count *C.uint, handles []uintptr, set func(int, uintptr)) nvml.
 // --- GPU instances ------------------------------------------------------------------------
 
 func giProfile(g *gpu, profile C.uint) (nvml.GpuInstanceProfileInfo, nvml.Return) {
-	if !g.migCapable {
+	if !g.migCapable || (g.profilesNeedMig && g.current != 1) {
 		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 	}
 	info, r := g.dev.GetGpuInstanceProfileInfo(int(profile))

@@ -73,19 +73,21 @@ var models = map[string]gpus.Config{
 }
 
 type gpu struct {
-	index       int
-	dev         *server.Device
-	migCapable  bool
-	current     int
-	pending     int
-	needsReset  bool
-	lost        bool
-	ciProfiles  map[int]map[int]nvml.ComputeInstanceProfileInfo
-	gis         map[uint32]*gpuInstance
-	handle      uintptr
-	processes   map[uint32][]uint32 // GI id -> pids
-	xidEventSet []*eventSet
-	fabric      *fabric
+	index      int
+	dev        *server.Device
+	migCapable bool
+	current    int
+	pending    int
+	needsReset bool
+	// profilesNeedMig: GPU-instance profiles are reported only with MIG on, as some drivers do.
+	profilesNeedMig bool
+	lost            bool
+	ciProfiles      map[int]map[int]nvml.ComputeInstanceProfileInfo
+	gis             map[uint32]*gpuInstance
+	handle          uintptr
+	processes       map[uint32][]uint32 // GI id -> pids
+	xidEventSet     []*eventSet
+	fabric          *fabric
 }
 
 // fabric is a GPU's place in a multi-node NVLink fabric (GB200 NVL and the like).
