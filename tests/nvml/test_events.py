@@ -23,9 +23,12 @@ def test_an_xid_reaches_the_agent_with_its_gpu_and_taints_it(
 
 
 def test_an_application_xid_does_not_taint(mock: MockNvml, backend: NvmlBackend) -> None:
-    tracker = HealthTracker(backend)
+    backend.health_events(0)  # the event set exists before the Xid
     mock.xid(0, 13)
-    assert tracker.poll(1.0) is False
+    events = backend.health_events(1.0)
+    assert events == [HealthEvent(0, "xid", xid=13, message="Xid 13")]
+    tracker = HealthTracker(backend)
+    assert tracker.apply(events) is False
     assert tracker.unhealthy == {}
 
 
