@@ -12,8 +12,10 @@ import pytest
 from kube.memory import InMemoryKubeApi
 from kube.quantity import parse_bytes
 from slicer import catalog
+from slicer.errors import BackendError, NoPermission
 from slicer.nvml import NvmlBackend
 from slicer.simulated import SimulatedBackend
+from tests.support import nvml_mock
 from tests.support.agent_fixtures import Agent, allocate_claim, devices_by_name, node_slices
 from tests.support.nvml_mock import MockNvml
 
@@ -182,3 +184,16 @@ def test_a_driver_without_profiles_while_mig_is_off_gets_the_gpus_facts_once_it_
     [gi] = mock.instances(0)
     assert (gi["start"], gi["size"], gi["id"]) == (4, 4, device.gi_id)
     assert agent.unprepare(claim) and mock.instances(0) == []
+
+
+def test_an_nvml_that_cannot_start_fails_discovery_with_what_nvml_said(
+    mock: MockNvml, backend: NvmlBackend
+) -> None:
+    """The versioned entry points the bindings resolve are the ones a fault is injected into."""
+    mock.fail("nvmlInitWithFlags", nvml_mock.NO_PERMISSION)
+    with pytest.raises(NoPermission, match="initialise NVML"):
+        backend.gpus()
+    mock.fail("nvmlDeviceGetCount_v2", nvml_mock.UNKNOWN)
+    with pytest.raises(BackendError, match="nvmlDeviceGetCount"):
+        backend.gpus()
+    assert len(backend.gpus()) == 2

@@ -58,7 +58,8 @@ class MockNvml:
         self._ok(self.lib.gpuSlicerMockSetRoot(str(root or "").encode()), "set root")
 
     def fail(self, function: str, code: int, times: int = 1) -> None:
-        """The next ``times`` calls of the NVML ``function`` return ``code``."""
+        """The next ``times`` calls of ``function`` (as exported: ``nvmlDeviceGetCount_v2``)
+        return ``code``."""
         self._ok(self.lib.gpuSlicerMockFail(function.encode(), code, times), f"fail {function}")
 
     def set_mig_mode(self, index: int, current: bool, pending: bool | None = None) -> None:

@@ -52,7 +52,9 @@ func gpuSlicerMockLastError(buf *C.char, length C.uint) C.int {
 	return C.int(putString(buf, length, lastError))
 }
 
-// gpuSlicerMockFail makes the next `times` calls of an NVML function return code.
+// gpuSlicerMockFail makes the next `times` calls of an NVML function return code. The function
+// is named as the library exports it (nvmlDeviceGetCount_v2; nvmlInitWithFlags also covers
+// nvmlInit_v2, which calls it).
 //
 //export gpuSlicerMockFail
 func gpuSlicerMockFail(function *C.char, code C.int, times C.int) C.int {

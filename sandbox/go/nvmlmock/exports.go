@@ -106,7 +106,7 @@ func onAnyDevice(function string, device C.nvmlDevice_t, fn func(*gpu, *computeI
 //export nvmlInitWithFlags
 func nvmlInitWithFlags(flags C.uint) C.nvmlReturn_t {
 	always := func() (struct{}, nvml.Return) { return struct{}{}, nvml.SUCCESS }
-	return on("nvmlInit", always, func(struct{}) nvml.Return {
+	return on("nvmlInitWithFlags", always, func(struct{}) nvml.Return {
 		if state.gpus == nil {
 			if err := state.reset("h100:8"); err != nil {
 				return nvml.ERROR_UNKNOWN
@@ -211,7 +211,7 @@ func nvmlSystemGetCudaDriverVersion_v2(v *C.int) C.nvmlReturn_t {
 
 //export nvmlDeviceGetCount_v2
 func nvmlDeviceGetCount_v2(count *C.uint) C.nvmlReturn_t {
-	return onSystem("nvmlDeviceGetCount", func() nvml.Return {
+	return onSystem("nvmlDeviceGetCount_v2", func() nvml.Return {
 		*count = C.uint(len(state.gpus))
 		return nvml.SUCCESS
 	})
@@ -219,7 +219,7 @@ func nvmlDeviceGetCount_v2(count *C.uint) C.nvmlReturn_t {
 
 //export nvmlDeviceGetHandleByIndex_v2
 func nvmlDeviceGetHandleByIndex_v2(index C.uint, device *C.nvmlDevice_t) C.nvmlReturn_t {
-	return onSystem("nvmlDeviceGetHandleByIndex", func() nvml.Return {
+	return onSystem("nvmlDeviceGetHandleByIndex_v2", func() nvml.Return {
 		if int(index) >= len(state.gpus) {
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
@@ -866,7 +866,7 @@ func nvmlDeviceRegisterEvents(device C.nvmlDevice_t, types C.ulonglong, set C.nv
 
 //export nvmlEventSetWait_v2
 func nvmlEventSetWait_v2(set C.nvmlEventSet_t, data *C.nvmlEventData_t, timeoutMs C.uint) C.nvmlReturn_t {
-	r, faulted := enter("nvmlEventSetWait")
+	r, faulted := enter("nvmlEventSetWait_v2")
 	s, ok := state.eventSets[uintptr(C.ofSet(set))]
 	mu.Unlock() // not held while waiting: the events come from another thread
 	if faulted {
