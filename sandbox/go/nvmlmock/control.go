@@ -210,7 +210,6 @@ type describedGPU struct {
 	MigCurrent int           `json:"mig_current"`
 	MigPending int           `json:"mig_pending"`
 	Instances  []describedGI `json:"gpu_instances"`
-	InitCount  int           `json:"-"`
 	MigCapable bool          `json:"mig_capable"`
 	NeedsReset bool          `json:"needs_reset"`
 }

@@ -21,6 +21,7 @@ static void setCi(nvmlComputeInstance_t *array, unsigned int i, uintptr_t v) { a
 import "C"
 
 import (
+	"fmt"
 	"strings"
 	"time"
 	"unsafe"
@@ -725,21 +726,10 @@ func nvmlGpuInstanceCreateComputeInstance(handle C.nvmlGpuInstance_t, profileID 
 	})
 }
 
-// migUUID is unique per creation, as real MIG UUIDs are.
+// migUUID is unique per creation, as real MIG UUIDs are: the GPU's UUID with a serial at the end.
 func migUUID(g *gpu, serial int) string {
 	base := strings.TrimPrefix(g.dev.UUID, "GPU-")
-	return "MIG-" + base[:24] + strings.Repeat("0", 12-len(itoa(serial))) + itoa(serial)
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var digits []byte
-	for ; n > 0; n /= 10 {
-		digits = append([]byte{byte('0' + n%10)}, digits...)
-	}
-	return string(digits)
+	return fmt.Sprintf("MIG-%s%012d", base[:24], serial)
 }
 
 //export nvmlGpuInstanceGetComputeInstances
