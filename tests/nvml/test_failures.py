@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from kube.memory import InMemoryKubeApi
@@ -127,3 +128,21 @@ def test_a_mig_mode_change_needing_a_reset_keeps_the_gpu_usable(
     # GPU 1 switches as usual.
     agent.prepare(allocate_claim(api, ["gpu-1-mig-3g40gb-0"]))
     assert mock.describe()["gpus"][1]["mig_current"] == 1
+
+
+def test_the_remedy_the_reset_message_gives_works(
+    mock: MockNvml, make_agent: Callable[..., Agent], api: InMemoryKubeApi
+) -> None:
+    """Enable MIG by hand, reset the GPU, restart the agent: the GPU then serves slices."""
+    mock.needs_reset(0)
+    agent = make_agent()
+    with pytest.raises(PrepareError, match="nvidia-smi -i 0 -mig 1"):
+        agent.prepare(allocate_claim(api, ["gpu-0-mig-1g10gb-0"]))
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlDeviceSetMigMode(handle, 1) == pynvml.NVML_ERROR_RESET_REQUIRED
+    assert pynvml.nvmlDeviceGetMigMode(handle) == [0, 1]
+    mock.reset_gpu(0)
+    restarted = make_agent()
+    assert restarted.state.mig.mode(0) == "dynamic"
+    [device] = restarted.prepare(allocate_claim(api, ["gpu-0-mig-1g10gb-0"]))
+    assert [g["id"] for g in mock.instances(0)] == [device.gi_id]
