@@ -562,3 +562,19 @@ def test_every_model_is_in_the_published_tables_or_says_why_not() -> None:
     for entry in catalog.NOT_PUBLISHED:
         key, _, profile = entry.partition(" ")
         assert not profile or catalog.get_model(key).has_profile(profile), entry
+
+
+def test_catalog_says_what_nvidias_tables_do_not_confirm(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["catalog", "--gpu", "RTX-PRO-6000", "--json"]) == 0
+    [entry] = json.loads(capsys.readouterr().out)
+    assert entry["notInNvidiaTables"] is None
+    marked = {p["name"]: p["notInNvidiaTables"] for p in entry["profiles"]}
+    assert marked["1g.24gb"] is None and "+me.all" in marked["1g.24gb+me"]
+    assert main(["catalog", "--gpu", "H20"]) == 0
+    out = capsys.readouterr().out
+    assert "not in NVIDIA's published tables: NVIDIA's tables group the H20" in out
+    assert main(["catalog", "--gpu", "RTX-PRO-6000"]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("1g.24gb+me")]
+    assert line.endswith("* +")
