@@ -265,25 +265,31 @@ def _build(
             command += ["-ldflags", ldflags]
         env = dict(os.environ, CGO_ENABLED="0")
         _run_with_progress(command + packages, module, env, what, progress)
-        elapsed = time.monotonic() - started
-        (staging / "build.json").write_text(
-            json.dumps(
-                {
-                    **extra,
-                    "go": _go_version(go),
-                    "seconds": round(elapsed, 1),
-                    "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+        elapsed = install(go, staging, target, started, extra)
         progress(f"built {what} in {elapsed / 60:.1f} min")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def install(go: str, staging: Path, target: Path, started: float, extra: dict[str, str]) -> float:
+    """Mark a finished build complete (``build.json``) and move it into place; its seconds."""
+    elapsed = time.monotonic() - started
+    (staging / "build.json").write_text(
+        json.dumps(
+            {
+                **extra,
+                "go": _go_version(go),
+                "seconds": round(elapsed, 1),
+                "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    return elapsed
 
 
 def _run_with_progress(

@@ -112,10 +112,13 @@ def assemble(
     ``max_parallel`` is how many claims the driver prepares at once."""
     metrics = metrics or AgentMetrics()
     wake = threading.Event()
+
+    def mig_blocked(gpu: int, _message: str) -> None:
+        metrics.mig_mode_blocked.labels(str(gpu)).inc()
+        wake.set()  # the GPU's mode may have changed (kept as it is): republish
+
     mig = MigModeManager(
-        backend,
-        modes if modes is not None else discover_modes(backend),
-        on_blocked=lambda gpu, _msg: metrics.mig_mode_blocked.labels(str(gpu)).inc(),
+        backend, modes if modes is not None else discover_modes(backend), on_blocked=mig_blocked
     )
     state = DeviceState(
         backend,

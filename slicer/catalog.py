@@ -356,7 +356,7 @@ _RTX_PRO_6000 = GpuModel(
         "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
     ),
-    pci_device_ids=(),
+    pci_device_ids=(0x2BB5,),
     architecture="Blackwell",
     cuda_compute_capability="12.0",
     memory_bytes=97887 * MIB,
@@ -589,7 +589,7 @@ MODELS: tuple[GpuModel, ...] = (
         "GB200-186GB",
         aliases=("GB200",),
         product_names=("NVIDIA GB200",),
-        pci_ids=(),
+        pci_ids=(0x2941,),
         architecture="Blackwell",
         cc="10.0",
         total_mib=189471,
@@ -617,18 +617,66 @@ MODELS: tuple[GpuModel, ...] = (
         "GB300-288GB",
         aliases=("GB300",),
         product_names=("NVIDIA GB300",),
-        pci_ids=(),
+        pci_ids=(0x31C2,),
         architecture="Blackwell",
         cc="10.3",
-        total_mib=275040,
-        slice_mib=34304,
-        names=_names("1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
+        # NVIDIA's mig-parted names GB300's profiles 1g.35gb, 1g.70gb, 2g.70gb, 3g.139gb,
+        # 4g.139gb and 7g.278gb, not B300's: its memory is inferred from those names (278 GiB,
+        # an eighth per memory slice), not read off hardware, and stays unconfirmed.
+        total_mib=278 * 1024,
+        slice_mib=278 * 1024 // 8,
+        names=_names("1g.35gb", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"),
         sms={"1g": 18, "1g2": 18, "2g": 36, "3g": 54, "4g": 72, "7g": 148},
         media="hopper",
         confirmed=_GEOMETRY,
     ),
     _RTX_PRO_6000,
 )
+
+NOT_PUBLISHED: dict[str, str] = {
+    "H800-80GB": (
+        "NVIDIA's tables group the H800 80GB with the H100 80GB without telling their PCI ids "
+        "apart: its profiles are taken to be the H100 80GB's and it is recognised by name only"
+    ),
+    "H20-96GB": (
+        "NVIDIA's tables group the H20 with the H100 96GB and GH200 without telling their PCI "
+        "ids apart: its profiles are taken to be the H100 96GB's and it is recognised by name only"
+    ),
+    "RTX-PRO-6000-96GB 1g.24gb+me": (
+        "NVIDIA's tables give this GPU 1g.24gb+me.all, 1g.24gb-me and 1g.24gb+gfx, not "
+        "1g.24gb+me; the NVML backend advertises whichever variants the GPU reports"
+    ),
+}
+"""What of the catalog NVIDIA's published MIG tables (the MIG user guide, mig-parted's default
+configuration) do not confirm: a model key, or ``<model key> <profile>``, and why."""
+
+
+def whole_only_model(
+    key: str,
+    *,
+    product_name: str = "",
+    memory_bytes: int = 0,
+    architecture: str = "",
+    cuda_compute_capability: str = "",
+) -> GpuModel:
+    """A GPU model without MIG (an L4, an L40S; or one nothing is known of): it has no
+    profile, so it is only ever offered whole."""
+    return GpuModel(
+        key=key,
+        aliases=(),
+        product_names=(product_name,) if product_name else (),
+        pci_device_ids=(),
+        architecture=architecture,
+        cuda_compute_capability=cuda_compute_capability,
+        memory_bytes=memory_bytes,
+        memory_slices=0,
+        compute_slices=0,
+        multiprocessors=0,
+        engines=Engines(0, 0, 0, 0, 0),
+        profiles=(),
+        confirmed=False,
+    )
+
 
 _BY_KEY = {m.key.lower(): m for m in MODELS} | {a.lower(): m for m in MODELS for a in m.aliases}
 

@@ -83,6 +83,7 @@ def catalog_json(models: list[catalog.GpuModel]) -> list[dict[str, Any]]:
             "computeSlices": m.compute_slices,
             "multiprocessors": m.multiprocessors,
             "confirmed": m.confirmed,
+            "notInNvidiaTables": catalog.NOT_PUBLISHED.get(m.key),
             "profiles": [
                 {
                     "name": p.name,
@@ -97,6 +98,7 @@ def catalog_json(models: list[catalog.GpuModel]) -> list[dict[str, Any]]:
                     "placementStarts": list(p.starts),
                     "placementSize": p.memory_slices,
                     "confirmed": p.confirmed,
+                    "notInNvidiaTables": catalog.NOT_PUBLISHED.get(f"{m.key} {p.name}"),
                 }
                 for p in m.profiles
             ],
@@ -125,15 +127,19 @@ def run_catalog(args: argparse.Namespace) -> int:
             f"  {'profile':<12} {'memory':>9} {'mem sl':>6} {'comp sl':>7} {'SMs':>4} "
             f"{'max':>3}  starts"
         )
+        if m.key in catalog.NOT_PUBLISHED:
+            print(f"  not in NVIDIA's published tables: {catalog.NOT_PUBLISHED[m.key]}")
         for p in m.profiles:
             mark = "" if p.confirmed else " *"
+            if f"{m.key} {p.name}" in catalog.NOT_PUBLISHED:
+                mark += " +"
             print(
                 f"  {p.name:<12} {p.memory_bytes / catalog.GIB:>6.2f}GiB {p.memory_slices:>6} "
                 f"{p.compute_slices:>7} {p.multiprocessors:>4} {p.max_count:>3}  "
                 f"{','.join(map(str, p.starts))}{mark}"
             )
         print()
-    print("* not confirmed on real hardware")
+    print("* not confirmed on real hardware; + not in NVIDIA's published tables")
     return 0
 
 

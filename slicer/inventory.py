@@ -265,21 +265,7 @@ def _device(
     return AdvertisedDevice(Candidate(spec, model, profile), counter_set, consumption, body)
 
 
-_UNKNOWN = catalog.GpuModel(
-    key="unknown",
-    aliases=(),
-    product_names=(),
-    pci_device_ids=(),
-    architecture="",
-    cuda_compute_capability="",
-    memory_bytes=0,
-    memory_slices=0,
-    compute_slices=0,
-    multiprocessors=0,
-    engines=catalog.Engines(0, 0, 0, 0, 0),
-    profiles=(),
-    confirmed=False,
-)
+_UNKNOWN = catalog.whole_only_model("unknown")
 
 
 def advertise_gpu(

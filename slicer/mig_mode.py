@@ -11,6 +11,11 @@ Modes (DESIGN: "Per-GPU mode"):
 A switch needs an idle GPU: clients such as DCGM, persistenced or nvidia_drm can block it. The
 backend then raises GpuInUse, and :class:`MigModeBlocked` carries an actionable message that ends
 up as the claim's error (the kubelet retries) and in the ``mig_mode_blocked_total`` metric.
+
+A switch that needs a GPU reset (ResetRequired: Ampere, or any GPU in a cloud VM that cannot
+reset it) never leaves the GPU half-way: the pending change is taken back, so no later reset or
+reboot flips the GPU under running pods, and the GPU's mode becomes the one it is in (``full``
+when MIG stays off, ``mig`` when it stays on), so the agent stops offering what it cannot make.
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ class MigModeManager:
                 self._on_blocked(gpu_index, message)
             raise MigModeBlocked(message) from exc
         except ResetRequired as exc:
-            message = f"cannot {verb} MIG on GPU {gpu_index} without a GPU reset: {exc}"
+            message = self._stay_as_is(gpu_index, enabled, exc)
             if self._on_blocked is not None:
                 self._on_blocked(gpu_index, message)
             raise MigModeBlocked(message) from exc
@@ -107,3 +112,29 @@ class MigModeManager:
         log.info("MIG mode switched", extra={"gpu": gpu_index, "enabled": enabled})
         if self._on_switched is not None:
             self._on_switched(gpu_index, enabled)
+
+    def _stay_as_is(self, gpu_index: int, enabled: bool, exc: ResetRequired) -> str:
+        """Take the pending change back and keep the GPU in the mode it is in; the message."""
+        verb = "enable" if enabled else "disable"
+        kept: GpuMode = "full" if enabled else "mig"
+        try:
+            self._backend.set_mig_mode(gpu_index, not enabled)
+            withdrawn = "the pending change was taken back"
+        except BackendError as undo:
+            withdrawn = (
+                f"taking the pending change back failed too ({undo}); it applies at the next "
+                "GPU reset or reboot"
+            )
+        self.modes[gpu_index] = kept
+        log.warning(
+            "MIG mode change needs a GPU reset; GPU kept as it is",
+            extra={"gpu": gpu_index, "mode": kept, "error": str(exc)},
+        )
+        offered = "whole only" if enabled else "as MIG slices only"
+        return (
+            f"cannot {verb} MIG on GPU {gpu_index}: the change needs a GPU reset, which this "
+            f"node cannot do (common on cloud VMs with the GPU passed through): {exc}. The GPU "
+            f"keeps its current mode and is offered {offered} from now on; {withdrawn}. To "
+            f"change it, {verb} MIG mode by hand (nvidia-smi -i {gpu_index} -mig "
+            f"{int(enabled)}), reset the GPU or reboot the node, then restart the agent"
+        )

@@ -11,9 +11,11 @@ Thin on purpose: geometry decisions live in the catalog and the agent; this modu
 * GPU instances are always created at an explicit placement, passed by reference
   (``byref(c_nvmlGpuInstancePlacement_t(start, size))``): NVML's own choice depends on the order
   of creation and would not match what the scheduler allocated.
-* The compute instance spans the GPU instance (the catalog's ``ci_nvml_constant``, shared
-  engines); its MIG UUID comes from the compute instance's own device handle, not from walking
-  every MIG device.
+* The compute instance spans the GPU instance (shared engines). Its profile is the one the GPU
+  offers for that GPU instance with all its compute slices, read from NVML, never assumed: the
+  catalog's ``ci_nvml_constant`` only breaks a tie (users of NVIDIA's driver saw a full-size
+  GPU instance whose full compute profile was not the expected constant). Its MIG UUID comes
+  from the compute instance's own device handle, not from walking every MIG device.
 * Capability minors are read from ``<root>/proc/driver/nvidia/capabilities/gpu<minor>/mig/...``
   and the boot id from ``<root>/proc/sys/kernel/random/boot_id``; ``root`` is injectable so
   tests can lay out those files, and so can the ``pynvml`` module itself (``nvml=``).
@@ -28,7 +30,9 @@ Thin on purpose: geometry decisions live in the catalog and the agent; this modu
   GPU the catalog does not know (GB200, B300, RTX PRO 6000, ...) is advertised from those facts.
   Only when NVML reports no profile (MIG mode off on a driver that needs it on) does a catalog
   GPU fall back to the catalog's model; the facts are read again once MIG mode is on.
-* GPUs with neither catalog entry nor MIG profiles (no MIG) are left out with a warning.
+* A GPU with neither a catalog entry nor MIG profiles (an L4 or L40S beside H100s: NVML answers
+  NOT_SUPPORTED to its MIG calls) is reported with MIG off and no MIG model, so the agent offers
+  it whole; leaving it out would hide a usable GPU from the cluster.
 """
 
 from __future__ import annotations
@@ -76,8 +80,6 @@ _ERRORS: dict[str, tuple[type[BackendError], str]] = {
 
 # NVML answers for profiles a device does not offer.
 _ABSENT = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND")
-
-_CI_FALLBACK_SLICES = (1, 2, 3, 4, 6, 7, 8)
 
 _XID_FELL_OFF_THE_BUS = 79
 
@@ -132,7 +134,6 @@ class NvmlBackend:
         self._infos: dict[int, GpuInfo] = {}
         self._profile_info: dict[tuple[int, str], Any] = {}
         self._ci_profile_info: dict[tuple[int, str, str], Any] = {}
-        self._foreign: set[int] = set()
         self._domains_known = False
         self._event_set: Any = None
         self._lost: set[int] = set()
@@ -147,21 +148,17 @@ class NvmlBackend:
             raise BackendError(f"cannot read the boot id from {path}: {exc}") from exc
 
     def gpus(self) -> list[GpuInfo]:
-        """Catalog GPUs with their current MIG mode (a lost GPU keeps its last known facts)."""
+        """Every GPU with its current MIG mode (a lost GPU keeps its last known facts)."""
         self._start()
         found: list[GpuInfo] = []
         for index in range(len(self._handles)):
-            if index in self._foreign:
-                continue
             try:
                 info = self._infos.get(index) or self._discover(index)
             except GpuLost as exc:
                 log.warning("GPU %d is lost before it could be discovered: %s", index, exc)
                 continue
-            if info is None:
-                continue
             try:
-                current, pending = self._call(index, "nvmlDeviceGetMigMode", self._handles[index])
+                current, pending = self._mig_mode(index)
             except GpuLost:
                 found.append(info)
                 continue
@@ -177,7 +174,7 @@ class NvmlBackend:
 
     def instances(self, gpu_index: int) -> list[MigInstance]:
         handle = self._handle(gpu_index)
-        current, _ = self._call(gpu_index, "nvmlDeviceGetMigMode", handle)
+        current, _ = self._mig_mode(gpu_index)
         if not current:
             return []
         found: list[MigInstance] = []
@@ -234,7 +231,7 @@ class NvmlBackend:
         gi = self._gpu_instance(gpu_index, gi_id)
         gi_info = self._call(gpu_index, "nvmlGpuInstanceGetInfo", gi)
         profile = self._profile_by_id(gpu_index, int(gi_info.profileId))
-        ci_profile = self._ci_profile(gpu_index, gi, profile, profile.ci_nvml_constant)
+        ci_profile = self._full_ci_profile(gpu_index, gi, profile)
         ci = self._call(
             gpu_index,
             "nvmlGpuInstanceCreateComputeInstance",
@@ -371,6 +368,16 @@ class NvmlBackend:
             self._handles = [self._call(i, "nvmlDeviceGetHandleByIndex", i) for i in range(count)]
             self._started = True
 
+    def _mig_mode(self, gpu_index: int) -> tuple[bool, bool]:
+        """(current, pending); a GPU without MIG (NVML: NOT_SUPPORTED) is off and stays so."""
+        try:
+            current, pending = self._call(
+                gpu_index, "nvmlDeviceGetMigMode", self._handles[gpu_index]
+            )
+        except NotSupported:
+            return False, False
+        return bool(current), bool(pending)
+
     def _handle(self, gpu_index: int) -> Any:
         self._start()
         if not 0 <= gpu_index < len(self._handles):
@@ -407,14 +414,20 @@ class NvmlBackend:
 
     def _model(self, gpu_index: int) -> catalog.GpuModel:
         self._handle(gpu_index)
-        if gpu_index not in self._models and self._discover(gpu_index) is None:
+        if gpu_index not in self._models and gpu_index not in self._infos:
+            self._discover(gpu_index)
+        model = self._models.get(gpu_index)
+        if model is None:
+            name = self._infos[gpu_index].product_name
             raise NotSupported(
-                f"GPU {gpu_index} is not a MIG-capable model in the catalog", gpu=gpu_index
+                f"GPU {gpu_index} ({name}) has no MIG: neither the catalog nor NVML knows a MIG "
+                "profile of it; it is offered whole only",
+                gpu=gpu_index,
             )
-        return self._models[gpu_index]
+        return model
 
-    def _discover(self, index: int) -> GpuInfo | None:
-        """Static facts of one GPU; None (with a warning) when it has no MIG at all."""
+    def _discover(self, index: int) -> GpuInfo:
+        """Static facts of one GPU (one without MIG has no MIG model)."""
         handle = self._handle(index)
         name = _text(self._call(index, "nvmlDeviceGetName", handle))
         pci = self._call(index, "nvmlDeviceGetPciInfo", handle)
@@ -441,17 +454,15 @@ class NvmlBackend:
             base=known,
         )
         if known is None and hw_model is None:
-            log.warning(
+            log.info(
                 "GPU %d (%s, PCI device %#010x) is not in the catalog and NVML reports no MIG "
                 "profile for it (no MIG, or MIG mode off on a driver that lists profiles only "
-                "with MIG on); leaving it out",
+                "with MIG on): offering it whole",
                 index,
                 name,
                 int(pci.pciDeviceId),
             )
-            self._foreign.add(index)
-            return None
-        current, pending = self._call(index, "nvmlDeviceGetMigMode", handle)
+        current, pending = self._mig_mode(index)
         info = GpuInfo(
             index=index,
             minor=int(self._call(index, "nvmlDeviceGetMinorNumber", handle)),
@@ -473,9 +484,9 @@ class NvmlBackend:
             catalog_differences=tuple(differences),
         )
         model = hw_model or known
-        assert model is not None
         with self._lock:
-            self._models[index] = model
+            if model is not None:
+                self._models[index] = model
             self._infos[index] = info
         return info
 
@@ -767,12 +778,16 @@ class NvmlBackend:
         profile: catalog.Profile,
         constant: str,
         *,
+        value: int | None = None,
         missing_ok: bool = False,
     ) -> Any:
+        """NVML's info on one compute-instance profile (by constant, or by ``value``) in a GI of
+        ``profile``; None when the GPU does not offer it and ``missing_ok``."""
         key = (gpu, profile.name, constant)
         if key in self._ci_profile_info:
             return self._ci_profile_info[key]
-        value = getattr(self._nvml, constant, None)
+        if value is None:
+            value = getattr(self._nvml, constant, None)
         info = None
         if value is not None:
             try:
@@ -793,20 +808,56 @@ class NvmlBackend:
             self._ci_profile_info[key] = info
         return info
 
+    def _ci_profiles_offered(
+        self, gpu: int, gi: Any, profile: catalog.Profile
+    ) -> list[tuple[str, Any]]:
+        """(constant, info) of every compute-instance profile the GPU offers in ``profile``."""
+        nvml = self._nvml
+        prefix = "NVML_COMPUTE_INSTANCE_PROFILE_"
+        count = int(getattr(nvml, f"{prefix}COUNT", 0))
+        names = {
+            int(getattr(nvml, n)): n
+            for n in dir(nvml)
+            if n.startswith(prefix) and n != f"{prefix}COUNT"
+        }
+        offered = []
+        for value in range(count):
+            constant = names.get(value, f"{prefix}{value}")
+            info = self._ci_profile(gpu, gi, profile, constant, value=value, missing_ok=True)
+            if info is not None:
+                offered.append((constant, info))
+        return offered
+
+    def _full_ci_profile(self, gpu: int, gi: Any, profile: catalog.Profile) -> Any:
+        """The compute-instance profile spanning all compute slices of a ``profile`` GPU
+        instance, as this GPU offers it (the catalog's constant preferred among equals)."""
+        offered = self._ci_profiles_offered(gpu, gi, profile)
+        full = [(c, i) for c, i in offered if int(i.sliceCount) == profile.compute_slices]
+        if not full:
+            listed = ", ".join(f"{c} ({int(i.sliceCount)} slices)" for c, i in offered)
+            raise NotSupported(
+                f"GPU {gpu} offers no compute-instance profile spanning a {profile.name} GPU "
+                f"instance ({profile.compute_slices} compute slices); it offers: "
+                f"{listed or 'none'}. Report the GPU model and driver version to gpu-slicer",
+                gpu=gpu,
+            )
+        chosen = next((f for f in full if f[0] == profile.ci_nvml_constant), full[0])
+        if chosen[0] != profile.ci_nvml_constant:
+            log.info(
+                "GPU %d: the full compute profile of %s is %s (catalog: %s)",
+                gpu,
+                profile.name,
+                chosen[0],
+                profile.ci_nvml_constant,
+            )
+        return chosen[1]
+
     def _compute_instances(
         self, gpu: int, gi: Any, profile: catalog.Profile
     ) -> list[tuple[int, Any]]:
-        """(CI id, CI info) of every compute instance of a GI, lowest id first."""
-        constants = [profile.ci_nvml_constant] + [
-            f"NVML_COMPUTE_INSTANCE_PROFILE_{n}_SLICE"
-            for n in _CI_FALLBACK_SLICES
-            if n < profile.compute_slices
-        ]
+        """(CI id, CI info) of every compute instance of a GI, of any profile, lowest id first."""
         found: dict[int, Any] = {}
-        for constant in constants:
-            info = self._ci_profile(gpu, gi, profile, constant, missing_ok=True)
-            if info is None:
-                continue
+        for _, info in self._ci_profiles_offered(gpu, gi, profile):
             for ci in self._list(
                 gpu,
                 "nvmlGpuInstanceGetComputeInstances",
@@ -817,8 +868,6 @@ class NvmlBackend:
             ):
                 ci_info = self._call(gpu, "nvmlComputeInstanceGetInfo", ci)
                 found[int(ci_info.id)] = ci_info
-            if found:
-                break
         return sorted(found.items(), key=lambda item: item[0])
 
     def _gpu_instance(self, gpu: int, gi_id: int) -> Any:

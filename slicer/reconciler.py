@@ -356,6 +356,7 @@ class Reconciler:
             _free_memory_slices(info, instances)
         )
         taints = self.health.taints(info.index) if self.health is not None else ()
+        taints += self.state.taints(info.index)
         return GpuState(
             info=info,
             mode=self.state.mig.mode(info.index),

@@ -30,10 +30,15 @@ Tests and the simulator use :class:`SimulatedBackend` wherever the node agent wo
   ``nvlink_domain`` (an HGX board), except H100 NVL cards, which are bridged in pairs of
   consecutive indices; the PCIe-only A30 has none. ``nvlink=False`` gives no GPU a domain.
 
+GPUs without MIG (an L4 or L40S beside MIG GPUs) are models without profiles
+(:func:`slicer.catalog.whole_only_model`): they report no MIG facts, so the agent offers them
+whole, and ``set_mig_mode`` on them raises ``NotSupported`` as NVML does. No NVLink for them.
+
 Instances made by someone else (a person running ``nvidia-smi``, mig-parted) are simulated by
 calling ``create_gpu_instance`` / ``create_compute_instance`` directly, outside the agent.
 
 Test hooks: :meth:`attach_process` / :meth:`detach_process`, :meth:`set_blocking_client`,
+:meth:`require_reset` (a GPU whose MIG mode changes wait for a reset, as on cloud VMs),
 :meth:`lose_gpu` / :meth:`recover_gpu` / :meth:`inject_xid` (queue health events),
 :meth:`inject_fault` (the next calls of a method raise or stall), :meth:`reset_gpu`,
 :meth:`reboot`, and :attr:`calls`, the log of every backend call. All state sits under one lock:
@@ -126,6 +131,8 @@ class _Gpu:
     """Processes on the whole GPU (full mode)."""
     lost: bool = False
     blocking_client: str | None = None
+    cannot_reset: bool = False
+    """MIG mode changes wait for a reset nothing on the node can do (a cloud VM)."""
 
     def all_pids(self) -> set[int]:
         found = set(self.pids)
@@ -184,7 +191,9 @@ class SimulatedBackend:
         """Every backend call as ``(method, args)``, in order, failed ones included."""
         self._gpus: list[_Gpu] = []
         for index, model in enumerate(models):
-            if mig_enabled is None:
+            if not model.profiles:
+                enabled = False
+            elif mig_enabled is None:
                 enabled = not model.supports_dynamic_mig
             elif isinstance(mig_enabled, bool):
                 enabled = mig_enabled
@@ -199,7 +208,7 @@ class SimulatedBackend:
                     pci_bus_id=bus_id,
                     pcie_root=root,
                     nvlink_domain=_nvlink_domain(node_name, model, index, models)
-                    if nvlink
+                    if nvlink and model.profiles
                     else None,
                     mig_current=enabled,
                     mig_pending=enabled,
@@ -237,7 +246,7 @@ class SimulatedBackend:
                     cuda_driver_version=self._cuda_driver_version,
                     # A model that is not the catalog's (a test's own GPU) is reported as the
                     # NVML backend reports facts read off the GPU.
-                    mig_model=None if _in_catalog(g.model) else g.model,
+                    mig_model=None if _in_catalog(g.model) or not g.model.profiles else g.model,
                 )
                 for g in self._gpus
             ]
@@ -357,6 +366,8 @@ class SimulatedBackend:
         self._enter("set_mig_mode", gpu_index, gpu_index, enabled)
         with self._lock:
             gpu = self._live_gpu(gpu_index)
+            if not gpu.model.profiles:
+                raise NotSupported(f"GPU {gpu_index} ({gpu.model.key}) has no MIG", gpu=gpu_index)
             if gpu.mig_current == enabled and gpu.mig_pending == enabled:
                 return
             if gpu.instances:
@@ -379,7 +390,7 @@ class SimulatedBackend:
             gpu.mig_pending = enabled
             if gpu.mig_current == enabled:
                 return  # a pending change was taken back: nothing waits for a reset any more
-            if gpu.model.supports_dynamic_mig or self._auto_reset:
+            if (gpu.model.supports_dynamic_mig or self._auto_reset) and not gpu.cannot_reset:
                 gpu.mig_current = enabled
                 return
             raise ResetRequired(
@@ -499,6 +510,13 @@ class SimulatedBackend:
         """A client such as ``nvidia-dcgm`` that keeps MIG mode from changing (None clears)."""
         with self._lock:
             self._gpu(gpu_index).blocking_client = client
+
+    def require_reset(self, gpu_index: int, required: bool = True) -> None:
+        """MIG mode changes on the GPU stay pending until a reset the node cannot do, as on a
+        cloud VM with the GPU passed through: ``set_mig_mode`` raises ResetRequired even on
+        Hopper and newer, and ``auto_reset`` does not apply."""
+        with self._lock:
+            self._gpu(gpu_index).cannot_reset = required
 
     def lose_gpu(self, gpu_index: int) -> None:
         """The GPU falls off the bus: calls on it raise GpuLost; a gpu-lost event is queued."""

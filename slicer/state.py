@@ -47,6 +47,8 @@ from slicer.checkpoint import (
 from slicer.claim_cache import AllocatedDevice
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
 from slicer.errors import BackendError, DeviceNameError, GpuLost, GpuNotFound, SlicerError
+from slicer.identity import UNHEALTHY_TAINT
+from slicer.inventory import DeviceTaint
 from slicer.layout import StaticLayout
 from slicer.mig_mode import MigModeManager
 
@@ -161,6 +163,8 @@ class DeviceState:
         self._lock = threading.RLock()  # guards the checkpoint (memory and file)
         self._gpu_locks: dict[int, _KeyedLock] = {}
         self._claim_locks: dict[str, _KeyedLock] = {}
+        self._rollback_failed: dict[int, str] = {}
+        """GPU -> claim uid whose failed prepare left an instance the rollback could not destroy."""
         boot_id = backend.boot_id()
         self.checkpoint, self.load_problem = store.load_or_recover(boot_id)
         if self.load_problem is not None:
@@ -184,6 +188,14 @@ class DeviceState:
     def entry(self, uid: str) -> ClaimEntry | None:
         with self._lock:
             return self.checkpoint.claims.get(uid)
+
+    def taints(self, gpu_index: int) -> tuple[DeviceTaint, ...]:
+        """``unhealthy=rollback-failed`` while a failed prepare's leftover instance remains on
+        the GPU: nothing new is scheduled onto what may still be occupied."""
+        with self._lock:
+            if gpu_index not in self._rollback_failed:
+                return ()
+        return (DeviceTaint(UNHEALTHY_TAINT, ROLLBACK_FAILED, "NoSchedule"),)
 
     # --- prepare --------------------------------------------------------------------------
 
@@ -253,6 +265,7 @@ class DeviceState:
         except (BackendError, OSError, SlicerError) as exc:
             cleanup = self._undo_failed(entry)
             raise PrepareError(f"cannot prepare claim {namespace}/{name}: {exc}{cleanup}") from exc
+        self._lift_rollback_taint(uid)
         self._changed()
         log.info("claim prepared", extra={"claim": uid, "devices": [d.device_name for d in done]})
         return done
@@ -358,17 +371,36 @@ class DeviceState:
         return (device.profile, device.start) in named
 
     def _undo_failed(self, entry: ClaimEntry) -> str:
-        """Roll back a failed prepare; returns a note for the error message."""
+        """Roll back a failed prepare; returns a note for the error message.
+
+        A GPU instance whose compute instance could not be made is destroyed here. When that
+        fails too, the GPU's devices are tainted (:meth:`taints`) until a later prepare or
+        release of the claim gets rid of it, and the note tells an admin what to do.
+        """
         current = self.entry(entry.uid) or entry
         try:
             self._release(current)
         except (BackendError, OSError, SlicerError) as exc:
-            log.warning(
-                "rollback of failed prepare incomplete; the reconciler will finish it",
-                extra={"claim": entry.uid, "error": str(exc)},
+            gpus = sorted({d.gpu_index for d in current.devices if d.is_mig and not d.provided})
+            with self._lock:
+                for gpu in gpus:
+                    self._rollback_failed[gpu] = entry.uid
+            log.error(
+                "rollback of failed prepare failed; GPU devices tainted",
+                extra={"claim": entry.uid, "gpus": gpus, "error": str(exc)},
             )
-            return f" (rollback incomplete, the reconciler will finish it: {exc})"
+            self._changed()
+            return f"; rolling it back failed too: {exc}. " + _rollback_advice(gpus)
         return ""
+
+    def _lift_rollback_taint(self, uid: str) -> None:
+        """The claim's leftover instance is in use again or destroyed: untaint its GPUs."""
+        with self._lock:
+            lifted = [g for g, owner in self._rollback_failed.items() if owner == uid]
+            for gpu in lifted:
+                del self._rollback_failed[gpu]
+        if lifted:
+            log.info("rollback finished; GPU devices untainted", extra={"gpus": lifted})
 
     def _release_or_fail(self, entry: ClaimEntry, what: str) -> None:
         try:
@@ -433,6 +465,7 @@ class DeviceState:
                 destroyed |= self._destroy_device(device)
         self.cdi.remove(entry.uid)
         self._drop(entry.uid)
+        self._lift_rollback_taint(entry.uid)
         if destroyed or entry.devices:
             self._changed()
 
@@ -595,6 +628,7 @@ class DeviceState:
             self.checkpoint = updated
 
     def _changed(self) -> None:
+        """Wake whoever republishes (the reconciler)."""
         if self._on_change is not None:
             try:
                 self._on_change()
@@ -602,7 +636,27 @@ class DeviceState:
                 log.exception("state change callback failed")
 
 
+ROLLBACK_FAILED = "rollback-failed"
+"""The ``gpu-slicer.io/unhealthy`` taint's value on a GPU holding an instance a failed prepare
+left behind."""
+
+
+def _rollback_advice(gpus: list[int]) -> str:
+    """What an admin does about an instance the agent could not destroy."""
+    where = ", ".join(str(g) for g in gpus)
+    first = gpus[0] if gpus else 0
+    return (
+        f"The devices of GPU {where} are tainted {UNHEALTHY_TAINT}={ROLLBACK_FAILED} (NoSchedule) "
+        "so nothing new lands on them; the kubelet's retry of this claim reuses the instance, "
+        "and deleting the claim retries the cleanup, either lifting the taint. If it persists, "
+        f"list the instances ('nvidia-smi mig -lgi -i {first}'), destroy the claim's "
+        f"('nvidia-smi mig -dci -gi <id> -i {first}' then 'nvidia-smi mig -dgi -gi <id> -i "
+        f"{first}') or reset the GPU"
+    )
+
+
 __all__ = [
+    "ROLLBACK_FAILED",
     "DeviceState",
     "InstanceBusy",
     "PlannedDevice",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -63,7 +65,7 @@ EIGHT_SLICE_NAMES = {
     "H20-96GB": ("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
     "GB200-186GB": ("1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
     "B300-288GB": ("1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
-    "GB300-288GB": ("1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
+    "GB300-288GB": ("1g.35gb", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"),
 }
 KINDS = ("1g", "1g2", "2g", "3g", "4g", "7g")
 
@@ -109,10 +111,10 @@ PCI_IDS = {
     "B200-180GB": {0x2901},
     "H800-80GB": set(),
     "H20-96GB": set(),
-    "GB200-186GB": set(),
+    "GB200-186GB": {0x2941},
     "B300-288GB": {0x3182},
-    "GB300-288GB": set(),
-    "RTX-PRO-6000-96GB": set(),
+    "GB300-288GB": {0x31C2},
+    "RTX-PRO-6000-96GB": {0x2BB5},
 }
 
 # Models with a value not read off hardware (H100 NVL: memory per profile).
@@ -525,3 +527,54 @@ def test_catalog_for_an_unknown_model_exits_2_and_lists_the_models(
     assert "V100" in err
     for key in catalog.model_keys():
         assert key in err
+
+
+# --- NVIDIA's published tables ----------------------------------------------------------------
+
+PUBLISHED = json.loads((Path(__file__).parent / "data/nvidia_published_profiles.json").read_text())
+ALL_PCI_IDS = {i for m in catalog.MODELS for i in m.pci_device_ids}
+VARIANTS = ("+gfx", "+me.all", "-me")
+"""Variants the catalog does not keep: the NVML backend advertises them when the GPU has them."""
+
+
+@pytest.mark.parametrize("group", PUBLISHED["groups"], ids=lambda g: g["label"])
+def test_the_catalog_names_each_published_gpu_as_nvidia_does(group: dict[str, Any]) -> None:
+    published = set(group["profiles"])
+    ids = [int(i, 16) for i in group["pci_ids"]]
+    known = [catalog.model_by_pci_device_id(i) for i in ids if i in ALL_PCI_IDS]
+    assert known, f"no PCI id of {group['label']} is in the catalog"
+    for model in known:
+        ours = {p.name for p in model.profiles}
+        missing = {n for n in published - ours if not n.endswith(VARIANTS)}
+        assert missing == set(), model.key
+        extra = {n for n in ours - published if f"{model.key} {n}" not in catalog.NOT_PUBLISHED}
+        assert extra == set(), model.key
+
+
+def test_every_model_is_in_the_published_tables_or_says_why_not() -> None:
+    published_ids = {int(i, 16) for g in PUBLISHED["groups"] for i in g["pci_ids"]}
+    for model in catalog.MODELS:
+        if model.key in catalog.NOT_PUBLISHED:
+            assert not model.pci_device_ids, model.key
+            continue
+        assert model.pci_device_ids, model.key
+        assert set(model.pci_device_ids) <= published_ids, model.key
+    for entry in catalog.NOT_PUBLISHED:
+        key, _, profile = entry.partition(" ")
+        assert not profile or catalog.get_model(key).has_profile(profile), entry
+
+
+def test_catalog_says_what_nvidias_tables_do_not_confirm(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["catalog", "--gpu", "RTX-PRO-6000", "--json"]) == 0
+    [entry] = json.loads(capsys.readouterr().out)
+    assert entry["notInNvidiaTables"] is None
+    marked = {p["name"]: p["notInNvidiaTables"] for p in entry["profiles"]}
+    assert marked["1g.24gb"] is None and "+me.all" in marked["1g.24gb+me"]
+    assert main(["catalog", "--gpu", "H20"]) == 0
+    out = capsys.readouterr().out
+    assert "not in NVIDIA's published tables: NVIDIA's tables group the H20" in out
+    assert main(["catalog", "--gpu", "RTX-PRO-6000"]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("1g.24gb+me")]
+    assert line.endswith("* +")

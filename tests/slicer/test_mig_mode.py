@@ -64,3 +64,47 @@ def test_an_ampere_gpu_in_mig_mode_is_not_handed_out_whole() -> None:
     manager = MigModeManager(backend, {0: "mig"})
     with pytest.raises(MigModeBlocked, match="not offered as a whole GPU"):
         manager.ensure_for_whole(backend.gpus()[0])
+
+
+# --- a mode change that needs a GPU reset the node cannot do (cloud VMs) -----------------------
+
+
+def test_a_mode_change_needing_a_reset_leaves_the_gpu_as_it_was_and_says_so(
+    tmp_path: Path,
+) -> None:
+    backend = SimulatedBackend("H100-80GB:2", node_name=NODE)
+    backend.require_reset(0)
+    api = InMemoryKubeApi()
+    agent = build_agent(backend, api, tmp_path)
+    with pytest.raises(PrepareError, match="needs a GPU reset") as failed:
+        agent.prepare(allocate_claim(api, ["gpu-0-mig-1g10gb-0"]))
+    message = str(failed.value)
+    assert "offered whole only" in message and "nvidia-smi -i 0 -mig 1" in message
+    gpu = backend.gpus()[0]
+    assert (gpu.mig_enabled, gpu.mig_pending) == (False, False), "no change left pending"
+    assert agent.state.mig.mode(0) == "full"
+    assert agent.state.mig.mode(1) == "dynamic", "the other GPU is untouched"
+    # The agent carries on with the GPU as it is: offered and usable whole, slices no more.
+    agent.reconcile()
+    assert [g.mode for g in agent.published[-1].gpus] == ["full", "dynamic"]
+    [whole] = agent.prepare(allocate_claim(api, ["gpu-0"]))
+    assert whole.uuid == gpu.uuid
+    blocked = agent.metrics.registry.get_sample_value(
+        "gpu_slicer_agent_mig_mode_blocked_total", {"gpu": "0"}
+    )
+    assert blocked == 1
+
+
+def test_disabling_mig_that_needs_a_reset_keeps_the_slices(tmp_path: Path) -> None:
+    backend = SimulatedBackend("H100-80GB:1", node_name=NODE, mig_enabled=True)
+    backend.require_reset(0)
+    api = InMemoryKubeApi()
+    agent = build_agent(backend, api, tmp_path)
+    agent.state.mig.modes[0] = "dynamic"
+    with pytest.raises(PrepareError, match="offered as MIG slices only"):
+        agent.prepare(allocate_claim(api, ["gpu-0"]))
+    gpu = backend.gpus()[0]
+    assert (gpu.mig_enabled, gpu.mig_pending) == (True, True)
+    assert agent.state.mig.mode(0) == "mig"
+    [mig] = agent.prepare(allocate_claim(api, ["gpu-0-mig-1g10gb-0"]))
+    assert mig.gi_id is not None

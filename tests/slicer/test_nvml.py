@@ -7,7 +7,7 @@ from pathlib import Path
 import pynvml as real
 import pytest
 
-from slicer.backend import GpuBackend, HealthEvent
+from slicer.backend import GpuBackend, HealthEvent, model_of
 from slicer.errors import (
     BackendError,
     GpuInUse,
@@ -97,15 +97,21 @@ def test_a_model_is_found_by_product_name_when_the_pci_id_is_unknown(tmp_path: P
     assert [g.model for g in backend.gpus()] == ["H200-141GB"]
 
 
-def test_gpus_without_mig_are_left_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_gpus_without_mig_are_offered_whole(tmp_path: Path) -> None:
     backend, _ = backend_for(
         tmp_path,
         FakeGpu("A30", name="Tesla V100-SXM2-16GB", pci_device_id=0x1DB110DE, mig_capable=False),
         FakeGpu("A30"),
     )
-    assert [g.index for g in backend.gpus()] == [1]
-    assert "Tesla V100" in caplog.text
-    with pytest.raises(NotSupported, match="not a MIG-capable model"):
+    v100, a30 = backend.gpus()
+    assert (v100.product_name, v100.mig_model, v100.mig_enabled) == (
+        "Tesla V100-SXM2-16GB",
+        None,
+        False,
+    )
+    assert model_of(v100) is None and model_of(a30) is not None
+    assert backend.instances(0) == []
+    with pytest.raises(NotSupported, match="has no MIG"):
         backend.create_gpu_instance(0, "1g.6gb", 0)
 
 
@@ -200,12 +206,11 @@ def test_the_compute_instance_spans_the_gpu_instance_and_its_uuid_comes_from_its
     backend, fake = backend_for(tmp_path, FakeGpu("H100-80GB"))
     gi_id = backend.create_gpu_instance(0, "2g.20gb", 2)
     mig = backend.create_compute_instance(0, gi_id)
+    # Every compute profile the GPU instance offers is read; the one spanning it is used.
     lookups = [c for c in fake.calls if c[0] == "nvmlGpuInstanceGetComputeInstanceProfileInfo"]
     assert [args[1:] for _, args in lookups] == [
-        (
-            real.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE,
-            real.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-        )
+        (value, real.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        for value in range(real.NVML_COMPUTE_INSTANCE_PROFILE_COUNT)
     ]
     [(_, (_, ci_profile_id))] = [
         c for c in fake.calls if c[0] == "nvmlGpuInstanceCreateComputeInstance"
@@ -556,3 +561,18 @@ def test_without_profile_facts_a_catalog_gpu_falls_back_to_the_catalog(
     (info,) = backend.gpus()
     assert info.mig_model is None and info.model == "A30-24GB"
     assert "using the catalog's values" in caplog.text
+
+
+def test_a_gpu_instance_no_compute_profile_spans_fails_with_what_the_gpu_offers(
+    tmp_path: Path,
+) -> None:
+    backend, fake = backend_for(tmp_path, FakeGpu("H100-80GB"))
+    gi_id = backend.create_gpu_instance(0, "7g.80gb", 0)
+    # The GPU offers every compute profile but the 7-slice one.
+    fake.fail(
+        "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+        real.NVML_ERROR_NOT_SUPPORTED,
+        times=real.NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
+    )
+    with pytest.raises(NotSupported, match="no compute-instance profile spanning a 7g.80gb"):
+        backend.create_compute_instance(0, gi_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from kube.memory import InMemoryKubeApi
 from slicer import catalog
 from slicer.backend import GpuBackend, HealthEvent
 from slicer.errors import (
@@ -28,6 +30,14 @@ from slicer.errors import (
     ResetRequired,
 )
 from slicer.simulated import SimulatedBackend, placement_gi_id
+from tests.support.agent_fixtures import (
+    NODE,
+    allocate_claim,
+    assert_mixed_node,
+    build_agent,
+    devices_by_name,
+    node_slices,
+)
 
 
 def make_slice(backend: SimulatedBackend, gpu: int, profile: str, start: int) -> tuple[int, int]:
@@ -615,3 +625,29 @@ def test_concurrent_creates_never_overfill_a_gpu() -> None:
     for t in threads:
         t.join()
     assert Counter(outcomes) == {"ok": 4, "InsufficientResources": 12}
+
+
+# --- a node with MIG and non-MIG GPUs ----------------------------------------------------------
+
+L4 = catalog.whole_only_model(
+    "L4",
+    product_name="NVIDIA L4",
+    memory_bytes=23034 * catalog.MIB,
+    architecture="Ada Lovelace",
+    cuda_compute_capability="8.9",
+)
+
+
+def test_a_node_with_mig_and_non_mig_gpus_publishes_both_kinds(tmp_path: Path) -> None:
+    h100 = catalog.get_model("H100-80GB")
+    backend = SimulatedBackend([h100, L4, h100], node_name=NODE)
+    devices = devices_by_name(node_slices(backend))
+    assert_mixed_node(devices, whole_only=1, mig=(0, 2))
+    with pytest.raises(NotSupported, match="has no MIG"):
+        backend.set_mig_mode(1, True)
+    api = InMemoryKubeApi()
+    agent = build_agent(backend, api, tmp_path)
+    [whole] = agent.prepare(allocate_claim(api, ["gpu-1"]))
+    assert whole.uuid == backend.gpus()[1].uuid
+    [mig] = agent.prepare(allocate_claim(api, ["gpu-2-mig-1g10gb-0"]))
+    assert mig.gi_id is not None

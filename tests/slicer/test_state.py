@@ -13,7 +13,7 @@ from kube.memory import InMemoryKubeApi
 from slicer.checkpoint import PREPARE_COMPLETED
 from slicer.claim_cache import AllocatedDevice
 from slicer.devices import SliceSpec, WholeGpu
-from slicer.errors import InsufficientResources, SlicerError
+from slicer.errors import BackendError, InsufficientResources, SlicerError
 from slicer.simulated import SimulatedBackend
 from slicer.state import InstanceBusy, PrepareError, plan_claim
 from tests.support.agent_fixtures import (
@@ -311,3 +311,68 @@ def test_a_claim_on_a_gpu_that_disappeared_without_a_reboot_can_be_unprepared(
     agent = build_agent(one, api, tmp_path)
     assert agent.unprepare(claim) is True
     assert agent.state.entries() == {}
+
+
+# --- a compute instance that cannot be made (issue: GI created, CI fails) --------------------
+
+
+def test_a_failed_compute_instance_rolls_the_gpu_instance_back(tmp_path: Path) -> None:
+    backend = SimulatedBackend("H100-80GB:1", node_name=NODE, mig_enabled=True)
+    api = InMemoryKubeApi()
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-3g40gb-4"])
+    backend.inject_fault("create_compute_instance", InsufficientResources)
+    with pytest.raises(PrepareError, match="cannot prepare claim") as failed:
+        agent.prepare(claim)
+    assert "rolling it back failed" not in str(failed.value)
+    assert backend.instances(0) == [], "no GPU instance is left behind"
+    assert agent.state.entry(ref(claim)[0]) is None
+    assert agent.state.taints(0) == ()
+
+
+def test_a_failed_rollback_taints_the_gpu_says_what_to_do_and_is_lifted_by_the_retry(
+    tmp_path: Path,
+) -> None:
+    backend = SimulatedBackend("H100-80GB:2", node_name=NODE, mig_enabled=True)
+    api = InMemoryKubeApi()
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-1-mig-3g40gb-4"])
+    backend.inject_fault("create_compute_instance", InsufficientResources)
+    backend.inject_fault("destroy_gpu_instance", BackendError("driver said no"))
+    with pytest.raises(PrepareError) as failed:
+        agent.prepare(claim)
+    message = str(failed.value)
+    assert "rolling it back failed too" in message and "driver said no" in message
+    assert "gpu-slicer.io/unhealthy=rollback-failed" in message
+    assert "nvidia-smi mig -dgi -gi <id> -i 1" in message
+    [left] = backend.instances(1)
+    assert left.ci_id is None
+    [taint] = agent.state.taints(1)
+    assert (taint.key, taint.value, taint.effect) == (
+        "gpu-slicer.io/unhealthy",
+        "rollback-failed",
+        "NoSchedule",
+    )
+    assert agent.state.taints(0) == ()
+    published = agent.reconcile()
+    assert published is not None
+    view = agent.published[-1]
+    assert [g.taints for g in view.gpus if g.index == 1] == [(taint,)]
+
+    [device] = agent.prepare(claim)  # the kubelet's retry completes it on the same instance
+    assert device.gi_id == left.gi_id
+    assert agent.state.taints(1) == ()
+
+
+def test_a_failed_rollback_is_lifted_when_the_claim_is_released(tmp_path: Path) -> None:
+    backend = SimulatedBackend("H100-80GB:1", node_name=NODE, mig_enabled=True)
+    api = InMemoryKubeApi()
+    agent = build_agent(backend, api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-3"])
+    backend.inject_fault("create_compute_instance", InsufficientResources)
+    backend.inject_fault("destroy_gpu_instance", InsufficientResources)
+    with pytest.raises(PrepareError):
+        agent.prepare(claim)
+    assert agent.state.taints(0) != ()
+    assert agent.unprepare(claim) is True
+    assert backend.instances(0) == [] and agent.state.taints(0) == ()

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from kube.memory import InMemoryKubeApi
-from slicer import catalog
 from slicer.agent_metrics import AgentMetrics
 from slicer.assembly import AgentConfig, assemble
+from slicer.backend import model_of
 from slicer.claim_cache import ClaimCache
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
@@ -152,7 +152,7 @@ def build_agent(
         config,
         backend=backend,
         api=api,
-        modes={g.index: default_mode(catalog.get_model(g.model)) for g in backend.gpus()},
+        modes={g.index: default_mode(model_of(g)) for g in backend.gpus()},
         republish=published.append,
         state_clock=clock or time.time,
     )
@@ -214,3 +214,35 @@ def live_instances(backend: Any) -> list[Any]:
         if info.mig_enabled:
             found.extend(backend.instances(info.index))
     return found
+
+
+def node_slices(backend: Any, node: str = NODE) -> list[dict[str, Any]]:
+    """The ResourceSlices the agent publishes for ``backend``'s GPUs in their default modes."""
+    from slicer.inventory import GpuState, build_slices
+
+    states = [
+        GpuState(
+            info=g, mode=default_mode(model_of(g)), instances=tuple(backend.instances(g.index))
+        )
+        for g in backend.gpus()
+    ]
+    return build_slices(node, states)
+
+
+def devices_by_name(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+
+
+def assert_mixed_node(
+    devices: dict[str, dict[str, Any]], *, whole_only: int, mig: tuple[int, ...]
+) -> None:
+    """GPU ``whole_only`` (no MIG) is one whole device without counters or NVLink; the GPUs in
+    ``mig`` are offered whole and as MIG slices."""
+    own = [n for n in devices if n == f"gpu-{whole_only}" or n.startswith(f"gpu-{whole_only}-")]
+    assert own == [f"gpu-{whole_only}"], own
+    whole = devices[f"gpu-{whole_only}"]
+    assert whole["attributes"]["type"] == {"string": "gpu"}
+    assert "consumesCounters" not in whole and "nvlinkDomain" not in whole["attributes"]
+    for index in mig:
+        assert f"gpu-{index}" in devices
+        assert any(n.startswith(f"gpu-{index}-mig-") for n in devices), index

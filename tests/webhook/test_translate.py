@@ -398,7 +398,7 @@ def test_a_memory_beyond_the_policy_gpu_models_names_their_largest_profile() -> 
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("1Ti", "the largest is 7g.269gb"),
+        ("1Ti", "the largest is 7g.278gb"),
         ("12GB", "not a quantity"),
         ("-1Gi", "not a positive memory size"),
         ("", "not a quantity"),
