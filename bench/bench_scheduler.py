@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -51,9 +52,11 @@ from sandbox.hollow import (  # noqa: E402
     RunResult,
     device_count,
     gpu_slicer_slices,
+    plain_claim_spec,
     plain_device_class,
     plain_slices,
 )
+from sim import scheduler_cost  # noqa: E402
 from sim.agreement import claim_spec_for  # noqa: E402
 from slicer.deviceclasses import device_classes  # noqa: E402
 from slicer.identity import DRIVER  # noqa: E402
@@ -69,11 +72,6 @@ SHAPES: dict[str, tuple[Mapping[str, int], Mapping[str, str]]] = {
     "nvlink": ({"nvidia.com/gpu": 2}, {}),
 }
 """Each gpu-slicer workload: the container's legacy resources and the pod's annotations."""
-PLAIN_SPEC: Obj = {
-    "devices": {
-        "requests": [{"name": "dev", "exactly": {"deviceClassName": PLAIN_DRIVER, "count": 1}}]
-    }
-}
 STATIC_LAYOUT = StaticLayout.from_mapping(
     {
         # An A100-80GB node as a morning's mig-parted config might leave it: half the GPUs in
@@ -107,14 +105,16 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
     try:
         cluster.start()
         server = cluster.api_version
-        cluster.create_all([plain_device_class(), *device_classes()])
+        cluster.create_all([plain_device_class(args.plain_driver), *device_classes()])
         names = [f"node-{i:04d}" for i in range(nodes)]
         cluster.add_nodes(names)
         ours = {n: gpu_slicer_slices(n, args.gpus, server) for n in names}
         per_node = device_count(ours[names[0]])
-        cluster.create_all([s for n in names for s in plain_slices(n, per_node)])
+        cluster.create_all([s for n in names for s in plain_slices(n, per_node, args.plain_driver)])
         _say(f"{nodes} nodes, {per_node} devices per node and driver; Kubernetes {cluster.release}")
         time.sleep(2)
+
+        plain = plain_claim_spec(args.plain_driver)
 
         def run(workload: str, spec: Obj, label: str | None = None) -> None:
             if args.workloads and (label or workload) not in args.workloads:
@@ -133,10 +133,10 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             )
             cluster.clear(f"bench-{name}")
 
-        run("plain", PLAIN_SPEC)
+        run("plain", plain)
         cluster.create_all([s for n in names for s in ours[n]])
         time.sleep(2)
-        run("plain", PLAIN_SPEC, "plain-gs")
+        run("plain", plain, "plain-gs")
         for shape, (resources, annotations) in SHAPES.items():
             run(shape, claim_spec_for([resources], annotations=annotations))
         if args.static:
@@ -148,7 +148,7 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             ]
             cluster.create_all(static)
             time.sleep(2)
-            run("plain", PLAIN_SPEC, "plain-static")
+            run("plain", plain, "plain-static")
             for shape in ("single", "fallback", "memory"):
                 resources, annotations = SHAPES[shape]
                 run(shape, claim_spec_for([resources], annotations=annotations), f"{shape}-static")
@@ -197,8 +197,29 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60, help="seconds per run at most")
     parser.add_argument("--static", action="store_true", help="also measure the static layout")
     parser.add_argument("--workloads", default="", help="only these runs (comma-separated)")
+    parser.add_argument(
+        "--plain-driver",
+        default=PLAIN_DRIVER,
+        help=f"the other driver's name (default {PLAIN_DRIVER}, which sorts after "
+        "gpu-slicer.io; devices.example.com sorts before it)",
+    )
     parser.add_argument("--json", type=Path, help="write every run's figures here")
+    parser.add_argument(
+        "--cost-model",
+        type=Path,
+        help="also write the simulator's cost model (sim/scheduler-cost.yaml's format)",
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="measure nothing: turn an earlier --json file into --cost-model",
+    )
     args = parser.parse_args()
+    if args.from_json:
+        if not args.cost_model:
+            parser.error("--from-json needs --cost-model")
+        write_cost_model(args.cost_model, json.loads(args.from_json.read_text()))
+        return 0
     args.workloads = {w for w in args.workloads.split(",") if w}
     rows: list[tuple[str, int, list[RunResult]]] = []
     try:
@@ -211,17 +232,32 @@ def main() -> int:
         print("interrupted", file=sys.stderr)
     print()
     print(table(rows))
+    document = [
+        {"version": v, "nodes": n, "gpus": args.gpus, "runs": [asdict(r) for r in rs]}
+        for v, n, rs in rows
+    ]
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                [
-                    {"version": v, "nodes": n, "gpus": args.gpus, "runs": [asdict(r) for r in rs]}
-                    for v, n, rs in rows
-                ],
-                indent=2,
-            )
-        )
+        args.json.write_text(json.dumps(document, indent=2))
+    if args.cost_model:
+        write_cost_model(args.cost_model, document)
     return 0
+
+
+def write_cost_model(path: Path, document: list[Obj]) -> None:
+    """The simulator's cost model from the runs (only runs whose every pod was bound: a run
+    cut by ``--timeout`` still gives CPU per bound pod, which is what the model keeps)."""
+    gpus = {d["gpus"] for d in document}
+    runs = [
+        (d["version"], d["nodes"], r["workload"], 1000 * r["scheduler_cpu_s"] / r["bound"])
+        for d in document
+        for r in d["runs"]
+        if r["bound"]
+    ]
+    measured = (
+        f"bench/bench_scheduler.py, nodes of {', '.join(sorted(gpus))}, "
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs shared with other work"
+    )
+    scheduler_cost.write(path, measured, runs)
 
 
 if __name__ == "__main__":

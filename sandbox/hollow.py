@@ -41,8 +41,11 @@ Obj = dict[str, Any]
 
 PLAIN_DRIVER = "plain.devices.example.com"
 """Another vendor's DRA driver, stood in: devices without counters (a NIC, an FPGA, a GPU
-driver without MIG)."""
-PLAIN_CLASS = PLAIN_DRIVER
+driver without MIG). Its name sorts after ``gpu-slicer.io``, as ``gpu.nvidia.com`` does: the
+scheduler's allocator looks through a node's pools in the order of their drivers' names, so
+such a driver's pods evaluate their class's selector on every gpu-slicer device first."""
+EARLY_DRIVER = "devices.example.com"
+"""The same stand-in under a name that sorts before ``gpu-slicer.io`` (as ``dra.net`` does)."""
 PLAIN_PER_SLICE = 100
 """Devices per plain slice (the API allows 128 without counters)."""
 GATE = "bench.gpu-slicer.io/hold"
@@ -51,16 +54,22 @@ SCHEDULER_QPS = 1000.0
 """The measured scheduler's client rate: high enough that binding never waits on it."""
 
 
-def plain_device_class() -> Obj:
+def plain_device_class(driver: str = PLAIN_DRIVER) -> Obj:
+    """The stand-in driver's DeviceClass, named after the driver, selecting by driver name."""
     return {
         "apiVersion": RESOURCE_API,
         "kind": "DeviceClass",
-        "metadata": {"name": PLAIN_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{PLAIN_DRIVER}"'}}]},
+        "metadata": {"name": driver},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
     }
 
 
-def plain_slices(node: str, devices: int) -> list[Obj]:
+def plain_claim_spec(driver: str = PLAIN_DRIVER) -> Obj:
+    """A claim for one device of the stand-in driver."""
+    return {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": driver}}]}}
+
+
+def plain_slices(node: str, devices: int, driver: str = PLAIN_DRIVER) -> list[Obj]:
     """``devices`` plain devices on ``node``, in slices of :data:`PLAIN_PER_SLICE`."""
     chunks = [
         range(start, min(start + PLAIN_PER_SLICE, devices))
@@ -70,9 +79,9 @@ def plain_slices(node: str, devices: int) -> list[Obj]:
         {
             "apiVersion": RESOURCE_API,
             "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-plain-{seq}"},
+            "metadata": {"name": f"{node}-{driver}-{seq}"},
             "spec": {
-                "driver": PLAIN_DRIVER,
+                "driver": driver,
                 "nodeName": node,
                 "pool": {"name": node, "generation": 1, "resourceSliceCount": len(chunks)},
                 "devices": [

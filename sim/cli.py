@@ -14,6 +14,7 @@ from sim.demand import scenario_policy
 from sim.errors import ScenarioError, SimError, UnknownNameError
 from sim.report import PLOT_FORMATS, ProgressBar, as_json, plot, table
 from sim.scenario import Scenario, builtin_names, load_scenario
+from sim.scheduler_cost import Outlook, scenario_outlook
 
 DEFAULT_SCENARIO = "noon-burst"
 
@@ -104,7 +105,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"gpu-slicer simulate: cannot write the plot: {exc}", file=sys.stderr)
             return 1
-    _write(args, comparison)
+    _write(args, comparison, _outlook(scenario))
     problems = [p for ps in comparison.problems.values() for p in ps]
     return 1 if problems else 0
 
@@ -132,13 +133,26 @@ def _strategies(args: argparse.Namespace, scenario: Scenario) -> list[str]:
     return wanted
 
 
-def _write(args: argparse.Namespace, comparison: Comparison) -> None:
+def _outlook(scenario: Scenario) -> Outlook | None:
+    """What the real scheduler would sustain (None, with a note on stderr, without a model)."""
+    try:
+        return scenario_outlook(scenario)
+    except ScenarioError as exc:
+        print(f"gpu-slicer simulate: no scheduler outlook: {exc}", file=sys.stderr)
+        return None
+
+
+def _write(args: argparse.Namespace, comparison: Comparison, outlook: Outlook | None) -> None:
     """The comparison on stdout: JSON for tools, else the table (and where the plot went)."""
     if args.json:
-        json.dump(as_json(comparison), sys.stdout, indent=2)
+        document = as_json(comparison)
+        document["scheduler"] = outlook.as_json() if outlook else None
+        json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(table(comparison))
+        if outlook:
+            sys.stdout.write("\n" + "\n".join(outlook.lines()) + "\n")
         if args.plot:
             sys.stdout.write(f"\nplot written to {os.path.abspath(args.plot)}\n")
 

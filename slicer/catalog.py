@@ -793,6 +793,16 @@ def remaining_placements(model: GpuModel, present: Sequence[Placement]) -> list[
     return [p for p in all_placements(model) if is_valid(model, [*base, p])]
 
 
+def is_full_gpu_profile(model: GpuModel, profile: Profile) -> bool:
+    """``profile`` occupies every memory and compute slice of ``model`` (no ``+me`` twin: it
+    adds nothing a spanning instance lacks)."""
+    return (
+        profile.memory_slices == model.memory_slices
+        and profile.compute_slices == model.compute_slices
+        and not profile.media_exclusive
+    )
+
+
 def profiles_with_memory(
     min_bytes: int, models: Iterable[GpuModel] | None = None
 ) -> list[tuple[GpuModel, Profile]]:

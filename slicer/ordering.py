@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
 
-from slicer.catalog import GpuModel, Placement, Profile, is_valid
+from slicer.catalog import GpuModel, Placement, Profile, is_full_gpu_profile, is_valid
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
 from slicer.errors import SlicerError
 
@@ -122,12 +122,15 @@ def _profile_rank(model: GpuModel, profile: Profile | None) -> tuple[int, int, i
     Only the order of devices a request can match decides what it gets, and a request's
     selector matches one profile per GPU, so this order changes no allocation. It decides how
     many devices the scheduler rejects (a CEL evaluation each, tens of microseconds) before it
-    reaches the one a request asks for: the rarely asked ``+me`` variants no longer stand
-    between the small profiles and the rest, and a whole GPU is found first on its GPU.
+    reaches the one a request asks for: a whole GPU, or the instance that spans it, is found
+    first on its GPU, and the rarely asked ``+me`` variants no longer stand between the small
+    profiles and the rest.
     """
     if profile is None:
         return (0, 0, 0, 0)
-    return (1, int(profile.media_exclusive), profile.compute_slices, profile.memory_slices)
+    if is_full_gpu_profile(model, profile):
+        return (1, 0, 0, 0)  # the GPU as one MIG instance: what a whole-GPU chain falls back to
+    return (2, int(profile.media_exclusive), profile.compute_slices, profile.memory_slices)
 
 
 def _larger(a: Profile, b: Profile) -> bool:

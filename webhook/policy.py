@@ -192,18 +192,8 @@ def full_gpu_profiles(gpu_models: tuple[str, ...]) -> tuple[str, ...]:
             for m in catalog.MODELS
             if m.key in gpu_models
             for p in m.profiles
-            if is_full_gpu_profile(m, p)
+            if catalog.is_full_gpu_profile(m, p)
         )
-    )
-
-
-def is_full_gpu_profile(model: catalog.GpuModel, profile: catalog.Profile) -> bool:
-    """``profile`` occupies every memory and compute slice of ``model`` (no ``+me`` twin: it
-    adds nothing a spanning instance lacks)."""
-    return (
-        profile.memory_slices == model.memory_slices
-        and profile.compute_slices == model.compute_slices
-        and not profile.media_exclusive
     )
 
 

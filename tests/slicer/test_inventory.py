@@ -156,8 +156,9 @@ def test_slice_names_sort_in_the_policys_device_order(
         allocated=[SliceSpec(9, "3g.40gb", 0)],
     )
     assert pool_view(plan.slices).order == list(plan.order)
-    # the GPU in use first: its whole-GPU device, then its smallest slices
-    assert plan.order[0] == "gpu-9" and plan.order[1].startswith("gpu-9-mig-1g10gb-")
+    # the GPU in use first: its whole-GPU device, its spanning slice, then its smallest slices
+    assert list(plan.order[:2]) == ["gpu-9", "gpu-9-mig-7g80gb-0"]
+    assert plan.order[2].startswith("gpu-9-mig-1g10gb-")
     names = [s["metadata"]["name"] for s in plan.slices]
     assert names == sorted(names) and names[0] == "node-a-gpu-slicer.io-000"
 

@@ -14,7 +14,6 @@ from webhook.policy import (
     ALL_MODELS,
     Policy,
     full_gpu_profiles,
-    is_full_gpu_profile,
     load_policy,
     load_policy_file,
 )
@@ -232,11 +231,11 @@ def test_every_full_gpu_profile_spans_every_model_that_has_it() -> None:
     full = set(full_gpu_profiles(ALL_MODELS))
     assert {"7g.80gb", "7g.40gb", "4g.24gb"} <= full
     for model in catalog.MODELS:
-        spanning = [p.name for p in model.profiles if is_full_gpu_profile(model, p)]
+        spanning = [p.name for p in model.profiles if catalog.is_full_gpu_profile(model, p)]
         assert len(spanning) == 1, model.key
         for profile in model.profiles:
             if profile.name in full:
-                assert is_full_gpu_profile(model, profile), (model.key, profile.name)
+                assert catalog.is_full_gpu_profile(model, profile), (model.key, profile.name)
 
 
 def test_policy_profiles_no_listed_model_offers_are_refused_with_the_valid_ones() -> None:
