@@ -51,6 +51,7 @@ class ApiNode(NodeBase):
             policy=self.policy,
             server_version=self.scenario.kubernetes,
             sleep=lambda _s: None,
+            report_scaling=False,  # the simulation's report says what a real scheduler would do
         )
         parts = assemble(
             AgentConfig(node=self.name, checkpoint_dir=base / "checkpoint", cdi_dir=base / "cdi"),

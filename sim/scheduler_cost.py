@@ -94,8 +94,8 @@ def load(path: Path = COST_FILE) -> CostModel:
             for release, shapes in data["releases"].items()
         }
         return CostModel(str(data["measured"]), releases)
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-        raise ScenarioError(f"scheduler cost model {path}: {exc}") from exc
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ScenarioError(f"scheduler cost model {path}: {type(exc).__name__}: {exc}") from exc
 
 
 def write(path: Path, measured: str, runs: Iterable[tuple[str, int, str, float]]) -> None:
@@ -103,10 +103,16 @@ def write(path: Path, measured: str, runs: Iterable[tuple[str, int, str, float]]
     releases: dict[str, dict[str, list[list[float]]]] = {}
     for release, nodes, shape, cpu_ms in runs:
         if math.isfinite(cpu_ms):
-            releases.setdefault(release, {}).setdefault(shape, []).append([nodes, cpu_ms])
+            points = releases.setdefault(release, {}).setdefault(shape, [])
+            points.append([nodes, round(cpu_ms, 1)])
     path.write_text(
         "# Scheduler CPU per pod [nodes, milliseconds], written by bench/bench_scheduler.py\n"
-        + yaml.safe_dump({"measured": measured, "releases": releases}, sort_keys=True)
+        + yaml.safe_dump(
+            {"measured": measured, "releases": releases},
+            sort_keys=True,
+            default_flow_style=None,
+            width=100,
+        )
     )
 
 

@@ -229,6 +229,7 @@ class SlicePublisher:
         limiter: RepublishLimiter | None = None,
         recheck_interval_s: float | None = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        report_scaling: bool = True,
     ) -> None:
         self._api = api
         self._node = node_name
@@ -254,6 +255,8 @@ class SlicePublisher:
         """The highest generation written, so a pool that emptied out never goes back in time."""
         self._warned_release: tuple[int, int] | None = None
         """The release last warned about for quadratic scheduling (once per release)."""
+        self._report_scaling = report_scaling
+        """False where no real scheduler reads the pool (the simulator)."""
         self.metrics.static_layout.set(1 if static else 0)
 
     @property
@@ -339,6 +342,8 @@ class SlicePublisher:
     def _note_scaling(self) -> None:
         """Say so (a warning once per release, a gauge) while counters go to a release whose
         scheduler pays for them with the square of the node count."""
+        if not self._report_scaling:
+            return
         version = self.server_version()
         quadratic = not self._state.static and not scaling.partitionable_scales(version)
         self.metrics.quadratic_scheduling.set(1 if quadratic else 0)

@@ -382,3 +382,14 @@ def test_the_dashboard_configmap_carries_the_dashboard_file_unchanged() -> None:
 
     shipped = json.loads((CHART / "files" / "grafana-dashboard.json").read_text())
     assert _dashboard_json() == shipped
+
+
+def test_the_install_notes_give_the_scheduler_scaling_facts_the_agent_uses() -> None:
+    # NOTES.txt is shown after `helm install`; it must say what slicer.scaling says.
+    from slicer.scaling import DEGRADES_AT_NODES, SCALES_FROM
+
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    fixed = f"{SCALES_FROM[0]}.{SCALES_FROM[1]}"
+    assert f'semverCompare "<{fixed}.0-0" .Capabilities.KubeVersion.Version' in notes
+    assert f"(fixed in {fixed})" in notes and f"Past about\n{DEGRADES_AT_NODES} GPU nodes" in notes
+    assert "--advertise,static" in notes and "--kube-api-qps=100" in notes
