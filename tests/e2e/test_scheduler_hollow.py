@@ -1,0 +1,101 @@
+"""The scheduler benchmark's cluster (sandbox.hollow) on the real control plane, at a size that
+checks behaviour, not speed: hollow nodes with gpu-slicer's slices and another driver's, gated
+pods released together, each claim allocated from the driver and profile it asks for, in the
+partitionable and the static layout; the run's figures are measured, and clearing a run frees
+every device. bench/bench_scheduler.py prints the figures at cluster size."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox import binaries
+from sandbox.hollow import (
+    PLAIN_DRIVER,
+    HollowCluster,
+    gpu_slicer_slices,
+    plain_claim_spec,
+    plain_device_class,
+    plain_slices,
+)
+from sim.agreement import claim_spec_for
+from slicer.deviceclasses import device_classes
+from slicer.identity import DRIVER, RESOURCE_API
+from slicer.layout import StaticLayout
+
+NODES = [f"hollow-{i}" for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    kube_binaries: binaries.Binaries, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HollowCluster]:
+    folder = Path(tmp_path_factory.mktemp("hollow"))
+    hollow = HollowCluster(folder, kube_bin=kube_binaries.kube_dir, progress=lambda _m: None)
+    try:
+        hollow.start()
+        hollow.create_all([plain_device_class(), *device_classes()])
+        hollow.add_nodes(NODES)
+        hollow.create_all([s for n in NODES for s in plain_slices(n, 150)])
+        yield hollow
+    finally:
+        hollow.stop()
+
+
+def _allocations(cluster: HollowCluster, namespace: str) -> list[tuple[str, str, str]]:
+    """(driver, pool, device) of every allocated claim in ``namespace``."""
+    assert cluster.api is not None
+    found: list[tuple[str, str, str]] = []
+    for claim in cluster.api.list(RESOURCE_API, "ResourceClaim", namespace).items:
+        allocation = (claim.get("status") or {}).get("allocation")
+        if allocation:
+            found.extend(
+                (r["driver"], r["pool"], r["device"]) for r in allocation["devices"]["results"]
+            )
+    return found
+
+
+def test_gated_pods_are_scheduled_once_released_on_the_devices_they_ask_for(
+    cluster: HollowCluster,
+) -> None:
+    plain = cluster.run("plain", plain_claim_spec(), pods=6, timeout_s=60)
+    assert (plain.released, plain.bound) == (6, 6)
+    assert plain.seconds > 0 and math.isfinite(plain.cpu_ms_per_pod)
+    assert {d for d, _p, _n in _allocations(cluster, "bench-plain")} == {PLAIN_DRIVER}
+    cluster.clear("bench-plain")
+
+    server = cluster.api_version
+    cluster.create_all([s for n in NODES for s in gpu_slicer_slices(n, "A100-80GB:2", server)])
+    single = cluster.run(
+        "single", claim_spec_for([{"nvidia.com/mig-1g.10gb": 1}]), pods=6, timeout_s=60
+    )
+    assert single.bound == 6
+    devices = _allocations(cluster, "bench-single")
+    assert {d for d, _p, _n in devices} == {DRIVER}
+    assert all("-mig-1g10gb-" in name for _d, _p, name in devices)
+    assert len(set(devices)) == 6
+    cluster.clear("bench-single")
+    assert cluster.api is not None
+    assert not cluster.api.list(RESOURCE_API, "ResourceClaim", "bench-single").items
+
+
+def test_the_static_layout_serves_only_the_instances_it_names(cluster: HollowCluster) -> None:
+    cluster.delete_slices(DRIVER)
+    layout = StaticLayout.from_mapping({"default": ["3g.40gb@0", "3g.40gb@4"]})
+    cluster.create_all(
+        [
+            s
+            for n in NODES
+            for s in gpu_slicer_slices(n, "A100-80GB:1", cluster.api_version, static_layout=layout)
+        ]
+    )
+    memory = claim_spec_for([{}], annotations={"gpu-slicer.io/gpu-memory": "20Gi"})
+    result = cluster.run("memory", memory, pods=len(NODES) * 2 + 1, timeout_s=20)
+    # Two 3g.40gb instances per node and nothing else: the last pod never fits.
+    assert result.bound == len(NODES) * 2
+    names = {name for _d, _p, name in _allocations(cluster, "bench-memory")}
+    assert names == {"gpu-0-mig-3g40gb-0", "gpu-0-mig-3g40gb-4"}
+    cluster.clear("bench-memory")
