@@ -215,7 +215,7 @@ class AntiFragmentationPolicy:
             cost = _costs(c.model)[c.placement]
             return (c.gpu_index, rank, cost, -c.placement[1])
 
-        return sorted(candidates, key=key)
+        return _leaders_first(sorted(candidates, key=key))
 
 
 class BestFitPolicy:
@@ -250,7 +250,35 @@ class BestFitPolicy:
                 return (ranks[c.gpu_index], rank, 0, 0)
             return (ranks[c.gpu_index], rank, costs[c.gpu_index].get(placement, 0), -placement[1])
 
-        return sorted(candidates, key=key)
+        return _leaders_first(sorted(candidates, key=key))
+
+
+def _leaders_first(ordered: list[Candidate]) -> list[Candidate]:
+    """Within each GPU's run of ``ordered``, the first device of every profile, then the rest,
+    each part in the order given.
+
+    Every profile's devices keep their order, so the device a request gets is the same; but a
+    request for any profile finds its policy's first choice among the first few devices of a
+    GPU instead of behind every placement of the smaller profiles (each device the scheduler
+    rejects on the way is a CEL evaluation: on an A100 a 3g.40gb request passed 14 devices).
+    """
+    out: list[Candidate] = []
+    start = 0
+    while start < len(ordered):
+        gpu = ordered[start].gpu_index
+        end = start
+        while end < len(ordered) and ordered[end].gpu_index == gpu:
+            end += 1
+        seen: set[str | None] = set()
+        leaders: list[Candidate] = []
+        rest: list[Candidate] = []
+        for c in ordered[start:end]:
+            name = None if c.profile is None else c.profile.name
+            (rest if name in seen else leaders).append(c)
+            seen.add(name)
+        out += leaders + rest
+        start = end
+    return out
 
 
 POLICIES: dict[str, Callable[[], OrderPolicy]] = {
