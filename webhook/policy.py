@@ -23,6 +23,7 @@ from slicer import catalog
 from slicer.errors import CatalogError
 from webhook.errors import PolicyError
 from webhook.suggest import did_you_mean
+from webhook.workloads import PathError, Workload, parse_path
 
 Target = Literal["gpu-slicer", "nvidia"]
 NativeMode = Literal["defer", "convert"]
@@ -111,6 +112,8 @@ class Policy:
     gpu_models: tuple[str, ...] = ALL_MODELS
     full_gpu_mig: bool = True
     namespaces: Mapping[str, NamespacePolicy] = field(default_factory=lambda: MappingProxyType({}))
+    workloads: tuple[Workload, ...] = ()
+    """Kinds ``convert`` and ``plan`` read pod templates from, beyond the built-in table."""
 
     @classmethod
     def default(cls) -> Policy:
@@ -154,6 +157,7 @@ class Policy:
             f"templateGcAfter={self.template_gc_after_s}s gpuModels={models} "
             f"fullGpuMig={str(self.full_gpu_mig).lower()} "
             f"namespaces: {names}"
+            + (f" workloads: {len(self.workloads)}" if self.workloads else "")
         )
 
 
@@ -226,7 +230,9 @@ _TOP_KEYS = (
     "gpuModels",
     "fullGpuMig",
     "namespaces",
+    "workloads",
 )
+_WORKLOAD_KEYS = ("group", "kind", "podTemplates", "podSpecs")
 _NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback", "gpuModels", "fullGpuMig")
 
 
@@ -283,6 +289,7 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
     namespaces = _namespaces(data.get("namespaces"), gpu_models, mig_fallback, problems)
     if target == "nvidia":
         _check_no_strict(nvlink, namespaces, problems)
+    workloads = _workloads(data.get("workloads"), problems)
     return Policy(
         target=target,  # type: ignore[arg-type]
         native_extended_resources=native,  # type: ignore[arg-type]
@@ -292,7 +299,63 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
         gpu_models=gpu_models,
         full_gpu_mig=True if full_gpu_mig is None else full_gpu_mig,
         namespaces=MappingProxyType(namespaces),
+        workloads=workloads,
     )
+
+
+_PATHS = ("podTemplates", "podSpecs")
+
+
+def _paths(listed: Any, path: str, problems: list[str]) -> tuple[tuple[str, ...], ...]:
+    """A list of paths (``spec.tasks[].template``), each checked."""
+    if not isinstance(listed, list):
+        problems.append(f"{path}: must be a list of paths, not {_kind(listed)}")
+        return ()
+    parsed = []
+    for j, text in enumerate(listed):
+        try:
+            parsed.append(parse_path(text))
+        except PathError as exc:
+            problems.append(f"{path}[{j}]: {exc}")
+    return tuple(parsed)
+
+
+def _workloads(raw: Any, problems: list[str]) -> tuple[Workload, ...]:
+    """The ``workloads`` list: other kinds' pod templates, by API group and kind."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(
+            f"workloads: must be a list of {{group, kind, podTemplates}}, not {_kind(raw)}"
+        )
+        return ()
+    found: list[Workload] = []
+    seen: set[tuple[str, str]] = set()
+    for i, body in enumerate(raw):
+        path = f"workloads[{i}]"
+        if not isinstance(body, dict):
+            problems.append(f"{path}: must be a mapping with keys {', '.join(_WORKLOAD_KEYS)}")
+            continue
+        _unknown_keys(body, _WORKLOAD_KEYS, path + ".", problems)
+        group, kind = body.get("group", ""), body.get("kind")
+        if not isinstance(group, str) or "/" in group:
+            problems.append(
+                f"{path}.group: an API group such as example.com ('' for core), not {group!r}"
+            )
+            continue
+        if not isinstance(kind, str) or not kind:
+            problems.append(f"{path}.kind: required, the object's kind (such as TrainingJob)")
+            continue
+        if (group, kind) in seen:
+            problems.append(f"{path}: {kind} of group {group!r} is listed twice")
+            continue
+        seen.add((group, kind))
+        paths = {key: _paths(body.get(key, []), f"{path}.{key}", problems) for key in _PATHS}
+        if not paths["podTemplates"] and not paths["podSpecs"]:
+            problems.append(f"{path}: give podTemplates or podSpecs (paths such as spec.template)")
+            continue
+        found.append(Workload(group, kind, paths["podTemplates"], paths["podSpecs"]))
+    return tuple(found)
 
 
 def _namespaces(
