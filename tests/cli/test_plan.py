@@ -245,3 +245,55 @@ def test_a_kubeconfig_the_client_cannot_parse_is_named(
     assert plan_cli.run_plan(args) == 1
     err = capsys.readouterr().err
     assert err.startswith("gpu-slicer plan: ") and str(kubeconfig) in err
+
+
+def _operators() -> list[Obj]:
+    """Operators' objects (tests/webhook/data/operators.yaml) in namespace ``training``."""
+    import yaml
+
+    data = Path(__file__).parents[1] / "webhook" / "data" / "operators.yaml"
+    objects = [d for d in yaml.safe_load_all(data.read_text()) if d]
+    for obj in objects:
+        obj["metadata"]["namespace"] = "training"
+    return [o for o in objects if o["kind"] != "ClusterTrainingRuntime"]
+
+
+def test_plan_reads_operators_workloads_template_by_template(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for obj in _operators():
+        cluster.create(obj)
+    made_by_jobset = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "pretrain-workers-0",
+            "namespace": "training",
+            "ownerReferences": [
+                {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "pretrain"}
+            ],
+        },
+        "spec": {"template": _pod_spec({"nvidia.com/gpu": 4})},
+    }
+    cluster.create(made_by_jobset)
+    assert _run(cluster, ["-n", "training", "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {(w["kind"], w["name"], w["template"]): w for w in report["workloads"]}
+    worker = rows[("PyTorchJob", "bert-finetune", "spec.pytorchReplicaSpecs.Worker.template")]
+    assert (worker["outcome"], worker["replicas"], worker["requests"]) == (
+        "convert",
+        3,
+        {"nvidia.com/gpu": 2},
+    )
+    ray = rows[("RayCluster", "serve-pool", "spec.workerGroupSpecs[0].template")]
+    assert (ray["replicas"], ray["becomes"]) == (4, ["1 x 1g.10gb"])
+    volcano = rows[("Job", "gang", "spec.tasks[1].template")]
+    assert volcano["outcome"] == "convert"
+    assert ("InferenceService", "classifier", "spec.predictor") in rows
+    assert not any(name == "pretrain-workers-0" for _, name, _ in rows)
+    assert ("Job", "pretrain", "spec.replicatedJobs[0].template.spec.template") not in rows
+    assert ("JobSet", "pretrain", "spec.replicatedJobs[0].template.spec.template") in rows
+    assert (
+        "training/PyTorchJob/bert-finetune/spec.pytorchReplicaSpecs.Worker.template"
+        in (report["simulation"]["workloads"])
+    )
