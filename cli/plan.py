@@ -597,8 +597,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Pods and operators' workloads (PyTorchJob, RayCluster, JobSet, LeaderWorkerSet, "
             "InferenceService, Volcano Job, ...), runs the webhook's translation on their pod "
             "templates with the installed policy, and reports per workload what it becomes, "
-            "what would be denied and why, and what is left alone. Then it simulates the converted workloads on the "
-            "cluster's GPU nodes as today and with gpu-slicer. Nothing is changed."
+            "what would be denied and why, and what is left alone. Then it simulates the "
+            "converted workloads on the cluster's GPU nodes as today and with gpu-slicer. "
+            "Nothing is changed."
         ),
     )
     p.add_argument(
