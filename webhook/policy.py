@@ -33,6 +33,8 @@ TARGETS: tuple[str, ...] = ("gpu-slicer", "nvidia")
 NATIVE_MODES: tuple[str, ...] = ("defer", "convert")
 NVLINK_MODES: tuple[str, ...] = ("prefer", "strict", "none")
 MIG_FALLBACK_MODES: tuple[str, ...] = ("none", "larger")
+QUOTA_MODES: tuple[str, ...] = ("leave", "deny")
+QuotaMode = Literal["leave", "deny"]
 
 WHOLE_GPU = "gpu"
 """In a chain, the token that stands for a whole GPU rather than a MIG profile."""
@@ -114,6 +116,9 @@ class Policy:
     namespaces: Mapping[str, NamespacePolicy] = field(default_factory=lambda: MappingProxyType({}))
     workloads: tuple[Workload, ...] = ()
     """Kinds ``convert`` and ``plan`` read pod templates from, beyond the built-in table."""
+    quota_without_device_limit: QuotaMode = "leave"
+    """A pod whose legacy GPUs a ResourceQuota limits, in a namespace with no DRA quota for
+    the classes its claim would use: left unconverted with a warning, or denied."""
 
     @classmethod
     def default(cls) -> Policy:
@@ -156,6 +161,7 @@ class Policy:
             f"{'+explicit' if self.mig_fallback.explicit else ''} "
             f"templateGcAfter={self.template_gc_after_s}s gpuModels={models} "
             f"fullGpuMig={str(self.full_gpu_mig).lower()} "
+            f"quotaWithoutDeviceLimit={self.quota_without_device_limit} "
             f"namespaces: {names}"
             + (f" workloads: {len(self.workloads)}" if self.workloads else "")
         )
@@ -231,6 +237,7 @@ _TOP_KEYS = (
     "fullGpuMig",
     "namespaces",
     "workloads",
+    "quotaWithoutDeviceLimit",
 )
 _WORKLOAD_KEYS = ("group", "kind", "podTemplates", "podSpecs")
 _NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback", "gpuModels", "fullGpuMig")
@@ -290,6 +297,9 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
     if target == "nvidia":
         _check_no_strict(nvlink, namespaces, problems)
     workloads = _workloads(data.get("workloads"), problems)
+    quota = _choice(
+        data, "quotaWithoutDeviceLimit", QUOTA_MODES, "leave", "quotaWithoutDeviceLimit", problems
+    )
     return Policy(
         target=target,  # type: ignore[arg-type]
         native_extended_resources=native,  # type: ignore[arg-type]
@@ -300,6 +310,7 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
         full_gpu_mig=True if full_gpu_mig is None else full_gpu_mig,
         namespaces=MappingProxyType(namespaces),
         workloads=workloads,
+        quota_without_device_limit=quota,  # type: ignore[arg-type]
     )
 
 
