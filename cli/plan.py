@@ -28,6 +28,14 @@ from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 from webhook.convert import policy_table
 from webhook.errors import Denied, PolicyError
 from webhook.policy import Policy, load_policy
+from webhook.quota import (
+    DEVICES_SUFFIX,
+    NO_QUOTA,
+    NamespaceQuota,
+    escape,
+    keeping_limits,
+    read_quotas,
+)
 from webhook.translate import is_legacy_resource, translate_pod
 from webhook.workloads import DEFAULT_TABLE, Workload, WorkloadTable, expand, lookup, show
 
@@ -116,6 +124,8 @@ class Plan:
     skipped_nodes: list[str]
     simulation: Obj | None
     notes: list[str] = field(default_factory=list)
+    quotas: dict[str, Obj] = field(default_factory=dict)
+    """namespace -> its GPU quota lines today and the DRA lines that keep them."""
 
     def as_json(self) -> Obj:
         return {
@@ -128,6 +138,7 @@ class Plan:
             "skippedNodes": self.skipped_nodes,
             "simulation": self.simulation,
             "notes": self.notes,
+            "quotas": self.quotas,
         }
 
 
@@ -245,6 +256,7 @@ def plan_workload(
     native: frozenset[str],
     gpu_nodes: int,
     table: WorkloadTable = DEFAULT_TABLE,
+    quota: NamespaceQuota = NO_QUOTA,
 ) -> list[WorkloadPlan]:
     """The webhook's verdict on each pod template of ``obj`` (none for other kinds)."""
     workload = table.lookup(obj)
@@ -252,7 +264,7 @@ def plan_workload(
         return []
     plans = []
     for where, template, holder in _templates(obj, workload):
-        plan = _plan_template(obj, template, namespace, policy, native)
+        plan = _plan_template(obj, template, namespace, policy, native, quota)
         plan.replicas = _replicas(obj, holder, workload, gpu_nodes)
         plan.template = "" if workload.built_in else where
         plans.append(plan)
@@ -260,7 +272,12 @@ def plan_workload(
 
 
 def _plan_template(
-    obj: Obj, template: Obj, namespace: str, policy: Policy, native: frozenset[str]
+    obj: Obj,
+    template: Obj,
+    namespace: str,
+    policy: Policy,
+    native: frozenset[str],
+    quota: NamespaceQuota,
 ) -> WorkloadPlan:
     meta = obj.get("metadata") or {}
     pod = {"metadata": template.get("metadata") or {}, "spec": template["spec"]}
@@ -285,7 +302,11 @@ def _plan_template(
         plan.outcome, plan.detail = "deny", exc.message
         return plan
     plan.warnings = list(conversion.warnings)
-    if conversion.patch:
+    escaped = escape([w for _, w in conversion.changes], conversion.templates, quota)
+    if conversion.patch and escaped is not None:
+        deny = policy.quota_without_device_limit == "deny"
+        plan.outcome, plan.detail = ("deny" if deny else "leave"), escaped
+    elif conversion.patch:
         plan.outcome, plan.detail = "convert", conversion.summary
         plan.becomes = [
             " | ".join(alt.label for alt in r.alternatives) for r in conversion.requests
@@ -472,7 +493,15 @@ def build_plan(
         raise PlanInputError(f"namespace {missing[0]} does not exist in the cluster")
     workloads: list[WorkloadPlan] = []
     kinds = policy_table(policy)
+    quotas: dict[str, Obj] = {}
     for ns in wanted:
+        quota = read_quotas(api.list("v1", "ResourceQuota", ns).items)
+        if quota.limits_gpus:
+            quotas[ns] = {
+                "legacy": {f"requests.{k}": v for k, v in quota.legacy.items()},
+                "devices": {k + DEVICES_SUFFIX: v for k, v in quota.devices.items()},
+                "keepWith": keeping_limits(quota, ns, policy),
+            }
         for api_version, kind in WORKLOAD_KINDS:
             try:
                 found = api.list(api_version, kind, ns).items
@@ -485,13 +514,13 @@ def build_plan(
                     continue  # made by a controller whose own object is planned
                 workloads += [
                     item
-                    for item in plan_workload(obj, ns, policy, native, len(nodes), kinds)
+                    for item in plan_workload(obj, ns, policy, native, len(nodes), kinds, quota)
                     if item.legacy or item.annotations or item.outcome != "leave"
                 ]
     shown = {
         ns: labels[ns] for ns in wanted if namespaces or any(w.namespace == ns for w in workloads)
     }
-    plan = Plan(shown, source, workloads, nodes, skipped, None)
+    plan = Plan(shown, source, workloads, nodes, skipped, None, quotas=quotas)
     plan.simulation = simulate(plan, raw, api.server_version())
     if any(w.kind == "DaemonSet" for w in workloads):
         plan.notes.append(
@@ -512,6 +541,7 @@ def table(plan: Plan) -> str:
     for ns, label in plan.namespaces.items():
         items = [w for w in plan.workloads if w.namespace == ns]
         out.write(f"\nnamespace {ns} ({MIGRATION_LABEL}: {label})\n")
+        _write_quota(out, plan.quotas.get(ns))
         if not items:
             out.write("  no GPU workloads\n")
             continue
@@ -569,6 +599,19 @@ def table(plan: Plan) -> str:
         "the webhook's warnings on real admissions first\n"
     )
     return out.getvalue()
+
+
+def _write_quota(out: io.StringIO, quota: Obj | None) -> None:
+    """A namespace's GPU quota lines, and the DRA lines that keep them once pods convert."""
+    if not quota:
+        return
+    today = ", ".join(f"{k}: {v}" for k, v in {**quota["legacy"], **quota["devices"]}.items())
+    out.write(f"  GPU quota: {today}\n")
+    missing = {k: v for k, v in quota["keepWith"].items() if k not in quota["devices"]}
+    if quota["legacy"] and missing:
+        out.write("  converted pods would escape it; add to the namespace's ResourceQuota:\n")
+        for key, value in missing.items():
+            out.write(f"    {key}: {value}\n")
 
 
 def _columns(rows: list[tuple[str, ...]], *, indent: str) -> str:

@@ -20,7 +20,9 @@ from types import MappingProxyType
 from typing import Any
 
 from kube.quantity import QuantityError, parse_count
-from webhook.translate import is_legacy_resource
+from webhook.errors import Denied
+from webhook.policy import Policy
+from webhook.translate import is_legacy_resource, translate_pod
 
 DEVICES_SUFFIX = ".deviceclass.resource.k8s.io/devices"
 REQUESTS_PREFIX = "requests."
@@ -105,16 +107,24 @@ def escape(
     )
 
 
-def equivalent_limits(per_resource: Mapping[str, tuple[int, Mapping[str, int]]]) -> dict[str, int]:
-    """The DRA quota entries that keep a namespace's legacy GPU limits.
+def keeping_limits(quota: NamespaceQuota, namespace: str, policy: Policy) -> dict[str, int]:
+    """The DRA quota lines that keep a namespace's legacy GPU limits.
 
-    ``per_resource``: legacy resource -> (its hard limit, the devices per class that one unit of
-    it becomes, from :func:`device_counts` of a one-unit pod's template). Each class gets the sum
-    over the resources that reach it of limit x devices per unit: a whole GPU that may also be a
-    spanning MIG instance counts on both classes, so the same N holds on each."""
+    Each legacy resource's unit is translated as the webhook would in ``namespace``; each class
+    its claim names gets limit x the devices one unit counts there, summed over the legacy
+    resources that reach it. A whole GPU that may also be a spanning MIG instance counts on both
+    classes, so N pods of one GPU fit and the N+1st does not, whichever alternative each got.
+    Several ``nvidia.com/mig-<profile>`` limits add up on the MIG class: DRA quotas count a
+    class's devices, not profiles."""
     out: dict[str, int] = {}
-    for limit, per_unit in per_resource.values():
-        for name, count in per_unit.items():
-            key = name + DEVICES_SUFFIX
-            out[key] = out.get(key, 0) + limit * count
+    for resource, limit in sorted(quota.legacy.items()):
+        pod = {"spec": {"containers": [{"name": "main", "resources": {"limits": {resource: 1}}}]}}
+        try:
+            conversion = translate_pod(pod, namespace=namespace, policy=policy)
+        except Denied:
+            continue  # a profile none of the policy's GPU models offers: nothing converts to it
+        for template in conversion.templates:
+            for name, count in device_counts(template).items():
+                key = name + DEVICES_SUFFIX
+                out[key] = out.get(key, 0) + limit * count
     return dict(sorted(out.items()))

@@ -297,3 +297,52 @@ def test_plan_reads_operators_workloads_template_by_template(
         "training/PyTorchJob/bert-finetune/spec.pytorchReplicaSpecs.Worker.template"
         in (report["simulation"]["workloads"])
     )
+
+
+def test_plan_lists_gpu_quotas_and_the_dra_lines_that_keep_them(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpus", "namespace": "training"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "4", "requests.cpu": "64"}},
+        }
+    )
+    cluster.create(_deployment("training", "trainer", 2, {"nvidia.com/gpu": 1}))
+    assert _run(cluster, ["-n", "training", "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["quotas"]["training"] == {
+        "legacy": {"requests.nvidia.com/gpu": 4},
+        "devices": {},
+        "keepWith": {
+            "gpu.gpu-slicer.io.deviceclass.resource.k8s.io/devices": 4,
+            "mig.gpu-slicer.io.deviceclass.resource.k8s.io/devices": 4,
+        },
+    }
+    trainer = next(w for w in report["workloads"] if w["name"] == "trainer")
+    assert (
+        trainer["outcome"] == "leave"
+        and "quota limits requests.nvidia.com/gpu: 4" in (trainer["detail"])
+    )
+    assert _run(cluster, ["-n", "training"]) == 0
+    text = capsys.readouterr().out
+    assert "GPU quota: requests.nvidia.com/gpu: 4" in text
+    assert "    mig.gpu-slicer.io.deviceclass.resource.k8s.io/devices: 4" in text
+
+
+def test_a_namespace_right_sized_to_slices_keeps_its_limit_on_the_mig_class(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpus", "namespace": "inference"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": 6}},
+        }
+    )
+    assert _run(cluster, ["-n", "inference", "-o", "json"]) == 0
+    keep = json.loads(capsys.readouterr().out)["quotas"]["inference"]["keepWith"]
+    assert keep == {"mig.gpu-slicer.io.deviceclass.resource.k8s.io/devices": 6}
