@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,6 +25,7 @@ import yaml
 from kube import documents
 from webhook.errors import Denied, ManifestError
 from webhook.policy import Policy
+from webhook.quota import NO_QUOTA, NamespaceQuota, escape, read_quotas
 from webhook.templates import ORIGIN_CONVERT, ORIGIN_LABEL
 from webhook.translate import Conversion, audit_warnings, translate_pod
 from webhook.workloads import (
@@ -80,6 +81,7 @@ class _Context:
     namespace: str | None
     native_extended: frozenset[str]
     table: WorkloadTable
+    quotas: Mapping[str, NamespaceQuota]
 
 
 def convert_objects(
@@ -92,6 +94,7 @@ def convert_objects(
     table: WorkloadTable | None = None,
     seen: set[tuple[str, str]] | None = None,
     quiet_non_objects: bool = False,
+    quotas: Mapping[str, NamespaceQuota] | None = None,
 ) -> ConvertResult:
     """Convert every object; a document that cannot be converted is kept and named.
 
@@ -99,9 +102,12 @@ def convert_objects(
     selects the policy's per-namespace rules. ``seen`` carries the templates already emitted
     across several calls (the files of a tree), so each is emitted once.
     ``quiet_non_objects``: documents that are not objects (a kustomize JSON 6902 patch is a
-    list) are kept without a problem.
+    list) are kept without a problem. ``quotas``: the GPU quota lines per namespace (from the
+    ResourceQuotas of the tree): a pod that would escape them is left as the webhook leaves it.
     """
-    context = _Context(policy, mode, namespace, native_extended, table or policy_table(policy))
+    context = _Context(
+        policy, mode, namespace, native_extended, table or policy_table(policy), quotas or {}
+    )
     result = ConvertResult()
     emitted = seen if seen is not None else set()
     for number, obj in enumerate(objects, start=1):
@@ -113,6 +119,19 @@ def convert_objects(
         result.objects.append(converted)
         result.changed.append(converted is not obj)
     return result
+
+
+def tree_quotas(objects: Iterable[Any], namespace: str | None) -> dict[str, NamespaceQuota]:
+    """The GPU lines of the ResourceQuotas among ``objects``, per namespace (``namespace``
+    for those that name none)."""
+    grouped: dict[str, list[Any]] = {}
+    for obj in objects:
+        if isinstance(obj, dict) and obj.get("kind") == "ResourceQuota":
+            meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+            ns = str((meta or {}).get("namespace") or namespace or "")
+            grouped.setdefault(ns, []).append(obj)
+    found = {ns: read_quotas(quotas) for ns, quotas in grouped.items()}
+    return {ns: q for ns, q in found.items() if q.limits_gpus}
 
 
 def policy_table(policy: Policy) -> WorkloadTable:
@@ -204,6 +223,18 @@ def _convert_object(
             )
         except Denied as exc:
             raise Denied(f"{place + ': ' if at else ''}{exc.message}") from exc
+        quota = context.quotas.get(namespace, NO_QUOTA)
+        escaped = escape([w for _, w in conversion.changes], conversion.templates, quota)
+        if escaped is not None:
+            if context.policy.quota_without_device_limit == "deny":
+                raise Denied(f"{place + ': ' if at else ''}{escaped}")
+            prefix = (
+                "gpu-slicer audit: would not convert"
+                if context.mode == "audit"
+                else ("not converted")
+            )
+            warnings.append(f"{prefix}: {escaped}{at}")
+            continue
         if context.mode == "audit":
             warnings += [f"{w}{at}" for w in audit_warnings(conversion)]
             continue

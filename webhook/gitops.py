@@ -5,6 +5,8 @@
 * A ResourceClaimTemplate is written once per tree: after the documents of the first file that
   needs it. Kustomize patches are not resources, so templates their conversion needs go into
   ``gpu-slicer-templates.yaml`` beside the kustomization, which lists it under ``resources``.
+* ResourceQuotas anywhere in the tree limit their namespace as on a cluster: a pod that would
+  escape a legacy GPU quota is left as the webhook would leave it (webhook.quota).
 * One document that cannot be converted never blocks the tree: it is kept as it was and
   reported by file, kind and name; a file that is not valid YAML is kept as it was too.
 """
@@ -19,7 +21,7 @@ from typing import Any, Literal
 
 from kube import documents
 from webhook import yaml_text
-from webhook.convert import ConvertResult, Mode, convert_objects, policy_table
+from webhook.convert import ConvertResult, Mode, convert_objects, policy_table, tree_quotas
 from webhook.policy import Policy
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -99,6 +101,9 @@ def convert_tree(
         except documents.DocumentError as exc:
             file.error = str(exc)
             tree.problems.append(f"{file.relative}: {exc}; kept as it was")
+    quotas = tree_quotas((v for f in files for c in f.chunks for v in c.values), namespace)
+    for file in files:
+        if file.error is not None:
             continue
         values = [v for c in file.chunks for v in c.values]
         if file.patch_of is not None:
@@ -114,6 +119,7 @@ def convert_tree(
             table=table,
             seen=emitted,
             quiet_non_objects=file.patch_of is not None,
+            quotas=quotas,
         )
         file.result = result
         tree.problems += [f"{file.relative}: {p}" for p in result.problems]

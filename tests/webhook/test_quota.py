@@ -141,3 +141,32 @@ def test_the_cache_follows_quotas_per_namespace(api: InMemoryKubeApi) -> None:
         assert dict(quotas.quota("other").legacy) == {"nvidia.com/gpu": 8}
     finally:
         quotas.stop()
+
+
+def test_convert_leaves_pods_whose_quota_in_the_tree_would_be_escaped(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli.main import main
+
+    (tmp_path / "quota.yaml").write_text(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: gpus, namespace: ml}\n"
+        "spec:\n  hard: {requests.nvidia.com/gpu: '1'}\n"
+    )
+    job = (
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: train, namespace: ml}\nspec:\n"
+        "  template:\n    spec:\n      restartPolicy: Never\n      containers:\n"
+        "      - {name: main, image: x, resources: {limits: {nvidia.com/gpu: 1}}}\n"
+    )
+    (tmp_path / "job.yaml").write_text(job)
+    out = tmp_path / "out"
+    assert main(["convert", str(tmp_path), "--out-dir", str(out)]) == 0
+    assert (out / "job.yaml").read_text() == job
+    assert "Job ml/train: not converted: quota limits requests.nvidia.com/gpu: 1" in (
+        capsys.readouterr().err
+    )
+    (tmp_path / "quota.yaml").write_text(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: gpus, namespace: ml}\n"
+        f"spec:\n  hard: {{requests.nvidia.com/gpu: '1', {GPU_CLASS}: 1, {MIG_CLASS}: 1}}\n"
+    )
+    assert main(["convert", str(tmp_path), "--out-dir", str(tmp_path / "out2")]) == 0
+    assert "resourceClaims" in (tmp_path / "out2" / "job.yaml").read_text()
