@@ -30,6 +30,7 @@ from webhook.templates import ORIGIN_CONVERT, ORIGIN_LABEL
 from webhook.translate import Conversion, audit_warnings, translate_pod
 from webhook.workloads import (
     DEFAULT_TABLE,
+    UNCHECKED,
     Step,
     Workload,
     WorkloadTable,
@@ -200,6 +201,8 @@ def _convert_object(
     workload = context.table.lookup(obj)
     if workload is None:
         return obj, [], "", _left_alone(obj, "its kind is not one gpu-slicer knows", ())
+    if not context.table.convertible(workload):
+        return obj, [], "", _left_alone(obj, workload.note or UNCHECKED, ())
     _check_metadata(obj.get("metadata"), "metadata")
     raw = obj.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}

@@ -23,7 +23,7 @@ from slicer import catalog
 from slicer.errors import CatalogError
 from webhook.errors import PolicyError
 from webhook.suggest import did_you_mean
-from webhook.workloads import PathError, Workload, parse_path
+from webhook.workloads import PathError, Workload, opt_in, parse_path
 
 Target = Literal["gpu-slicer", "nvidia"]
 NativeMode = Literal["defer", "convert"]
@@ -363,9 +363,18 @@ def _workloads(raw: Any, problems: list[str]) -> tuple[Workload, ...]:
         seen.add((group, kind))
         paths = {key: _paths(body.get(key, []), f"{path}.{key}", problems) for key in _PATHS}
         if not paths["podTemplates"] and not paths["podSpecs"]:
-            problems.append(f"{path}: give podTemplates or podSpecs (paths such as spec.template)")
+            known = opt_in(group, kind)
+            if known is None:
+                problems.append(
+                    f"{path}: give podTemplates or podSpecs (paths such as spec.template); only "
+                    "an operator's kind gpu-slicer knows can be opted in by group and kind alone"
+                )
+            else:
+                found.append(known)
             continue
-        found.append(Workload(group, kind, paths["podTemplates"], paths["podSpecs"]))
+        found.append(
+            Workload(group, kind, paths["podTemplates"], paths["podSpecs"], checked="policy")
+        )
     return tuple(found)
 
 

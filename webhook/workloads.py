@@ -6,7 +6,9 @@ Kinds are matched by API group and kind, never by kind alone: a Volcano ``Job``
 (KServe's predictor). A path is dot-separated keys; ``[]`` after a key means every item of that
 list, ``*`` every value of a map (Kubeflow's replica specs are a map keyed by replica type).
 The operators' paths come from each project's Go API types; docs/migration-guide.md lists them
-with the versions they were read from. The policy's ``workloads`` adds entries for other kinds.
+with the versions they were read from. An operator's kind is converted only where its shipped
+CRDs were seen to keep the claim (``checked``), or when the policy's ``workloads`` opts it in;
+the policy also adds entries for other kinds.
 
 Kinds whose pods come from something that is not a pod template (a TrainJob's
 ``resourcesPerNode``, an Argo template's ``container``) have no paths, and a ``note`` that says
@@ -65,6 +67,11 @@ class Workload:
     """Why a kind with no paths is left alone."""
     built_in: bool = False
     """A Kubernetes kind: its one template must be there (the API server requires it)."""
+    checked: str = ""
+    """For an operator's kind: the CRDs on which a converted object was seen to keep its claims
+    (tests/e2e/test_operator_crds.py), or ``policy`` when the policy opts the kind in. A CRD
+    whose schema predates the DRA API prunes the claim and the pod runs without a GPU, so a
+    kind not checked (or seen to prune: then ``note`` says so) is left alone."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -79,6 +86,7 @@ def _entry(
     note: str = "",
     *,
     built_in: bool = False,
+    checked: str = "",
 ) -> Workload:
     return Workload(
         group,
@@ -87,7 +95,22 @@ def _entry(
         tuple(parse_path(p) for p in specs),
         note,
         built_in,
+        checked,
     )
+
+
+PRUNED_BY_TRAINING_OPERATOR = (
+    "the Kubeflow training operator's CRDs (v1.8.1 checked) prune a pod template's "
+    "resourceClaims[].resourceClaimTemplateName and resources.claims[].request (a PodSpec "
+    "schema older than the DRA API), so its pods would run without a GPU; the webhook converts "
+    "them at admission. With CRDs that keep them, opt the kind in with the policy's workloads"
+)
+KUBERAY = "KubeRay v1.5.0 CRDs"
+UNCHECKED = (
+    "its CRD was not checked to keep resourceClaims (a CRD from an older PodSpec prunes them "
+    "and the pod runs without a GPU); after a server-side dry run shows it does, opt the kind "
+    "in with the policy's workloads"
+)
 
 
 _TRAINING_REPLICAS = {
@@ -120,7 +143,12 @@ OPERATORS: tuple[Workload, ...] = (
     # Kubeflow training operator v1 (kubeflow.org/v1 ReplicaSpec.Template); mpi-operator v2beta1
     # keeps the same mpiReplicaSpecs map.
     *(
-        _entry("kubeflow.org", kind, (f"spec.{field}.*.template",))
+        _entry(
+            "kubeflow.org",
+            kind,
+            (f"spec.{field}.*.template",),
+            note=PRUNED_BY_TRAINING_OPERATOR if kind != "JAXJob" else "",
+        )
         for kind, field in _TRAINING_REPLICAS.items()
     ),
     # Kubeflow notebook controller (kubeflow.org/v1 NotebookSpec.Template).
@@ -144,7 +172,10 @@ OPERATORS: tuple[Workload, ...] = (
     ),
     # KubeRay (ray.io/v1): head and worker groups' PodTemplateSpec, the RayJob submitter.
     _entry(
-        "ray.io", "RayCluster", ("spec.headGroupSpec.template", "spec.workerGroupSpecs[].template")
+        "ray.io",
+        "RayCluster",
+        ("spec.headGroupSpec.template", "spec.workerGroupSpecs[].template"),
+        checked=KUBERAY,
     ),
     _entry(
         "ray.io",
@@ -154,6 +185,7 @@ OPERATORS: tuple[Workload, ...] = (
             "spec.rayClusterSpec.workerGroupSpecs[].template",
             "spec.submitterPodTemplate",
         ),
+        checked=KUBERAY,
     ),
     _entry(
         "ray.io",
@@ -162,6 +194,7 @@ OPERATORS: tuple[Workload, ...] = (
             "spec.rayClusterConfig.headGroupSpec.template",
             "spec.rayClusterConfig.workerGroupSpecs[].template",
         ),
+        checked=KUBERAY,
     ),
     # JobSet (jobset.x-k8s.io/v1alpha2 ReplicatedJob.Template is a batch/v1 JobTemplateSpec).
     _entry("jobset.x-k8s.io", "JobSet", ("spec.replicatedJobs[].template.spec.template",)),
@@ -191,6 +224,14 @@ OPERATORS: tuple[Workload, ...] = (
 """Operators' kinds, from each project's API types."""
 
 
+def opt_in(group: str, kind: str) -> Workload | None:
+    """The table's entry for an operator's kind, opted in by the policy (None: not in it)."""
+    for workload in OPERATORS:
+        if workload.key == (group, kind) and (workload.templates or workload.specs):
+            return Workload(group, kind, workload.templates, workload.specs, checked="policy")
+    return None
+
+
 def group_of(api_version: Any) -> str | None:
     """``apps/v1`` -> ``apps``, ``v1`` -> ``""``; None when it is not an apiVersion."""
     if not isinstance(api_version, str) or not api_version:
@@ -205,6 +246,10 @@ class WorkloadTable:
         self._by_key: dict[tuple[str, str], Workload] = {
             w.key: w for w in (*BUILT_IN, *OPERATORS, *extra)
         }
+
+    def convertible(self, workload: Workload) -> bool:
+        """Kubernetes' kinds, and operators' kinds checked to keep claims (or opted in)."""
+        return workload.built_in or bool(workload.checked)
 
     def __iter__(self) -> Iterator[Workload]:
         return iter(self._by_key.values())

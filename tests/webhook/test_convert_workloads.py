@@ -18,6 +18,14 @@ from webhook.workloads import DEFAULT_TABLE, expand, gpu_requests, lookup
 
 DATA = Path(__file__).parent / "data"
 OPERATORS = [d for d in yaml.safe_load_all((DATA / "operators.yaml").read_text()) if d]
+UNCHECKED = [o for o in OPERATORS if not DEFAULT_TABLE.lookup(o).checked]  # type: ignore[union-attr]
+OPT_IN = load_policy(
+    "workloads:\n"
+    + "".join(
+        f"- {{group: {o['apiVersion'].split('/')[0]}, kind: {o['kind']}}}\n" for o in UNCHECKED
+    )
+)
+"""A policy that opts every kind whose CRD the end-to-end tier could not check in."""
 
 
 def _pods(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -42,7 +50,7 @@ def _claims(spec: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("obj", OPERATORS, ids=[f"{o['kind']}" for o in OPERATORS])
 def test_every_pod_template_of_an_operators_object_is_converted(obj: dict[str, Any]) -> None:
-    result = convert_objects([obj], policy=Policy.default())
+    result = convert_objects([obj], policy=OPT_IN)
     assert result.problems == [] and result.changed == [True]
     (out,) = result.objects
     assert list(gpu_requests(out)) == [], "a GPU request was left behind"
@@ -57,9 +65,54 @@ def test_every_pod_template_of_an_operators_object_is_converted(obj: dict[str, A
     assert out["kind"] == obj["kind"] and out["apiVersion"] == obj["apiVersion"]
 
 
+def test_kinds_whose_crd_was_not_checked_are_left_alone_and_named_until_opted_in() -> None:
+    assert sorted(o["kind"] for o in UNCHECKED) == [
+        "ClusterTrainingRuntime",
+        "InferenceService",
+        "Job",
+        "JobSet",
+        "LeaderWorkerSet",
+        "MPIJob",
+        "Notebook",
+        "PaddleJob",
+        "PyTorchJob",
+        "TFJob",
+        "XGBoostJob",
+    ]
+    result = convert_objects(UNCHECKED, policy=Policy.default())
+    assert result.objects == UNCHECKED and result.templates == [] and result.problems == []
+    named = {w.split(":")[0] for w in result.warnings}
+    assert named == {
+        "ClusterTrainingRuntime torch-distributed",
+        "InferenceService ml/classifier",
+        "Job ml/gang",
+        "JobSet ml/pretrain",
+        "LeaderWorkerSet ml/vllm",
+        "Notebook ml/lab",
+        "PyTorchJob ml/bert-finetune",
+        "TFJob ml/resnet",
+        "MPIJob ml/allreduce",
+        "XGBoostJob ml/ranker",
+        "PaddleJob ml/ocr",
+    }
+    for warning in result.warnings:
+        if warning.startswith(("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob")):
+            assert "training operator's CRDs (v1.8.1 checked) prune" in warning
+        else:
+            assert "its CRD was not checked to keep resourceClaims" in warning
+    assert all(convert_objects([o], policy=OPT_IN).changed == [True] for o in UNCHECKED)
+
+
+def test_checked_kinds_are_converted_by_default() -> None:
+    checked = [o for o in OPERATORS if o not in UNCHECKED]
+    assert {o["kind"] for o in checked} == {"RayCluster", "RayJob", "RayService"}
+    result = convert_objects(checked, policy=Policy.default())
+    assert all(result.changed)
+
+
 def test_a_volcano_job_is_not_read_as_a_batch_job() -> None:
     volcano = next(o for o in OPERATORS if o["apiVersion"].startswith("batch.volcano.sh"))
-    result = convert_objects([volcano], policy=Policy.default())
+    result = convert_objects([volcano], policy=OPT_IN)
     assert result.problems == []
     worker = result.objects[0]["spec"]["tasks"][1]["template"]["spec"]
     assert worker["resourceClaims"][0]["name"] == "gpu-slicer"
@@ -111,6 +164,7 @@ def test_the_policy_adds_paths_for_other_kinds() -> None:
         ("workloads: [{kind: X, podTemplates: [spec.template]}]", None),
         ("workloads: [{group: a/b, kind: X, podTemplates: [x]}]", "workloads[0].group"),
         ("workloads: [{group: a.io, kind: X}]", "give podTemplates or podSpecs"),
+        ("workloads: [{group: jobset.x-k8s.io, kind: JobSet}]", None),
         ("workloads: [{group: a.io, kind: X, podTemplates: ['spec..x']}]", "podTemplates[0]"),
         ("workloads: [{group: a.io, kind: X, podTemplates: [a], extra: 1}]", "extra: unknown"),
     ],
@@ -119,7 +173,8 @@ def test_policy_workloads_are_checked(text: str, problem: str | None) -> None:
     from webhook.errors import PolicyError
 
     if problem is None:
-        assert load_policy(text).workloads[0].kind == "X"
+        (workload,) = load_policy(text).workloads
+        assert workload.kind in ("X", "JobSet") and workload.checked == "policy"
         return
     with pytest.raises(PolicyError) as exc:
         load_policy(text)
@@ -191,5 +246,6 @@ def test_operators_objects_in_audit_mode_say_where_each_conversion_would_happen(
     assert main(["convert", str(DATA / "operators.yaml"), "--mode", "audit"]) == 0
     out, err = capsys.readouterr()
     assert out == (DATA / "operators.yaml").read_text()
-    assert "would convert nvidia.com/gpu in pytorch" in err
-    assert "spec.pytorchReplicaSpecs.Worker.template" in err
+    assert "would convert nvidia.com/gpu in ray-head" in err
+    assert "spec.rayClusterSpec.headGroupSpec.template" in err
+    assert "PyTorchJob ml/bert-finetune: left alone: asks for nvidia.com/gpu" in err
