@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from sandbox.binaries import cache_root
@@ -33,6 +34,17 @@ def pinned_version(module: Path, module_path: str, error: type[BuildError]) -> s
 def cached(name: str, version: str) -> Path:
     """Where the built command lives."""
     return cache_root() / name / version / name
+
+
+def find_or_build(name: str, version: str, build: Callable[[Path], None]) -> Path:
+    """The command on the PATH, else the cached build of ``version``, else ``build`` it now."""
+    on_path = shutil.which(name)
+    if on_path is not None:
+        return Path(on_path)
+    target = cached(name, version)
+    if not target.is_file():
+        build(target)
+    return target
 
 
 def build(

@@ -11,7 +11,6 @@ Run as a script to build (or find) it and print its path: ``python3 -m sandbox.h
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -29,10 +28,6 @@ class HelmUnavailable(BuildError):
 def pinned_version() -> str:
     """The helm version ``tools/helm/go.mod`` requires (one place to change it)."""
     return go_tool.pinned_version(MODULE, MODULE_PATH, HelmUnavailable)
-
-
-def cache_dir() -> Path:
-    return go_tool.cached("helm", pinned_version()).parent
 
 
 def _client_go_version() -> tuple[str, str]:
@@ -69,13 +64,7 @@ def _build(target: Path) -> None:
 
 def helm_binary() -> Path:
     """The helm to run: on the PATH, cached, or built now (several minutes on two cores)."""
-    on_path = shutil.which("helm")
-    if on_path is not None:
-        return Path(on_path)
-    target = cache_dir() / "helm"
-    if not target.is_file():
-        _build(target)
-    return target
+    return go_tool.find_or_build("helm", pinned_version(), _build)
 
 
 if __name__ == "__main__":

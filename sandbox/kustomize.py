@@ -9,7 +9,6 @@ Run as a script to build (or find) it and print its path: ``python3 -m sandbox.k
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -26,14 +25,12 @@ class KustomizeUnavailable(BuildError):
 
 def kustomize_binary() -> Path:
     """The kustomize to run: on the PATH, cached, or built now (minutes on two cores)."""
-    on_path = shutil.which("kustomize")
-    if on_path is not None:
-        return Path(on_path)
     version = go_tool.pinned_version(MODULE, MODULE_PATH, KustomizeUnavailable)
-    target = go_tool.cached("kustomize", version)
-    if not target.is_file():
+
+    def build(target: Path) -> None:
         go_tool.build("kustomize", MODULE, MODULE_PATH, target, "-s -w", KustomizeUnavailable)
-    return target
+
+    return go_tool.find_or_build("kustomize", version, build)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from kube.api import KubeApi, Obj
 from kube.errors import ApiError, KubeError, NotFound
@@ -206,12 +206,29 @@ class WatchCache(Generic[T]):
             self._on_change()
 
 
+class _OnWatchCache:
+    """A source kept by one :class:`WatchCache`: ready once it listed, started and stopped
+    with it."""
+
+    cache: WatchCache[Any]
+
+    @property
+    def synced(self) -> bool:
+        return self.cache.synced
+
+    def start(self) -> None:
+        self.cache.start()
+
+    def stop(self) -> None:
+        self.cache.stop()
+
+
 def _key(obj: Obj) -> tuple[str, str]:
     meta = obj.get("metadata", {})
     return (meta.get("namespace") or "", meta.get("name") or "")
 
 
-class NamespaceModes:
+class NamespaceModes(_OnWatchCache):
     """Namespace -> mode, from a watch of Namespaces.
 
     A namespace the cache has not seen yet (created a moment ago, watch lagging) is looked up
@@ -240,16 +257,6 @@ class NamespaceModes:
         self._misses: dict[str, tuple[Mode, float]] = {}
         self._lock = memory_lock()
 
-    @property
-    def synced(self) -> bool:
-        return self.cache.synced
-
-    def start(self) -> None:
-        self.cache.start()
-
-    def stop(self) -> None:
-        self.cache.stop()
-
     def mode(self, namespace: str) -> Mode:
         cached = self.cache.get(namespace)
         if cached is not None:
@@ -276,7 +283,7 @@ class NamespaceModes:
         return found
 
 
-class ExtendedResourceNames:
+class ExtendedResourceNames(_OnWatchCache):
     """Legacy extended-resource names served natively by some DeviceClass (KEP-5004).
 
     An apiserver without ``resource.k8s.io/v1`` answers the list with NotFound; that means no
@@ -313,21 +320,11 @@ class ExtendedResourceNames:
         """Every DeviceClass that claims an extended resource (for the report)."""
         return self._classes
 
-    @property
-    def synced(self) -> bool:
-        return self.cache.synced
-
     def names(self) -> frozenset[str]:
         return self._names
 
-    def start(self) -> None:
-        self.cache.start()
 
-    def stop(self) -> None:
-        self.cache.stop()
-
-
-class NamespaceQuotas:
+class NamespaceQuotas(_OnWatchCache):
     """Namespace -> the GPU lines of its ResourceQuotas, from a watch of every ResourceQuota."""
 
     def __init__(self, api: KubeApi, *, watch_timeout_s: float = 240.0) -> None:
@@ -350,16 +347,6 @@ class NamespaceQuotas:
 
     def quota(self, namespace: str) -> NamespaceQuota:
         return self._by_namespace.get(namespace, NO_QUOTA)
-
-    @property
-    def synced(self) -> bool:
-        return self.cache.synced
-
-    def start(self) -> None:
-        self.cache.start()
-
-    def stop(self) -> None:
-        self.cache.stop()
 
 
 class StaticQuotas:
