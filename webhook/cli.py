@@ -155,7 +155,8 @@ def _convert(args: argparse.Namespace) -> int:
     problem = _convert_usage_problem(args, folder)
     files: list[Path] = []
     if problem is None:
-        files = gitops.manifest_files(folder) if folder is not None else [Path(args.file)]
+        out_dir = Path(args.out_dir) if args.out_dir else None
+        files = gitops.manifest_files(folder, out_dir) if folder is not None else [Path(args.file)]
         if folder is not None and not files:
             problem = f"{folder} holds no .yaml, .yml or .json files"
     if problem is not None:
@@ -275,7 +276,7 @@ def _write_out_dir(out: Path, folder: Path, tree: Tree) -> None:
     from webhook import gitops
 
     converted = {f.relative: f.output for f in tree.files if f.output is not None}
-    for source in gitops.tree_files(folder):
+    for source in gitops.tree_files(folder, out):
         relative = PurePosixPath(source.relative_to(folder).as_posix())
         target = out / relative
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -63,18 +63,22 @@ class Tree:
         return [f for f in self.files if f.output is not None]
 
 
-def manifest_files(folder: Path) -> list[Path]:
+def manifest_files(folder: Path, exclude: Path | None = None) -> list[Path]:
     """Every manifest under ``folder``, recursively, in a stable order; hidden folders (``.git``)
-    are left out."""
-    return [f for f in tree_files(folder) if f.suffix.lower() in MANIFEST_SUFFIXES]
+    and ``exclude`` (an output folder inside the tree) are left out."""
+    return [f for f in tree_files(folder, exclude) if f.suffix.lower() in MANIFEST_SUFFIXES]
 
 
-def tree_files(folder: Path) -> list[Path]:
-    """Every file under ``folder`` except under hidden folders, in a stable order."""
+def tree_files(folder: Path, exclude: Path | None = None) -> list[Path]:
+    """Every file under ``folder`` except under hidden folders and ``exclude``, in a stable
+    order."""
+    skip = exclude.resolve() if exclude is not None else None
     return sorted(
         f
         for f in folder.rglob("*")
-        if f.is_file() and not any(p.startswith(".") for p in f.relative_to(folder).parts)
+        if f.is_file()
+        and not any(p.startswith(".") for p in f.relative_to(folder).parts)
+        and (skip is None or not f.resolve().is_relative_to(skip))
     )
 
 

@@ -57,6 +57,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read when prometheus_client is fir
 RBAC_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "namespaces"): frozenset({"get", "list", "watch"}),
     ("", "pods"): frozenset({"list"}),
+    ("", "resourcequotas"): frozenset({"list", "watch"}),
     ("resource.k8s.io", "deviceclasses"): frozenset({"list", "watch"}),
     ("resource.k8s.io", "resourceclaimtemplates"): frozenset({"create", "patch", "list", "delete"}),
 }

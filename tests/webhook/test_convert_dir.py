@@ -63,6 +63,14 @@ def test_out_dir_writes_the_whole_tree_converting_only_what_asks_for_gpus(
     assert "unchanged: apps/config.yml" in capsys.readouterr().err
 
 
+def test_an_out_dir_inside_the_tree_is_not_read_again(repo: Path) -> None:
+    out = repo / "converted"
+    assert main(["convert", str(repo), "--out-dir", str(out)]) == 0
+    assert main(["convert", str(repo), "--out-dir", str(out)]) == 0  # a second run
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == ["README.md", "apps/config.yml", "apps/infer/deployment.yaml"]
+
+
 def test_beside_writes_next_to_each_source_in_the_chosen_format(repo: Path) -> None:
     assert main(["convert", str(repo), "--beside", "-o", "json"]) == 0
     target = repo / "apps" / "infer" / "deployment.gpu-slicer.json"
