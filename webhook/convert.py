@@ -23,6 +23,7 @@ import jsonpatch
 import yaml
 
 from kube import documents
+from webhook.crd_schema import pruned_fields
 from webhook.errors import Denied, ManifestError
 from webhook.policy import Policy
 from webhook.quota import NO_QUOTA, NamespaceQuota, escape, read_quotas
@@ -83,6 +84,7 @@ class _Context:
     native_extended: frozenset[str]
     table: WorkloadTable
     quotas: Mapping[str, NamespaceQuota]
+    crds: Mapping[tuple[str, str], Any]
 
 
 def convert_objects(
@@ -96,6 +98,7 @@ def convert_objects(
     seen: set[tuple[str, str]] | None = None,
     quiet_non_objects: bool = False,
     quotas: Mapping[str, NamespaceQuota] | None = None,
+    crds: Mapping[tuple[str, str], Any] | None = None,
 ) -> ConvertResult:
     """Convert every object; a document that cannot be converted is kept and named.
 
@@ -103,11 +106,21 @@ def convert_objects(
     selects the policy's per-namespace rules. ``seen`` carries the templates already emitted
     across several calls (the files of a tree), so each is emitted once.
     ``quiet_non_objects``: documents that are not objects (a kustomize JSON 6902 patch is a
-    list) are kept without a problem. ``quotas``: the GPU quota lines per namespace (from the
-    ResourceQuotas of the tree): a pod that would escape them is left as the webhook leaves it.
+    list) are kept without a problem. ``quotas``: the GPU quota lines per namespace (default:
+    from the ResourceQuotas among ``objects``): a pod that would escape them is left as the
+    webhook leaves it. ``crds``: CustomResourceDefinitions by (group, kind) (default: those
+    among ``objects``): an operator's kind whose CRD would prune the claim is left alone
+    (webhook.crd_schema).
     """
+    objects = list(objects)
     context = _Context(
-        policy, mode, namespace, native_extended, table or policy_table(policy), quotas or {}
+        policy,
+        mode,
+        namespace,
+        native_extended,
+        table or policy_table(policy),
+        tree_quotas(objects, namespace) if quotas is None else quotas,
+        tree_crds(objects) if crds is None else crds,
     )
     result = ConvertResult()
     emitted = seen if seen is not None else set()
@@ -133,6 +146,18 @@ def tree_quotas(objects: Iterable[Any], namespace: str | None) -> dict[str, Name
             grouped.setdefault(ns, []).append(obj)
     found = {ns: read_quotas(quotas) for ns, quotas in grouped.items()}
     return {ns: q for ns, q in found.items() if q.limits_gpus}
+
+
+def tree_crds(objects: Iterable[Any]) -> dict[tuple[str, str], Any]:
+    """The CustomResourceDefinitions among ``objects``, by the (group, kind) they serve."""
+    found: dict[tuple[str, str], Any] = {}
+    for obj in objects:
+        if isinstance(obj, dict) and obj.get("kind") == "CustomResourceDefinition":
+            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else None
+            names = (spec or {}).get("names")
+            if spec and isinstance(names, dict) and names.get("kind"):
+                found[(str(spec.get("group", "")), str(names["kind"]))] = obj
+    return found
 
 
 def policy_table(policy: Policy) -> WorkloadTable:
@@ -201,8 +226,9 @@ def _convert_object(
     workload = context.table.lookup(obj)
     if workload is None:
         return obj, [], "", _left_alone(obj, "its kind is not one gpu-slicer knows", ())
-    if not context.table.convertible(workload):
-        return obj, [], "", _left_alone(obj, workload.note or UNCHECKED, ())
+    why = _not_convertible(workload, context)
+    if why is not None:
+        return obj, [], "", _left_alone(obj, why, ())
     _check_metadata(obj.get("metadata"), "metadata")
     raw = obj.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -226,17 +252,9 @@ def _convert_object(
             )
         except Denied as exc:
             raise Denied(f"{place + ': ' if at else ''}{exc.message}") from exc
-        quota = context.quotas.get(namespace, NO_QUOTA)
-        escaped = escape([w for _, w in conversion.changes], conversion.templates, quota)
+        escaped = _quota_escape(conversion, namespace, context, place if at else "")
         if escaped is not None:
-            if context.policy.quota_without_device_limit == "deny":
-                raise Denied(f"{place + ': ' if at else ''}{escaped}")
-            prefix = (
-                "gpu-slicer audit: would not convert"
-                if context.mode == "audit"
-                else ("not converted")
-            )
-            warnings.append(f"{prefix}: {escaped}{at}")
+            warnings.append(f"{escaped}{at}")
             continue
         if context.mode == "audit":
             warnings += [f"{w}{at}" for w in audit_warnings(conversion)]
@@ -253,7 +271,41 @@ def _convert_object(
     warnings += _left_alone(out if out is not None else obj, reason, covered)
     if out is None:
         return obj, [], "", warnings
+    if not workload.built_in and workload.key not in context.crds and workload.checked != "policy":
+        warnings.append(
+            f"its CRD must keep the claim ({workload.checked}: checked); gpu-slicer plan "
+            "checks the cluster's"
+        )
     return out, templates, "; ".join(summaries), warnings
+
+
+def _not_convertible(workload: Workload, context: _Context) -> str | None:
+    """Why an object of ``workload``'s kind is left alone: a kind not checked to keep the claim
+    (or left alone by the policy), or a CRD of the tree that would prune it."""
+    if not context.table.convertible(workload):
+        return workload.note or UNCHECKED
+    crd = context.crds.get(workload.key)
+    if crd is not None and not workload.built_in:
+        pruned = pruned_fields(crd, workload)
+        if pruned:
+            return f"its CustomResourceDefinition in this tree would prune {pruned[0]}"
+    return None
+
+
+def _quota_escape(
+    conversion: Conversion, namespace: str, context: _Context, place: str
+) -> str | None:
+    """The note for a pod that would escape its namespace's GPU quota (webhook.quota), or
+    None; raises Denied when the policy denies such pods."""
+    quota = context.quotas.get(namespace, NO_QUOTA)
+    escaped = escape([w for _, w in conversion.changes], conversion.templates, quota)
+    if escaped is None:
+        return None
+    if context.policy.quota_without_device_limit == "deny":
+        raise Denied(f"{place + ': ' if place else ''}{escaped}")
+    if context.mode == "audit":
+        return f"gpu-slicer audit: would not convert: {escaped}"
+    return f"not converted: {escaped}"
 
 
 def _pod_paths(obj: dict[str, Any], workload: Workload) -> list[tuple[tuple[Step, ...], bool]]:

@@ -5,6 +5,8 @@
 * A ResourceClaimTemplate is written once per tree: after the documents of the first file that
   needs it. Kustomize patches are not resources, so templates their conversion needs go into
   ``gpu-slicer-templates.yaml`` beside the kustomization, which lists it under ``resources``.
+* CustomResourceDefinitions in the tree decide for their kinds: one that would prune the claim
+  leaves its kind's objects alone (webhook.crd_schema).
 * ResourceQuotas anywhere in the tree limit their namespace as on a cluster: a pod that would
   escape a legacy GPU quota is left as the webhook would leave it (webhook.quota).
 * One document that cannot be converted never blocks the tree: it is kept as it was and
@@ -21,7 +23,14 @@ from typing import Any, Literal
 
 from kube import documents
 from webhook import yaml_text
-from webhook.convert import ConvertResult, Mode, convert_objects, policy_table, tree_quotas
+from webhook.convert import (
+    ConvertResult,
+    Mode,
+    convert_objects,
+    policy_table,
+    tree_crds,
+    tree_quotas,
+)
 from webhook.policy import Policy
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -106,6 +115,7 @@ def convert_tree(
             file.error = str(exc)
             tree.problems.append(f"{file.relative}: {exc}; kept as it was")
     quotas = tree_quotas((v for f in files for c in f.chunks for v in c.values), namespace)
+    crds = tree_crds(v for f in files for c in f.chunks for v in c.values)
     for file in files:
         if file.error is not None:
             continue
@@ -124,6 +134,7 @@ def convert_tree(
             seen=emitted,
             quiet_non_objects=file.patch_of is not None,
             quotas=quotas,
+            crds=crds,
         )
         file.result = result
         tree.problems += [f"{file.relative}: {p}" for p in result.problems]

@@ -239,7 +239,7 @@ _TOP_KEYS = (
     "workloads",
     "quotaWithoutDeviceLimit",
 )
-_WORKLOAD_KEYS = ("group", "kind", "podTemplates", "podSpecs")
+_WORKLOAD_KEYS = ("group", "kind", "podTemplates", "podSpecs", "convert")
 _NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback", "gpuModels", "fullGpuMig")
 
 
@@ -361,6 +361,12 @@ def _workloads(raw: Any, problems: list[str]) -> tuple[Workload, ...]:
             problems.append(f"{path}: {kind} of group {group!r} is listed twice")
             continue
         seen.add((group, kind))
+        if "convert" in body and not isinstance(body["convert"], bool):
+            problems.append(f"{path}.convert: must be true or false, not {body['convert']!r}")
+            continue
+        if body.get("convert") is False:
+            found.append(Workload(group, kind, note="the policy's workloads leave this kind alone"))
+            continue
         paths = {key: _paths(body.get(key, []), f"{path}.{key}", problems) for key in _PATHS}
         if not paths["podTemplates"] and not paths["podSpecs"]:
             known = opt_in(group, kind)

@@ -99,13 +99,12 @@ def _entry(
     )
 
 
-PRUNED_BY_TRAINING_OPERATOR = (
-    "the Kubeflow training operator's CRDs (v1.8.1 checked) prune a pod template's "
-    "resourceClaims[].resourceClaimTemplateName and resources.claims[].request (a PodSpec "
-    "schema older than the DRA API), so its pods would run without a GPU; the webhook converts "
-    "them at admission. With CRDs that keep them, opt the kind in with the policy's workloads"
-)
-KUBERAY = "KubeRay v1.5.0 CRDs"
+KUBERAY = "KubeRay v1.5.0"
+TRAINING_OPERATOR = "Kubeflow training operator v1.9.0 (v1.8.1 prunes the claim)"
+TRAINER = "Kubeflow Trainer v2.0.0"
+JOBSET = "JobSet v0.8.2"
+LWS = "LeaderWorkerSet v0.6.1"
+KSERVE = "KServe v0.15.0"
 UNCHECKED = (
     "its CRD was not checked to keep resourceClaims (a CRD from an older PodSpec prunes them "
     "and the pod runs without a GPU); after a server-side dry run shows it does, opt the kind "
@@ -147,7 +146,7 @@ OPERATORS: tuple[Workload, ...] = (
             "kubeflow.org",
             kind,
             (f"spec.{field}.*.template",),
-            note=PRUNED_BY_TRAINING_OPERATOR if kind != "JAXJob" else "",
+            checked=TRAINING_OPERATOR,
         )
         for kind, field in _TRAINING_REPLICAS.items()
     ),
@@ -159,6 +158,7 @@ OPERATORS: tuple[Workload, ...] = (
             "trainer.kubeflow.org",
             kind,
             ("spec.template.spec.replicatedJobs[].template.spec.template",),
+            checked=TRAINER,
         )
         for kind in ("TrainingRuntime", "ClusterTrainingRuntime")
     ),
@@ -197,7 +197,12 @@ OPERATORS: tuple[Workload, ...] = (
         checked=KUBERAY,
     ),
     # JobSet (jobset.x-k8s.io/v1alpha2 ReplicatedJob.Template is a batch/v1 JobTemplateSpec).
-    _entry("jobset.x-k8s.io", "JobSet", ("spec.replicatedJobs[].template.spec.template",)),
+    _entry(
+        "jobset.x-k8s.io",
+        "JobSet",
+        ("spec.replicatedJobs[].template.spec.template",),
+        checked=JOBSET,
+    ),
     # LeaderWorkerSet (leaderworkerset.x-k8s.io/v1 LeaderWorkerTemplate).
     _entry(
         "leaderworkerset.x-k8s.io",
@@ -206,12 +211,14 @@ OPERATORS: tuple[Workload, ...] = (
             "spec.leaderWorkerTemplate.leaderTemplate",
             "spec.leaderWorkerTemplate.workerTemplate",
         ),
+        checked=LWS,
     ),
     # KServe (serving.kserve.io/v1beta1): each component inlines a PodSpec.
     _entry(
         "serving.kserve.io",
         "InferenceService",
         specs=("spec.predictor", "spec.transformer", "spec.explainer"),
+        checked=KSERVE,
     ),
     # Volcano (batch.volcano.sh/v1alpha1 TaskSpec.Template).
     _entry("batch.volcano.sh", "Job", ("spec.tasks[].template",)),

@@ -66,48 +66,121 @@ def test_every_pod_template_of_an_operators_object_is_converted(obj: dict[str, A
 
 
 def test_kinds_whose_crd_was_not_checked_are_left_alone_and_named_until_opted_in() -> None:
-    assert sorted(o["kind"] for o in UNCHECKED) == [
-        "ClusterTrainingRuntime",
-        "InferenceService",
-        "Job",
-        "JobSet",
-        "LeaderWorkerSet",
-        "MPIJob",
-        "Notebook",
-        "PaddleJob",
-        "PyTorchJob",
-        "TFJob",
-        "XGBoostJob",
-    ]
+    assert sorted(o["kind"] for o in UNCHECKED) == ["Job", "Notebook"]
     result = convert_objects(UNCHECKED, policy=Policy.default())
     assert result.objects == UNCHECKED and result.templates == [] and result.problems == []
     named = {w.split(":")[0] for w in result.warnings}
-    assert named == {
-        "ClusterTrainingRuntime torch-distributed",
-        "InferenceService ml/classifier",
-        "Job ml/gang",
-        "JobSet ml/pretrain",
-        "LeaderWorkerSet ml/vllm",
-        "Notebook ml/lab",
-        "PyTorchJob ml/bert-finetune",
-        "TFJob ml/resnet",
-        "MPIJob ml/allreduce",
-        "XGBoostJob ml/ranker",
-        "PaddleJob ml/ocr",
-    }
-    for warning in result.warnings:
-        if warning.startswith(("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob")):
-            assert "training operator's CRDs (v1.8.1 checked) prune" in warning
-        else:
-            assert "its CRD was not checked to keep resourceClaims" in warning
+    assert named == {"Job ml/gang", "Notebook ml/lab"}
+    assert all("its CRD was not checked to keep resourceClaims" in w for w in result.warnings)
     assert all(convert_objects([o], policy=OPT_IN).changed == [True] for o in UNCHECKED)
 
 
-def test_checked_kinds_are_converted_by_default() -> None:
+def test_checked_kinds_are_converted_by_default_with_a_note_on_their_crd() -> None:
     checked = [o for o in OPERATORS if o not in UNCHECKED]
-    assert {o["kind"] for o in checked} == {"RayCluster", "RayJob", "RayService"}
     result = convert_objects(checked, policy=Policy.default())
     assert all(result.changed)
+    pytorch = [w for w in result.warnings if w.startswith("PyTorchJob ml/bert-finetune:")]
+    assert any(
+        "its CRD must keep the claim (Kubeflow training operator v1.9.0 (v1.8.1 prunes the "
+        "claim): checked)" in w
+        for w in pytorch
+    ), pytorch
+
+
+def test_the_policy_can_leave_a_checked_kind_alone() -> None:
+    ray = next(o for o in OPERATORS if o["kind"] == "RayCluster")
+    policy = load_policy("workloads: [{group: ray.io, kind: RayCluster, convert: false}]")
+    result = convert_objects([ray], policy=policy)
+    assert result.objects == [ray]
+    assert "the policy's workloads leave this kind alone" in result.warnings[0]
+
+
+def _pytorch_crd(claim_fields: list[str]) -> dict[str, Any]:
+    """A PyTorchJob CRD whose pod template knows ``claim_fields`` in resourceClaims items."""
+    claims = {
+        "type": "array",
+        "items": {"type": "object", "properties": {f: {"type": "string"} for f in claim_fields}},
+    }
+    container = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "resources": {
+                "type": "object",
+                "properties": {
+                    "claims": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "name": {"type": "string"},
+                                "request": {"type": "string"},
+                            },
+                        },
+                    },
+                    "limits": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                },
+            },
+        },
+    }
+    template = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "resourceClaims": claims,
+                    "containers": {"type": "array", "items": container},
+                },
+            }
+        },
+    }
+    replica = {"type": "object", "properties": {"template": template}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "pytorchReplicaSpecs": {"type": "object", "additionalProperties": replica}
+                },
+            }
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "pytorchjobs.kubeflow.org"},
+        "spec": {
+            "group": "kubeflow.org",
+            "names": {"kind": "PyTorchJob", "plural": "pytorchjobs"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+def test_a_crd_in_the_tree_that_would_prune_the_claim_leaves_its_kind_alone() -> None:
+    pytorch = next(o for o in OPERATORS if o["kind"] == "PyTorchJob")
+    old = _pytorch_crd(["name", "source"])  # the claim entry of a PodSpec before the DRA API
+    result = convert_objects([old, pytorch], policy=Policy.default())
+    assert result.objects == [old, pytorch]
+    assert any(
+        "its CustomResourceDefinition in this tree would prune "
+        "spec.pytorchReplicaSpecs.*.template.spec.resourceClaims[].resourceClaimTemplateName" in w
+        for w in result.warnings
+    ), result.warnings
+    new = _pytorch_crd(["name", "resourceClaimName", "resourceClaimTemplateName"])
+    result = convert_objects([new, pytorch], policy=Policy.default())
+    assert result.changed == [False, True]
+    assert not any("must keep the claim" in w for w in result.warnings)
 
 
 def test_a_volcano_job_is_not_read_as_a_batch_job() -> None:
@@ -164,7 +237,8 @@ def test_the_policy_adds_paths_for_other_kinds() -> None:
         ("workloads: [{kind: X, podTemplates: [spec.template]}]", None),
         ("workloads: [{group: a/b, kind: X, podTemplates: [x]}]", "workloads[0].group"),
         ("workloads: [{group: a.io, kind: X}]", "give podTemplates or podSpecs"),
-        ("workloads: [{group: jobset.x-k8s.io, kind: JobSet}]", None),
+        ("workloads: [{group: kubeflow.org, kind: Notebook}]", None),
+        ("workloads: [{group: ray.io, kind: RayJob, convert: 'no'}]", "convert: must be true"),
         ("workloads: [{group: a.io, kind: X, podTemplates: ['spec..x']}]", "podTemplates[0]"),
         ("workloads: [{group: a.io, kind: X, podTemplates: [a], extra: 1}]", "extra: unknown"),
     ],
@@ -174,7 +248,7 @@ def test_policy_workloads_are_checked(text: str, problem: str | None) -> None:
 
     if problem is None:
         (workload,) = load_policy(text).workloads
-        assert workload.kind in ("X", "JobSet") and workload.checked == "policy"
+        assert workload.kind in ("X", "Notebook") and workload.checked == "policy"
         return
     with pytest.raises(PolicyError) as exc:
         load_policy(text)
@@ -246,6 +320,6 @@ def test_operators_objects_in_audit_mode_say_where_each_conversion_would_happen(
     assert main(["convert", str(DATA / "operators.yaml"), "--mode", "audit"]) == 0
     out, err = capsys.readouterr()
     assert out == (DATA / "operators.yaml").read_text()
-    assert "would convert nvidia.com/gpu in ray-head" in err
-    assert "spec.rayClusterSpec.headGroupSpec.template" in err
-    assert "PyTorchJob ml/bert-finetune: left alone: asks for nvidia.com/gpu" in err
+    assert "would convert nvidia.com/gpu in pytorch" in err
+    assert "spec.pytorchReplicaSpecs.Worker.template" in err
+    assert "Notebook ml/lab: left alone: asks for nvidia.com/mig-1g.10gb" in err
