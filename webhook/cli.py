@@ -35,9 +35,9 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help="convert manifests with legacy GPU requests to DRA claims (offline)",
         description=(
             "Apply the webhook's translation to every pod template of Pods, Kubernetes' "
-            "workloads and operators' kinds whose CRDs keep the claim (RayCluster, RayJob, "
-            "RayService; others when the policy's workloads opt them in; matched by API group "
-            "and kind), in multi-document input. Prints the objects, "
+            "workloads and operators' kinds whose CRDs keep the claim (Kubeflow, KubeRay, "
+            "JobSet, LeaderWorkerSet, KServe; others when the policy's workloads opt them in; "
+            "matched by API group and kind), in multi-document input. Prints the objects, "
             "converted where they ask for GPUs, and the ResourceClaimTemplates they need, each "
             "once. Documents without GPU requests are kept as they were written. A document "
             "that cannot be converted is named and kept as it was. Exit 0: every document "

@@ -2,9 +2,8 @@
 serves them): the end-to-end tier installs them to see whether converted objects keep their
 claims. Fetched into the Go module cache with ``go mod download``; nothing is committed.
 
-Only modules the proxy serves can be checked: KubeRay and the Kubeflow training operator.
-JobSet, LeaderWorkerSet, Volcano and KServe were not available from it here, so their kinds stay
-unchecked (webhook.workloads)."""
+Volcano's CRDs (volcano.sh/volcano) and the Kubeflow notebook controller were not served by the
+module proxy here, so those kinds stay unchecked (webhook.workloads)."""
 
 from __future__ import annotations
 
@@ -18,23 +17,33 @@ from typing import Any
 import pytest
 import yaml
 
-MODULES: dict[str, str] = {
-    "github.com/ray-project/kuberay/ray-operator@v1.5.0": "config/crd/bases",
-    "github.com/kubeflow/training-operator@v1.8.1": "manifests/base/crds",
-}
-"""Module@version -> the folder of its CRDs; webhook.workloads names these versions."""
+CRD_SETS: tuple[tuple[str, str], ...] = (
+    ("github.com/kubeflow/training-operator@v1.8.1", "manifests/base/crds/*.yaml"),
+    ("github.com/kubeflow/training-operator@v1.9.0", "manifests/base/crds/*.yaml"),
+    ("github.com/ray-project/kuberay/ray-operator@v1.5.0", "config/crd/bases/*.yaml"),
+    ("github.com/kubeflow/trainer/v2@v2.0.0", "manifests/base/crds/*.yaml"),
+    ("sigs.k8s.io/jobset@v0.8.2", "config/components/crd/bases/*.yaml"),
+    ("sigs.k8s.io/lws@v0.6.1", "config/crd/bases/*.yaml"),
+    (
+        "github.com/kserve/kserve@v0.15.0",
+        "config/crd/full/serving.kserve.io_inferenceservices.yaml",
+    ),
+)
+"""Module@version and the glob of its CRDs, installed one set at a time (two versions of the
+training operator define the same CRDs); webhook.workloads names the versions that keep the
+claim."""
 
 
-def crd_documents() -> list[dict[str, Any]]:
-    """Every CustomResourceDefinition of :data:`MODULES` (skips, or fails under CI, without
-    Go or the module proxy)."""
+def crd_sets() -> list[tuple[str, list[dict[str, Any]]]]:
+    """(module@version, its CustomResourceDefinitions) for each of :data:`CRD_SETS` (skips, or
+    fails under CI, without Go or the module proxy)."""
     go = shutil.which("go")
-    found: list[dict[str, Any]] = []
-    for module, folder in MODULES.items():
-        if go is None:
-            _unavailable("Go is not installed to fetch the operators' CRDs")
+    if go is None:
+        _unavailable("Go is not installed to fetch the operators' CRDs")
+    found: list[tuple[str, list[dict[str, Any]]]] = []
+    for module, pattern in CRD_SETS:
         result = subprocess.run(
-            [go, "mod", "download", "-json", module],
+            [str(go), "mod", "download", "-json", module],
             capture_output=True,
             text=True,
             timeout=600,
@@ -43,11 +52,14 @@ def crd_documents() -> list[dict[str, Any]]:
         )
         if result.returncode != 0:
             _unavailable(f"go mod download {module} failed: {result.stdout[-500:]}")
-        directory = Path(json.loads(result.stdout)["Dir"]) / folder
-        for path in sorted(directory.glob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                    found.append(doc)
+        directory = Path(json.loads(result.stdout)["Dir"])
+        crds = [
+            doc
+            for path in sorted(directory.glob(pattern))
+            for doc in yaml.safe_load_all(path.read_text())
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
+        ]
+        found.append((module, crds))
     return found
 
 
