@@ -26,6 +26,7 @@ from kube.errors import KubeError, NotFound
 from slicer import catalog
 from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 from webhook.convert import policy_table
+from webhook.crd_schema import pruned_fields
 from webhook.errors import Denied, PolicyError
 from webhook.policy import Policy, load_policy
 from webhook.quota import (
@@ -79,6 +80,7 @@ class WorkloadPlan:
     annotations: dict[str, str] = field(default_factory=dict)
     template: str = ""
     """Where the pod template is in an operator's object (``spec.tasks[1].template``)."""
+    api_group: str = ""
 
     @property
     def label(self) -> str:
@@ -267,6 +269,7 @@ def plan_workload(
         plan = _plan_template(obj, template, namespace, policy, native, quota)
         plan.replicas = _replicas(obj, holder, workload, gpu_nodes)
         plan.template = "" if workload.built_in else where
+        plan.api_group = workload.group
         plans.append(plan)
     return plans
 
@@ -318,6 +321,33 @@ def _plan_template(
     else:
         plan.detail = "no GPU requests" if not (plan.legacy or annotations) else "unchanged"
     return plan
+
+
+def crd_notes(api: KubeApi, kinds: set[tuple[str, str]], table: WorkloadTable) -> list[str]:
+    """For each operator's kind planned: whether its installed CRD keeps a converted object's
+    claim (webhook.crd_schema), so that its objects are converted in Git only where it does."""
+    notes: list[str] = []
+    for kind, group in sorted(kinds):
+        workload = table.lookup({"apiVersion": f"{group}/v1", "kind": kind})
+        resource = served(group, kind)
+        if workload is None or workload.built_in or resource is None:
+            continue
+        name = f"{resource.plural}.{group}"
+        try:
+            crd = api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+        except KubeError as exc:
+            notes.append(f"cannot read CRD {name} to check it keeps the claim: {exc}")
+            continue
+        pruned = pruned_fields(crd, workload)
+        if pruned:
+            notes.append(
+                f"CRD {name} prunes {pruned[0]}: {kind} objects converted in Git would run "
+                "without a GPU; leave them unconverted there (policy workloads: convert: "
+                "false) or upgrade the CRD; the webhook converts their pods either way"
+            )
+        else:
+            notes.append(f"CRD {name} keeps the claim: {kind} objects can be converted in Git")
+    return notes
 
 
 def gpu_nodes(api: KubeApi) -> tuple[list[GpuNode], list[str]]:
@@ -521,6 +551,7 @@ def build_plan(
         ns: labels[ns] for ns in wanted if namespaces or any(w.namespace == ns for w in workloads)
     }
     plan = Plan(shown, source, workloads, nodes, skipped, None, quotas=quotas)
+    plan.notes += crd_notes(api, {(w.kind, w.api_group) for w in workloads}, kinds)
     plan.simulation = simulate(plan, raw, api.server_version())
     if any(w.kind == "DaemonSet" for w in workloads):
         plan.notes.append(

@@ -346,3 +346,28 @@ def test_a_namespace_right_sized_to_slices_keeps_its_limit_on_the_mig_class(
     assert _run(cluster, ["-n", "inference", "-o", "json"]) == 0
     keep = json.loads(capsys.readouterr().out)["quotas"]["inference"]["keepWith"]
     assert keep == {"mig.gpu-slicer.io.deviceclass.resource.k8s.io/devices": 6}
+
+
+def test_plan_checks_that_installed_crds_keep_the_claim(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.crd_cases import pytorch_crd
+
+    for obj in _operators():
+        if obj["kind"] in ("PyTorchJob", "TFJob"):
+            cluster.create(obj)
+    cluster.create(pytorch_crd(["name", "source"]))  # a PodSpec before the DRA API
+    tfjobs = pytorch_crd(["name", "resourceClaimTemplateName"])
+    tfjobs["metadata"]["name"] = "tfjobs.kubeflow.org"
+    tfjobs["spec"]["names"] = {"kind": "TFJob", "plural": "tfjobs"}
+    schema = tfjobs["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    schema["properties"]["tfReplicaSpecs"] = schema["properties"].pop("pytorchReplicaSpecs")
+    cluster.create(tfjobs)
+    assert _run(cluster, ["-n", "training", "-o", "json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(
+        n.startswith("CRD pytorchjobs.kubeflow.org prunes spec.pytorchReplicaSpecs.*.template")
+        and "would run without a GPU" in n
+        for n in notes
+    ), notes
+    assert "CRD tfjobs.kubeflow.org keeps the claim: TFJob objects can be converted in Git" in notes

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from cli.main import main
+from tests.support.crd_cases import pytorch_crd
 from tests.support.webhook_cases import validate
 from webhook.convert import convert_objects
 from webhook.policy import Policy, load_policy
@@ -95,81 +96,9 @@ def test_the_policy_can_leave_a_checked_kind_alone() -> None:
     assert "the policy's workloads leave this kind alone" in result.warnings[0]
 
 
-def _pytorch_crd(claim_fields: list[str]) -> dict[str, Any]:
-    """A PyTorchJob CRD whose pod template knows ``claim_fields`` in resourceClaims items."""
-    claims = {
-        "type": "array",
-        "items": {"type": "object", "properties": {f: {"type": "string"} for f in claim_fields}},
-    }
-    container = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "resources": {
-                "type": "object",
-                "properties": {
-                    "claims": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "name": {"type": "string"},
-                                "request": {"type": "string"},
-                            },
-                        },
-                    },
-                    "limits": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                },
-            },
-        },
-    }
-    template = {
-        "type": "object",
-        "properties": {
-            "spec": {
-                "type": "object",
-                "properties": {
-                    "resourceClaims": claims,
-                    "containers": {"type": "array", "items": container},
-                },
-            }
-        },
-    }
-    replica = {"type": "object", "properties": {"template": template}}
-    schema = {
-        "type": "object",
-        "properties": {
-            "spec": {
-                "type": "object",
-                "properties": {
-                    "pytorchReplicaSpecs": {"type": "object", "additionalProperties": replica}
-                },
-            }
-        },
-    }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "pytorchjobs.kubeflow.org"},
-        "spec": {
-            "group": "kubeflow.org",
-            "names": {"kind": "PyTorchJob", "plural": "pytorchjobs"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": schema},
-                }
-            ],
-        },
-    }
-
-
 def test_a_crd_in_the_tree_that_would_prune_the_claim_leaves_its_kind_alone() -> None:
     pytorch = next(o for o in OPERATORS if o["kind"] == "PyTorchJob")
-    old = _pytorch_crd(["name", "source"])  # the claim entry of a PodSpec before the DRA API
+    old = pytorch_crd(["name", "source"])  # the claim entry of a PodSpec before the DRA API
     result = convert_objects([old, pytorch], policy=Policy.default())
     assert result.objects == [old, pytorch]
     assert any(
@@ -177,7 +106,7 @@ def test_a_crd_in_the_tree_that_would_prune_the_claim_leaves_its_kind_alone() ->
         "spec.pytorchReplicaSpecs.*.template.spec.resourceClaims[].resourceClaimTemplateName" in w
         for w in result.warnings
     ), result.warnings
-    new = _pytorch_crd(["name", "resourceClaimName", "resourceClaimTemplateName"])
+    new = pytorch_crd(["name", "resourceClaimName", "resourceClaimTemplateName"])
     result = convert_objects([new, pytorch], policy=Policy.default())
     assert result.changed == [False, True]
     assert not any("must keep the claim" in w for w in result.warnings)
