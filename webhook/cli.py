@@ -144,7 +144,7 @@ def _convert(args: argparse.Namespace) -> int:
     """Exit 0: every document converted or left with a stated reason; 1: some documents (or
     files) could not be converted, each named, and the rest written; 2: bad flags or input."""
     from webhook import gitops, krm
-    from webhook.errors import PolicyError
+    from webhook.errors import FunctionConfigError, PolicyError
     from webhook.policy import Policy, load_policy_file
 
     try:
@@ -171,7 +171,7 @@ def _convert(args: argparse.Namespace) -> int:
     if args.file == "-" and krm.is_resource_list(sources[0][1]):
         try:
             sys.stdout.write(krm.run(sources[0][1], policy=policy, native_extended=native))
-        except krm.FunctionConfigError as exc:
+        except FunctionConfigError as exc:
             print(f"{_CONVERT}: {exc}", file=sys.stderr)
             return 2
         return 0

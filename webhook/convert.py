@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import jsonpatch
-import yaml
 
 from kube import documents
 from webhook.crd_schema import pruned_fields
@@ -441,13 +440,6 @@ def _describe(obj: Any) -> str:
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
     ns = meta.get("namespace")
     return f"{obj.get('kind', '<no kind>')} {f'{ns}/' if ns else ''}{name}"
-
-
-def dump_yaml(items: Sequence[Any]) -> str:
-    """One YAML stream, documents separated by ``---``, keys in their original order."""
-    return yaml.safe_dump_all(
-        items, sort_keys=False, default_flow_style=False, explicit_start=True, width=4096
-    )
 
 
 def dump_json_list(items: Sequence[Any]) -> str:

@@ -31,6 +31,7 @@ from webhook.convert import (
     tree_crds,
     tree_quotas,
 )
+from webhook.errors import YamlTextError
 from webhook.policy import Policy
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -175,7 +176,10 @@ def _render(
         if not any(changed):
             parts.append(chunk.text)
         elif count == 1:
-            parts.append(yaml_text.rewrite(chunk, converted[0]))
+            try:
+                parts.append(yaml_text.rewrite(chunk, converted[0]))
+            except YamlTextError:  # e.g. a duplicate key, which only ruamel.yaml refuses
+                parts.append(yaml_text.dump(converted[0], start=chunk.text.startswith("---")))
         else:
             parts.append("".join(yaml_text.dump(v, start=i > 0) for i, v in enumerate(converted)))
     text = "".join(parts)

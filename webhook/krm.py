@@ -18,16 +18,12 @@ import yaml
 
 from kube import documents
 from webhook.convert import Mode, convert_objects
-from webhook.errors import PolicyError
+from webhook.errors import FunctionConfigError, PolicyError
 from webhook.policy import Policy, load_policy
 
 API_VERSION = "config.kubernetes.io/v1"
 KIND = "ResourceList"
 _SPEC_KEYS = ("mode", "namespace", "policy")
-
-
-class FunctionConfigError(ValueError):
-    """The function's config (``functionConfig.spec``) is not one gpu-slicer understands."""
 
 
 def is_resource_list(text: str) -> bool:

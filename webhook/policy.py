@@ -21,9 +21,9 @@ from typing import Any, Literal
 from kube import documents
 from slicer import catalog
 from slicer.errors import CatalogError
-from webhook.errors import PolicyError
+from webhook.errors import PolicyError, WorkloadPathError
 from webhook.suggest import did_you_mean
-from webhook.workloads import PathError, Workload, opt_in, parse_path
+from webhook.workloads import Workload, opt_in, parse_path
 
 Target = Literal["gpu-slicer", "nvidia"]
 NativeMode = Literal["defer", "convert"]
@@ -326,7 +326,7 @@ def _paths(listed: Any, path: str, problems: list[str]) -> tuple[tuple[str, ...]
     for j, text in enumerate(listed):
         try:
             parsed.append(parse_path(text))
-        except PathError as exc:
+        except WorkloadPathError as exc:
             problems.append(f"{path}[{j}]: {exc}")
     return tuple(parsed)
 

@@ -24,27 +24,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from slicer.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
+from webhook.errors import WorkloadPathError
 from webhook.sharing import is_sharing_resource
 
 Step = str | int
 """A key of a mapping or an index of a list, in a concrete path."""
 
 
-class PathError(ValueError):
-    """A path of the table or the policy that does not follow the syntax."""
-
-
 _KEY = re.compile(r"^(?:\*|[A-Za-z_][A-Za-z0-9_-]*(?:\[\])?)$")
 
 
 def parse_path(text: str) -> tuple[str, ...]:
-    """``spec.tasks[].template`` -> ``("spec", "tasks", "[]", "template")``; raises PathError."""
+    """``spec.tasks[].template`` -> ``("spec", "tasks", "[]", "template")``; raises
+    WorkloadPathError."""
     if not isinstance(text, str) or not text:
-        raise PathError("a path is dot-separated keys, such as spec.template")
+        raise WorkloadPathError("a path is dot-separated keys, such as spec.template")
     steps: list[str] = []
     for key in text.split("."):
         if not _KEY.match(key):
-            raise PathError(
+            raise WorkloadPathError(
                 f"{text!r}: {key!r} is not a key (letters, digits, '_' and '-'; 'key[]' for "
                 "every item of a list, '*' for every value of a map)"
             )

@@ -20,12 +20,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from kube import documents
+from webhook.errors import YamlTextError
 
 _SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$")
-
-
-class YamlTextError(ValueError):
-    """Text that cannot be split into documents or loaded for editing."""
 
 
 @dataclass

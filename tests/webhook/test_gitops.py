@@ -224,3 +224,21 @@ def test_a_json6902_patch_is_kept_quietly(
     )
     assert main(["convert", str(repo), "--out-dir", str(tmp_path / "out")]) == 0
     assert "gpu-slicer convert:" not in capsys.readouterr().err
+
+
+def test_a_document_only_pyyaml_reads_is_still_converted_without_its_comments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ruamel.yaml refuses duplicate keys, which kubectl's YAML reader accepts (last wins)."""
+    text = _job("dup").replace(
+        "spec:\n  template:", "spec:\n  parallelism: 1\n  parallelism: 2\n  template:"
+    )
+    source = tmp_path / "dup.yaml"
+    source.write_text(text)
+    assert main(["convert", str(source)]) == 0
+    job, template = _docs(capsys.readouterr().out)
+    assert job["spec"]["parallelism"] == 2
+    assert (
+        job["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+        == (template["metadata"]["name"])
+    )
