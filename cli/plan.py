@@ -21,25 +21,35 @@ from pathlib import Path
 from typing import Any
 
 from kube import documents
-from kube.api import KubeApi
+from kube.api import KubeApi, served
 from kube.errors import KubeError, NotFound
 from slicer import catalog
 from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 from slicer.scaling import partitionable_scales, quadratic_warning
+from webhook.convert import policy_table
+from webhook.crd_schema import pruned_fields
 from webhook.errors import Denied, PolicyError
 from webhook.policy import Policy, load_policy
+from webhook.quota import (
+    DEVICES_SUFFIX,
+    NO_QUOTA,
+    NamespaceQuota,
+    escape,
+    keeping_limits,
+    read_quotas,
+)
 from webhook.translate import is_legacy_resource, translate_pod
+from webhook.workloads import DEFAULT_TABLE, Workload, WorkloadTable, expand, lookup, show
 
 Obj = dict[str, Any]
 
-WORKLOAD_KINDS: tuple[tuple[str, str], ...] = (
-    ("apps/v1", "Deployment"),
-    ("apps/v1", "StatefulSet"),
-    ("apps/v1", "DaemonSet"),
-    ("batch/v1", "Job"),
-    ("batch/v1", "CronJob"),
-    ("v1", "Pod"),
+WORKLOAD_KINDS: tuple[tuple[str, str], ...] = tuple(
+    (r.api_version, w.kind)
+    for w in DEFAULT_TABLE
+    if (w.templates or w.specs) and (r := served(w.group, w.kind)) is not None and r.namespaced
 )
+"""What ``plan`` lists: Kubernetes' workloads and Pods, then the operators' kinds of
+:mod:`webhook.workloads` (a kind whose CRD is not installed is skipped)."""
 POLICY_CONFIGMAP = "gpu-slicer-policy"
 HORIZON = "2h"
 """How long the simulated pods run: long enough that none ends, so the report compares who
@@ -69,12 +79,26 @@ class WorkloadPlan:
     """Per converted container: its alternatives in preference order."""
     warnings: list[str] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
+    template: str = ""
+    """Where the pod template is in an operator's object (``spec.tasks[1].template``)."""
+    api_group: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}/{self.name}" + (f" {self.template}" if self.template else "")
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}" + (
+            f"/{self.template}" if self.template else ""
+        )
 
     def as_json(self) -> Obj:
         return {
             "namespace": self.namespace,
             "kind": self.kind,
             "name": self.name,
+            "template": self.template,
             "replicas": self.replicas,
             "requests": self.legacy,
             "outcome": self.outcome,
@@ -103,6 +127,8 @@ class Plan:
     skipped_nodes: list[str]
     simulation: Obj | None
     notes: list[str] = field(default_factory=list)
+    quotas: dict[str, Obj] = field(default_factory=dict)
+    """namespace -> its GPU quota lines today and the DRA lines that keep them."""
 
     def as_json(self) -> Obj:
         return {
@@ -115,6 +141,7 @@ class Plan:
             "skippedNodes": self.skipped_nodes,
             "simulation": self.simulation,
             "notes": self.notes,
+            "quotas": self.quotas,
         }
 
 
@@ -167,20 +194,29 @@ def native_extended_names(api: KubeApi) -> frozenset[str]:
     )
 
 
-def _template(obj: Obj) -> Obj | None:
-    kind = obj.get("kind")
-    spec = obj.get("spec") or {}
-    if kind == "Pod":
-        return {"metadata": obj.get("metadata") or {}, "spec": spec}
-    if kind == "CronJob":
-        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
-    template = spec.get("template")
-    return template if isinstance(template, dict) else None
+def _templates(obj: Obj, workload: Workload) -> list[tuple[str, Obj, Obj]]:
+    """(where, pod template, the mapping that holds it) for each pod template of ``obj``."""
+    found: list[tuple[str, Obj, Obj]] = []
+    for path in workload.templates:
+        for steps in expand(obj, path):
+            template = lookup(obj, steps)
+            if isinstance(template.get("spec"), dict):
+                parent = lookup(obj, steps[:-1]) if steps else obj
+                found.append((show(steps), template, parent))
+    for path in workload.specs:
+        for steps in expand(obj, path):
+            spec = lookup(obj, steps)
+            found.append((show(steps), {"metadata": {}, "spec": spec}, spec))
+    return found
 
 
-def _replicas(obj: Obj, gpu_nodes: int) -> int:
+def _replicas(obj: Obj, holder: Obj, workload: Workload, gpu_nodes: int) -> int:
+    """Pods one template makes at once: Kubernetes' workloads by their own rules, operators'
+    templates by the ``replicas`` beside them (1 when there is none)."""
     kind, spec = obj["kind"], obj.get("spec") or {}
-    if kind in ("Deployment", "StatefulSet"):
+    if not workload.built_in:
+        value = holder.get("replicas", 1)
+    elif kind in ("Deployment", "StatefulSet"):
         value = spec.get("replicas", 1)
     elif kind == "Job":
         value = spec.get("parallelism", 1)
@@ -205,18 +241,48 @@ def _legacy(template: Obj) -> dict[str, int]:
     return totals
 
 
-def _owned(obj: Obj) -> bool:
-    """A pod a controller made: its workload template is planned instead."""
-    return bool((obj.get("metadata") or {}).get("ownerReferences"))
+def _owned(obj: Obj, kinds: WorkloadTable) -> bool:
+    """Made by a controller whose object ``plan`` reads (its template is planned instead): a
+    CronJob's Job, a JobSet's Jobs, a LeaderWorkerSet's StatefulSets, any workload's Pods."""
+    for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if not isinstance(owner, dict):
+            continue
+        if obj.get("kind") == "Pod" or kinds.lookup(owner) is not None:
+            return True
+    return False
 
 
 def plan_workload(
-    obj: Obj, namespace: str, policy: Policy, native: frozenset[str], gpu_nodes: int
-) -> WorkloadPlan | None:
-    """The webhook's verdict on one object's pod template; None for objects without one."""
-    template = _template(obj)
-    if template is None or not isinstance(template.get("spec"), dict):
-        return None
+    obj: Obj,
+    namespace: str,
+    policy: Policy,
+    native: frozenset[str],
+    gpu_nodes: int,
+    table: WorkloadTable = DEFAULT_TABLE,
+    quota: NamespaceQuota = NO_QUOTA,
+) -> list[WorkloadPlan]:
+    """The webhook's verdict on each pod template of ``obj`` (none for other kinds)."""
+    workload = table.lookup(obj)
+    if workload is None:
+        return []
+    plans = []
+    for where, template, holder in _templates(obj, workload):
+        plan = _plan_template(obj, template, namespace, policy, native, quota)
+        plan.replicas = _replicas(obj, holder, workload, gpu_nodes)
+        plan.template = "" if workload.built_in else where
+        plan.api_group = workload.group
+        plans.append(plan)
+    return plans
+
+
+def _plan_template(
+    obj: Obj,
+    template: Obj,
+    namespace: str,
+    policy: Policy,
+    native: frozenset[str],
+    quota: NamespaceQuota,
+) -> WorkloadPlan:
     meta = obj.get("metadata") or {}
     pod = {"metadata": template.get("metadata") or {}, "spec": template["spec"]}
     annotations = {
@@ -228,7 +294,7 @@ def plan_workload(
         namespace=namespace,
         kind=str(obj["kind"]),
         name=str(meta.get("name")),
-        replicas=_replicas(obj, gpu_nodes),
+        replicas=1,
         legacy=_legacy(pod),
         outcome="leave",
         detail="",
@@ -240,7 +306,11 @@ def plan_workload(
         plan.outcome, plan.detail = "deny", exc.message
         return plan
     plan.warnings = list(conversion.warnings)
-    if conversion.patch:
+    escaped = escape([w for _, w in conversion.changes], conversion.templates, quota)
+    if conversion.patch and escaped is not None:
+        deny = policy.quota_without_device_limit == "deny"
+        plan.outcome, plan.detail = ("deny" if deny else "leave"), escaped
+    elif conversion.patch:
         plan.outcome, plan.detail = "convert", conversion.summary
         plan.becomes = [
             " | ".join(alt.label for alt in r.alternatives) for r in conversion.requests
@@ -252,6 +322,33 @@ def plan_workload(
     else:
         plan.detail = "no GPU requests" if not (plan.legacy or annotations) else "unchanged"
     return plan
+
+
+def crd_notes(api: KubeApi, kinds: set[tuple[str, str]], table: WorkloadTable) -> list[str]:
+    """For each operator's kind planned: whether its installed CRD keeps a converted object's
+    claim (webhook.crd_schema), so that its objects are converted in Git only where it does."""
+    notes: list[str] = []
+    for kind, group in sorted(kinds):
+        workload = table.lookup({"apiVersion": f"{group}/v1", "kind": kind})
+        resource = served(group, kind)
+        if workload is None or workload.built_in or resource is None:
+            continue
+        name = f"{resource.plural}.{group}"
+        try:
+            crd = api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+        except KubeError as exc:
+            notes.append(f"cannot read CRD {name} to check it keeps the claim: {exc}")
+            continue
+        pruned = pruned_fields(crd, workload)
+        if pruned:
+            notes.append(
+                f"CRD {name} prunes {pruned[0]}: {kind} objects converted in Git would run "
+                "without a GPU; leave them unconverted there (policy workloads: convert: "
+                "false) or upgrade the CRD; the webhook converts their pods either way"
+            )
+        else:
+            notes.append(f"CRD {name} keeps the claim: {kind} objects can be converted in Git")
+    return notes
 
 
 def gpu_nodes(api: KubeApi) -> tuple[list[GpuNode], list[str]]:
@@ -321,6 +418,11 @@ def _layout_of(node: GpuNode) -> list[str] | str:
     return per_gpu or "whole"
 
 
+def _sim_name(text: str) -> str:
+    """A simulated pod's name: lower-case letters, digits and '-'."""
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", text.lower())).strip("-")
+
+
 def simulate(plan: Plan, raw_policy: Obj, kubernetes: tuple[int, int]) -> Obj | None:
     """Today against gpu-slicer for the converted workloads on the cluster's GPU nodes."""
     from sim.compare import compare
@@ -334,8 +436,8 @@ def simulate(plan: Plan, raw_policy: Obj, kubernetes: tuple[int, int]) -> Obj | 
     pods = []
     for w in converted:
         body: Obj = {
-            "name": f"{w.namespace}-{w.kind.lower()}-{w.name}",
-            "workload": f"{w.namespace}/{w.kind}/{w.name}",
+            "name": _sim_name(f"{w.namespace}-{w.kind}-{w.name}-{w.template}"),
+            "workload": w.key,
             "namespace": w.namespace,
             "at": "0s",
             "duration": HORIZON,
@@ -372,7 +474,7 @@ def simulate(plan: Plan, raw_policy: Obj, kubernetes: tuple[int, int]) -> Obj | 
     today, after = comparison.results
     workloads = {}
     for w in converted:
-        key = f"{w.namespace}/{w.kind}/{w.name}"
+        key = w.key
         workloads[key] = {
             "pods": w.replicas,
             "runningToday": today.served_by_workload.get(key, (0, 0))[0],
@@ -421,23 +523,36 @@ def build_plan(
     if missing:
         raise PlanInputError(f"namespace {missing[0]} does not exist in the cluster")
     workloads: list[WorkloadPlan] = []
+    kinds = policy_table(policy)
+    quotas: dict[str, Obj] = {}
     for ns in wanted:
+        quota = read_quotas(api.list("v1", "ResourceQuota", ns).items)
+        if quota.limits_gpus:
+            quotas[ns] = {
+                "legacy": {f"requests.{k}": v for k, v in quota.legacy.items()},
+                "devices": {k + DEVICES_SUFFIX: v for k, v in quota.devices.items()},
+                "keepWith": keeping_limits(quota, ns, policy),
+            }
         for api_version, kind in WORKLOAD_KINDS:
-            for obj in api.list(api_version, kind, ns).items:
+            try:
+                found = api.list(api_version, kind, ns).items
+            except NotFound:
+                continue  # the operator's CRD is not installed
+            for obj in found:
                 obj.setdefault("kind", kind)
-                if kind == "Pod" and _owned(obj):
-                    continue
-                if kind == "Job" and _owned(obj):
-                    continue  # made by a CronJob, planned through it
-                item = plan_workload(obj, ns, policy, native, len(nodes))
-                if item is not None and (
-                    item.legacy or item.annotations or item.outcome != "leave"
-                ):
-                    workloads.append(item)
+                obj.setdefault("apiVersion", api_version)
+                if _owned(obj, kinds):
+                    continue  # made by a controller whose own object is planned
+                workloads += [
+                    item
+                    for item in plan_workload(obj, ns, policy, native, len(nodes), kinds, quota)
+                    if item.legacy or item.annotations or item.outcome != "leave"
+                ]
     shown = {
         ns: labels[ns] for ns in wanted if namespaces or any(w.namespace == ns for w in workloads)
     }
-    plan = Plan(shown, source, workloads, nodes, skipped, None)
+    plan = Plan(shown, source, workloads, nodes, skipped, None, quotas=quotas)
+    plan.notes += crd_notes(api, {(w.kind, w.api_group) for w in workloads}, kinds)
     version = api.server_version()
     plan.simulation = simulate(plan, raw, version)
     if nodes and not partitionable_scales(version):
@@ -461,6 +576,7 @@ def table(plan: Plan) -> str:
     for ns, label in plan.namespaces.items():
         items = [w for w in plan.workloads if w.namespace == ns]
         out.write(f"\nnamespace {ns} ({MIGRATION_LABEL}: {label})\n")
+        _write_quota(out, plan.quotas.get(ns))
         if not items:
             out.write("  no GPU workloads\n")
             continue
@@ -470,11 +586,11 @@ def table(plan: Plan) -> str:
         for w in items:
             asks = ", ".join(f"{k}: {v}" for k, v in w.legacy.items()) or "annotations"
             why = "; ".join(w.becomes) if w.outcome == "convert" else w.detail
-            rows.append((f"{w.kind}/{w.name}", str(w.replicas), asks, w.outcome, why))
+            rows.append((w.label, str(w.replicas), asks, w.outcome, why))
         out.write(_columns(rows, indent="  "))
         for w in items:
             for warning in w.warnings:
-                out.write(f"  warning: {w.kind}/{w.name}: {warning}\n")
+                out.write(f"  warning: {w.label}: {warning}\n")
     out.write("\n")
     if plan.nodes:
         gpus = sum(n.gpus for n in plan.nodes)
@@ -520,6 +636,19 @@ def table(plan: Plan) -> str:
     return out.getvalue()
 
 
+def _write_quota(out: io.StringIO, quota: Obj | None) -> None:
+    """A namespace's GPU quota lines, and the DRA lines that keep them once pods convert."""
+    if not quota:
+        return
+    today = ", ".join(f"{k}: {v}" for k, v in {**quota["legacy"], **quota["devices"]}.items())
+    out.write(f"  GPU quota: {today}\n")
+    missing = {k: v for k, v in quota["keepWith"].items() if k not in quota["devices"]}
+    if quota["legacy"] and missing:
+        out.write("  converted pods would escape it; add to the namespace's ResourceQuota:\n")
+        for key, value in missing.items():
+            out.write(f"    {key}: {value}\n")
+
+
 def _columns(rows: list[tuple[str, ...]], *, indent: str) -> str:
     """Left-aligned columns two spaces apart, as wide as their widest cell."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -542,11 +671,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "plan",
         help="what enabling gpu-slicer in a namespace would do (reads the cluster only)",
         description=(
-            "Reads the namespaces' Deployments, StatefulSets, DaemonSets, Jobs, CronJobs and "
-            "bare Pods, runs the webhook's translation on their pod templates with the "
-            "installed policy, and reports per workload what it becomes, what would be denied "
-            "and why, and what is left alone. Then it simulates the converted workloads on the "
-            "cluster's GPU nodes as today and with gpu-slicer. Nothing is changed."
+            "Reads the namespaces' Deployments, StatefulSets, DaemonSets, Jobs, CronJobs, bare "
+            "Pods and operators' workloads (PyTorchJob, RayCluster, JobSet, LeaderWorkerSet, "
+            "InferenceService, Volcano Job, ...), runs the webhook's translation on their pod "
+            "templates with the installed policy, and reports per workload what it becomes, "
+            "what would be denied and why, and what is left alone. Then it simulates the "
+            "converted workloads on the cluster's GPU nodes as today and with gpu-slicer. "
+            "Nothing is changed."
         ),
     )
     p.add_argument(

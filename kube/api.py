@@ -55,6 +55,38 @@ RESOURCES: dict[tuple[str, str], Resource] = {
         Resource("apps/v1", "DaemonSet", "daemonsets", True),
         Resource("batch/v1", "Job", "jobs", True),
         Resource("batch/v1", "CronJob", "cronjobs", True),
+        # Operators' workloads, also read by `plan` (webhook.workloads says where their pod
+        # templates are); the versions each project serves today.
+        *(
+            Resource("kubeflow.org/v1", kind, kind.lower() + "s", True)
+            for kind in ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "Notebook")
+        ),
+        Resource("kubeflow.org/v2beta1", "MPIJob", "mpijobs", True),
+        Resource("trainer.kubeflow.org/v1alpha1", "TrainingRuntime", "trainingruntimes", True),
+        Resource(
+            "trainer.kubeflow.org/v1alpha1",
+            "ClusterTrainingRuntime",
+            "clustertrainingruntimes",
+            False,
+        ),
+        Resource("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs", True),
+        Resource("ray.io/v1", "RayCluster", "rayclusters", True),
+        Resource("ray.io/v1", "RayJob", "rayjobs", True),
+        Resource("ray.io/v1", "RayService", "rayservices", True),
+        Resource("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", True),
+        Resource("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets", True),
+        Resource("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices", True),
+        Resource("batch.volcano.sh/v1alpha1", "Job", "jobs", True),
+        Resource("argoproj.io/v1alpha1", "Workflow", "workflows", True),
+        Resource("argoproj.io/v1alpha1", "WorkflowTemplate", "workflowtemplates", True),
+        Resource("argoproj.io/v1alpha1", "CronWorkflow", "cronworkflows", True),
+        Resource(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            False,
+        ),
+        Resource("v1", "ResourceQuota", "resourcequotas", True),
         Resource(
             "admissionregistration.k8s.io/v1",
             "MutatingWebhookConfiguration",
@@ -63,6 +95,14 @@ RESOURCES: dict[tuple[str, str], Resource] = {
         ),
     )
 }
+
+
+def served(group: str, kind: str) -> Resource | None:
+    """The resource gpu-slicer reads for ``kind`` of API ``group`` (any version), if any."""
+    for resource in RESOURCES.values():
+        if resource.group == group and resource.kind == kind:
+            return resource
+    return None
 
 
 def resource_for(api_version: str, kind: str) -> Resource:

@@ -10,19 +10,14 @@ Run as a script to build (or find) it and print its path: ``python3 -m sandbox.h
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from sandbox.binaries import cache_root
+from sandbox import go_tool
 from sandbox.errors import BuildError
 
-ROOT = Path(__file__).resolve().parents[1]
-MODULE = ROOT / "tools" / "helm"
+MODULE = go_tool.ROOT / "tools" / "helm"
 MODULE_PATH = "helm.sh/helm/v3"
 
 
@@ -32,15 +27,7 @@ class HelmUnavailable(BuildError):
 
 def pinned_version() -> str:
     """The helm version ``tools/helm/go.mod`` requires (one place to change it)."""
-    text = (MODULE / "go.mod").read_text(encoding="utf-8")
-    match = re.search(rf"^\s*(?:require\s+)?{re.escape(MODULE_PATH)}\s+(v\S+)", text, re.M)
-    if match is None:
-        raise HelmUnavailable(f"{MODULE / 'go.mod'} does not require {MODULE_PATH}")
-    return match.group(1)
-
-
-def cache_dir() -> Path:
-    return cache_root() / "helm" / pinned_version()
+    return go_tool.pinned_version(MODULE, MODULE_PATH, HelmUnavailable)
 
 
 def _client_go_version() -> tuple[str, str]:
@@ -53,12 +40,6 @@ def _client_go_version() -> tuple[str, str]:
 
 
 def _build(target: Path) -> None:
-    go = shutil.which("go")
-    if go is None:
-        raise HelmUnavailable(
-            "helm is not on the PATH and Go is not installed to build it from tools/helm; "
-            "install helm or Go 1.26+"
-        )
     version = pinned_version()
     # As helm's own Makefile does: without the Kubernetes version of the client-go it was built
     # with, helm assumes 1.20 for `template` and `lint` and refuses charts that need newer.
@@ -78,42 +59,12 @@ def _build(target: Path) -> None:
             ),
         ]
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        out = Path(tmp) / "helm"
-        env = {**os.environ, "CGO_ENABLED": "0"}
-        result = subprocess.run(
-            [
-                go,
-                "build",
-                "-trimpath",
-                "-ldflags",
-                ldflags,
-                "-o",
-                str(out),
-                f"{MODULE_PATH}/cmd/helm",
-            ],
-            cwd=MODULE,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=3600,
-        )
-        if result.returncode != 0:
-            raise HelmUnavailable(f"building helm {version} failed:\n{result.stderr[-4000:]}")
-        out.replace(target)  # atomic: a concurrent reader sees no half-written binary
+    go_tool.build("helm", MODULE, f"{MODULE_PATH}/cmd/helm", target, ldflags, HelmUnavailable)
 
 
 def helm_binary() -> Path:
     """The helm to run: on the PATH, cached, or built now (several minutes on two cores)."""
-    on_path = shutil.which("helm")
-    if on_path is not None:
-        return Path(on_path)
-    target = cache_dir() / "helm"
-    if not target.is_file():
-        _build(target)
-    return target
+    return go_tool.find_or_build("helm", pinned_version(), _build)
 
 
 if __name__ == "__main__":

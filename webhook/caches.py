@@ -6,6 +6,8 @@ Admission must answer in milliseconds, so nothing that can be cached is fetched 
   (``enabled``, ``audit``, anything else or absent: ``disabled``). The webhook configuration's
   namespaceSelector is the first line of defence; this is the second, so a namespace whose label
   was removed is admitted unchanged even if the selector lags.
+- :class:`NamespaceQuotas`: the GPU lines of each namespace's ResourceQuotas
+  (:mod:`webhook.quota`), so that a converted pod does not escape a legacy GPU quota.
 - :class:`ExtendedResourceNames`: the legacy names (``nvidia.com/gpu``) that a DeviceClass already
   serves through ``spec.extendedResourceName`` (KEP-5004), which the policy may defer to.
 
@@ -20,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from kube.api import KubeApi, Obj
 from kube.errors import ApiError, KubeError, NotFound
@@ -28,6 +30,7 @@ from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 from webhook.errors import WebhookError
 from webhook.extended import ExtendedClass, extended_class
 from webhook.locks import memory_lock
+from webhook.quota import NO_QUOTA, NamespaceQuota, read_quotas
 
 log = logging.getLogger(__name__)
 
@@ -203,12 +206,29 @@ class WatchCache(Generic[T]):
             self._on_change()
 
 
+class _OnWatchCache:
+    """A source kept by one :class:`WatchCache`: ready once it listed, started and stopped
+    with it."""
+
+    cache: WatchCache[Any]
+
+    @property
+    def synced(self) -> bool:
+        return self.cache.synced
+
+    def start(self) -> None:
+        self.cache.start()
+
+    def stop(self) -> None:
+        self.cache.stop()
+
+
 def _key(obj: Obj) -> tuple[str, str]:
     meta = obj.get("metadata", {})
     return (meta.get("namespace") or "", meta.get("name") or "")
 
 
-class NamespaceModes:
+class NamespaceModes(_OnWatchCache):
     """Namespace -> mode, from a watch of Namespaces.
 
     A namespace the cache has not seen yet (created a moment ago, watch lagging) is looked up
@@ -237,16 +257,6 @@ class NamespaceModes:
         self._misses: dict[str, tuple[Mode, float]] = {}
         self._lock = memory_lock()
 
-    @property
-    def synced(self) -> bool:
-        return self.cache.synced
-
-    def start(self) -> None:
-        self.cache.start()
-
-    def stop(self) -> None:
-        self.cache.stop()
-
     def mode(self, namespace: str) -> Mode:
         cached = self.cache.get(namespace)
         if cached is not None:
@@ -273,7 +283,7 @@ class NamespaceModes:
         return found
 
 
-class ExtendedResourceNames:
+class ExtendedResourceNames(_OnWatchCache):
     """Legacy extended-resource names served natively by some DeviceClass (KEP-5004).
 
     An apiserver without ``resource.k8s.io/v1`` answers the list with NotFound; that means no
@@ -310,18 +320,42 @@ class ExtendedResourceNames:
         """Every DeviceClass that claims an extended resource (for the report)."""
         return self._classes
 
-    @property
-    def synced(self) -> bool:
-        return self.cache.synced
-
     def names(self) -> frozenset[str]:
         return self._names
 
-    def start(self) -> None:
-        self.cache.start()
 
-    def stop(self) -> None:
-        self.cache.stop()
+class NamespaceQuotas(_OnWatchCache):
+    """Namespace -> the GPU lines of its ResourceQuotas, from a watch of every ResourceQuota."""
+
+    def __init__(self, api: KubeApi, *, watch_timeout_s: float = 240.0) -> None:
+        self._by_namespace: dict[str, NamespaceQuota] = {}
+        self.cache: WatchCache[tuple[str, Obj]] = WatchCache(
+            api,
+            "v1",
+            "ResourceQuota",
+            lambda q: (str(q.get("metadata", {}).get("namespace") or ""), q),
+            watch_timeout_s=watch_timeout_s,
+            on_change=self._recompute,
+        )
+
+    def _recompute(self) -> None:
+        grouped: dict[str, list[Obj]] = {}
+        for namespace, quota in self.cache.values():
+            grouped.setdefault(namespace, []).append(quota)
+        found = {ns: read_quotas(quotas) for ns, quotas in grouped.items()}
+        self._by_namespace = {ns: q for ns, q in found.items() if q.limits_gpus}
+
+    def quota(self, namespace: str) -> NamespaceQuota:
+        return self._by_namespace.get(namespace, NO_QUOTA)
+
+
+class StaticQuotas:
+    """No quotas: ``--dev`` has no cluster."""
+
+    synced = True
+
+    def quota(self, namespace: str) -> NamespaceQuota:
+        return NO_QUOTA
 
 
 class StaticNamespaceModes:

@@ -10,14 +10,13 @@ import argparse
 import os
 import re
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from kube import documents
 
 if TYPE_CHECKING:
-    from webhook.convert import ConvertResult
-    from webhook.policy import Policy
+    from webhook.gitops import Tree
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,10 +34,16 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "convert",
         help="convert manifests with legacy GPU requests to DRA claims (offline)",
         description=(
-            "Apply the webhook's translation to a Pod or the pod template of a Deployment, "
-            "StatefulSet, DaemonSet, ReplicaSet, Job or CronJob (multi-document input). Prints "
-            "the converted objects, then the ResourceClaimTemplates they need. Objects without "
-            "GPU requests pass through unchanged."
+            "Apply the webhook's translation to every pod template of Pods, Kubernetes' "
+            "workloads and operators' kinds whose CRDs keep the claim (Kubeflow, KubeRay, "
+            "JobSet, LeaderWorkerSet, KServe; others when the policy's workloads opt them in; "
+            "matched by API group and kind), in multi-document input. Prints the objects, "
+            "converted where they ask for GPUs, and the ResourceClaimTemplates they need, each "
+            "once. Documents without GPU requests are kept as they were written. A document "
+            "that cannot be converted is named and kept as it was. Exit 0: every document "
+            "converted or left with a stated reason; 1: some could not be converted (named on "
+            "stderr, the rest written); 2: bad flags, policy or input file. Reading a "
+            "ResourceList on stdin, it answers as a kustomize KRM function."
         ),
     )
     parser.add_argument(
@@ -51,8 +56,8 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     where.add_argument(
         "--out-dir",
         metavar="DIR",
-        help="with a folder: write each converted file to DIR at the same relative path "
-        "(files with nothing to convert are not written)",
+        help="with a folder: write the whole tree to DIR, converted files changed where they ask "
+        "for GPUs (same names and formats, comments kept), every other file copied",
     )
     where.add_argument(
         "--beside",
@@ -72,7 +77,8 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--output",
         choices=["yaml", "json"],
         default="yaml",
-        help="format of what is printed or written (default yaml)",
+        help="format of what is printed or written --beside (default yaml); --out-dir keeps "
+        "each file's format",
     )
     parser.add_argument(
         "-n",
@@ -130,27 +136,15 @@ def _policy_check(args: argparse.Namespace) -> int:
     return 0
 
 
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-def _manifest_files(folder: Path) -> list[Path]:
-    """Every manifest under ``folder``, recursively, in a stable order; hidden folders (``.git``)
-    are left out."""
-    return sorted(
-        f
-        for f in folder.rglob("*")
-        if f.is_file()
-        and f.suffix.lower() in MANIFEST_SUFFIXES
-        and not any(part.startswith(".") for part in f.relative_to(folder).parts)
-    )
-
-
 _CONVERT = "gpu-slicer convert"
 """How ``convert``'s messages begin."""
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from webhook.errors import PolicyError
+    """Exit 0: every document converted or left with a stated reason; 1: some documents (or
+    files) could not be converted, each named, and the rest written; 2: bad flags or input."""
+    from webhook import gitops, krm
+    from webhook.errors import FunctionConfigError, PolicyError
     from webhook.policy import Policy, load_policy_file
 
     try:
@@ -161,18 +155,67 @@ def _convert(args: argparse.Namespace) -> int:
     problem = _convert_usage_problem(args, folder)
     files: list[Path] = []
     if problem is None:
-        files = _manifest_files(folder) if folder is not None else [Path(args.file)]
+        out_dir = Path(args.out_dir) if args.out_dir else None
+        files = gitops.manifest_files(folder, out_dir) if folder is not None else [Path(args.file)]
         if folder is not None and not files:
             problem = f"{folder} holds no .yaml, .yml or .json files"
     if problem is not None:
         print(f"{_CONVERT}: {problem}", file=sys.stderr)
         return 2
+    try:
+        sources = _read_sources(args, files, folder)
+    except documents.DocumentError as exc:
+        print(f"{_CONVERT}: {exc}", file=sys.stderr)
+        return 2
     native = frozenset(n.strip() for n in args.native_extended.split(",") if n.strip())
-    results = _convert_files(args, files, folder, policy, native)
-    if results is None:
-        return 2  # nothing written: a GitOps tree is converted whole or not at all
-    _write_converted(args, folder, results)
-    return 0
+    if args.file == "-" and krm.is_resource_list(sources[0][1]):
+        try:
+            sys.stdout.write(krm.run(sources[0][1], policy=policy, native_extended=native))
+        except FunctionConfigError as exc:
+            print(f"{_CONVERT}: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    tree = gitops.convert_tree(
+        sources,
+        policy=policy,
+        mode=args.mode,
+        namespace=args.namespace,
+        native_extended=native,
+    )
+    for note in tree.notes:
+        print(note if folder is not None else note.split(": ", 1)[1], file=sys.stderr)
+    for found in tree.problems:
+        print(f"{_CONVERT}: {_where(found, args, folder)}", file=sys.stderr)
+    _write_tree(args, folder, tree)
+    return 1 if tree.problems else 0
+
+
+def _where(found: str, args: argparse.Namespace, folder: Path | None) -> str:
+    """A problem of the tree, its file named as the user gave it."""
+    relative, _, rest = found.partition(": ")
+    if args.file == "-":
+        return f"<stdin>: {rest}"
+    path = folder / relative if folder is not None else Path(args.file)
+    return f"{path}: {rest}"
+
+
+def _read_sources(
+    args: argparse.Namespace, files: list[Path], folder: Path | None
+) -> list[tuple[PurePosixPath, str]]:
+    """(path relative to the folder, text) of every input file; raises DocumentError."""
+    if args.file == "-":
+        files = [Path("-")]
+    out = []
+    for path in files:
+        relative = path.relative_to(folder) if folder is not None else Path(path.name)
+        try:
+            text = documents.read_text(path)
+        except documents.DocumentError as exc:
+            where = "<stdin>" if path == Path("-") else path
+            raise documents.DocumentError(f"{where}: {exc}") from exc
+        name = "stdin.yaml" if args.file == "-" else relative.as_posix()
+        out.append((PurePosixPath(name), text))
+    return out
 
 
 def _convert_usage_problem(args: argparse.Namespace, folder: Path | None) -> str | None:
@@ -189,76 +232,81 @@ def _convert_usage_problem(args: argparse.Namespace, folder: Path | None) -> str
         )
     if args.out_dir and Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
         return f"--out-dir {args.out_dir} is a file, not a folder"
+    if args.out_dir and folder is not None and Path(args.out_dir).resolve() == folder.resolve():
+        return "--out-dir is the folder being converted: use --beside, or another folder"
     return None
 
 
-def _convert_files(
-    args: argparse.Namespace,
-    files: list[Path],
-    folder: Path | None,
-    policy: Policy,
-    native: frozenset[str],
-) -> list[tuple[Path, ConvertResult]] | None:
-    """Every file converted, its notes printed; None when any file could not be (each one's
-    problems printed), since a tree is converted whole or not at all."""
+def _write_tree(args: argparse.Namespace, folder: Path | None, tree: Tree) -> None:
+    """Standard output, the whole tree under --out-dir, or the changed files --beside."""
     from webhook import convert
-    from webhook.errors import ManifestError
-
-    results: list[tuple[Path, ConvertResult]] = []
-    failed = False
-    for path in files:
-        source = "<stdin>" if args.file == "-" else str(path)
-        try:
-            text = documents.read_text(args.file if args.file == "-" else path)
-            result = convert.convert_objects(
-                convert.load_documents(text, source),
-                policy=policy,
-                mode=args.mode,
-                namespace=args.namespace,
-                native_extended=native,
-            )
-        except documents.DocumentError as exc:
-            print(f"{_CONVERT}: {source}: {exc}", file=sys.stderr)
-            failed = True
-            continue
-        except ManifestError as exc:
-            for problem in exc.problems:
-                where = "" if problem.startswith(source) else f"{source}: "
-                print(f"{_CONVERT}: {where}{problem}", file=sys.stderr)
-            failed = True
-            continue
-        label = f"{path}: " if folder is not None else ""
-        for line in [*result.summaries, *result.warnings]:
-            print(f"{label}{line}", file=sys.stderr)
-        results.append((path, result))
-    return None if failed else results
-
-
-def _write_converted(
-    args: argparse.Namespace, folder: Path | None, results: list[tuple[Path, ConvertResult]]
-) -> None:
-    """Standard output, or (a folder with --out-dir or --beside) one file per changed input."""
-    from webhook import convert
-
-    def render(items: list[Any]) -> str:
-        return convert.dump_json_list(items) if args.output == "json" else convert.dump_yaml(items)
 
     if folder is None or not (args.out_dir or args.beside):
-        sys.stdout.write(render([item for _, r in results for item in r.items]))
+        if args.output == "json":
+            items = [i for f in tree.files if f.result is not None for i in f.result.items]
+            sys.stdout.write(convert.dump_json_list(items))
+            return
+        texts = [f.output if f.output is not None else f.text for f in tree.files]
+        texts += list(tree.added.values())
+        sys.stdout.write(_join(texts))
         return
-    suffix = ".json" if args.output == "json" else ".yaml"
-    for path, result in results:
-        relative = path.relative_to(folder)
-        if not result.summaries:
-            print(f"unchanged: {relative}", file=sys.stderr)
-            continue
-        if args.out_dir:
-            target = Path(args.out_dir) / relative.with_suffix(suffix)
-        else:
-            target = path.with_name(f"{path.stem}.gpu-slicer{suffix}")
+    if args.out_dir:
+        _write_out_dir(Path(args.out_dir), folder, tree)
+        return
+    changed = {f.relative: f.output for f in tree.changed() if f.output is not None}
+    if args.output == "json":
+        changed = {
+            f.relative.with_suffix(".json"): convert.dump_json_list(f.result.items)
+            for f in tree.changed()
+            if f.result is not None
+        }
+    for relative, text in [*changed.items(), *tree.added.items()]:
+        target = folder / relative
+        target = target.with_name(f"{target.stem}.gpu-slicer{target.suffix}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render(result.items), encoding="utf-8")
+        target.write_text(text, encoding="utf-8")
         print(f"wrote {target}", file=sys.stderr)
+    for file in tree.files:
+        if file.output is None and file.error is None:
+            print(f"unchanged: {file.relative}", file=sys.stderr)
+
+
+def _write_out_dir(out: Path, folder: Path, tree: Tree) -> None:
+    """The whole tree under ``out``: converted files, the others copied, the added ones."""
+    from webhook import gitops
+
+    converted = {f.relative: f.output for f in tree.files if f.output is not None}
+    for source in gitops.tree_files(folder, out):
+        relative = PurePosixPath(source.relative_to(folder).as_posix())
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if relative in converted:
+            target.write_text(converted[relative] or "", encoding="utf-8")
+            print(f"wrote {target}", file=sys.stderr)
+        else:
+            target.write_bytes(source.read_bytes())
+    for relative, text in tree.added.items():
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        print(f"wrote {target}", file=sys.stderr)
+    unchanged = [f for f in tree.files if f.output is None and f.error is None]
+    for file in unchanged:
+        print(f"unchanged: {file.relative}", file=sys.stderr)
+
+
+def _join(texts: list[str]) -> str:
+    """Streams one after the other, each starting a new document."""
+    out = ""
+    for text in texts:
+        if not text.strip():
+            continue
+        if out and not out.endswith("\n"):
+            out += "\n"
+        if out and not text.lstrip().startswith("---"):
+            out += "---\n"
+        out += text
+    return out
 
 
 # --- webhook serve (admission server) --------------------------------------------------------

@@ -1,52 +1,65 @@
 """Offline conversion of manifests: ``gpu-slicer convert`` for GitOps users.
 
-The same translation the webhook applies at admission, applied to a Pod or to the pod template of
-a workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job, CronJob,
-PodTemplate), document by document. The result is the converted objects followed by the
-ResourceClaimTemplates they need, de-duplicated. Objects without GPU requests pass through
-unchanged, so a whole directory of manifests can be piped through.
+The same translation the webhook applies at admission, applied to every pod template an object
+embeds: a Pod, Kubernetes' workloads and the operators' kinds of :mod:`webhook.workloads`
+(matched by API group and kind), document by document. The result is the objects, converted
+where they ask for GPUs, followed by the ResourceClaimTemplates they need, de-duplicated.
+
+One document never blocks the others: a document that cannot be converted (a denied pod
+template, something that is not an object) is kept as it was and named in ``problems``; kinds
+that are not in the table pass through, and those that ask for GPUs are named in ``warnings``,
+since the git tree would then under-report what runs.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import jsonpatch
-import yaml
 
 from kube import documents
-from webhook import patch
+from webhook.crd_schema import pruned_fields
 from webhook.errors import Denied, ManifestError
 from webhook.policy import Policy
+from webhook.quota import NO_QUOTA, NamespaceQuota, escape, read_quotas
+from webhook.templates import ORIGIN_CONVERT, ORIGIN_LABEL
 from webhook.translate import Conversion, audit_warnings, translate_pod
+from webhook.workloads import (
+    DEFAULT_TABLE,
+    UNCHECKED,
+    Step,
+    Workload,
+    WorkloadTable,
+    expand,
+    gpu_requests,
+    show,
+)
+from webhook.workloads import lookup as node_at
 
 Mode = Literal["enabled", "audit"]
 
 POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
-    "Deployment": ("spec", "template"),
-    "StatefulSet": ("spec", "template"),
-    "DaemonSet": ("spec", "template"),
-    "ReplicaSet": ("spec", "template"),
-    "ReplicationController": ("spec", "template"),
-    "Job": ("spec", "template"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template"),
-    "PodTemplate": ("template",),
+    w.kind: w.templates[0] for w in DEFAULT_TABLE if w.built_in and w.kind != "Pod"
 }
-"""Where each workload kind keeps its pod template (a Pod is converted as itself)."""
+"""Where Kubernetes' own workload kinds keep their pod template (a Pod is converted as itself)."""
 
 
 @dataclass
 class ConvertResult:
-    """The converted objects (same order as the input), the templates they need, and notes."""
+    """The objects (same order as the input, converted where they could be), the templates
+    they need, notes, and the documents that could not be converted (kept as they were)."""
 
     objects: list[Any] = field(default_factory=list)
     templates: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     summaries: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    changed: list[bool] = field(default_factory=list)
+    """Per object: whether conversion changed it."""
 
     @property
     def items(self) -> list[Any]:
@@ -62,6 +75,17 @@ def load_documents(text: str, source: str | None = None) -> list[Any]:
         raise ManifestError([f"{prefix}{exc}"]) from exc
 
 
+@dataclass(frozen=True)
+class _Context:
+    policy: Policy
+    mode: Mode
+    namespace: str | None
+    native_extended: frozenset[str]
+    table: WorkloadTable
+    quotas: Mapping[str, NamespaceQuota]
+    crds: Mapping[tuple[str, str], Any]
+
+
 def convert_objects(
     objects: Iterable[Any],
     *,
@@ -69,95 +93,290 @@ def convert_objects(
     mode: Mode = "enabled",
     namespace: str | None = None,
     native_extended: frozenset[str] = frozenset(),
+    table: WorkloadTable | None = None,
+    seen: set[tuple[str, str]] | None = None,
+    quiet_non_objects: bool = False,
+    quotas: Mapping[str, NamespaceQuota] | None = None,
+    crds: Mapping[tuple[str, str], Any] | None = None,
 ) -> ConvertResult:
-    """Convert every object; raises ManifestError listing every document that was denied.
+    """Convert every object; a document that cannot be converted is kept and named.
 
     ``namespace`` stands in for objects that name none (as ``kubectl apply -n`` would); it also
-    selects the policy's per-namespace rules.
+    selects the policy's per-namespace rules. ``seen`` carries the templates already emitted
+    across several calls (the files of a tree), so each is emitted once.
+    ``quiet_non_objects``: documents that are not objects (a kustomize JSON 6902 patch is a
+    list) are kept without a problem. ``quotas``: the GPU quota lines per namespace (default:
+    from the ResourceQuotas among ``objects``): a pod that would escape them is left as the
+    webhook leaves it. ``crds``: CustomResourceDefinitions by (group, kind) (default: those
+    among ``objects``): an operator's kind whose CRD would prune the claim is left alone
+    (webhook.crd_schema).
     """
+    objects = list(objects)
+    context = _Context(
+        policy,
+        mode,
+        namespace,
+        native_extended,
+        table or policy_table(policy),
+        tree_quotas(objects, namespace) if quotas is None else quotas,
+        tree_crds(objects) if crds is None else crds,
+    )
     result = ConvertResult()
-    problems: list[str] = []
-    seen: set[tuple[str, str]] = set()
+    emitted = seen if seen is not None else set()
     for number, obj in enumerate(objects, start=1):
-        try:
-            converted = _convert_any(obj, policy, mode, namespace, native_extended, result, seen)
-        except Denied as exc:
-            problems.append(f"document {number} ({_describe(obj)}): {exc.message}")
+        if quiet_non_objects and not isinstance(obj, dict):
+            result.objects.append(obj)
+            result.changed.append(False)
             continue
+        converted = _convert_document(obj, context, result, emitted, f"document {number}")
         result.objects.append(converted)
-    if problems:
-        raise ManifestError(problems)
+        result.changed.append(converted is not obj)
     return result
 
 
-def _convert_any(
+def tree_quotas(objects: Iterable[Any], namespace: str | None) -> dict[str, NamespaceQuota]:
+    """The GPU lines of the ResourceQuotas among ``objects``, per namespace (``namespace``
+    for those that name none)."""
+    grouped: dict[str, list[Any]] = {}
+    for obj in objects:
+        if isinstance(obj, dict) and obj.get("kind") == "ResourceQuota":
+            meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+            ns = str((meta or {}).get("namespace") or namespace or "")
+            grouped.setdefault(ns, []).append(obj)
+    found = {ns: read_quotas(quotas) for ns, quotas in grouped.items()}
+    return {ns: q for ns, q in found.items() if q.limits_gpus}
+
+
+def tree_crds(objects: Iterable[Any]) -> dict[tuple[str, str], Any]:
+    """The CustomResourceDefinitions among ``objects``, by the (group, kind) they serve."""
+    found: dict[tuple[str, str], Any] = {}
+    for obj in objects:
+        if isinstance(obj, dict) and obj.get("kind") == "CustomResourceDefinition":
+            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else None
+            names = (spec or {}).get("names")
+            if spec and isinstance(names, dict) and names.get("kind"):
+                found[(str(spec.get("group", "")), str(names["kind"]))] = obj
+    return found
+
+
+def policy_table(policy: Policy) -> WorkloadTable:
+    """The built-in and operators' kinds plus those the policy's ``workloads`` adds."""
+    return WorkloadTable(policy.workloads) if policy.workloads else DEFAULT_TABLE
+
+
+def _convert_document(
     obj: Any,
-    policy: Policy,
-    mode: Mode,
-    namespace: str | None,
-    native_extended: frozenset[str],
+    context: _Context,
     result: ConvertResult,
     seen: set[tuple[str, str]],
+    where: str,
 ) -> Any:
+    """``obj`` converted, or ``obj`` itself (unchanged, or not convertible: then named)."""
+    if isinstance(obj, dict) and obj.get("kind") == "List" and "items" in obj:
+        if not isinstance(obj["items"], list):
+            result.problems.append(
+                f"{where} ({_describe(obj)}): items must be a list of objects, "
+                f"not {_yaml_type(obj['items'])}; left as it was"
+            )
+            return obj
+        items = [
+            _convert_document(item, context, result, seen, f"{where} item {i + 1}")
+            for i, item in enumerate(obj["items"])
+        ]
+        if all(a is b for a, b in zip(items, obj["items"], strict=True)):
+            return obj
+        out = dict(obj)
+        out["items"] = items
+        return out
+    label = _describe(obj)
+    try:
+        converted, templates, summary, warnings = _convert_object(obj, context)
+    except Denied as exc:
+        if context.mode == "audit":
+            result.warnings.append(f"{label}: gpu-slicer audit: would deny: {exc.message}")
+        else:
+            result.problems.append(f"{where} ({label}): {exc.message}; left as it was")
+        return obj
+    result.warnings.extend(f"{label}: {w}" for w in warnings)
+    if converted is obj:
+        return obj
+    result.summaries.append(f"{label}: {summary}")
+    for template in templates:
+        meta = template["metadata"]
+        key = (str(meta.get("namespace", "")), str(meta["name"]))
+        if key not in seen:
+            seen.add(key)
+            meta.setdefault("labels", {})[ORIGIN_LABEL] = ORIGIN_CONVERT
+            result.templates.append(template)
+    return converted
+
+
+def _convert_object(
+    obj: Any, context: _Context
+) -> tuple[Any, list[dict[str, Any]], str, list[str]]:
+    """(object converted or ``obj`` itself, its templates, a summary, warnings); raises Denied
+    when one of its pod templates cannot be converted (the object is then kept whole)."""
     if not isinstance(obj, dict):
         raise Denied(
             f"a {_yaml_type(obj)}, not a Kubernetes object (a mapping with apiVersion and kind)"
         )
-    kind = obj.get("kind")
-    if kind == "List":
-        if not isinstance(obj.get("items"), list):
-            raise Denied(f"items must be a list of objects, not {_yaml_type(obj.get('items'))}")
-        out = copy.deepcopy(obj)
-        out["items"] = [
-            _convert_any(item, policy, mode, namespace, native_extended, result, seen)
-            for item in obj["items"]
-        ]
-        return out
-    if kind == "Pod":
-        path: tuple[str, ...] = ()
-    elif isinstance(kind, str) and kind in POD_TEMPLATE_PATHS:
-        path = POD_TEMPLATE_PATHS[kind]
-    else:
-        return obj
-    template = _pod_template(obj, path)
+    if "kind" in obj and not obj.get("apiVersion"):
+        raise Denied(f"no apiVersion: which API group's {obj['kind']} is it?")
+    workload = context.table.lookup(obj)
+    if workload is None:
+        return obj, [], "", _left_alone(obj, "its kind is not one gpu-slicer knows", ())
+    why = _not_convertible(workload, context)
+    if why is not None:
+        return obj, [], "", _left_alone(obj, why, ())
+    _check_metadata(obj.get("metadata"), "metadata")
     raw = obj.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    ns = str(metadata.get("namespace") or namespace or "")
-    pod = {"metadata": template.get("metadata") or {}, "spec": template["spec"]}
-    conversion = translate_pod(pod, namespace=ns, policy=policy, native_extended=native_extended)
-    label = _describe(obj)
-    if mode == "audit":
-        result.warnings.extend(f"{label}: {w}" for w in audit_warnings(conversion))
-        return obj
-    result.warnings.extend(f"{label}: {w}" for w in conversion.warnings)
-    if not conversion.patch:
-        return obj
-    result.summaries.append(f"{label}: {conversion.summary}")
-    _collect_templates(conversion, result, seen)
+    namespace = str(metadata.get("namespace") or context.namespace or "")
+    found = _pod_paths(obj, workload)
+    out: dict[str, Any] | None = None
+    templates: list[dict[str, Any]] = []
+    summaries: list[str] = []
+    warnings: list[str] = []
+    for steps, inline in found:
+        place = show(steps)
+        at = f" (at {place})" if place and not workload.built_in else ""
+        node = node_at(obj, steps)
+        pod = _pod_of(node, steps, inline, workload)
+        try:
+            conversion = translate_pod(
+                pod,
+                namespace=namespace,
+                policy=context.policy,
+                native_extended=context.native_extended,
+            )
+        except Denied as exc:
+            raise Denied(f"{place + ': ' if at else ''}{exc.message}") from exc
+        escaped = _quota_escape(conversion, namespace, context, place if at else "")
+        if escaped is not None:
+            warnings.append(f"{escaped}{at}")
+            continue
+        if context.mode == "audit":
+            warnings += [f"{w}{at}" for w in audit_warnings(conversion)]
+            continue
+        warnings += [f"{w}{at}" for w in conversion.warnings]
+        if not conversion.patch:
+            continue
+        out = out if out is not None else copy.deepcopy(obj)
+        _apply(out, steps, inline, pod, conversion)
+        templates += conversion.templates
+        summaries.append(f"{conversion.summary}{at}")
+    covered = [show(s) for s, _ in found]
+    reason = workload.note or "the GPU requests are outside the pod templates gpu-slicer reads"
+    warnings += _left_alone(out if out is not None else obj, reason, covered)
+    if out is None:
+        return obj, [], "", warnings
+    if not workload.built_in and workload.key not in context.crds and workload.checked != "policy":
+        warnings.append(
+            f"its CRD must keep the claim ({workload.checked}: checked); gpu-slicer plan "
+            "checks the cluster's"
+        )
+    return out, templates, "; ".join(summaries), warnings
+
+
+def _not_convertible(workload: Workload, context: _Context) -> str | None:
+    """Why an object of ``workload``'s kind is left alone: a kind not checked to keep the claim
+    (or left alone by the policy), or a CRD of the tree that would prune it."""
+    if not context.table.convertible(workload):
+        return workload.note or UNCHECKED
+    crd = context.crds.get(workload.key)
+    if crd is not None and not workload.built_in:
+        pruned = pruned_fields(crd, workload)
+        if pruned:
+            return f"its CustomResourceDefinition in this tree would prune {pruned[0]}"
+    return None
+
+
+def _quota_escape(
+    conversion: Conversion, namespace: str, context: _Context, place: str
+) -> str | None:
+    """The note for a pod that would escape its namespace's GPU quota (webhook.quota), or
+    None; raises Denied when the policy denies such pods."""
+    quota = context.quotas.get(namespace, NO_QUOTA)
+    escaped = escape([w for _, w in conversion.changes], conversion.templates, quota)
+    if escaped is None:
+        return None
+    if context.policy.quota_without_device_limit == "deny":
+        raise Denied(f"{place + ': ' if place else ''}{escaped}")
+    if context.mode == "audit":
+        return f"gpu-slicer audit: would not convert: {escaped}"
+    return f"not converted: {escaped}"
+
+
+def _pod_paths(obj: dict[str, Any], workload: Workload) -> list[tuple[tuple[Step, ...], bool]]:
+    """The concrete paths of ``obj``'s pod templates (False) and inline pod specs (True)."""
+    found: list[tuple[tuple[Step, ...], bool]] = []
+    for path in workload.templates:
+        found += [(steps, False) for steps in expand(obj, path)]
+    for path in workload.specs:
+        found += [(steps, True) for steps in expand(obj, path)]
+    if workload.built_in and not found:
+        where = ".".join(workload.templates[0])
+        raise Denied(f"{where}: no pod template (a mapping with a spec)")
+    return found
+
+
+def _pod_of(
+    node: dict[str, Any], steps: tuple[Step, ...], inline: bool, workload: Workload
+) -> dict[str, Any]:
+    """The pod that translation reads for the template (or inline spec) at ``steps``."""
+    if inline:
+        for key in ("initContainers", "containers"):
+            _check_containers(node.get(key), f"{show(steps)}.{key}")
+        return {"metadata": {}, "spec": node}
+    template = _pod_template(node, steps, workload.built_in)
+    return {"metadata": template.get("metadata") or {}, "spec": template["spec"]}
+
+
+def _apply(
+    out: dict[str, Any],
+    steps: tuple[Step, ...],
+    inline: bool,
+    pod: dict[str, Any],
+    conversion: Conversion,
+) -> None:
+    """Writes the converted pod back into ``out`` (a copy) at ``steps``."""
     patched = jsonpatch.apply_patch(pod, conversion.patch)
-    out = copy.deepcopy(obj)
-    target = patch.lookup(out, path)
-    target["metadata"] = patched["metadata"]
+    target = node_at(out, steps)
+    if inline:
+        target.clear()
+        target.update(patched["spec"])
+        return
+    if patched["metadata"] or "metadata" in target:
+        target["metadata"] = patched["metadata"]
     target["spec"] = patched["spec"]
+
+
+def _left_alone(obj: Any, reason: str, covered: Sequence[str]) -> list[str]:
+    """A warning per GPU request ``obj`` still has outside the pod templates it was read at."""
+    out: list[str] = []
+    for place, resource in gpu_requests(obj):
+        if any(place == c or place.startswith(f"{c}.") or not c for c in covered):
+            continue
+        out.append(f"left alone: asks for {resource} at {place}: {reason}")
     return out
 
 
-def _pod_template(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
-    """The pod (template) at ``path`` of ``obj``, checked the way the API server would check
-    it, so that a hand-written manifest gets a message rather than a crash."""
-    _check_metadata(obj.get("metadata"), "metadata")
-    template = patch.lookup(obj, path)
-    where = ".".join(path) or "the Pod"
+def _pod_template(template: Any, steps: tuple[Step, ...], built_in: bool) -> dict[str, Any]:
+    """The pod (template) at ``steps``, checked the way the API server would check it, so
+    that a hand-written manifest gets a message rather than a crash."""
+    where = show(steps) or "the Pod"
     if not isinstance(template, dict):
-        raise Denied(f"{'.'.join(path)}: no pod template (a mapping with a spec)")
+        raise Denied(f"{where}: no pod template (a mapping with a spec)")
     if not isinstance(template.get("spec"), dict):
+        if not built_in and "spec" not in template:
+            raise Denied(f"{where}: no pod template (a mapping with a spec)")
         raise Denied(
-            f"{where + '.' if path else ''}spec: must be a mapping with containers, "
+            f"{where + '.' if steps else ''}spec: must be a mapping with containers, "
             f"not {_yaml_type(template.get('spec'))}"
         )
-    if path:
+    if steps:
         _check_metadata(template.get("metadata"), f"{where}.metadata")
-    prefix = f"{where}.spec" if path else "spec"
+    prefix = f"{where}.spec" if steps else "spec"
     for key in ("initContainers", "containers"):
         _check_containers(template["spec"].get(key), f"{prefix}.{key}")
     return template
@@ -173,17 +392,6 @@ def _check_containers(listed: Any, where: str) -> None:
         if not isinstance(item, dict):
             raise Denied(f"{where}[{i}]: must be a container (a mapping), not {_yaml_type(item)}")
         _check_resources(item.get("resources"), f"{where}[{i}].resources")
-
-
-def _collect_templates(
-    conversion: Conversion, result: ConvertResult, seen: set[tuple[str, str]]
-) -> None:
-    for template in conversion.templates:
-        meta = template["metadata"]
-        key = (str(meta.get("namespace", "")), str(meta["name"]))
-        if key not in seen:
-            seen.add(key)
-            result.templates.append(template)
 
 
 def _check_metadata(value: Any, where: str) -> None:
@@ -232,13 +440,6 @@ def _describe(obj: Any) -> str:
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
     ns = meta.get("namespace")
     return f"{obj.get('kind', '<no kind>')} {f'{ns}/' if ns else ''}{name}"
-
-
-def dump_yaml(items: Sequence[Any]) -> str:
-    """One YAML stream, documents separated by ``---``, keys in their original order."""
-    return yaml.safe_dump_all(
-        items, sort_keys=False, default_flow_style=False, explicit_start=True, width=4096
-    )
 
 
 def dump_json_list(items: Sequence[Any]) -> str:

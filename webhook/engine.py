@@ -36,6 +36,7 @@ from webhook.caches import Mode
 from webhook.errors import BadReview, Denied
 from webhook.locks import memory_lock
 from webhook.policy import Policy
+from webhook.quota import NO_QUOTA, NamespaceQuota, escape
 from webhook.templates import TemplateEnsurer
 from webhook.translate import WARNING_MAX_BYTES, Conversion, audit_warnings, translate_pod
 
@@ -341,6 +342,7 @@ def review(
     native_extended: frozenset[str],
     ensure_templates: TemplateEnsurer,
     translate: Translator = translate_pod,
+    quota_for_namespace: Callable[[str], NamespaceQuota] = lambda namespace: NO_QUOTA,
 ) -> ReviewResult:
     """Answers one AdmissionReview. Raises BadReview (HTTP 400) or TemplateError (HTTP 500)."""
     request = request_of(body)
@@ -365,6 +367,16 @@ def review(
         if mode == "audit":
             return _audit_denial(uid, exc.message)
         return ReviewResult(denied(uid, exc.message), "denied", mode)
+    escaped = _quota_escape(conversion, quota_for_namespace(pod_req.namespace))
+    if escaped is not None:
+        deny = policy.quota_without_device_limit == "deny"
+        if mode == "audit":
+            if deny:
+                return _audit_denial(uid, escaped)
+            return _left_unconverted(uid, f"gpu-slicer audit: would not convert: {escaped}", mode)
+        if deny:
+            return ReviewResult(denied(uid, escaped), "denied", mode)
+        return _left_unconverted(uid, f"not converted: {escaped}", mode)
     if mode == "audit":
         result = _audit_result(uid, conversion)
     else:
@@ -372,6 +384,23 @@ def review(
     if conversion.deferred:
         result = replace(result, deferred=conversion.deferred)
     return result
+
+
+def _quota_escape(conversion: Conversion, quota: NamespaceQuota) -> str | None:
+    """Why converting would let the pod escape its namespace's GPU quota (webhook.quota)."""
+    if not conversion.changes or not quota.limits_gpus:
+        return None
+    return escape([what for _, what in conversion.changes], conversion.templates, quota)
+
+
+def _left_unconverted(uid: str, message: str, mode: Mode) -> ReviewResult:
+    """Admitted as it is, with the reason as a warning."""
+    response: AdmissionResponse = {
+        "uid": uid,
+        "allowed": True,
+        "warnings": limit_warnings([message]),
+    }
+    return ReviewResult(_envelope(response), "unchanged", mode)
 
 
 def _audit_result(uid: str, conversion: Conversion) -> ReviewResult:
@@ -560,7 +589,9 @@ class AdmissionEngine:
         mode_for_namespace: Callable[[str], Mode],
         native_extended: Callable[[], frozenset[str]],
         templates: TemplateEnsurer,
+        quota_for_namespace: Callable[[str], NamespaceQuota] = lambda namespace: NO_QUOTA,
     ) -> None:
+        self._quota = quota_for_namespace
         self._policy = policy
         self._mode = mode_for_namespace
         self._native = native_extended
@@ -583,4 +614,5 @@ class AdmissionEngine:
             native_extended=self._native(),
             ensure_templates=self._templates,
             translate=translate,
+            quota_for_namespace=self._quota,
         )

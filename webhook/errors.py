@@ -10,8 +10,14 @@ Each error exists because its caller must react differently to it:
     ├── BadReview(message)      a malformed AdmissionReview: the server answers HTTP 400.
     ├── TemplateError(message)  the API failed while ensuring a ResourceClaimTemplate: the server
     │                           answers an error so that the webhook's failurePolicy decides.
-    └── ManifestError(problems) ``gpu-slicer convert`` got input it cannot convert (bad YAML, a
-                                denied pod template); each problem names the document.
+    ├── ManifestError(problems) a manifest stream that is not valid YAML; each problem names
+    │                           the source. (Documents ``convert`` cannot convert are kept and
+    │                           reported, never raised: one never blocks the others.)
+    ├── WorkloadPathError       a pod-template path of the kind table or the policy's workloads
+    │                           that does not follow the syntax (the policy names the key).
+    ├── YamlTextError           a changed document ruamel.yaml cannot load for editing: written
+    │                           from its value instead, without its comments.
+    └── FunctionConfigError     the KRM function's config is not one gpu-slicer understands.
 """
 
 from __future__ import annotations
@@ -62,3 +68,15 @@ class ManifestError(WebhookError, ValueError):
     def __init__(self, problems: Iterable[str]) -> None:
         self.problems: list[str] = list(problems) or ["invalid manifests"]
         super().__init__("; ".join(self.problems))
+
+
+class WorkloadPathError(WebhookError, ValueError):
+    """A path such as ``spec.tasks[].template`` that does not follow the syntax."""
+
+
+class YamlTextError(WebhookError, ValueError):
+    """A document that cannot be loaded for editing with its comments."""
+
+
+class FunctionConfigError(WebhookError, ValueError):
+    """The KRM function's ``functionConfig.spec`` is not one gpu-slicer understands."""

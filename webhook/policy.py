@@ -21,8 +21,9 @@ from typing import Any, Literal
 from kube import documents
 from slicer import catalog
 from slicer.errors import CatalogError
-from webhook.errors import PolicyError
+from webhook.errors import PolicyError, WorkloadPathError
 from webhook.suggest import did_you_mean
+from webhook.workloads import Workload, opt_in, parse_path
 
 Target = Literal["gpu-slicer", "nvidia"]
 NativeMode = Literal["defer", "convert"]
@@ -32,6 +33,8 @@ TARGETS: tuple[str, ...] = ("gpu-slicer", "nvidia")
 NATIVE_MODES: tuple[str, ...] = ("defer", "convert")
 NVLINK_MODES: tuple[str, ...] = ("prefer", "strict", "none")
 MIG_FALLBACK_MODES: tuple[str, ...] = ("none", "larger")
+QUOTA_MODES: tuple[str, ...] = ("leave", "deny")
+QuotaMode = Literal["leave", "deny"]
 
 WHOLE_GPU = "gpu"
 """In a chain, the token that stands for a whole GPU rather than a MIG profile."""
@@ -111,6 +114,11 @@ class Policy:
     gpu_models: tuple[str, ...] = ALL_MODELS
     full_gpu_mig: bool = True
     namespaces: Mapping[str, NamespacePolicy] = field(default_factory=lambda: MappingProxyType({}))
+    workloads: tuple[Workload, ...] = ()
+    """Kinds ``convert`` and ``plan`` read pod templates from, beyond the built-in table."""
+    quota_without_device_limit: QuotaMode = "leave"
+    """A pod whose legacy GPUs a ResourceQuota limits, in a namespace with no DRA quota for
+    the classes its claim would use: left unconverted with a warning, or denied."""
 
     @classmethod
     def default(cls) -> Policy:
@@ -153,7 +161,9 @@ class Policy:
             f"{'+explicit' if self.mig_fallback.explicit else ''} "
             f"templateGcAfter={self.template_gc_after_s}s gpuModels={models} "
             f"fullGpuMig={str(self.full_gpu_mig).lower()} "
+            f"quotaWithoutDeviceLimit={self.quota_without_device_limit} "
             f"namespaces: {names}"
+            + (f" workloads: {len(self.workloads)}" if self.workloads else "")
         )
 
 
@@ -216,7 +226,10 @@ _TOP_KEYS = (
     "gpuModels",
     "fullGpuMig",
     "namespaces",
+    "workloads",
+    "quotaWithoutDeviceLimit",
 )
+_WORKLOAD_KEYS = ("group", "kind", "podTemplates", "podSpecs", "convert")
 _NAMESPACE_KEYS = ("gpu", "nvlink", "migFallback", "gpuModels", "fullGpuMig")
 
 
@@ -273,6 +286,10 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
     namespaces = _namespaces(data.get("namespaces"), gpu_models, mig_fallback, problems)
     if target == "nvidia":
         _check_no_strict(nvlink, namespaces, problems)
+    workloads = _workloads(data.get("workloads"), problems)
+    quota = _choice(
+        data, "quotaWithoutDeviceLimit", QUOTA_MODES, "leave", "quotaWithoutDeviceLimit", problems
+    )
     return Policy(
         target=target,  # type: ignore[arg-type]
         native_extended_resources=native,  # type: ignore[arg-type]
@@ -282,7 +299,79 @@ def _parse(data: Any, problems: list[str]) -> Policy | None:
         gpu_models=gpu_models,
         full_gpu_mig=True if full_gpu_mig is None else full_gpu_mig,
         namespaces=MappingProxyType(namespaces),
+        workloads=workloads,
+        quota_without_device_limit=quota,  # type: ignore[arg-type]
     )
+
+
+_PATHS = ("podTemplates", "podSpecs")
+
+
+def _paths(listed: Any, path: str, problems: list[str]) -> tuple[tuple[str, ...], ...]:
+    """A list of paths (``spec.tasks[].template``), each checked."""
+    if not isinstance(listed, list):
+        problems.append(f"{path}: must be a list of paths, not {_kind(listed)}")
+        return ()
+    parsed = []
+    for j, text in enumerate(listed):
+        try:
+            parsed.append(parse_path(text))
+        except WorkloadPathError as exc:
+            problems.append(f"{path}[{j}]: {exc}")
+    return tuple(parsed)
+
+
+def _workloads(raw: Any, problems: list[str]) -> tuple[Workload, ...]:
+    """The ``workloads`` list: other kinds' pod templates, by API group and kind."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(
+            f"workloads: must be a list of {{group, kind, podTemplates}}, not {_kind(raw)}"
+        )
+        return ()
+    found: list[Workload] = []
+    seen: set[tuple[str, str]] = set()
+    for i, body in enumerate(raw):
+        path = f"workloads[{i}]"
+        if not isinstance(body, dict):
+            problems.append(f"{path}: must be a mapping with keys {', '.join(_WORKLOAD_KEYS)}")
+            continue
+        _unknown_keys(body, _WORKLOAD_KEYS, path + ".", problems)
+        group, kind = body.get("group", ""), body.get("kind")
+        if not isinstance(group, str) or "/" in group:
+            problems.append(
+                f"{path}.group: an API group such as example.com ('' for core), not {group!r}"
+            )
+            continue
+        if not isinstance(kind, str) or not kind:
+            problems.append(f"{path}.kind: required, the object's kind (such as TrainingJob)")
+            continue
+        if (group, kind) in seen:
+            problems.append(f"{path}: {kind} of group {group!r} is listed twice")
+            continue
+        seen.add((group, kind))
+        if "convert" in body and not isinstance(body["convert"], bool):
+            problems.append(f"{path}.convert: must be true or false, not {body['convert']!r}")
+            continue
+        if body.get("convert") is False:
+            found.append(Workload(group, kind, note="the policy's workloads leave this kind alone"))
+            continue
+        paths = {key: _paths(body.get(key, []), f"{path}.{key}", problems) for key in _PATHS}
+        if not paths["podTemplates"] and not paths["podSpecs"]:
+            known = opt_in(group, kind)
+            if known is None:
+                problems.append(
+                    f"{path}: give podTemplates or podSpecs (paths such as spec.template); only "
+                    "an operator's kind gpu-slicer knows can be opted in by group and kind alone"
+                )
+            else:
+                found.append(known)
+            continue
+        found.append(
+            Workload(group, kind, paths["podTemplates"], paths["podSpecs"], checked="policy")
+        )
+    return tuple(found)
 
 
 def _namespaces(

@@ -26,8 +26,10 @@ from kube.api import KubeApi
 from webhook.caches import (
     ExtendedResourceNames,
     NamespaceModes,
+    NamespaceQuotas,
     StaticExtendedNames,
     StaticNamespaceModes,
+    StaticQuotas,
 )
 from webhook.config import ConfigError, ServerConfig
 from webhook.engine import AdmissionEngine, ReviewResult
@@ -55,6 +57,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read when prometheus_client is fir
 RBAC_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "namespaces"): frozenset({"get", "list", "watch"}),
     ("", "pods"): frozenset({"list"}),
+    ("", "resourcequotas"): frozenset({"list", "watch"}),
     ("resource.k8s.io", "deviceclasses"): frozenset({"list", "watch"}),
     ("resource.k8s.io", "resourceclaimtemplates"): frozenset({"create", "patch", "list", "delete"}),
 }
@@ -139,14 +142,16 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
     templates: TemplateEnsurer
     modes: NamespaceModes | StaticNamespaceModes
     native: ExtendedResourceNames | StaticExtendedNames
+    quotas: NamespaceQuotas | StaticQuotas
     if config.dev and api is None:
         modes = StaticNamespaceModes(config.effective_namespace_mode)
         native = StaticExtendedNames()
+        quotas = StaticQuotas()
         sources.append(native)
         report_extended("start-up", force=True)
         templates = ReportingTemplates(on_action=count)
     else:
-        modes, native, templates = _cluster_sources(
+        modes, native, quotas, templates = _cluster_sources(
             config,
             api,
             sources=sources,
@@ -164,12 +169,13 @@ def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtim
         mode_for_namespace=modes.mode,
         native_extended=native.names,
         templates=templates,
+        quota_for_namespace=quotas.quota,
     )
 
     return Runtime(
         reviewer=engine,
         metrics=metrics,
-        readiness=functools.partial(_readiness, store, modes, native),
+        readiness=functools.partial(_readiness, store, modes, native, quotas),
         stoppers=stoppers,
         templates=templates,
         policy=store,
@@ -180,6 +186,7 @@ def _readiness(
     store: PolicyStore,
     modes: NamespaceModes | StaticNamespaceModes,
     native: ExtendedResourceNames | StaticExtendedNames,
+    quotas: NamespaceQuotas | StaticQuotas,
 ) -> list[str]:
     """Why the server cannot answer reviews yet; [] once policy and caches are in."""
     problems: list[str] = []
@@ -189,6 +196,8 @@ def _readiness(
         problems.append("the Namespace cache has not synced yet")
     if not native.synced:
         problems.append("the DeviceClass cache has not synced yet")
+    if not quotas.synced:
+        problems.append("the ResourceQuota cache has not synced yet")
     return problems
 
 
@@ -201,7 +210,7 @@ def _cluster_sources(
     gc_after: Callable[[], int],
     count: Callable[[str], None],
     stoppers: list[Callable[[], None]],
-) -> tuple[NamespaceModes, ExtendedResourceNames, ApiTemplates]:
+) -> tuple[NamespaceModes, ExtendedResourceNames, NamespaceQuotas, ApiTemplates]:
     """The started caches, template ensurer and collector of a server with a cluster. The
     DeviceClass cache joins ``sources`` before it starts, so its first listing is reported;
     what has to be stopped joins ``stoppers``."""
@@ -211,10 +220,12 @@ def _cluster_sources(
         api = RealKubeApi.from_config(config.kubeconfig)
     modes = NamespaceModes(api)
     native = ExtendedResourceNames(api, on_change=on_classes)
+    quotas = NamespaceQuotas(api)
     sources.append(native)
     modes.start()
     native.start()
-    stoppers += [modes.stop, native.stop]
+    quotas.start()
+    stoppers += [modes.stop, native.stop, quotas.stop]
     templates = ApiTemplates(
         api, ttl_s=config.template_cache_ttl_s, gc_after_s=gc_after, on_action=count
     )
@@ -225,7 +236,7 @@ def _cluster_sources(
     )
     loop.start()
     stoppers.append(loop.stop)
-    return modes, native, templates
+    return modes, native, quotas, templates
 
 
 # ----------------------------------------------------------------------------- dev certificate

@@ -7,9 +7,11 @@ templates exist, so a busy namespace costs one API call per template per ``ttl_s
 one per pod. An API failure raises :class:`TemplateError`: the server answers HTTP 500 and the
 webhook's failurePolicy decides. A dryRun request never creates anything.
 
-Garbage collection (:class:`TemplateCollector`) deletes managed templates that no pod has
-referenced for ``policy.template_gc_after_s``. It is safe with any number of replicas running it
-at once, without leader election:
+Garbage collection (:class:`TemplateCollector`) deletes the templates the webhook made that no
+pod has referenced for ``policy.template_gc_after_s``. Templates ``gpu-slicer convert`` wrote
+carry ``gpu-slicer.io/origin: convert``: Git owns them, and a suspended CronJob or a Deployment
+scaled to zero still needs its template when it runs again, so they are never collected. It is
+safe with any number of replicas running it at once, without leader election:
 
 1. Every create, and every cache miss that finds the template already there, stamps the
    annotation ``gpu-slicer.io/last-referenced`` with the current time. A replica only trusts
@@ -45,6 +47,13 @@ KIND = "ResourceClaimTemplate"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-slicer"
 LAST_REFERENCED = "gpu-slicer.io/last-referenced"
+ORIGIN_LABEL = "gpu-slicer.io/origin"
+"""Who wrote a template: the webhook (collected once unused) or ``convert`` (Git owns it)."""
+ORIGIN_WEBHOOK = "webhook"
+ORIGIN_CONVERT = "convert"
+COLLECTABLE = f"{MANAGED_BY_LABEL}={MANAGED_BY},{ORIGIN_LABEL}!={ORIGIN_CONVERT}"
+"""The collector's selector: gpu-slicer's templates, except those ``convert`` wrote for Git
+(templates the webhook made before the origin label existed have none, and are collected)."""
 KNOWN_MAX = 50_000
 """Templates remembered as existing (or reported) per process; past this the memory starts over
 (a busy cluster has far fewer: one per namespace and distinct GPU request)."""
@@ -173,7 +182,9 @@ class ApiTemplates:
 def _stamped(template: Obj, stamp: str) -> Obj:
     obj = copy.deepcopy(template)
     meta = obj.setdefault("metadata", {})
-    meta.setdefault("labels", {}).setdefault(MANAGED_BY_LABEL, MANAGED_BY)
+    labels = meta.setdefault("labels", {})
+    labels.setdefault(MANAGED_BY_LABEL, MANAGED_BY)
+    labels.setdefault(ORIGIN_LABEL, ORIGIN_WEBHOOK)
     meta.setdefault("annotations", {})[LAST_REFERENCED] = stamp
     return obj
 
@@ -247,9 +258,7 @@ class TemplateCollector:
             return result
         now = self._wall()
         stamp = _rfc3339(now)
-        templates = self.api.list(
-            RESOURCE_API, KIND, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-        ).items
+        templates = self.api.list(RESOURCE_API, KIND, label_selector=COLLECTABLE).items
         referenced: dict[str, set[str]] = {}
         for template in templates:
             meta = template["metadata"]

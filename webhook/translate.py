@@ -35,7 +35,7 @@ import orjson
 from kube.quantity import QuantityError, format_bytes, parse_bytes, parse_count
 from slicer import catalog
 from slicer.identity import CONVERTED_ANNOTATION, LEGACY_GPU, LEGACY_MIG_PREFIX
-from webhook import claims, patch
+from webhook import claims, patch, sharing
 from webhook.claims import Alternative, ContainerRequest
 from webhook.errors import Denied
 from webhook.policy import (
@@ -252,6 +252,10 @@ def translate_pod(
         return Conversion(
             summary="already converted", warnings=_left_behind(spec, policy, native_extended)
         )
+    shared = sharing.other_sharing(spec)
+    if shared:
+        note = _short(sharing.left_alone_warning(shared))
+        return Conversion(summary="left alone: another GPU sharing model", warnings=[note])
 
     warnings: list[str] = []
     containers = _read_containers(spec, policy, native_extended, warnings)

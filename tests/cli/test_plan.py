@@ -247,6 +247,132 @@ def test_a_kubeconfig_the_client_cannot_parse_is_named(
     assert err.startswith("gpu-slicer plan: ") and str(kubeconfig) in err
 
 
+def _operators() -> list[Obj]:
+    """Operators' objects (tests/webhook/data/operators.yaml) in namespace ``training``."""
+    import yaml
+
+    data = Path(__file__).parents[1] / "webhook" / "data" / "operators.yaml"
+    objects = [d for d in yaml.safe_load_all(data.read_text()) if d]
+    for obj in objects:
+        obj["metadata"]["namespace"] = "training"
+    return [o for o in objects if o["kind"] != "ClusterTrainingRuntime"]
+
+
+def test_plan_reads_operators_workloads_template_by_template(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for obj in _operators():
+        cluster.create(obj)
+    made_by_jobset = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "pretrain-workers-0",
+            "namespace": "training",
+            "ownerReferences": [
+                {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "pretrain"}
+            ],
+        },
+        "spec": {"template": _pod_spec({"nvidia.com/gpu": 4})},
+    }
+    cluster.create(made_by_jobset)
+    assert _run(cluster, ["-n", "training", "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {(w["kind"], w["name"], w["template"]): w for w in report["workloads"]}
+    worker = rows[("PyTorchJob", "bert-finetune", "spec.pytorchReplicaSpecs.Worker.template")]
+    assert (worker["outcome"], worker["replicas"], worker["requests"]) == (
+        "convert",
+        3,
+        {"nvidia.com/gpu": 2},
+    )
+    ray = rows[("RayCluster", "serve-pool", "spec.workerGroupSpecs[0].template")]
+    assert (ray["replicas"], ray["becomes"]) == (4, ["1 x 1g.10gb"])
+    volcano = rows[("Job", "gang", "spec.tasks[1].template")]
+    assert volcano["outcome"] == "convert"
+    assert ("InferenceService", "classifier", "spec.predictor") in rows
+    assert not any(name == "pretrain-workers-0" for _, name, _ in rows)
+    assert ("Job", "pretrain", "spec.replicatedJobs[0].template.spec.template") not in rows
+    assert ("JobSet", "pretrain", "spec.replicatedJobs[0].template.spec.template") in rows
+    assert (
+        "training/PyTorchJob/bert-finetune/spec.pytorchReplicaSpecs.Worker.template"
+        in (report["simulation"]["workloads"])
+    )
+
+
+def test_plan_lists_gpu_quotas_and_the_dra_lines_that_keep_them(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpus", "namespace": "training"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "4", "requests.cpu": "64"}},
+        }
+    )
+    cluster.create(_deployment("training", "trainer", 2, {"nvidia.com/gpu": 1}))
+    assert _run(cluster, ["-n", "training", "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["quotas"]["training"] == {
+        "legacy": {"requests.nvidia.com/gpu": 4},
+        "devices": {},
+        "keepWith": {
+            "gpu.gpu-slicer.io.deviceclass.resource.k8s.io/devices": 4,
+            "mig.gpu-slicer.io.deviceclass.resource.k8s.io/devices": 4,
+        },
+    }
+    trainer = next(w for w in report["workloads"] if w["name"] == "trainer")
+    assert (
+        trainer["outcome"] == "leave"
+        and "quota limits requests.nvidia.com/gpu: 4" in (trainer["detail"])
+    )
+    assert _run(cluster, ["-n", "training"]) == 0
+    text = capsys.readouterr().out
+    assert "GPU quota: requests.nvidia.com/gpu: 4" in text
+    assert "    mig.gpu-slicer.io.deviceclass.resource.k8s.io/devices: 4" in text
+
+
+def test_a_namespace_right_sized_to_slices_keeps_its_limit_on_the_mig_class(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpus", "namespace": "inference"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": 6}},
+        }
+    )
+    assert _run(cluster, ["-n", "inference", "-o", "json"]) == 0
+    keep = json.loads(capsys.readouterr().out)["quotas"]["inference"]["keepWith"]
+    assert keep == {"mig.gpu-slicer.io.deviceclass.resource.k8s.io/devices": 6}
+
+
+def test_plan_checks_that_installed_crds_keep_the_claim(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.crd_cases import pytorch_crd
+
+    for obj in _operators():
+        if obj["kind"] in ("PyTorchJob", "TFJob"):
+            cluster.create(obj)
+    cluster.create(pytorch_crd(["name", "source"]))  # a PodSpec before the DRA API
+    tfjobs = pytorch_crd(["name", "resourceClaimTemplateName"])
+    tfjobs["metadata"]["name"] = "tfjobs.kubeflow.org"
+    tfjobs["spec"]["names"] = {"kind": "TFJob", "plural": "tfjobs"}
+    schema = tfjobs["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    schema["properties"]["tfReplicaSpecs"] = schema["properties"].pop("pytorchReplicaSpecs")
+    cluster.create(tfjobs)
+    assert _run(cluster, ["-n", "training", "-o", "json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(
+        n.startswith("CRD pytorchjobs.kubeflow.org prunes spec.pytorchReplicaSpecs.*.template")
+        and "would run without a GPU" in n
+        for n in notes
+    ), notes
+    assert "CRD tfjobs.kubeflow.org keeps the claim: TFJob objects can be converted in Git" in notes
+
+
 @pytest.mark.parametrize(("version", "warned"), [((1, 36), True), ((1, 37), False)])
 def test_plan_says_when_the_release_schedules_counters_with_quadratic_cost(
     cluster: InMemoryKubeApi,

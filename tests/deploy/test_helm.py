@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from sandbox.helm import HelmUnavailable, helm_binary
+from tests.support import go_tools
 from tests.support.deploy_cases import (
     DEPLOY,
     NAMESPACE,
@@ -65,14 +64,8 @@ HELM_LABELS = {
 }
 
 
-@functools.cache
 def _helm() -> Path:
-    try:
-        return helm_binary()
-    except HelmUnavailable as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            raise
-        pytest.skip(f"helm unavailable: {exc}")
+    return go_tools.helm()
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -41,6 +41,15 @@ def test_a_pod_with_the_skip_label_is_not_converted(sandbox: Sandbox) -> None:
     sandbox.core.delete_namespaced_pod("skipped", ENABLED, grace_period_seconds=0)
 
 
+def test_a_pod_of_another_sharing_model_is_left_alone_with_a_warning(sandbox: Sandbox) -> None:
+    hami = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3k"}  # the canonical form
+    pod, warnings = sandbox.create_pod(ENABLED, pod_manifest("hami", limits=hami))
+    assert not pod["spec"].get("resourceClaims")
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == hami
+    assert any("another GPU sharing model: nvidia.com/gpumem in main" in w for w in warnings)
+    sandbox.core.delete_namespaced_pod("hami", ENABLED, grace_period_seconds=0)
+
+
 def test_a_converted_pod_names_a_template_that_exists(sandbox: Sandbox) -> None:
     pod, _ = sandbox.create_pod(ENABLED, pod_manifest("converted", limits=LIMITS))
     [claim_ref] = pod["spec"]["resourceClaims"]

@@ -64,6 +64,8 @@ DECLARED: dict[str, list[Declared]] = {
         Declared("webhook/caches.py", "get", *NS, "namespace the cache has not seen yet"),
         Declared("webhook/caches.py", "list", *DC, "WatchCache of DeviceClasses (KEP-5004)"),
         Declared("webhook/caches.py", "watch", *DC, "WatchCache of DeviceClasses"),
+        Declared("webhook/caches.py", "list", "v1", "ResourceQuota", "WatchCache of quotas"),
+        Declared("webhook/caches.py", "watch", "v1", "ResourceQuota", "WatchCache of quotas"),
         Declared("webhook/templates.py", "create", *RCT, "template a converted pod names"),
         Declared("webhook/templates.py", "patch", *RCT, "last-referenced stamp"),
         Declared("webhook/templates.py", "list", *RCT, "GC: managed templates"),

@@ -380,7 +380,8 @@ def test_the_documented_rbac_rules_cover_exactly_what_the_server_calls(
         ).sweep()
         _wait_for(
             lambda: (
-                {c.kind for c in cluster.calls if c.verb == "watch"} == {"Namespace", "DeviceClass"}
+                {c.kind for c in cluster.calls if c.verb == "watch"}
+                == {"Namespace", "DeviceClass", "ResourceQuota"}
             )
         )
     assert cluster.rbac_verbs() == {key: set(verbs) for key, verbs in RBAC_RULES.items()}

@@ -205,7 +205,7 @@ def test_converting_converted_manifests_changes_nothing() -> None:
     assert second.templates == []
 
 
-def test_a_denied_document_is_named_and_exits_2(
+def test_a_denied_document_is_named_kept_as_it_was_and_the_rest_converted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = workload("Job")
@@ -215,9 +215,12 @@ def test_a_denied_document_is_named_and_exits_2(
     source = tmp_path / "bad.yaml"
     source.write_text(yaml.safe_dump_all([workload("Pod"), bad]))
     code, out, err = run(["convert", str(source)], capsys)
-    assert code == 2
-    assert out == ""
-    assert "document 2 (Job ml/job)" in err and "9g.1tb" in err
+    assert code == 1
+    pod, job, template = [d for d in yaml.safe_load_all(out) if d]
+    assert pod["spec"]["resourceClaims"][0]["name"] == "gpu-slicer"
+    assert job == bad
+    assert template["kind"] == "ResourceClaimTemplate"
+    assert f"{source}: document 2 (Job ml/job)" in err and "9g.1tb" in err
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """`gpu-slicer convert DIR`: a GitOps repository converted file by file, printed, written
-beside the sources or into an output folder; one bad file fails the whole tree."""
+beside the sources or into an output folder as a whole tree; a bad file is named and kept."""
 
 from __future__ import annotations
 
@@ -48,17 +48,27 @@ def test_a_folder_is_read_recursively_and_printed_like_one_stream(
     assert "apps/infer/deployment.yaml" in captured.err
 
 
-def test_out_dir_mirrors_the_tree_with_only_the_converted_files(
+def test_out_dir_writes_the_whole_tree_converting_only_what_asks_for_gpus(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
     assert main(["convert", str(repo), "--out-dir", str(out)]) == 0
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert written == ["apps/infer/deployment.yaml"]
+    assert written == ["README.md", "apps/config.yml", "apps/infer/deployment.yaml"]
     docs = list(yaml.safe_load_all((out / "apps/infer/deployment.yaml").read_text()))
     assert [d["kind"] for d in docs] == ["Deployment", "ResourceClaimTemplate"]
     assert "resourceClaims" in docs[0]["spec"]["template"]["spec"]
+    assert (out / "apps/config.yml").read_text() == CONFIGMAP
+    assert (out / "README.md").read_text() == "# not a manifest\n"
     assert "unchanged: apps/config.yml" in capsys.readouterr().err
+
+
+def test_an_out_dir_inside_the_tree_is_not_read_again(repo: Path) -> None:
+    out = repo / "converted"
+    assert main(["convert", str(repo), "--out-dir", str(out)]) == 0
+    assert main(["convert", str(repo), "--out-dir", str(out)]) == 0  # a second run
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == ["README.md", "apps/config.yml", "apps/infer/deployment.yaml"]
 
 
 def test_beside_writes_next_to_each_source_in_the_chosen_format(repo: Path) -> None:
@@ -73,15 +83,17 @@ def test_beside_writes_next_to_each_source_in_the_chosen_format(repo: Path) -> N
     assert (repo / "apps" / "infer" / "deployment.yaml").read_text() == DEPLOYMENT
 
 
-def test_one_bad_file_fails_the_tree_and_nothing_is_written(
+def test_a_bad_file_is_named_and_kept_while_the_rest_is_written(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (repo / "apps" / "broken.yaml").write_text("kind: [unclosed\n")
     out = tmp_path / "out"
-    assert main(["convert", str(repo), "--out-dir", str(out)]) == 2
+    assert main(["convert", str(repo), "--out-dir", str(out)]) == 1
     err = capsys.readouterr().err
     assert f"gpu-slicer convert: {repo / 'apps' / 'broken.yaml'}: " in err
-    assert not out.exists()
+    assert (out / "apps" / "broken.yaml").read_text() == "kind: [unclosed\n"
+    docs = list(yaml.safe_load_all((out / "apps/infer/deployment.yaml").read_text()))
+    assert "resourceClaims" in docs[0]["spec"]["template"]["spec"]
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,13 @@ def test_the_example_policy_loads_with_every_key() -> None:
     assert (training.nvlink, training.mig_fallback.mode) == ("strict", "larger")
     assert training.gpu_models == ("H100-80GB",)
     assert embeddings.gpu_models == ("A100-80GB", "H100-80GB")
+    assert policy.quota_without_device_limit == "leave"
+    (trainer,) = policy.workloads
+    assert (trainer.group, trainer.kind) == ("training.example.com", "Trainer")
+    assert trainer.templates == (
+        ("spec", "runner", "template"),
+        ("spec", "helpers", "[]", "template"),
+    )
 
 
 def test_namespaces_without_overrides_get_the_cluster_rules() -> None:

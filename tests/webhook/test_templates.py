@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -9,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from cli.main import main
 from kube.api import Obj, ObjectList
 from kube.errors import Forbidden, Unavailable
 from kube.memory import InMemoryKubeApi
@@ -107,6 +111,7 @@ def test_a_missing_template_is_created_managed_and_stamped(
     ensurer(api, clocks).ensure([template()], dry_run=False)
     created = stored(api)["gpu-slicer-abc123"]
     assert created["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpu-slicer"
+    assert created["metadata"]["labels"]["gpu-slicer.io/origin"] == "webhook"
     assert created["metadata"]["annotations"][LAST_REFERENCED] == "2026-11-01T12:00:00Z"
     assert created["spec"] == template()["spec"]
 
@@ -255,6 +260,45 @@ def test_templates_not_managed_by_gpu_slicer_are_never_touched(
     clocks.advance(10**6)
     assert collector(api, clocks).sweep().deleted == []
     assert "hand-made" in stored(api)
+
+
+def test_templates_that_convert_wrote_for_git_are_never_collected(
+    api: InMemoryKubeApi, clocks: Clocks, tmp_path: Path
+) -> None:
+    """A Deployment scaled to zero (or a suspended CronJob) from a converted tree has no pod
+    for days; its template, applied from Git, must still be there when it scales up."""
+    source = tmp_path / "cron.yaml"
+    source.write_text(
+        "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly, namespace: ml}\n"
+        "spec:\n  schedule: '@daily'\n  suspend: true\n  jobTemplate:\n    spec:\n"
+        "      template:\n        spec:\n          restartPolicy: Never\n          containers:\n"
+        "          - {name: main, image: x, resources: {limits: {nvidia.com/gpu: 1}}}\n"
+    )
+    out = tmp_path / "out.yaml"
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert main(["convert", str(source)]) == 0
+    out.write_text(printed.getvalue())
+    from_git = [d for d in yaml.safe_load_all(out.read_text()) if d][-1]
+    assert from_git["metadata"]["labels"]["gpu-slicer.io/origin"] == "convert"
+    from_git["metadata"]["annotations"] = {LAST_REFERENCED: "2026-11-01T12:00:00Z"}
+    api.create(from_git)
+    ensurer(api, clocks).ensure([template("gpu-slicer-fromwebhook")], dry_run=False)
+    clocks.advance(10**6)
+    assert collector(api, clocks).sweep().deleted == ["ml/gpu-slicer-fromwebhook"]
+    assert list(stored(api)) == [from_git["metadata"]["name"]]
+    ensurer(api, clocks).ensure([from_git], dry_run=False)  # the webhook meets it again
+    clocks.advance(10**6)
+    assert collector(api, clocks).sweep().deleted == []
+
+
+def test_templates_made_before_the_origin_label_are_the_webhooks_and_collected(
+    api: InMemoryKubeApi, clocks: Clocks
+) -> None:
+    old = template("gpu-slicer-old")  # managed-by only, as older webhooks wrote them
+    old["metadata"]["annotations"] = {LAST_REFERENCED: "2026-11-01T12:00:00Z"}
+    api.create(old)
+    clocks.advance(10**6)
+    assert collector(api, clocks).sweep().deleted == ["ml/gpu-slicer-old"]
 
 
 def test_gc_after_zero_turns_collection_off(api: InMemoryKubeApi, clocks: Clocks) -> None:

@@ -1,0 +1,247 @@
+"""``gpu-slicer convert`` over files: a GitOps tree (or one stream) converted as Git keeps it.
+
+* Every file keeps its name and format; documents conversion did not change are kept byte for
+  byte, changed ones keep their comments (:mod:`webhook.yaml_text`).
+* A ResourceClaimTemplate is written once per tree: after the documents of the first file that
+  needs it. Kustomize patches are not resources, so templates their conversion needs go into
+  ``gpu-slicer-templates.yaml`` beside the kustomization, which lists it under ``resources``.
+* CustomResourceDefinitions in the tree decide for their kinds: one that would prune the claim
+  leaves its kind's objects alone (webhook.crd_schema).
+* ResourceQuotas anywhere in the tree limit their namespace as on a cluster: a pod that would
+  escape a legacy GPU quota is left as the webhook would leave it (webhook.quota).
+* One document that cannot be converted never blocks the tree: it is kept as it was and
+  reported by file, kind and name; a file that is not valid YAML is kept as it was too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from kube import documents
+from webhook import yaml_text
+from webhook.convert import (
+    ConvertResult,
+    Mode,
+    convert_objects,
+    policy_table,
+    tree_crds,
+    tree_quotas,
+)
+from webhook.errors import YamlTextError
+from webhook.policy import Policy
+
+KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+TEMPLATES_FILE = "gpu-slicer-templates.yaml"
+"""Where the templates a kustomization's patches need are written (listed in its resources)."""
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+Format = Literal["yaml", "json"]
+
+
+@dataclass
+class ManifestFile:
+    """One file (or standard input) of the tree, and what conversion made of it."""
+
+    relative: PurePosixPath
+    text: str
+    format: Format
+    patch_of: PurePosixPath | None = None
+    """The kustomization (relative path) that uses this file as a patch."""
+    chunks: list[yaml_text.Chunk] = field(default_factory=list)
+    result: ConvertResult | None = None
+    error: str | None = None
+    """Why the file was kept as it was (not valid YAML)."""
+    output: str | None = None
+    """The converted text; None when nothing changed."""
+
+
+@dataclass
+class Tree:
+    """The files of a tree after conversion, and what must be added to it."""
+
+    files: list[ManifestFile]
+    added: dict[PurePosixPath, str] = field(default_factory=dict)
+    """New files (templates of kustomize patches) by relative path."""
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def changed(self) -> list[ManifestFile]:
+        return [f for f in self.files if f.output is not None]
+
+
+def manifest_files(folder: Path, exclude: Path | None = None) -> list[Path]:
+    """Every manifest under ``folder``, recursively, in a stable order; hidden folders (``.git``)
+    and ``exclude`` (an output folder inside the tree) are left out."""
+    return [f for f in tree_files(folder, exclude) if f.suffix.lower() in MANIFEST_SUFFIXES]
+
+
+def tree_files(folder: Path, exclude: Path | None = None) -> list[Path]:
+    """Every file under ``folder`` except under hidden folders and ``exclude``, in a stable
+    order."""
+    skip = exclude.resolve() if exclude is not None else None
+    return sorted(
+        f
+        for f in folder.rglob("*")
+        if f.is_file()
+        and not any(p.startswith(".") for p in f.relative_to(folder).parts)
+        and (skip is None or not f.resolve().is_relative_to(skip))
+    )
+
+
+def convert_tree(
+    sources: Iterable[tuple[PurePosixPath, str]],
+    *,
+    policy: Policy,
+    mode: Mode,
+    namespace: str | None,
+    native_extended: frozenset[str],
+) -> Tree:
+    """Converts each ``(relative path, text)`` in order; templates are emitted once."""
+    files = [ManifestFile(rel, text, _format(rel)) for rel, text in sources]
+    patches = _kustomize_patches(files)
+    for file in files:
+        file.patch_of = patches.get(file.relative)
+    tree = Tree(files)
+    table = policy_table(policy)
+    seen: set[tuple[str, str]] = set()
+    per_kustomization: dict[PurePosixPath, tuple[set[tuple[str, str]], list[str]]] = {}
+    for file in files:
+        try:
+            file.chunks = yaml_text.split(file.text)
+        except documents.DocumentError as exc:
+            file.error = str(exc)
+            tree.problems.append(f"{file.relative}: {exc}; kept as it was")
+    quotas = tree_quotas((v for f in files for c in f.chunks for v in c.values), namespace)
+    crds = tree_crds(v for f in files for c in f.chunks for v in c.values)
+    for file in files:
+        if file.error is not None:
+            continue
+        values = [v for c in file.chunks for v in c.values]
+        if file.patch_of is not None:
+            emitted, texts = per_kustomization.setdefault(file.patch_of, (set(), []))
+        else:
+            emitted, texts = seen, []
+        result = convert_objects(
+            values,
+            policy=policy,
+            mode=mode,
+            namespace=namespace,
+            native_extended=native_extended,
+            table=table,
+            seen=emitted,
+            quiet_non_objects=file.patch_of is not None,
+            quotas=quotas,
+            crds=crds,
+        )
+        file.result = result
+        tree.problems += [f"{file.relative}: {p}" for p in result.problems]
+        tree.notes += [f"{file.relative}: {n}" for n in [*result.summaries, *result.warnings]]
+        if file.patch_of is not None:
+            texts += [yaml_text.dump(t) for t in result.templates]
+            result_templates: list[dict[str, Any]] = []
+        else:
+            result_templates = result.templates
+        file.output = _render(file, result, result_templates)
+    for kustomization, (_, texts) in per_kustomization.items():
+        if texts:
+            _add_templates_file(tree, kustomization, texts)
+    return tree
+
+
+def _format(relative: PurePosixPath) -> Format:
+    return "json" if relative.suffix.lower() == ".json" else "yaml"
+
+
+def _render(
+    file: ManifestFile, result: ConvertResult, templates: list[dict[str, Any]]
+) -> str | None:
+    """The file's new text; None when conversion changed nothing in it."""
+    if not any(result.changed) and not templates:
+        return None
+    if file.format == "json":
+        objects = [*result.objects, *templates]
+        value = objects[0] if len(objects) == 1 else _list(objects)
+        return json.dumps(value, indent=2) + "\n"
+    parts: list[str] = []
+    index = 0
+    for chunk in file.chunks:
+        count = len(chunk.values)
+        changed = result.changed[index : index + count]
+        converted = result.objects[index : index + count]
+        index += count
+        if not any(changed):
+            parts.append(chunk.text)
+        elif count == 1:
+            try:
+                parts.append(yaml_text.rewrite(chunk, converted[0]))
+            except YamlTextError:  # e.g. a duplicate key, which only ruamel.yaml refuses
+                parts.append(yaml_text.dump(converted[0], start=chunk.text.startswith("---")))
+        else:
+            parts.append("".join(yaml_text.dump(v, start=i > 0) for i, v in enumerate(converted)))
+    text = "".join(parts)
+    if templates and text and not text.endswith("\n"):
+        text += "\n"
+    return text + "".join(yaml_text.dump(t) for t in templates)
+
+
+def _list(items: list[Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+# --- kustomize ----------------------------------------------------------------------------------
+
+
+def _kustomize_patches(files: list[ManifestFile]) -> dict[PurePosixPath, PurePosixPath]:
+    """Patch file -> the kustomization that applies it (patches[].path, patchesStrategicMerge)."""
+    out: dict[PurePosixPath, PurePosixPath] = {}
+    for file in files:
+        if file.relative.name not in KUSTOMIZATION_NAMES:
+            continue
+        try:
+            data = documents.parse(file.text)
+        except documents.DocumentError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        listed: list[Any] = list(data.get("patchesStrategicMerge") or [])
+        listed += [p.get("path") for p in data.get("patches") or [] if isinstance(p, dict)]
+        for entry in listed:
+            if isinstance(entry, str) and entry and "\n" not in entry:
+                out[_normal(file.relative.parent / entry)] = file.relative
+    return out
+
+
+def _normal(path: PurePosixPath) -> PurePosixPath:
+    """``a/b/../c`` -> ``a/c`` (kustomize paths may climb)."""
+    parts: list[str] = []
+    for part in path.parts:
+        if part == "..":
+            if parts:
+                parts.pop()
+        elif part != ".":
+            parts.append(part)
+    return PurePosixPath(*parts) if parts else PurePosixPath(".")
+
+
+def _add_templates_file(tree: Tree, kustomization: PurePosixPath, texts: list[str]) -> None:
+    """Writes the templates beside ``kustomization`` and lists the file in its resources."""
+    target = kustomization.parent / TEMPLATES_FILE
+    tree.added[target] = "".join(texts)
+    file = next(f for f in tree.files if f.relative == kustomization)
+    chunks = [c for c in yaml_text.split(file.output or file.text) if c.values]
+    if len(chunks) != 1 or len(chunks[0].values) != 1 or not isinstance(chunks[0].values[0], dict):
+        tree.problems.append(f"{kustomization}: cannot add {TEMPLATES_FILE} to its resources")
+        return
+    chunk = chunks[0]
+    data = dict(chunk.values[0])
+    resources = list(data.get("resources") or [])
+    if TEMPLATES_FILE not in resources:
+        data["resources"] = [*resources, TEMPLATES_FILE]
+        file.output = yaml_text.rewrite(chunk, data)
+    tree.notes.append(
+        f"{target}: the templates of {kustomization}'s patches (listed in its resources)"
+    )

@@ -1,0 +1,119 @@
+"""``convert`` as a kustomize KRM function: a ResourceList in, the converted ResourceList out.
+
+kustomize runs an exec function with ``kubectl kustomize --enable-alpha-plugins --enable-exec``
+and names it in a transformer's ``config.kubernetes.io/function`` annotation; it writes a
+``config.kubernetes.io/v1`` ResourceList on the function's standard input and builds from the
+one the function writes back. ``gpu-slicer-krm`` (or ``gpu-slicer convert -`` fed a ResourceList)
+converts the items, appends the templates they need, and reports notes and documents it could
+not convert as ``results``. The function's config may set ``spec.mode``, ``spec.namespace`` and
+``spec.policy`` (a policy, inline).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+from kube import documents
+from webhook.convert import Mode, convert_objects
+from webhook.errors import FunctionConfigError, PolicyError
+from webhook.policy import Policy, load_policy
+
+API_VERSION = "config.kubernetes.io/v1"
+KIND = "ResourceList"
+_SPEC_KEYS = ("mode", "namespace", "policy")
+
+
+def is_resource_list(text: str) -> bool:
+    """Whether ``text`` is one ResourceList (what kustomize sends a KRM function)."""
+    if KIND not in text:
+        return False
+    try:
+        docs = documents.parse_all(text)
+    except documents.DocumentError:
+        return False
+    return len(docs) == 1 and _is_list(docs[0])
+
+
+def _is_list(doc: Any) -> bool:
+    return (
+        isinstance(doc, dict) and doc.get("kind") == KIND and doc.get("apiVersion") == API_VERSION
+    )
+
+
+def run(
+    text: str, *, policy: Policy | None = None, native_extended: frozenset[str] = frozenset()
+) -> str:
+    """The ResourceList ``text`` converted; the function config's policy wins over ``policy``.
+    Raises FunctionConfigError for a bad config."""
+    (resource_list,) = documents.parse_all(text)
+    config = resource_list.get("functionConfig") or {}
+    mode, namespace, configured = _settings(config)
+    items = resource_list.get("items") or []
+    result = convert_objects(
+        items,
+        policy=configured or policy or Policy.default(),
+        mode=mode,
+        namespace=namespace,
+        native_extended=native_extended,
+    )
+    results = [{"message": p, "severity": "error"} for p in result.problems]
+    results += [{"message": n, "severity": "info"} for n in [*result.summaries, *result.warnings]]
+    out: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "items": result.items,
+    }
+    if config:
+        out["functionConfig"] = config
+    if results:
+        out["results"] = results
+    return yaml.safe_dump(out, sort_keys=False, width=4096)
+
+
+def _settings(config: Any) -> tuple[Mode, str | None, Policy | None]:
+    spec = config.get("spec") if isinstance(config, dict) else None
+    if spec is None:
+        return "enabled", None, None
+    if not isinstance(spec, dict):
+        raise FunctionConfigError("functionConfig.spec must be a mapping")
+    unknown = [k for k in spec if k not in _SPEC_KEYS]
+    if unknown:
+        raise FunctionConfigError(
+            f"functionConfig.spec.{unknown[0]}: unknown key; valid keys: {', '.join(_SPEC_KEYS)}"
+        )
+    mode = spec.get("mode", "enabled")
+    if mode not in ("enabled", "audit"):
+        raise FunctionConfigError(f"functionConfig.spec.mode: enabled or audit, not {mode!r}")
+    namespace = spec.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise FunctionConfigError("functionConfig.spec.namespace must be a namespace name")
+    policy = None
+    if "policy" in spec:
+        try:
+            policy = load_policy(
+                yaml.safe_dump(spec["policy"]), source="functionConfig.spec.policy"
+            )
+        except PolicyError as exc:
+            raise FunctionConfigError(str(exc)) from exc
+    return mode, namespace, policy
+
+
+def main() -> int:
+    """``gpu-slicer-krm``: the KRM function's entry point (exit 1 with a message on bad input)."""
+    text = sys.stdin.read()
+    if not is_resource_list(text):
+        print(
+            "gpu-slicer-krm: standard input is not a config.kubernetes.io/v1 ResourceList "
+            "(run me as a kustomize exec function)",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        sys.stdout.write(run(text))
+    except FunctionConfigError as exc:
+        print(f"gpu-slicer-krm: {exc}", file=sys.stderr)
+        return 1
+    return 0
