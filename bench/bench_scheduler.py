@@ -95,6 +95,8 @@ def pods_for(workload: str, pods: int, nodes: int) -> int:
         return min(pods, 2 * nodes)
     if workload == "nvlink":
         return min(pods, nodes)
+    if workload == "memory-static":
+        return min(pods, 2 * nodes)  # STATIC_LAYOUT holds four 3g.40gb per node
     return pods
 
 
@@ -123,7 +125,7 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             result = cluster.run(
                 name,
                 spec,
-                pods=pods_for(workload, args.pods, nodes),
+                pods=pods_for(name, args.pods, nodes),
                 timeout_s=args.timeout,
             )
             results.append(result)
