@@ -12,6 +12,7 @@ import pytest
 from cli import plan as plan_cli
 from cli.main import build_parser
 from kube.memory import InMemoryKubeApi
+from tests.support.scaling_cases import RELEASES, check_note
 
 Obj = dict[str, Any]
 
@@ -373,7 +374,7 @@ def test_plan_checks_that_installed_crds_keep_the_claim(
     assert "CRD tfjobs.kubeflow.org keeps the claim: TFJob objects can be converted in Git" in notes
 
 
-@pytest.mark.parametrize(("version", "warned"), [((1, 36), True), ((1, 37), False)])
+@pytest.mark.parametrize(("version", "warned"), RELEASES)
 def test_plan_says_when_the_release_schedules_counters_with_quadratic_cost(
     cluster: InMemoryKubeApi,
     capsys: pytest.CaptureFixture[str],
@@ -382,8 +383,4 @@ def test_plan_says_when_the_release_schedules_counters_with_quadratic_cost(
 ) -> None:
     cluster.server_version = lambda: version  # type: ignore[method-assign]
     assert _run(cluster, ["-o", "json"]) == 0
-    notes = json.loads(capsys.readouterr().out)["notes"]
-    found = [n for n in notes if "square of the nodes" in n]
-    assert len(found) == (1 if warned else 0)
-    if warned:
-        assert "(2 GPU nodes here)" in found[0] and "fixed in 1.37" in found[0]
+    check_note(json.loads(capsys.readouterr().out)["notes"], warned=warned, nodes=2)

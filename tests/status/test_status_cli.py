@@ -16,6 +16,7 @@ from cli.main import build_parser, main
 from kube.errors import Forbidden, NotFound, Unavailable
 from kube.memory import InMemoryKubeApi
 from status import cli as status_cli
+from tests.support.scaling_cases import RELEASES, check_note
 from tests.support.status_fixtures import STATUS_SCHEMA
 
 
@@ -175,7 +176,7 @@ def test_importing_the_command_does_not_import_the_kubernetes_client_or_ssl() ->
     )
 
 
-@pytest.mark.parametrize(("version", "warned"), [((1, 36), True), ((1, 37), False)])
+@pytest.mark.parametrize(("version", "warned"), RELEASES)
 def test_status_says_when_the_release_schedules_counters_with_quadratic_cost(
     cluster: InMemoryKubeApi,
     capsys: pytest.CaptureFixture[str],
@@ -184,8 +185,4 @@ def test_status_says_when_the_release_schedules_counters_with_quadratic_cost(
 ) -> None:
     cluster.server_version = lambda: version  # type: ignore[method-assign]
     assert _run(cluster, ["-o", "json"]) == 0
-    notes = json.loads(capsys.readouterr().out)["notes"]
-    found = [n for n in notes if "square of the nodes" in n]
-    assert len(found) == (1 if warned else 0)
-    if warned:
-        assert "(2 GPU nodes here)" in found[0] and "--advertise static" in found[0]
+    check_note(json.loads(capsys.readouterr().out)["notes"], warned=warned, nodes=2)
