@@ -28,3 +28,13 @@ def test_the_tree_is_ruff_formatted() -> None:
 def test_mypy_accepts_every_package() -> None:
     result = _run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_test_modules_have_unique_names() -> None:
+    # The test folders are not packages: pytest refuses a whole run when two of them hold a
+    # module of the same name (it imports both as one top-level module).
+    root = Path(__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in root.rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.parent.relative_to(root)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}
