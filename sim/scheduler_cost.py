@@ -10,8 +10,9 @@ much scheduler CPU its mix of pods costs, how many pods per second one scheduler
 and whether that keeps up with the scenario's busiest minute.
 
 Between measured node counts the cost is interpolated on a log-log scale (a power law between
-two points); beyond the largest it is extrapolated with the last two points' exponent, and the
-report says so. A release that was not measured uses the nearest measured one and says that too.
+two points); beyond the largest it is extrapolated with the last two points' exponent; below the
+smallest it is the smallest's cost; outside the measured range the report says so. A release
+that was not measured uses the nearest measured one and says that too.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class CostModel:
         at = bisect.bisect_left(sizes, nodes)
         if at < len(points) and sizes[at] == nodes:
             return points[at].cpu_ms, False
+        if at == 0:
+            # Below the smallest cluster measured: its cost (fixed costs dominate small sizes).
+            return points[0].cpu_ms, True
         lo, hi = (
             (points[0], points[1])
             if at == 0
@@ -160,8 +164,8 @@ class Outlook:
             where += f" (nearest measured to the scenario's {self.asked_release})"
         mix = ", ".join(f"{n} {s}" for s, n in sorted(self.mix.items(), key=lambda i: -i[1]))
         out = [
-            f"real kube-scheduler, {where}, {self.nodes} nodes"
-            + (" (beyond the measured node counts: extrapolated)" if self.extrapolated else "")
+            f"real kube-scheduler, {where}, {self.nodes} node{'s' if self.nodes != 1 else ''}"
+            + (" (outside the measured node counts: extrapolated)" if self.extrapolated else "")
             + ":",
             f"  converted pods by claim shape: {mix}",
             f"  scheduler CPU per pod: {self.cpu_ms:,.1f} ms"

@@ -46,6 +46,8 @@ def test_measured_points_come_back_exactly_and_between_them_as_a_power_law(
     # quadratic on 1.36 (x5 nodes, x25 CPU): 200 nodes extrapolate to 10,000 ms, flagged
     value, beyond = model.cpu_ms("1.36", "single", 200)
     assert value == pytest.approx(10_000.0) and beyond
+    # below the smallest cluster measured: its cost, flagged
+    assert model.cpu_ms("1.36", "single", 5) == (100.0, True)
 
 
 def test_an_unmeasured_release_uses_the_nearest_measured_one(
