@@ -174,7 +174,7 @@ class Outlook:
                 if self.plain_cpu_ms
                 else ""
             )
-            + f"; one scheduler core sustains about {self.per_core_per_s:,.1f} pods/s",
+            + f"; one scheduler core sustains about {_rate(self.per_core_per_s)} pods/s",
             f"  busiest minute of the trace: {self.peak_per_s:,.2f} pods/s arriving: "
             + self._verdict(),
             f"  cost model: {self.measured}",
@@ -198,6 +198,10 @@ class Outlook:
             "peakArrivalsPerSecond": round(self.peak_per_s, 3),
             "extrapolated": self.extrapolated,
         }
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.1f}" if value >= 1 else f"{value:.3f}"
 
 
 def outlook(
