@@ -1,0 +1,222 @@
+"""The JobSet controller, built from its Go module, runs against a sandbox: a JobSet whose pod
+template asks for MIG slices makes Jobs, the Jobs make pods, and the pods get their slices,
+whether the webhook converts them at admission or the JobSet was converted in Git."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from certs.issue import self_signed
+from sandbox.errors import BuildError
+from sandbox.operators import jobset_binary, jobset_version
+from sandbox.process import Component, free_port, https_ok
+from tests.support.e2e_sandbox import (
+    ENABLED,
+    Sandbox,
+    start_with_enabled_namespace,
+    stop_sandbox,
+)
+from tests.support.operator_crds import module_crds
+from webhook.convert import convert_objects
+from webhook.policy import Policy
+
+NODE = "jobset-a100"
+WEBHOOKS = (
+    ("Mutating", "/mutate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE"]),
+    ("Validating", "/validate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE", "UPDATE"]),
+)
+
+
+def _jobset(name: str) -> dict[str, Any]:
+    pod = {
+        "restartPolicy": "Never",
+        "nodeSelector": {"kubernetes.io/hostname": NODE},
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}},
+            }
+        ],
+    }
+    job = {"parallelism": 2, "completions": 2, "template": {"spec": pod}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": ENABLED},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": job}}]},
+    }
+
+
+@pytest.fixture(scope="module")
+def jobset_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    try:
+        binary = jobset_binary()
+    except BuildError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the JobSet controller is needed: {exc}")
+        pytest.skip(f"the JobSet controller cannot be built: {exc}")
+    crds = module_crds(
+        f"sigs.k8s.io/jobset@{jobset_version()}", "config/components/crd/bases/*.yaml"
+    )
+    box = start_with_enabled_namespace("gs-jobset-", {NODE: "A100-80GB:1"})
+    folder = tmp_path_factory.mktemp("jobset")
+    controller = _start_controller(box, binary, folder)
+    try:
+        extensions = k8s.ApiextensionsV1Api(box.client)
+        for crd in crds:
+            crd = copy.deepcopy(crd)
+            crd["metadata"] = {"name": crd["metadata"]["name"]}
+            extensions.create_custom_resource_definition(crd)
+        yield box
+    finally:
+        controller.stop()
+        box.client.close()
+        assert stop_sandbox(box.process) == 0
+
+
+def _start_controller(box: Sandbox, binary: Path, folder: Path) -> Component:
+    """The controller with its JobSet webhooks on loopback, registered with the apiserver."""
+    pair = self_signed(["127.0.0.1"], common_name="jobset-webhook", days=1)
+    certs = folder / "certs"
+    certs.mkdir()
+    (certs / "tls.crt").write_bytes(pair.cert_pem)
+    (certs / "tls.key").write_bytes(pair.key_pem)
+    port = free_port()
+    config = {
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(certs)},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": "0"},
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    controller = Component(
+        "jobset",
+        [str(binary), "--config", str(folder / "config.yaml"), "--kubeconfig", str(box.kubeconfig)],
+        log_dir=folder,
+    )
+    controller.start()
+    controller.wait_ready(
+        lambda: (
+            https_ok(f"https://127.0.0.1:{port}/healthz", ca=certs / "tls.crt") or _listening(port)
+        ),
+        timeout_s=60,
+        what="its webhook server",
+    )
+    registrations = k8s.AdmissionregistrationV1Api(box.client)
+    ca = base64.b64encode(pair.cert_pem).decode()
+    for kind, path, operations in WEBHOOKS:
+        body = {
+            "metadata": {"name": f"jobset-{kind.lower()}"},
+            "webhooks": [
+                {
+                    "name": f"{kind[0].lower()}jobset.kb.io",
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Fail",
+                    "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca},
+                    "rules": [
+                        {
+                            "apiGroups": ["jobset.x-k8s.io"],
+                            "apiVersions": ["v1alpha2"],
+                            "operations": operations,
+                            "resources": ["jobsets"],
+                        }
+                    ],
+                }
+            ],
+        }
+        create = getattr(registrations, f"create_{kind.lower()}_webhook_configuration")
+        create(body)
+    return controller
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _pods(box: Sandbox, jobset: str) -> list[Any]:
+    pods = box.core.list_namespaced_pod(
+        ENABLED, label_selector=f"jobset.sigs.k8s.io/jobset-name={jobset}"
+    ).items
+    return [box.obj(p) for p in pods]
+
+
+def _apply_template(box: Sandbox, template: dict[str, Any]) -> None:
+    """As ``kubectl apply`` of the converted tree: the webhook may have made the same
+    content-addressed template already; Git's labels then win."""
+    resource = k8s.ResourceV1Api(box.client)
+    try:
+        resource.create_namespaced_resource_claim_template(ENABLED, template)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        name = template["metadata"]["name"]
+        labels = {"metadata": {"labels": template["metadata"]["labels"]}}
+        resource.patch_namespaced_resource_claim_template(name, ENABLED, labels)
+    stored = resource.read_namespaced_resource_claim_template(template["metadata"]["name"], ENABLED)
+    assert stored.metadata.labels["gpu-slicer.io/origin"] == "convert"
+
+
+def _custom(box: Sandbox) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(box.client)
+
+
+@pytest.mark.parametrize("converted_in_git", [False, True], ids=["at-admission", "in-git"])
+def test_a_jobsets_pods_get_their_mig_slices(
+    jobset_sandbox: Sandbox, converted_in_git: bool
+) -> None:
+    box = jobset_sandbox
+    name = "git" if converted_in_git else "plain"
+    body = _jobset(name)
+    if converted_in_git:
+        converted = convert_objects([body], policy=Policy.default())
+        (body,) = converted.objects
+        for template in converted.templates:
+            _apply_template(box, template)
+    box.wait(
+        lambda: _custom(box).create_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", ENABLED, "jobsets", body
+        ),
+        what="the JobSet to be admitted",
+    )
+    running = box.wait(
+        lambda: (
+            (pods := [p for p in _pods(box, name) if p["status"].get("phase") == "Running"])
+            and len(pods) == 2
+            and pods
+        ),
+        what=f"JobSet {name}'s two pods to run",
+        timeout_s=120,
+    )
+    for pod in running:
+        (claim,) = pod["spec"]["resourceClaims"]
+        assert claim["name"] == "gpu-slicer"
+        (allocated,) = box.claims_of(pod)
+        (result,) = allocated["status"]["allocation"]["devices"]["results"]
+        assert "mig-1g10gb" in result["device"]
+        if converted_in_git:
+            assert "gpu-slicer.io/converted" in pod["metadata"]["annotations"]
+    assert len([i for i in box.instances(NODE) if i[1] == "1g.10gb"]) >= 2
+    _custom(box).delete_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", ENABLED, "jobsets", name, propagation_policy="Foreground"
+    )
+    for pod in running:
+        box.core.delete_namespaced_pod(pod["metadata"]["name"], ENABLED, grace_period_seconds=0)
