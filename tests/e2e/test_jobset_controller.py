@@ -4,37 +4,35 @@ whether the webhook converts them at admission or the JobSet was converted in Gi
 
 from __future__ import annotations
 
-import base64
 import copy
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from certs.issue import self_signed
 from sandbox.errors import BuildError
 from sandbox.operators import jobset_binary, jobset_version
-from sandbox.process import Component, free_port, https_ok
 from tests.support.e2e_sandbox import (
     ENABLED,
     Sandbox,
     start_with_enabled_namespace,
     stop_sandbox,
 )
+from tests.support.operator_controllers import Hook, start_controller
 from tests.support.operator_crds import module_crds
 from webhook.convert import convert_objects
 from webhook.policy import Policy
 
 NODE = "jobset-a100"
-WEBHOOKS = (
-    ("Mutating", "/mutate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE"]),
-    ("Validating", "/validate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE", "UPDATE"]),
-)
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+HOOKS = [
+    Hook("Mutating", "/mutate-jobset-x-k8s-io-v1alpha2-jobset", *JOBSETS),
+    Hook("Validating", "/validate-jobset-x-k8s-io-v1alpha2-jobset", *JOBSETS, ("CREATE", "UPDATE")),
+]
+"""The JobSet webhooks; its pod webhooks (exclusive placement) are not needed here."""
 
 
 def _jobset(name: str) -> dict[str, Any]:
@@ -72,7 +70,9 @@ def jobset_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox
     )
     box = start_with_enabled_namespace("gs-jobset-", {NODE: "A100-80GB:1"})
     folder = tmp_path_factory.mktemp("jobset")
-    controller = _start_controller(box, binary, folder)
+    controller = start_controller(
+        box, "jobset", binary, "config.jobset.x-k8s.io/v1alpha1", HOOKS, folder
+    )
     try:
         extensions = k8s.ApiextensionsV1Api(box.client)
         for crd in crds:
@@ -84,72 +84,6 @@ def jobset_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox
         controller.stop()
         box.client.close()
         assert stop_sandbox(box.process) == 0
-
-
-def _start_controller(box: Sandbox, binary: Path, folder: Path) -> Component:
-    """The controller with its JobSet webhooks on loopback, registered with the apiserver."""
-    pair = self_signed(["127.0.0.1"], common_name="jobset-webhook", days=1)
-    certs = folder / "certs"
-    certs.mkdir()
-    (certs / "tls.crt").write_bytes(pair.cert_pem)
-    (certs / "tls.key").write_bytes(pair.key_pem)
-    port = free_port()
-    config = {
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
-        "kind": "Configuration",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(certs)},
-        "metrics": {"bindAddress": "0"},
-        "health": {"healthProbeBindAddress": "0"},
-    }
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    controller = Component(
-        "jobset",
-        [str(binary), "--config", str(folder / "config.yaml"), "--kubeconfig", str(box.kubeconfig)],
-        log_dir=folder,
-    )
-    controller.start()
-    controller.wait_ready(
-        lambda: (
-            https_ok(f"https://127.0.0.1:{port}/healthz", ca=certs / "tls.crt") or _listening(port)
-        ),
-        timeout_s=60,
-        what="its webhook server",
-    )
-    registrations = k8s.AdmissionregistrationV1Api(box.client)
-    ca = base64.b64encode(pair.cert_pem).decode()
-    for kind, path, operations in WEBHOOKS:
-        body = {
-            "metadata": {"name": f"jobset-{kind.lower()}"},
-            "webhooks": [
-                {
-                    "name": f"{kind[0].lower()}jobset.kb.io",
-                    "admissionReviewVersions": ["v1"],
-                    "sideEffects": "None",
-                    "failurePolicy": "Fail",
-                    "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca},
-                    "rules": [
-                        {
-                            "apiGroups": ["jobset.x-k8s.io"],
-                            "apiVersions": ["v1alpha2"],
-                            "operations": operations,
-                            "resources": ["jobsets"],
-                        }
-                    ],
-                }
-            ],
-        }
-        create = getattr(registrations, f"create_{kind.lower()}_webhook_configuration")
-        create(body)
-    return controller
-
-
-def _listening(port: int) -> bool:
-    import socket
-
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _pods(box: Sandbox, jobset: str) -> list[Any]:
