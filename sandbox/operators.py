@@ -1,6 +1,7 @@
 """Operators' controllers for the end-to-end tier, built from their Go modules into the cache.
 
-``sandbox/go/operators`` pins them (today the JobSet controller); each is built once into
+``sandbox/go/jobset`` and ``sandbox/go/lws`` pin the JobSet and LeaderWorkerSet controllers
+(one module each: they need different Kubernetes libraries); each is built once into
 ``~/.cache/gpu-slicer/<name>/<version>/`` and reused. They run against a sandbox's apiserver
 with the admin kubeconfig, their admission webhooks served on loopback.
 
@@ -15,8 +16,9 @@ from pathlib import Path
 from sandbox import go_tool
 from sandbox.errors import BuildError
 
-MODULE = go_tool.ROOT / "sandbox" / "go" / "operators"
+GO = go_tool.ROOT / "sandbox" / "go"
 JOBSET = "sigs.k8s.io/jobset"
+LWS = "sigs.k8s.io/lws"
 
 
 class OperatorUnavailable(BuildError):
@@ -24,20 +26,34 @@ class OperatorUnavailable(BuildError):
 
 
 def jobset_version() -> str:
-    return go_tool.pinned_version(MODULE, JOBSET, OperatorUnavailable)
+    return go_tool.pinned_version(GO / "jobset", JOBSET, OperatorUnavailable)
+
+
+def lws_version() -> str:
+    return go_tool.pinned_version(GO / "lws", LWS, OperatorUnavailable)
 
 
 def jobset_binary() -> Path:
     """The JobSet controller (its module's ``main`` package), cached or built now."""
-    target = go_tool.cached("jobset", jobset_version())
+    return _binary("jobset", JOBSET, jobset_version())
+
+
+def lws_binary() -> Path:
+    """The LeaderWorkerSet controller (``cmd``), cached or built now."""
+    return _binary("lws", f"{LWS}/cmd", lws_version())
+
+
+def _binary(name: str, package: str, version: str) -> Path:
+    target = go_tool.cached(name, version)
     if not target.is_file():
-        go_tool.build("jobset", MODULE, JOBSET, target, "-s -w", OperatorUnavailable)
+        go_tool.build(name, GO / name, package, target, "-s -w", OperatorUnavailable)
     return target
 
 
 if __name__ == "__main__":
     try:
         print(jobset_binary())
+        print(lws_binary())
     except OperatorUnavailable as exc:
         print(f"sandbox.operators: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from sandbox.errors import BuildError
 from sandbox.operators import jobset_binary, jobset_version
@@ -21,7 +20,7 @@ from tests.support.e2e_sandbox import (
     start_with_enabled_namespace,
     stop_sandbox,
 )
-from tests.support.operator_controllers import Hook, start_controller
+from tests.support.operator_controllers import Hook, apply_template, start_controller
 from tests.support.operator_crds import module_crds
 from webhook.convert import convert_objects
 from webhook.policy import Policy
@@ -93,22 +92,6 @@ def _pods(box: Sandbox, jobset: str) -> list[Any]:
     return [box.obj(p) for p in pods]
 
 
-def _apply_template(box: Sandbox, template: dict[str, Any]) -> None:
-    """As ``kubectl apply`` of the converted tree: the webhook may have made the same
-    content-addressed template already; Git's labels then win."""
-    resource = k8s.ResourceV1Api(box.client)
-    try:
-        resource.create_namespaced_resource_claim_template(ENABLED, template)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        name = template["metadata"]["name"]
-        labels = {"metadata": {"labels": template["metadata"]["labels"]}}
-        resource.patch_namespaced_resource_claim_template(name, ENABLED, labels)
-    stored = resource.read_namespaced_resource_claim_template(template["metadata"]["name"], ENABLED)
-    assert stored.metadata.labels["gpu-slicer.io/origin"] == "convert"
-
-
 def _custom(box: Sandbox) -> k8s.CustomObjectsApi:
     return k8s.CustomObjectsApi(box.client)
 
@@ -124,7 +107,7 @@ def test_a_jobsets_pods_get_their_mig_slices(
         converted = convert_objects([body], policy=Policy.default())
         (body,) = converted.objects
         for template in converted.templates:
-            _apply_template(box, template)
+            apply_template(box, ENABLED, template)
     box.wait(
         lambda: _custom(box).create_namespaced_custom_object(
             "jobset.x-k8s.io", "v1alpha2", ENABLED, "jobsets", body

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 
 from certs.issue import self_signed
 from sandbox.process import Component, free_port
@@ -94,3 +95,19 @@ def start_controller(
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def apply_template(box: Sandbox, namespace: str, template: dict[str, Any]) -> None:
+    """As ``kubectl apply`` of a converted tree: the webhook may have made the same
+    content-addressed template already; Git's labels then win."""
+    resource = k8s.ResourceV1Api(box.client)
+    name = template["metadata"]["name"]
+    try:
+        resource.create_namespaced_resource_claim_template(namespace, template)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        labels = {"metadata": {"labels": template["metadata"]["labels"]}}
+        resource.patch_namespaced_resource_claim_template(name, namespace, labels)
+    stored = resource.read_namespaced_resource_claim_template(name, namespace)
+    assert stored.metadata.labels["gpu-slicer.io/origin"] == "convert"

@@ -1,4 +1,4 @@
-module gpu-slicer.local/sandbox-operators
+module gpu-slicer.local/sandbox-jobset
 
 go 1.26.0
 

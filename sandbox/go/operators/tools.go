@@ -1,9 +1,0 @@
-//go:build tools
-
-// Package tools pins the operators' controllers the end-to-end tier runs in the sandbox
-// (sandbox/operators.py builds them into the cache); nothing here is shipped.
-package tools
-
-import (
-	_ "sigs.k8s.io/jobset"
-)
