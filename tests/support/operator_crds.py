@@ -37,30 +37,32 @@ claim."""
 def crd_sets() -> list[tuple[str, list[dict[str, Any]]]]:
     """(module@version, its CustomResourceDefinitions) for each of :data:`CRD_SETS` (skips, or
     fails under CI, without Go or the module proxy)."""
+    return [(module, module_crds(module, pattern)) for module, pattern in CRD_SETS]
+
+
+def module_crds(module: str, pattern: str) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions of ``module`` (``path@version``) whose files match
+    ``pattern`` below its root."""
     go = shutil.which("go")
     if go is None:
         _unavailable("Go is not installed to fetch the operators' CRDs")
-    found: list[tuple[str, list[dict[str, Any]]]] = []
-    for module, pattern in CRD_SETS:
-        result = subprocess.run(
-            [str(go), "mod", "download", "-json", module],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-            cwd=Path(__file__).parent,
-        )
-        if result.returncode != 0:
-            _unavailable(f"go mod download {module} failed: {result.stdout[-500:]}")
-        directory = Path(json.loads(result.stdout)["Dir"])
-        crds = [
-            doc
-            for path in sorted(directory.glob(pattern))
-            for doc in yaml.safe_load_all(path.read_text())
-            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
-        ]
-        found.append((module, crds))
-    return found
+    result = subprocess.run(
+        [str(go), "mod", "download", "-json", module],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=Path(__file__).parent,
+    )
+    if result.returncode != 0:
+        _unavailable(f"go mod download {module} failed: {result.stdout[-500:]}")
+    directory = Path(json.loads(result.stdout)["Dir"])
+    return [
+        doc
+        for path in sorted(directory.glob(pattern))
+        for doc in yaml.safe_load_all(path.read_text())
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
+    ]
 
 
 def _unavailable(reason: str) -> None:
