@@ -358,8 +358,10 @@ class SlicePublisher:
         self._recheck(gpus, allocated)
         self._note_scaling()
         existing = self._existing()
+        # An emptied pool has no slice to read its generation from: it is the last one written.
         current = max(
-            (s["spec"]["pool"].get("generation", 0) for s in existing.values()), default=0
+            (s["spec"]["pool"].get("generation", 0) for s in existing.values()),
+            default=self._generation,
         )
         plan = self.plan(gpus, allocated=allocated, generation=max(current, 1))
         if self._same(existing, plan.slices):
