@@ -33,6 +33,7 @@ from kube.errors import KubeError, NotFound
 from sandbox import binaries, pki
 from sandbox.cluster import ClusterSetup
 from sandbox.controlplane import ControlPlane, feature_gates
+from sandbox.process import free_port
 from slicer.identity import RESOURCE_API
 from slicer.layout import StaticLayout
 from slicer.preview import preview_pool
@@ -159,12 +160,12 @@ class HollowCluster:
     api: RealKubeApi | None = None
     nodes: list[str] = field(default_factory=list)
     workers: int = 8
+    api_version: tuple[int, int] = (0, 0)
+    """The apiserver's (major, minor), read once it runs."""
 
     def start(self) -> None:
         bins = binaries.ensure(self.k8s_version, kube_bin=self.kube_bin, progress=self.progress)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        from sandbox.process import free_port
-
         self.plane = ControlPlane(
             bins,
             pki.create(self.state_dir / "pki"),
