@@ -25,7 +25,10 @@ def test_a_port_in_use_is_not_picked(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         busy = taken.getsockname()[1]
-        picks = iter([busy, busy + 1 if busy < 65535 else busy - 1])
+        with socket.socket() as probe:  # a port the kernel just found free (busy + 1 may not be)
+            probe.bind(("127.0.0.1", 0))
+            free = probe.getsockname()[1]
+        picks = iter([busy, free])
         monkeypatch.setattr(process.random, "randrange", lambda _a, _b: next(picks))
         monkeypatch.setattr(process, "ephemeral_ports", lambda: (busy + 5000, 65535))
         monkeypatch.setattr(process, "LOWEST_PICKED", 1024)
