@@ -24,9 +24,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kube.client import RealKubeApi
 from kube.errors import KubeError, NotFound
@@ -39,6 +39,7 @@ from slicer.layout import StaticLayout
 from slicer.preview import preview_pool
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 PLAIN_DRIVER = "plain.devices.example.com"
 """Another vendor's DRA driver, stood in: devices without counters (a NIC, an FPGA, a GPU
@@ -158,7 +159,8 @@ class HollowCluster:
     progress: Callable[[str], None] = print
     plane: ControlPlane | None = None
     api: RealKubeApi | None = None
-    nodes: list[str] = field(default_factory=list)
+    setup: ClusterSetup | None = None
+    """Admin actions through the typed client (nodes, pod deletion with options)."""
     workers: int = 8
     api_version: tuple[int, int] = (0, 0)
     """The apiserver's (major, minor), read once it runs."""
@@ -177,11 +179,8 @@ class HollowCluster:
         )
         self.progress(f"starting Kubernetes {bins.release} (hollow nodes)")
         self.plane.start()
-        setup = ClusterSetup(self.plane.admin_kubeconfig())
-        try:
-            setup.wait_for_api()
-        finally:
-            setup.close()
+        self.setup = ClusterSetup(self.plane.admin_kubeconfig())
+        self.setup.wait_for_api()
         self.api = RealKubeApi.from_config(str(self.plane.admin_kubeconfig()))
         self.api_version = self.api.server_version()
 
@@ -191,6 +190,8 @@ class HollowCluster:
         return self.plane.bins.release
 
     def stop(self) -> None:
+        if self.setup is not None:
+            self.setup.close()
         if self.plane is not None:
             self.plane.stop()
 
@@ -207,22 +208,21 @@ class HollowCluster:
         assert self.api is not None, "start() first"
         return self.api
 
-    def parallel(self, action: Callable[[Obj], object], objects: Sequence[Obj]) -> None:
+    def _setup(self) -> ClusterSetup:
+        assert self.setup is not None, "start() first"
+        return self.setup
+
+    def parallel(self, action: Callable[[T], object], items: Sequence[T]) -> None:
+        """``action`` on every item, ``workers`` at a time (the apiserver takes them at once)."""
         with ThreadPoolExecutor(self.workers) as pool:
-            list(pool.map(action, objects))
+            list(pool.map(action, items))
 
     def create_all(self, objects: Sequence[Obj]) -> None:
         self.parallel(self._api().create, objects)
 
     def add_nodes(self, names: Sequence[str]) -> None:
-        assert self.plane is not None
-        setup = ClusterSetup(self.plane.admin_kubeconfig())
-        try:
-            with ThreadPoolExecutor(self.workers) as pool:
-                list(pool.map(lambda n: setup.create_node(n, {}), names))
-        finally:
-            setup.close()
-        self.nodes.extend(names)
+        setup = self._setup()
+        self.parallel(lambda n: setup.create_node(n, {}), names)
 
     def delete_slices(self, driver: str) -> None:
         api = self._api()
@@ -319,29 +319,17 @@ class HollowCluster:
                 patch_type="json",
             )
 
-        with ThreadPoolExecutor(self.workers) as pool:
-            list(pool.map(one, names))
+        self.parallel(one, names)
 
     def clear(self, namespace: str, timeout_s: float = 120) -> None:
         """Delete the run's pods (at once: no kubelet would finish a graceful deletion) and
         claims; the controller manager deallocates each claim and lets it go, as in a cluster.
         Returns once every claim is gone, so the next run starts on free devices."""
-        assert self.plane is not None
-        api = self._api()
-        setup = ClusterSetup(self.plane.admin_kubeconfig())
-        try:
-            names = [p["metadata"]["name"] for p in api.list("v1", "Pod", namespace).items]
-            with ThreadPoolExecutor(self.workers) as pool:
-                list(
-                    pool.map(
-                        lambda n: setup.core.delete_namespaced_pod(
-                            n, namespace, grace_period_seconds=0
-                        ),
-                        names,
-                    )
-                )
-        finally:
-            setup.close()
+        api, setup = self._api(), self._setup()
+        names = [p["metadata"]["name"] for p in api.list("v1", "Pod", namespace).items]
+        self.parallel(
+            lambda n: setup.core.delete_namespaced_pod(n, namespace, grace_period_seconds=0), names
+        )
         claims = api.list(RESOURCE_API, "ResourceClaim", namespace).items
         self.parallel(lambda c: _delete(api, namespace, c["metadata"]["name"]), claims)
         deadline = time.monotonic() + timeout_s

@@ -249,10 +249,6 @@ def busiest_minute(arrivals: Iterable[float]) -> int:
     return best
 
 
-def shape_mix(shapes: Iterable[str]) -> dict[str, int]:
-    return dict(Counter(shapes))
-
-
 def scenario_outlook(scenario: Scenario, model: CostModel | None = None) -> Outlook | None:
     """The outlook for a scenario: its converted pods' shapes, node count, release and
     arrivals (the pods the webhook converts; others are not gpu-slicer's to schedule)."""
@@ -266,5 +262,5 @@ def scenario_outlook(scenario: Scenario, model: CostModel | None = None) -> Outl
         shapes.append(shape_of(conversion.requests))
         arrivals.append(pod.arrival)
     return outlook(
-        model or load(), scenario.kubernetes, len(scenario.nodes), shape_mix(shapes), arrivals
+        model or load(), scenario.kubernetes, len(scenario.nodes), Counter(shapes), arrivals
     )

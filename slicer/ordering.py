@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import groupby
 from typing import Protocol
 
 from slicer.catalog import GpuModel, Placement, Profile, is_full_gpu_profile, is_valid
@@ -263,21 +264,15 @@ def _leaders_first(ordered: list[Candidate]) -> list[Candidate]:
     rejects on the way is a CEL evaluation: on an A100 a 3g.40gb request passed 14 devices).
     """
     out: list[Candidate] = []
-    start = 0
-    while start < len(ordered):
-        gpu = ordered[start].gpu_index
-        end = start
-        while end < len(ordered) and ordered[end].gpu_index == gpu:
-            end += 1
+    for _gpu, run in groupby(ordered, key=lambda c: c.gpu_index):
         seen: set[str | None] = set()
         leaders: list[Candidate] = []
         rest: list[Candidate] = []
-        for c in ordered[start:end]:
+        for c in run:
             name = None if c.profile is None else c.profile.name
             (rest if name in seen else leaders).append(c)
             seen.add(name)
         out += leaders + rest
-        start = end
     return out
 
 

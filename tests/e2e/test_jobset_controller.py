@@ -20,10 +20,13 @@ from tests.support.e2e_sandbox import (
     start_with_enabled_namespace,
     stop_sandbox,
 )
-from tests.support.operator_controllers import Hook, apply_template, start_controller
+from tests.support.operator_controllers import (
+    Hook,
+    as_git_keeps_it,
+    start_controller,
+    wait_for_pods_with_slices,
+)
 from tests.support.operator_crds import module_crds
-from webhook.convert import convert_objects
-from webhook.policy import Policy
 
 NODE = "jobset-a100"
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -104,31 +107,17 @@ def test_a_jobsets_pods_get_their_mig_slices(
     name = "git" if converted_in_git else "plain"
     body = _jobset(name)
     if converted_in_git:
-        converted = convert_objects([body], policy=Policy.default())
-        (body,) = converted.objects
-        for template in converted.templates:
-            apply_template(box, ENABLED, template)
+        body = as_git_keeps_it(box, ENABLED, body)
     box.wait(
         lambda: _custom(box).create_namespaced_custom_object(
             "jobset.x-k8s.io", "v1alpha2", ENABLED, "jobsets", body
         ),
         what="the JobSet to be admitted",
     )
-    running = box.wait(
-        lambda: (
-            (pods := [p for p in _pods(box, name) if p["status"].get("phase") == "Running"])
-            and len(pods) == 2
-            and pods
-        ),
-        what=f"JobSet {name}'s two pods to run",
-        timeout_s=120,
+    running = wait_for_pods_with_slices(
+        box, lambda: _pods(box, name), f"JobSet {name}'s two pods to run"
     )
     for pod in running:
-        (claim,) = pod["spec"]["resourceClaims"]
-        assert claim["name"] == "gpu-slicer"
-        (allocated,) = box.claims_of(pod)
-        (result,) = allocated["status"]["allocation"]["devices"]["results"]
-        assert "mig-1g10gb" in result["device"]
         if converted_in_git:
             assert "gpu-slicer.io/converted" in pod["metadata"]["annotations"]
     assert len([i for i in box.instances(NODE) if i[1] == "1g.10gb"]) >= 2

@@ -15,10 +15,13 @@ from kubernetes import client as k8s
 from sandbox.errors import BuildError
 from sandbox.operators import lws_binary, lws_version
 from tests.support.e2e_sandbox import ENABLED, Sandbox, start_with_enabled_namespace, stop_sandbox
-from tests.support.operator_controllers import Hook, apply_template, start_controller
+from tests.support.operator_controllers import (
+    Hook,
+    as_git_keeps_it,
+    start_controller,
+    wait_for_pods_with_slices,
+)
 from tests.support.operator_crds import module_crds
-from webhook.convert import convert_objects
-from webhook.policy import Policy
 
 NODE = "lws-a100"
 GROUP, VERSION, PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
@@ -108,30 +111,15 @@ def test_a_leader_worker_sets_pods_get_their_mig_slices(
     name = "git" if converted_in_git else "plain"
     body = _lws(name)
     if converted_in_git:
-        converted = convert_objects([body], policy=Policy.default())
-        (body,) = converted.objects
-        for template in converted.templates:
-            apply_template(box, ENABLED, template)
+        body = as_git_keeps_it(box, ENABLED, body)
     custom = k8s.CustomObjectsApi(box.client)
     box.wait(
         lambda: custom.create_namespaced_custom_object(GROUP, VERSION, ENABLED, PLURAL, body),
         what="the LeaderWorkerSet to be admitted",
     )
-    running = box.wait(
-        lambda: (
-            (pods := [p for p in _pods(box, name) if p["status"].get("phase") == "Running"])
-            and len(pods) == 2
-            and pods
-        ),
-        what=f"LeaderWorkerSet {name}'s leader and worker to run",
-        timeout_s=120,
+    wait_for_pods_with_slices(
+        box, lambda: _pods(box, name), f"LeaderWorkerSet {name}'s leader and worker to run"
     )
-    for pod in running:
-        (claim,) = pod["spec"]["resourceClaims"]
-        assert claim["name"] == "gpu-slicer"
-        (allocated,) = box.claims_of(pod)
-        (result,) = allocated["status"]["allocation"]["devices"]["results"]
-        assert "mig-1g10gb" in result["device"]
     custom.delete_namespaced_custom_object(
         GROUP, VERSION, ENABLED, PLURAL, name, propagation_policy="Foreground"
     )

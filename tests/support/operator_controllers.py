@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,39 @@ def apply_template(box: Sandbox, namespace: str, template: dict[str, Any]) -> No
         resource.patch_namespaced_resource_claim_template(name, namespace, labels)
     stored = resource.read_namespaced_resource_claim_template(name, namespace)
     assert stored.metadata.labels["gpu-slicer.io/origin"] == "convert"
+
+
+def as_git_keeps_it(box: Sandbox, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` converted by ``gpu-slicer convert`` (the default policy), its templates applied
+    as ``kubectl apply`` would: what a GitOps tree holds after the migration."""
+    from webhook.convert import convert_objects
+    from webhook.policy import Policy
+
+    converted = convert_objects([body], policy=Policy.default())
+    (converted_body,) = converted.objects
+    for template in converted.templates:
+        apply_template(box, namespace, template)
+    return dict(converted_body)
+
+
+def wait_for_pods_with_slices(
+    box: Sandbox, pods: Callable[[], list[dict[str, Any]]], what: str, *, count: int = 2
+) -> list[dict[str, Any]]:
+    """Until ``count`` of the controller's pods run; then each holds the webhook's claim,
+    allocated a 1g.10gb MIG slice. Returns the running pods."""
+    running: list[dict[str, Any]] = box.wait(
+        lambda: (
+            (found := [p for p in pods() if p["status"].get("phase") == "Running"])
+            and len(found) == count
+            and found
+        ),
+        what=what,
+        timeout_s=120,
+    )
+    for pod in running:
+        (claim,) = pod["spec"]["resourceClaims"]
+        assert claim["name"] == "gpu-slicer"
+        (allocated,) = box.claims_of(pod)
+        (result,) = allocated["status"]["allocation"]["devices"]["results"]
+        assert "mig-1g10gb" in result["device"]
+    return running
