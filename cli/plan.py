@@ -34,7 +34,7 @@ from webhook.quota import (
     DEVICES_SUFFIX,
     NO_QUOTA,
     NamespaceQuota,
-    escape,
+    conversion_escape,
     keeping_limits,
     read_quotas,
 )
@@ -306,7 +306,7 @@ def _plan_template(
         plan.outcome, plan.detail = "deny", exc.message
         return plan
     plan.warnings = list(conversion.warnings)
-    escaped = escape([w for _, w in conversion.changes], conversion.templates, quota)
+    escaped = conversion_escape(conversion, quota)
     if conversion.patch and escaped is not None:
         deny = policy.quota_without_device_limit == "deny"
         plan.outcome, plan.detail = ("deny" if deny else "leave"), escaped

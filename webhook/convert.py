@@ -25,7 +25,7 @@ from kube import documents
 from webhook.crd_schema import pruned_fields
 from webhook.errors import Denied, ManifestError
 from webhook.policy import Policy
-from webhook.quota import NO_QUOTA, NamespaceQuota, escape, read_quotas
+from webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape, read_quotas
 from webhook.templates import ORIGIN_CONVERT, ORIGIN_LABEL
 from webhook.translate import Conversion, audit_warnings, translate_pod
 from webhook.workloads import (
@@ -297,7 +297,7 @@ def _quota_escape(
     """The note for a pod that would escape its namespace's GPU quota (webhook.quota), or
     None; raises Denied when the policy denies such pods."""
     quota = context.quotas.get(namespace, NO_QUOTA)
-    escaped = escape([w for _, w in conversion.changes], conversion.templates, quota)
+    escaped = conversion_escape(conversion, quota)
     if escaped is None:
         return None
     if context.policy.quota_without_device_limit == "deny":

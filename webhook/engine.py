@@ -36,7 +36,7 @@ from webhook.caches import Mode
 from webhook.errors import BadReview, Denied
 from webhook.locks import memory_lock
 from webhook.policy import Policy
-from webhook.quota import NO_QUOTA, NamespaceQuota, escape
+from webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape
 from webhook.templates import TemplateEnsurer
 from webhook.translate import WARNING_MAX_BYTES, Conversion, audit_warnings, translate_pod
 
@@ -367,7 +367,7 @@ def review(
         if mode == "audit":
             return _audit_denial(uid, exc.message)
         return ReviewResult(denied(uid, exc.message), "denied", mode)
-    escaped = _quota_escape(conversion, quota_for_namespace(pod_req.namespace))
+    escaped = conversion_escape(conversion, quota_for_namespace(pod_req.namespace))
     if escaped is not None:
         deny = policy.quota_without_device_limit == "deny"
         if mode == "audit":
@@ -384,13 +384,6 @@ def review(
     if conversion.deferred:
         result = replace(result, deferred=conversion.deferred)
     return result
-
-
-def _quota_escape(conversion: Conversion, quota: NamespaceQuota) -> str | None:
-    """Why converting would let the pod escape its namespace's GPU quota (webhook.quota)."""
-    if not conversion.changes or not quota.limits_gpus:
-        return None
-    return escape([what for _, what in conversion.changes], conversion.templates, quota)
 
 
 def _left_unconverted(uid: str, message: str, mode: Mode) -> ReviewResult:

@@ -22,7 +22,7 @@ from typing import Any
 from kube.quantity import QuantityError, parse_count
 from webhook.errors import Denied
 from webhook.policy import Policy
-from webhook.translate import is_legacy_resource, translate_pod
+from webhook.translate import Conversion, is_legacy_resource, translate_pod
 
 DEVICES_SUFFIX = ".deviceclass.resource.k8s.io/devices"
 REQUESTS_PREFIX = "requests."
@@ -105,6 +105,13 @@ def escape(
         f"quota limits {lines} but not class {', '.join(missing)} devices; "
         "gpu-slicer plan prints the quota lines to add"
     )
+
+
+def conversion_escape(conversion: Conversion, quota: NamespaceQuota) -> str | None:
+    """:func:`escape` for what ``conversion`` removes and the templates it names."""
+    if not conversion.changes or not quota.limits_gpus:
+        return None
+    return escape([what for _, what in conversion.changes], conversion.templates, quota)
 
 
 def keeping_limits(quota: NamespaceQuota, namespace: str, policy: Policy) -> dict[str, int]:
