@@ -54,11 +54,19 @@ def ensure(*, cache: Path | None = None, progress: Progress = print) -> Path:
 def sources_digest() -> str:
     """Changes whenever a file that goes into the build does."""
     digest = hashlib.sha256()
-    for path in sorted(MODULE.iterdir()):
-        if path.suffix in _SOURCE_SUFFIXES or path.name in ("go.mod", "go.sum"):
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
+    for path in _sources():
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _sources() -> list[Path]:
+    """The module's files that go into the build."""
+    return [
+        path
+        for path in sorted(MODULE.iterdir())
+        if path.suffix in _SOURCE_SUFFIXES or path.name in ("go.mod", "go.sum")
+    ]
 
 
 def weak_stubs(header: str) -> str:
@@ -90,9 +98,8 @@ def _build(go: str, target: Path, progress: Progress) -> None:
         progress(f"building the mock NVML library into {target} (a minute or two; cached after)")
         source = staging / "src"
         source.mkdir()
-        for path in MODULE.iterdir():
-            if path.suffix in _SOURCE_SUFFIXES or path.name in ("go.mod", "go.sum"):
-                shutil.copy(path, source / path.name)
+        for path in _sources():
+            shutil.copy(path, source / path.name)
         header_dir = _go_nvml_dir(go, source) / "pkg" / "nvml"
         (source / "zz_stubs.c").write_text(weak_stubs((header_dir / "nvml.h").read_text()))
         env = dict(

@@ -134,6 +134,7 @@ class NvmlBackend:
         self._infos: dict[int, GpuInfo] = {}
         self._profile_info: dict[tuple[int, str], Any] = {}
         self._ci_profile_info: dict[tuple[int, str, str], Any] = {}
+        self._ci_constants: dict[int, str] | None = None
         self._domains_known = False
         self._event_set: Any = None
         self._lost: set[int] = set()
@@ -812,17 +813,17 @@ class NvmlBackend:
         self, gpu: int, gi: Any, profile: catalog.Profile
     ) -> list[tuple[str, Any]]:
         """(constant, info) of every compute-instance profile the GPU offers in ``profile``."""
-        nvml = self._nvml
         prefix = "NVML_COMPUTE_INSTANCE_PROFILE_"
-        count = int(getattr(nvml, f"{prefix}COUNT", 0))
-        names = {
-            int(getattr(nvml, n)): n
-            for n in dir(nvml)
-            if n.startswith(prefix) and n != f"{prefix}COUNT"
-        }
+        count = int(getattr(self._nvml, f"{prefix}COUNT", 0))
+        if self._ci_constants is None:  # once: dir() of the bindings is long for a hot path
+            self._ci_constants = {
+                int(getattr(self._nvml, n)): n
+                for n in dir(self._nvml)
+                if n.startswith(prefix) and n != f"{prefix}COUNT"
+            }
         offered = []
         for value in range(count):
-            constant = names.get(value, f"{prefix}{value}")
+            constant = self._ci_constants.get(value, f"{prefix}{value}")
             info = self._ci_profile(gpu, gi, profile, constant, value=value, missing_ok=True)
             if info is not None:
                 offered.append((constant, info))

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from slicer.simulated import SimulatedBackend
 from slicer.state import InstanceBusy, PrepareError, plan_claim
 from tests.support.agent_fixtures import (
     NODE,
+    Agent,
     allocate_claim,
     build_agent,
     delete_claim,
@@ -316,12 +318,20 @@ def test_a_claim_on_a_gpu_that_disappeared_without_a_reboot_can_be_unprepared(
 # --- a compute instance that cannot be made (issue: GI created, CI fails) --------------------
 
 
-def test_a_failed_compute_instance_rolls_the_gpu_instance_back(tmp_path: Path) -> None:
-    backend = SimulatedBackend("H100-80GB:1", node_name=NODE, mig_enabled=True)
+def _failing_compute_instance(
+    tmp_path: Path, gpus: str, device: str
+) -> tuple[SimulatedBackend, Agent, dict[str, Any]]:
+    """An agent with a claim for ``device`` whose compute instance cannot be made."""
+    backend = SimulatedBackend(gpus, node_name=NODE, mig_enabled=True)
     api = InMemoryKubeApi()
     agent = build_agent(backend, api, tmp_path)
-    claim = allocate_claim(api, ["gpu-0-mig-3g40gb-4"])
+    claim = allocate_claim(api, [device])
     backend.inject_fault("create_compute_instance", InsufficientResources)
+    return backend, agent, claim
+
+
+def test_a_failed_compute_instance_rolls_the_gpu_instance_back(tmp_path: Path) -> None:
+    backend, agent, claim = _failing_compute_instance(tmp_path, "H100-80GB:1", "gpu-0-mig-3g40gb-4")
     with pytest.raises(PrepareError, match="cannot prepare claim") as failed:
         agent.prepare(claim)
     assert "rolling it back failed" not in str(failed.value)
@@ -333,11 +343,7 @@ def test_a_failed_compute_instance_rolls_the_gpu_instance_back(tmp_path: Path) -
 def test_a_failed_rollback_taints_the_gpu_says_what_to_do_and_is_lifted_by_the_retry(
     tmp_path: Path,
 ) -> None:
-    backend = SimulatedBackend("H100-80GB:2", node_name=NODE, mig_enabled=True)
-    api = InMemoryKubeApi()
-    agent = build_agent(backend, api, tmp_path)
-    claim = allocate_claim(api, ["gpu-1-mig-3g40gb-4"])
-    backend.inject_fault("create_compute_instance", InsufficientResources)
+    backend, agent, claim = _failing_compute_instance(tmp_path, "H100-80GB:2", "gpu-1-mig-3g40gb-4")
     backend.inject_fault("destroy_gpu_instance", BackendError("driver said no"))
     with pytest.raises(PrepareError) as failed:
         agent.prepare(claim)
@@ -365,11 +371,7 @@ def test_a_failed_rollback_taints_the_gpu_says_what_to_do_and_is_lifted_by_the_r
 
 
 def test_a_failed_rollback_is_lifted_when_the_claim_is_released(tmp_path: Path) -> None:
-    backend = SimulatedBackend("H100-80GB:1", node_name=NODE, mig_enabled=True)
-    api = InMemoryKubeApi()
-    agent = build_agent(backend, api, tmp_path)
-    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-3"])
-    backend.inject_fault("create_compute_instance", InsufficientResources)
+    backend, agent, claim = _failing_compute_instance(tmp_path, "H100-80GB:1", "gpu-0-mig-1g10gb-3")
     backend.inject_fault("destroy_gpu_instance", InsufficientResources)
     with pytest.raises(PrepareError):
         agent.prepare(claim)

@@ -14,7 +14,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -341,21 +343,16 @@ func (g *gpu) placementFree(profile int, p nvml.GpuInstancePlacement) nvml.Retur
 	return nvml.SUCCESS
 }
 
-func (g *gpu) sortedInstances() []*gpuInstance {
-	out := make([]*gpuInstance, 0, len(g.gis))
-	for _, gi := range g.gis {
-		out = append(out, gi)
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].gi.Info.Id < out[b].gi.Info.Id })
-	return out
-}
+func (g *gpu) sortedInstances() []*gpuInstance { return byID(g.gis) }
 
-func (gi *gpuInstance) sortedCompute() []*computeInstance {
-	out := make([]*computeInstance, 0, len(gi.cis))
-	for _, ci := range gi.cis {
-		out = append(out, ci)
+func (gi *gpuInstance) sortedCompute() []*computeInstance { return byID(gi.cis) }
+
+// byID lists the values of a map keyed by instance id, lowest id first.
+func byID[V any](m map[uint32]*V) []*V {
+	out := make([]*V, 0, len(m))
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[id])
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].ci.Info.Id < out[b].ci.Info.Id })
 	return out
 }
 
