@@ -4,7 +4,6 @@ whether the webhook converts them at admission or the JobSet was converted in Gi
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,7 @@ from tests.support.e2e_sandbox import (
 from tests.support.operator_controllers import (
     Hook,
     as_git_keeps_it,
+    install_crds,
     start_controller,
     wait_for_pods_with_slices,
 )
@@ -71,16 +71,12 @@ def jobset_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox
         f"sigs.k8s.io/jobset@{jobset_version()}", "config/components/crd/bases/*.yaml"
     )
     box = start_with_enabled_namespace("gs-jobset-", {NODE: "A100-80GB:1"})
+    install_crds(box, crds)
     folder = tmp_path_factory.mktemp("jobset")
     controller = start_controller(
         box, "jobset", binary, "config.jobset.x-k8s.io/v1alpha1", HOOKS, folder
     )
     try:
-        extensions = k8s.ApiextensionsV1Api(box.client)
-        for crd in crds:
-            crd = copy.deepcopy(crd)
-            crd["metadata"] = {"name": crd["metadata"]["name"]}
-            extensions.create_custom_resource_definition(crd)
         yield box
     finally:
         controller.stop()

@@ -4,7 +4,6 @@ make pods, and the pods get their slices, converted at admission or in Git."""
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +17,7 @@ from tests.support.e2e_sandbox import ENABLED, Sandbox, start_with_enabled_names
 from tests.support.operator_controllers import (
     Hook,
     as_git_keeps_it,
+    install_crds,
     start_controller,
     wait_for_pods_with_slices,
 )
@@ -82,11 +82,7 @@ def lws_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         pytest.skip(f"the LeaderWorkerSet controller cannot be built: {exc}")
     crds = module_crds(f"sigs.k8s.io/lws@{lws_version()}", "config/crd/bases/*.yaml")
     box = start_with_enabled_namespace("gs-lws-", {NODE: "A100-80GB:1"})
-    extensions = k8s.ApiextensionsV1Api(box.client)
-    for crd in crds:
-        crd = copy.deepcopy(crd)
-        crd["metadata"] = {"name": crd["metadata"]["name"]}
-        extensions.create_custom_resource_definition(crd)
+    install_crds(box, crds)
     controller = start_controller(
         box, "lws", binary, "config.lws.x-k8s.io/v1alpha1", HOOKS, tmp_path_factory.mktemp("lws")
     )

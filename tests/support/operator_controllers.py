@@ -34,6 +34,26 @@ class Hook:
     object_selector: dict[str, Any] = field(default_factory=dict)
 
 
+def install_crds(box: Sandbox, crds: list[dict[str, Any]]) -> None:
+    """Creates ``crds`` (as their projects ship them, less their metadata but the name) and
+    waits until the apiserver serves each: a controller started earlier races its own caches
+    against the CRDs and may never serve its webhooks."""
+    extensions = k8s.ApiextensionsV1Api(box.client)
+    for crd in crds:
+        extensions.create_custom_resource_definition(
+            {**crd, "metadata": {"name": crd["metadata"]["name"]}}
+        )
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        box.wait(
+            lambda name=name: any(
+                c.type == "Established" and c.status == "True"
+                for c in extensions.read_custom_resource_definition(name).status.conditions or []
+            ),
+            what=f"CRD {name} to be established",
+        )
+
+
 def start_controller(
     box: Sandbox, name: str, binary: Path, config_api: str, hooks: list[Hook], folder: Path
 ) -> Component:
