@@ -12,7 +12,8 @@
   ``republish_interval_s``; the publisher answers how long it held the order back and the
   reconciler wakes up then to publish it. The same wake-up drives the publisher's periodic
   version check and, after a fallback to the static layout, its probe for partitionable devices;
-* the gRPC servers of the kubelet plugin (slicer.plugin);
+* the gRPC servers of the kubelet plugin (slicer.plugin), with the resource-health stream of
+  every device (slicer.device_health);
 * the Prometheus metrics server.
 
 ``gpu-slicer agent run`` (slicer.cli) runs a NodeAgent until SIGTERM or SIGINT, then
@@ -77,7 +78,8 @@ class NodeAgent:
         self.publisher = parts.publisher
         self.reconciler = parts.reconciler
         self.driver = parts.driver
-        self.plugin = kubelet_plugin(config, parts.driver)
+        self.health_feed = parts.health_feed
+        self.plugin = kubelet_plugin(config, parts)
 
     def _report_facts(self) -> None:
         """Say at start-up what pods will get: CUDA libraries or not, catalog or GPU figures."""

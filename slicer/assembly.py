@@ -26,6 +26,7 @@ from slicer.backend import GpuBackend, model_of
 from slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
 from slicer.checkpoint import CheckpointStore
 from slicer.claim_cache import ClaimCache
+from slicer.device_health import HealthFeed
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
 from slicer.layout import StaticLayout
@@ -88,6 +89,8 @@ class AgentParts:
     """Prepares and unprepares; owns the MIG-mode manager (``state.mig``)."""
     claims: ClaimCache
     health: HealthTracker
+    health_feed: HealthFeed
+    """Each device's health for the kubelet's resource-health stream."""
     reconciler: Reconciler
     driver: DraDriver
     publisher: SlicePublisher | None
@@ -112,6 +115,13 @@ def assemble(
     ``max_parallel`` is how many claims the driver prepares at once."""
     metrics = metrics or AgentMetrics()
     wake = threading.Event()
+    feed: HealthFeed | None = None
+
+    def changed() -> None:
+        """The state or health changed: reconcile (republish) and re-check the health streams."""
+        wake.set()
+        if feed is not None:
+            feed.changed()
 
     def mig_blocked(gpu: int, _message: str) -> None:
         metrics.mig_mode_blocked.labels(str(gpu)).inc()
@@ -127,7 +137,7 @@ def assemble(
         mig=mig,
         metrics=metrics,
         clock=state_clock,
-        on_change=wake.set,
+        on_change=changed,
         static_layout=config.static_layout,
     )
     claims = ClaimCache(
@@ -136,7 +146,11 @@ def assemble(
         on_change=wake.set,
         on_error=lambda _error: metrics.api_errors.labels("watch-claims").inc(),
     )
-    health = HealthTracker(backend, on_change=wake.set, metrics=metrics)
+    health = HealthTracker(backend, on_change=changed, metrics=metrics)
+    feed = HealthFeed(
+        unhealthy=lambda: health.unhealthy,
+        prepared=lambda: [d.device_name for e in state.entries().values() for d in e.devices],
+    )
     publisher: SlicePublisher | None = None
     if republish is None:
         limiter = RepublishLimiter(
@@ -155,7 +169,7 @@ def assemble(
             static_layout=config.static_layout,
             clock=clock,
         )
-        republish = _publishing(publisher)
+        republish = _publishing(publisher, feed)
     reconciler = Reconciler(
         state,
         claims,
@@ -167,14 +181,19 @@ def assemble(
         wake=wake,
     )
     driver = DraDriver(state, claims, pool=config.node, max_parallel=max_parallel)
-    return AgentParts(metrics, state, claims, health, reconciler, driver, publisher)
+    return AgentParts(metrics, state, claims, health, feed, reconciler, driver, publisher)
 
 
-def kubelet_plugin(config: AgentConfig, driver: DraDriver, *, workers: int = 8) -> PluginServer:
-    """The kubelet plugin's gRPC servers in the configured folders (listening once started).
-    Apart from :func:`assemble` because only an agent that serves the kubelet needs them."""
+def kubelet_plugin(config: AgentConfig, parts: AgentParts, *, workers: int = 8) -> PluginServer:
+    """The kubelet plugin's gRPC servers in the configured folders (listening once started),
+    with the resource-health service. Apart from :func:`assemble` because only an agent that
+    serves the kubelet needs them."""
     return PluginServer(
-        driver, plugins_dir=config.plugins_dir, registry_dir=config.registry_dir, workers=workers
+        parts.driver,
+        plugins_dir=config.plugins_dir,
+        registry_dir=config.registry_dir,
+        workers=workers,
+        health=parts.health_feed,
     )
 
 
@@ -183,12 +202,14 @@ def discover_modes(backend: GpuBackend) -> dict[int, GpuMode]:
     return {info.index: default_mode(model_of(info)) for info in backend.gpus()}
 
 
-def _publishing(publisher: SlicePublisher) -> Republish:
+def _publishing(publisher: SlicePublisher, feed: HealthFeed) -> Republish:
     """The reconciler's republish through ``publisher``: it answers when to publish again
-    although nothing changed (a held-back order change, the periodic version check)."""
+    although nothing changed (a held-back order change, the periodic version check). The
+    devices it planned are the ones the health stream reports."""
 
     def publish(view: NodeView) -> float | None:
         result = publisher.publish(view.gpus, allocated=view.allocated)
+        feed.set_published(result.plan.order)
         if result.deferred_s is not None:
             log.debug("device order change held back", extra={"seconds": result.deferred_s})
         waits = [w for w in (result.deferred_s, publisher.recheck_in()) if w is not None]

@@ -5,7 +5,10 @@ Two sockets, as the kubelet expects them:
 * ``<registry dir>/gpu-slicer.io-reg.sock`` serves ``pluginregistration.Registration``: the
   kubelet's plugin watcher finds it, calls GetInfo and learns the DRA endpoint and versions.
 * ``<plugins dir>/gpu-slicer.io/dra.sock`` serves ``DRAPlugin`` in versions ``v1`` and
-  ``v1beta1`` (same messages; v1beta1 lacks ``Device.share_id``).
+  ``v1beta1`` (same messages; v1beta1 lacks ``Device.share_id``) and, when given a
+  :class:`~slicer.device_health.HealthFeed`, the resource-health service
+  ``v1alpha1.DRAResourceHealth`` (KEP-4680): one long-lived ``NodeWatchResources`` stream per
+  kubelet with every device's health. A kubelet that does not know the service never calls it.
 
 :class:`DraDriver` holds the version-independent logic; each claim of a batch is handled on its
 own (in parallel, so claims on different GPUs do not wait for each other) and a failing claim
@@ -18,7 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +34,15 @@ import grpc
 from kube import errors as kerrors
 from slicer.checkpoint import PREPARE_COMPLETED, PreparedDevice
 from slicer.claim_cache import ClaimCache, ClaimError, our_results
+from slicer.device_health import RESEND_S, TIMEOUT_S, DeviceHealth, HealthFeed
 from slicer.errors import BackendError, SlicerError
 from slicer.identity import DRIVER
-from slicer.proto import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
+from slicer.proto import (
+    dra_health_v1alpha1_pb2,
+    dra_v1_pb2,
+    dra_v1beta1_pb2,
+    pluginregistration_pb2,
+)
 from slicer.state import DeviceState, InstanceBusy, PrepareError
 
 log = logging.getLogger(__name__)
@@ -43,6 +53,9 @@ DRA_SERVICES: dict[str, ModuleType] = {
     "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin": dra_v1beta1_pb2,
 }
 REGISTRATION_SERVICE = "pluginregistration.Registration"
+HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
+MAX_HEALTH_STREAMS = 4
+"""Open health streams at most (a kubelet keeps one); each holds a server thread of its own."""
 
 
 def registration_socket(registry_dir: Path | str, driver: str = DRIVER) -> Path:
@@ -192,6 +205,64 @@ def dra_handler(service: str, pb: ModuleType, driver: DraDriver) -> grpc.Generic
     )
 
 
+def health_response(
+    pool: str, devices: Sequence[DeviceHealth], *, now: int, timeout_s: int = TIMEOUT_S
+) -> Any:
+    """One ``NodeWatchResourcesResponse``: every device of the pool, stamped ``now``."""
+    pb = dra_health_v1alpha1_pb2
+    response = pb.NodeWatchResourcesResponse()
+    for device in devices:
+        response.devices.add(
+            device=pb.DeviceIdentifier(pool_name=pool, device_name=device.device),
+            health=pb.HEALTHY if device.healthy else pb.UNHEALTHY,
+            last_updated_time=now,
+            health_check_timeout_seconds=timeout_s,
+            message=device.message,
+        )
+    return response
+
+
+def health_handler(
+    feed: HealthFeed,
+    pool: str,
+    closing: threading.Event,
+    *,
+    resend_s: float = RESEND_S,
+    clock: Callable[[], float] = time.time,
+) -> grpc.GenericRpcHandler:
+    """The resource-health service: a stream that ends when the kubelet cancels it or the
+    server stops (``closing``), at most :data:`MAX_HEALTH_STREAMS` at a time."""
+    pb = dra_health_v1alpha1_pb2
+
+    def watch(request: Any, context: grpc.ServicerContext) -> Any:
+        if feed.streams >= MAX_HEALTH_STREAMS:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{MAX_HEALTH_STREAMS} health streams are open already; close one first",
+            )
+        wake = threading.Event()
+        context.add_callback(wake.set)  # the kubelet went away: stop waiting at once
+
+        def alive() -> bool:
+            return context.is_active() and not closing.is_set()
+
+        log.info("kubelet watches device health")
+        for devices in feed.stream(wake, alive, resend_s=resend_s):
+            yield health_response(pool, devices, now=int(clock()))
+        log.info("device health stream ended")
+
+    return grpc.method_handlers_generic_handler(
+        HEALTH_SERVICE,
+        {
+            "NodeWatchResources": grpc.unary_stream_rpc_method_handler(
+                watch,
+                request_deserializer=pb.NodeWatchResourcesRequest.FromString,
+                response_serializer=pb.NodeWatchResourcesResponse.SerializeToString,
+            )
+        },
+    )
+
+
 class RegistrationState:
     """What the kubelet told us in NotifyRegistrationStatus."""
 
@@ -245,8 +316,11 @@ class PluginServer:
         plugins_dir: Path | str,
         registry_dir: Path | str,
         workers: int = 8,
+        health: HealthFeed | None = None,
     ) -> None:
         self.driver = driver
+        self.health = health
+        self._closing = threading.Event()
         self.dra_path = dra_socket(plugins_dir, driver.driver)
         self.registration_path = registration_socket(registry_dir, driver.driver)
         for path in (self.dra_path, self.registration_path):
@@ -260,10 +334,14 @@ class PluginServer:
         self._servers: list[grpc.Server] = []
 
     def start(self) -> None:
-        dra = grpc.server(futures.ThreadPoolExecutor(self._workers, thread_name_prefix="dra"))
-        dra.add_generic_rpc_handlers(
-            [dra_handler(name, pb, self.driver) for name, pb in DRA_SERVICES.items()]
-        )
+        handlers = [dra_handler(name, pb, self.driver) for name, pb in DRA_SERVICES.items()]
+        workers = self._workers
+        if self.health is not None:
+            self._closing.clear()
+            handlers.append(health_handler(self.health, self.driver.pool, self._closing))
+            workers += MAX_HEALTH_STREAMS  # open streams must not starve prepare calls
+        dra = grpc.server(futures.ThreadPoolExecutor(workers, thread_name_prefix="dra"))
+        dra.add_generic_rpc_handlers(handlers)
         _bind(dra, self.dra_path)
         reg = grpc.server(futures.ThreadPoolExecutor(2, thread_name_prefix="registration"))
         reg.add_generic_rpc_handlers(
@@ -284,7 +362,11 @@ class PluginServer:
         )
 
     def stop(self, grace_s: float = 5.0) -> None:
-        # Registration first, so the kubelet stops sending work before the service goes.
+        # Registration first, so the kubelet stops sending work before the service goes; health
+        # streams end cleanly (the kubelet reads the end and dials again, the next agent).
+        self._closing.set()
+        if self.health is not None:
+            self.health.changed()
         for server in reversed(self._servers):
             server.stop(grace_s).wait()
         self._servers.clear()

@@ -18,7 +18,12 @@ from pathlib import Path
 
 PROTO_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PROTO_DIR.parents[1]
-PROTOS = ("pluginregistration.proto", "dra_v1.proto", "dra_v1beta1.proto")
+PROTOS = (
+    "pluginregistration.proto",
+    "dra_v1.proto",
+    "dra_v1beta1.proto",
+    "dra_health_v1alpha1.proto",
+)
 
 
 def generate(out_root: Path) -> list[Path]:

@@ -23,6 +23,8 @@ from slicer.cdi import validate_spec
 from slicer.claim_cache import ClaimCache
 from slicer.plugin import ClaimRef, DraDriver
 from slicer.proto import (
+    dra_health_v1alpha1_pb2,
+    dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
@@ -234,6 +236,60 @@ def test_the_agent_publishes_its_pool_and_taints_a_lost_gpu_until_it_recovers(
     assert "gpu-1" in tainted()
     node.backend.recover_gpu(1)
     _wait(lambda: not tainted())
+
+
+def _health_until(stream: Any, condition: Any, limit: int = 200) -> dict[str, tuple[int, str]]:
+    """Reads a health stream until a message satisfies ``condition``; device -> (health, text)."""
+    for _, message in zip(range(limit), stream, strict=False):
+        assert {d.device.pool_name for d in message.devices} == {NODE}
+        seen = {d.device.device_name: (d.health, d.message) for d in message.devices}
+        if condition(seen):
+            return seen
+    raise AssertionError("the health stream never reached the expected state")
+
+
+def test_the_health_stream_reports_every_device_and_a_critical_xid_on_its_gpu(node: Node) -> None:
+    pb = dra_health_v1alpha1_pb2
+    stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
+        node.channel(node.agent.plugin.dra_path)
+    )
+    claim = allocate_claim(node.api, ["gpu-1-mig-3g40gb-4"])
+    prepared = node.dra("v1")[1].NodePrepareResources(
+        dra_v1_pb2.NodePrepareResourcesRequest(claims=[claim_msg(dra_v1_pb2, claim)]), timeout=30
+    )
+    assert prepared.claims[ref(claim)[0]].error == ""
+    stream = stub.NodeWatchResources(pb.NodeWatchResourcesRequest())
+
+    # Once the pool is published, every device of it, whole GPUs and slices, healthy.
+    first = _health_until(stream, lambda seen: "gpu-1-mig-1g10gb-6" in seen)
+    assert {"gpu-0", "gpu-1", "gpu-1-mig-3g40gb-4", "gpu-0-mig-7g80gb-0"} <= set(first)
+    assert {health for health, _ in first.values()} == {pb.HEALTHY}
+
+    node.backend.inject_xid(1, 13)  # an application's fault: the GPU stays healthy
+    node.backend.inject_xid(1, 79)  # fell off the bus: every device of GPU 1 turns unhealthy
+    hit = _health_until(stream, lambda seen: seen["gpu-1"][0] == pb.UNHEALTHY)
+    for name, (health, message) in hit.items():
+        if name.startswith("gpu-1"):
+            assert health == pb.UNHEALTHY and "xid-79" in message, name
+        else:
+            assert (health, message) == (pb.HEALTHY, ""), name
+
+    node.backend.recover_gpu(1)
+    _health_until(stream, lambda seen: {h for h, _ in seen.values()} == {pb.HEALTHY})
+    stream.cancel()
+    _wait(lambda: node.agent.health_feed.streams == 0)
+
+
+def test_the_health_stream_ends_cleanly_when_the_agent_stops(node: Node) -> None:
+    stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
+        node.channel(node.agent.plugin.dra_path)
+    )
+    stream = stub.NodeWatchResources(dra_health_v1alpha1_pb2.NodeWatchResourcesRequest())
+    next(stream)
+    node.agent.plugin.stop()
+    rest = list(stream)  # the end of the stream, not an error: the kubelet dials again
+    assert len(rest) <= 1
+    assert stream.code() == grpc.StatusCode.OK
 
 
 def _wait(condition: Any, limit_s: float = 20.0) -> None:

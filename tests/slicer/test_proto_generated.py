@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slicer.proto import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
+from slicer.proto import (
+    dra_health_v1alpha1_pb2,
+    dra_v1_pb2,
+    dra_v1beta1_pb2,
+    pluginregistration_pb2,
+)
 from slicer.proto.generate import PROTO_DIR, generate
 
 
@@ -33,6 +38,11 @@ def test_services_have_the_names_the_kubelet_calls() -> None:
         "pluginregistration.Registration.GetInfo",
         "pluginregistration.Registration.NotifyRegistrationStatus",
     ]
+    assert methods(dra_health_v1alpha1_pb2, "DRAResourceHealth") == [
+        "v1alpha1.DRAResourceHealth.NodeWatchResources"
+    ]
+    watch = dra_health_v1alpha1_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"].methods[0]
+    assert watch.server_streaming and not watch.client_streaming
 
 
 def test_field_numbers_match_the_kubelet_api() -> None:
@@ -49,6 +59,21 @@ def test_field_numbers_match_the_kubelet_api() -> None:
     assert {n: f.number for n, f in claim.items()} == {"namespace": 1, "uid": 2, "name": 3}
     info = pluginregistration_pb2.PluginInfo.DESCRIPTOR.fields_by_name
     assert info["supported_versions"].number == 4
+    health = dra_health_v1alpha1_pb2.DeviceHealth.DESCRIPTOR.fields_by_name
+    assert {n: f.number for n, f in health.items()} == {
+        "device": 1,
+        "health": 2,
+        "last_updated_time": 3,
+        "health_check_timeout_seconds": 4,
+        "message": 5,
+    }
+    ident = dra_health_v1alpha1_pb2.DeviceIdentifier.DESCRIPTOR.fields_by_name
+    assert {n: f.number for n, f in ident.items()} == {"pool_name": 1, "device_name": 2}
+    assert dict(dra_health_v1alpha1_pb2.HealthStatus.items()) == {
+        "UNKNOWN": 0,
+        "HEALTHY": 1,
+        "UNHEALTHY": 2,
+    }
 
 
 def test_messages_round_trip_on_the_wire() -> None:
