@@ -34,7 +34,7 @@ from slicer.assembly import (
     KUBELET_REGISTRY_DIR,
     AgentConfig,
 )
-from slicer.backend import GpuBackend, model_of
+from slicer.backend import GpuBackend, HealthEvent, model_of
 from slicer.cdi import (
     FALLBACK_EDITS,
     TOOLKIT_SPEC_PATHS,
@@ -387,6 +387,64 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "exit (a rolling update); 0 exits 2 at once [GPU_SLICER_LOCK_WAIT]",
     )
     run.set_defaults(func=run_agent)
+    register_simulate_event(commands)
+
+
+def register_simulate_event(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``gpu-slicer agent simulate-event``."""
+    event = commands.add_parser(
+        "simulate-event",
+        help="give a running agent's simulated GPU a health event (Xid, lost, recovered)",
+        description="The agent must run with --backend simulated --simulate-state FILE; it "
+        "takes the event within a second, as if NVML had reported it.",
+    )
+    event.add_argument(
+        "--simulate-state",
+        metavar="FILE",
+        type=Path,
+        required=True,
+        help="the running agent's --simulate-state file",
+    )
+    event.add_argument("--gpu", type=int, required=True, help="the GPU's index")
+    kind = event.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--xid", type=int, help="an Xid error, e.g. 79 (critical) or 13 (not)")
+    kind.add_argument("--lost", action="store_true", help="the GPU falls off the bus")
+    kind.add_argument(
+        "--recovered",
+        action="store_true",
+        help="the GPU was reset and answers again (its MIG instances are gone)",
+    )
+    event.set_defaults(func=run_simulate_event)
+
+
+def run_simulate_event(args: argparse.Namespace) -> int:
+    from slicer.simulated_store import queue_event, read_state
+
+    try:
+        gpus = read_state(args.simulate_state)["gpus"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(
+            f"gpu-slicer agent simulate-event: --simulate-state {args.simulate_state} is not "
+            f"a running simulated agent's state file: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    if not 0 <= args.gpu < len(gpus):
+        print(
+            f"gpu-slicer agent simulate-event: --gpu {args.gpu}: the node has GPUs "
+            f"0-{len(gpus) - 1}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.xid is not None:
+        event = HealthEvent(args.gpu, "xid", xid=args.xid)
+    elif args.lost:
+        event = HealthEvent(args.gpu, "gpu-lost")
+    else:
+        event = HealthEvent(args.gpu, "recovered")
+    path = queue_event(args.simulate_state, event)
+    print(f"queued {event.kind} on GPU {args.gpu}: {path}")
+    return 0
 
 
 def _float_or_text(value: str) -> float | str:

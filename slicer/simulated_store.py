@@ -5,23 +5,60 @@ On a real node the MIG instances stay on the GPU when the agent restarts; a fres
 simulated GPUs' modes and instances in a JSON file (``agent run --simulate-state FILE``), loads it
 at start and rewrites it atomically after every call that changes them. The sandbox uses it to
 restart agents under running pods, and tests read the file to see what exists on the "GPU".
+
+Health faults come in from outside the agent process the same way: :func:`queue_event` (``gpu-slicer
+agent simulate-event``) drops one file per event into ``<state file>.events/``, and the running
+agent's health thread takes them, oldest first, on its next poll (within a second), as if NVML had
+reported them: an Xid, a GPU that fell off the bus (``gpu-lost``), or its recovery (a reset:
+its instances are gone).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from kube.atomic_files import write_atomically
-from slicer.backend import GpuInfo, HealthEvent
+from slicer.backend import GpuInfo, HealthEvent, HealthKind
 from slicer.devices import MigInstance
 from slicer.errors import SlicerError
 from slicer.simulated import SimulatedBackend
 
+log = logging.getLogger(__name__)
+
 
 class StateFileError(SlicerError):
     """The state file cannot be read or describes other GPUs."""
+
+
+def events_dir(state_path: Path) -> Path:
+    """The inbox of health events for the agent that keeps its GPUs in ``state_path``."""
+    return state_path.with_name(state_path.name + ".events")
+
+
+def queue_event(state_path: Path, event: HealthEvent) -> Path:
+    """Hand ``event`` to the agent running with ``--simulate-state state_path``; the file
+    written (whole, by a rename, so the agent never reads half of it)."""
+    if event.kind == "xid" and event.xid is None:
+        raise StateFileError("an xid event needs the Xid number")
+    inbox = events_dir(state_path)
+    inbox.mkdir(parents=True, exist_ok=True)
+    record = {"gpu": event.gpu_index, "kind": event.kind, "xid": event.xid}
+    path = inbox / f"{time.time_ns():020d}-{os.getpid()}.json"
+    write_atomically(path, json.dumps(record).encode(), durable=False)
+    return path
+
+
+def _read_event(path: Path) -> HealthEvent:
+    record = json.loads(path.read_text())
+    kind = record["kind"]
+    if kind not in get_args(HealthKind):
+        raise ValueError(f"kind {kind!r} is not one of {', '.join(get_args(HealthKind))}")
+    return HealthEvent(int(record["gpu"]), kind, xid=record.get("xid"))
 
 
 class PersistedBackend:
@@ -63,7 +100,33 @@ class PersistedBackend:
         return self.inner.capability_minors(gpu_index, gi_id, ci_id)
 
     def health_events(self, timeout_s: float) -> list[HealthEvent]:
+        self._take_queued_events()
         return self.inner.health_events(timeout_s)
+
+    def _take_queued_events(self) -> None:
+        """Play the events :func:`queue_event` left in the inbox on the simulated GPUs."""
+        inbox = events_dir(self.path)
+        try:
+            queued = sorted(p for p in inbox.iterdir() if p.suffix == ".json")
+        except FileNotFoundError:
+            return
+        for path in queued:
+            try:
+                event = _read_event(path)
+                if event.kind == "xid":
+                    self.inner.inject_xid(event.gpu_index, int(event.xid or 0))
+                elif event.kind == "gpu-lost":
+                    self.inner.lose_gpu(event.gpu_index)
+                else:
+                    self.inner.recover_gpu(event.gpu_index)
+                log.info("simulated health event", extra={"event": str(event)})
+            except (OSError, ValueError, KeyError, TypeError, SlicerError) as exc:
+                log.warning(
+                    "ignored a queued health event", extra={"file": str(path), "error": str(exc)}
+                )
+            path.unlink(missing_ok=True)
+        if queued:
+            self._save()
 
     def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
         try:

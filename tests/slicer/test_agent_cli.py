@@ -1,5 +1,6 @@
 """`gpu-slicer agent run`: flags and their environment twins, bad input, and a real process that
-serves a kubelet-like client over its sockets and exits cleanly on SIGTERM."""
+serves a kubelet-like client over its sockets (preparing, watching device health while
+`gpu-slicer agent simulate-event` hits its simulated GPU) and exits cleanly on SIGTERM."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import pytest
 from cli.main import build_parser, main
 from sandbox.process import free_port
 from slicer.proto import (
+    dra_health_v1alpha1_pb2,
+    dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     pluginregistration_pb2,
@@ -262,6 +265,8 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
             "simulated",
             "--simulate-gpus",
             "H100-80GB:1",
+            "--simulate-state",
+            str(short_dir / "gpus.json"),
             "--kube",
             "memory",
             "--checkpoint-dir",
@@ -305,7 +310,8 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
                 ),
                 timeout=20,
             )
-        assert "does not exist" in response.claims["u-1"].error
+            assert "does not exist" in response.claims["u-1"].error
+            _health_follows_a_simulated_xid(channel, short_dir / "gpus.json")
         metrics = ""
         while "gpu_slicer_agent_free_memory_slices" not in metrics:
             assert time.monotonic() < deadline, metrics
@@ -320,3 +326,61 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
     assert proc.returncode == 0, err
     assert not reg_sock.exists()
     assert not (plugins / "gpu-slicer.io" / "dra.sock").exists()
+
+
+def _health_follows_a_simulated_xid(channel: grpc.Channel, state: Path) -> None:
+    """The agent's health stream on its DRA socket: healthy, then GPU 0's devices unhealthy
+    once `gpu-slicer agent simulate-event` queues a critical Xid for the running agent."""
+    pb = dra_health_v1alpha1_pb2
+    stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)  # type: ignore[no-untyped-call]
+    stream = stub.NodeWatchResources(pb.NodeWatchResourcesRequest(), timeout=60)
+    try:
+        first = next(stream)
+        assert {d.health for d in first.devices} <= {pb.HEALTHY}
+        assert (
+            main(
+                [
+                    "agent",
+                    "simulate-event",
+                    "--simulate-state",
+                    str(state),
+                    "--gpu",
+                    "0",
+                    "--xid",
+                    "79",
+                ]
+            )
+            == 0
+        )
+        for message in stream:
+            health = {d.device.device_name: d.health for d in message.devices}
+            if health.get("gpu-0") == pb.UNHEALTHY:
+                break
+        assert health["gpu-0-mig-1g10gb-0"] == pb.UNHEALTHY
+        assert "xid-79" in next(d.message for d in message.devices if d.health == pb.UNHEALTHY)
+    finally:
+        stream.cancel()
+    assert not list((state.parent / "gpus.json.events").iterdir())  # the agent took it
+
+
+def test_simulate_event_refuses_what_no_agent_could_take(
+    short_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = short_dir / "gpus.json"
+    assert (
+        main(["agent", "simulate-event", "--simulate-state", str(state), "--gpu", "0", "--lost"])
+        == 2
+    )
+    assert "not a running simulated agent's state file" in capsys.readouterr().err
+    from slicer.simulated import SimulatedBackend
+    from slicer.simulated_store import PersistedBackend
+
+    PersistedBackend(SimulatedBackend("A100-80GB:2"), state)
+    assert (
+        main(
+            ["agent", "simulate-event", "--simulate-state", str(state), "--gpu", "2", "--recovered"]
+        )
+        == 2
+    )
+    assert "--gpu 2: the node has GPUs 0-1" in capsys.readouterr().err
+    assert not (short_dir / "gpus.json.events").exists()

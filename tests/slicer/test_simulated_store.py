@@ -1,0 +1,57 @@
+"""Simulated GPUs kept in a file: health events queued from outside reach the agent's backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slicer.backend import HealthEvent
+from slicer.errors import GpuLost
+from slicer.simulated import SimulatedBackend
+from slicer.simulated_store import (
+    PersistedBackend,
+    StateFileError,
+    events_dir,
+    queue_event,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> PersistedBackend:
+    return PersistedBackend(SimulatedBackend("H100-80GB:2"), tmp_path / "gpus.json")
+
+
+def test_queued_events_are_played_in_order_on_the_next_poll(store: PersistedBackend) -> None:
+    queue_event(store.path, HealthEvent(1, "xid", xid=79))
+    queue_event(store.path, HealthEvent(0, "gpu-lost"))
+    events = store.health_events(0)
+    assert [(e.gpu_index, e.kind, e.xid) for e in events] == [(1, "xid", 79), (0, "gpu-lost", None)]
+    assert list(events_dir(store.path).iterdir()) == []
+    assert store.health_events(0) == []  # taken once
+    with pytest.raises(GpuLost):
+        store.instances(0)
+
+
+def test_a_recovery_resets_the_gpu(store: PersistedBackend) -> None:
+    store.set_mig_mode(0, True)
+    gi = store.create_gpu_instance(0, "1g.10gb", 0)
+    store.create_compute_instance(0, gi)
+    queue_event(store.path, HealthEvent(0, "recovered"))
+    assert [e.kind for e in store.health_events(0)] == ["recovered"]
+    assert store.instances(0) == []
+
+
+def test_an_unreadable_event_is_dropped_and_the_rest_still_played(store: PersistedBackend) -> None:
+    inbox = events_dir(store.path)
+    inbox.mkdir()
+    (inbox / "0-bad.json").write_text('{"gpu": 0, "kind": "melted"}')
+    (inbox / "1-worse.json").write_text("not json")
+    queue_event(store.path, HealthEvent(1, "xid", xid=48))
+    assert [(e.gpu_index, e.xid) for e in store.health_events(0)] == [(1, 48)]
+    assert list(inbox.iterdir()) == []
+
+
+def test_an_xid_event_needs_its_number(tmp_path: Path) -> None:
+    with pytest.raises(StateFileError, match="Xid number"):
+        queue_event(tmp_path / "gpus.json", HealthEvent(0, "xid"))
