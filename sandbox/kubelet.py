@@ -22,6 +22,10 @@ plugin manager), and runs no containers:
   ``NodeUnprepareResources`` for each claim no other pod on the node still uses, then finishes
   the deletion (grace period 0, UID precondition), so the claim controller releases the claim.
   A pod that disappears without that (force-deleted) has its claims unprepared the same way.
+* **Resource health (1.36 and newer).** It watches each registered driver's
+  ``NodeWatchResources`` stream and writes the health of each container's prepared devices into
+  the pod's ``containerStatuses[].allocatedResourcesStatus`` when it changes, as the kubelet does
+  (:mod:`sandbox.kubelet_health`).
 
 It authenticates as the node (``system:node:<name>``), so the Node authorizer decides what it
 may read, as for a real kubelet.
@@ -48,6 +52,14 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from sandbox.cluster import serialize
+from sandbox.kubelet_health import (
+    AllocatedDevice,
+    DeviceKey,
+    HealthCache,
+    HealthWatch,
+    pod_resource_status,
+    pods_holding,
+)
 from slicer.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -94,6 +106,8 @@ class PreparedClaim:
     pods: set[str] = field(default_factory=set)
     cdi_ids: dict[str, list[str]] = field(default_factory=dict)
     """Base request name -> CDI device ids."""
+    devices: list[AllocatedDevice] = field(default_factory=list)
+    """What NodePrepareResources answered, device by device (for resource health)."""
 
 
 class Registrar:
@@ -244,6 +258,7 @@ class KubeletStandIn:
         runtime_dir: Path,
         retry_s: float = 0.5,
         on_error: Callable[[str], None] | None = None,
+        watch_health: bool = True,
     ) -> None:
         self.node = node
         self.core = k8s.CoreV1Api(api)
@@ -264,6 +279,12 @@ class KubeletStandIn:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.watch_health = watch_health
+        self.health = HealthCache()
+        self.health_watches: dict[str, tuple[tuple[int, float], HealthWatch]] = {}
+        """Driver -> (its registration socket, its health stream)."""
+        self._health_changes: list[tuple[str, list[DeviceKey]]] = []
+        self._health_lock = threading.Lock()
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -284,6 +305,9 @@ class KubeletStandIn:
         for thread in self._threads:
             if not thread.name.endswith("-watch"):
                 thread.join(timeout=10)
+        for _, watch in self.health_watches.values():
+            watch.stop()
+        self.health_watches.clear()
 
     def _watch_pods(self) -> None:
         while not self._stop.is_set():
@@ -307,6 +331,7 @@ class KubeletStandIn:
             self._wake.clear()
             try:
                 self.registrar.scan()
+                self._sync_health_watches()
                 self.sync()
             except Exception as exc:  # keep the kubelet alive; the next pass retries
                 log.warning("kubelet sync failed", extra={"node": self.node, "error": str(exc)})
@@ -337,6 +362,7 @@ class KubeletStandIn:
         )
         for uid in known - live:
             self._forget(uid)
+        self._sync_health_status({p["metadata"]["uid"]: p for p in pods})
 
     def _try_start(self, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]
@@ -423,6 +449,15 @@ class KubeletStandIn:
             entry.drivers.add(driver)
             entry.pods.add(pod_uid)
             for device in answer.devices:
+                allocated = AllocatedDevice(
+                    driver,
+                    device.pool_name,
+                    device.device_name,
+                    tuple(base_request(r) for r in device.request_names),
+                    tuple(device.cdi_device_ids),
+                )
+                if allocated not in entry.devices:
+                    entry.devices.append(allocated)
                 for request in device.request_names:
                     ids = entry.cdi_ids.setdefault(base_request(request), [])
                     ids += [i for i in device.cdi_device_ids if i not in ids]
@@ -469,6 +504,7 @@ class KubeletStandIn:
     def _mark_running(self, pod: Obj) -> None:
         now = _now()
         spec = pod["spec"]
+        resource_status = self._resource_status(pod)
         conditions = [
             {"type": t, "status": "True", "lastTransitionTime": now}
             for t in (
@@ -491,7 +527,8 @@ class KubeletStandIn:
                 _container_status(c, now, done=True) for c in spec.get("initContainers") or []
             ],
             "containerStatuses": [
-                _container_status(c, now, done=False) for c in spec["containers"]
+                _container_status(c, now, done=False, resources=resource_status.get(c["name"]))
+                for c in spec["containers"]
             ],
         }
         try:
@@ -501,6 +538,82 @@ class KubeletStandIn:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    # --- resource health -----------------------------------------------------------------
+
+    def _sync_health_watches(self) -> None:
+        """A health stream per registered plugin; a replaced or gone plugin's stream stops."""
+        if not self.watch_health:
+            return
+        plugins = dict(self.registrar.plugins)
+        for driver, (socket_id, watch) in list(self.health_watches.items()):
+            plugin = plugins.get(driver)
+            if plugin is None or plugin.socket_id != socket_id:
+                watch.stop()
+                del self.health_watches[driver]
+        for driver, plugin in plugins.items():
+            if driver not in self.health_watches:
+                watch = HealthWatch(driver, plugin.endpoint, self.health, self._health_changed)
+                watch.start()
+                self.health_watches[driver] = (plugin.socket_id, watch)
+
+    def _health_changed(self, driver: str, changed: list[DeviceKey]) -> None:
+        """From a stream's thread: remember the change, let the sync loop update the pods."""
+        with self._health_lock:
+            self._health_changes.append((driver, changed))
+        self._wake.set()
+
+    def _resource_status(self, pod: Obj) -> dict[str, list[Obj]]:
+        if not self.watch_health:
+            return {}
+        uid = pod["metadata"]["uid"]
+        claims = {c.name: c.devices for c in self.claims.values() if uid in c.pods}
+        return pod_resource_status(pod, claims, self.health.get)
+
+    def _sync_health_status(self, live: dict[str, Obj]) -> None:
+        """The status of each running pod that holds a device whose health changed."""
+        with self._health_lock:
+            changes, self._health_changes = self._health_changes, []
+        claims = [(c.pods, c.devices) for c in self.claims.values()]
+        affected: set[str] = set()
+        for driver, changed in changes:
+            affected |= pods_holding(claims, driver, changed)
+        for uid in sorted(affected):
+            if uid in self.started and uid in live:
+                self._write_resource_status(live[uid])
+
+    def _write_resource_status(self, listed: Obj) -> None:
+        meta = listed["metadata"]
+        try:  # as it is now: the list may predate this pass's own status write
+            pod = serialize(
+                self.api, self.core.read_namespaced_pod(meta["name"], meta["namespace"])
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                self.on_error(f"cannot read pod {meta['namespace']}/{meta['name']}: {exc.reason}")
+            return
+        statuses = [dict(s) for s in (pod.get("status") or {}).get("containerStatuses") or []]
+        if not statuses:
+            return
+        resource_status = self._resource_status(pod)
+        for status in statuses:
+            found = resource_status.get(status["name"])
+            if found:
+                status["allocatedResourcesStatus"] = found
+            else:
+                status.pop("allocatedResourcesStatus", None)
+        try:
+            self.core.patch_namespaced_pod_status(
+                pod["metadata"]["name"],
+                pod["metadata"]["namespace"],
+                {"status": {"containerStatuses": statuses}},
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                self.on_error(
+                    f"allocatedResourcesStatus of pod {meta['namespace']}/{meta['name']} "
+                    f"refused: {exc.status} {exc.body}"
+                )
 
     # --- stopping ------------------------------------------------------------------------
 
@@ -596,13 +709,15 @@ class KubeletStandIn:
             pass
 
 
-def _container_status(container: Obj, now: str, *, done: bool) -> Obj:
+def _container_status(
+    container: Obj, now: str, *, done: bool, resources: list[Obj] | None = None
+) -> Obj:
     state: Obj = (
         {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}
         if done
         else {"running": {"startedAt": now}}
     )
-    return {
+    status: Obj = {
         "name": container["name"],
         "image": container.get("image", ""),
         "imageID": "",
@@ -612,6 +727,9 @@ def _container_status(container: Obj, now: str, *, done: bool) -> Obj:
         "restartCount": 0,
         "state": state,
     }
+    if resources:
+        status["allocatedResourcesStatus"] = resources
+    return status
 
 
 def _now() -> str:

@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 TOOLKIT_CDI_SPEC = Path(__file__).with_name("toolkit-cdi.yaml")
 
 MARKER = ".gpu-slicer-sandbox"
+HEALTH_FROM_MINOR = 36
+"""The first release whose kubelet calls the drivers' resource-health service by default."""
 SOCKET_LIMIT = 107
 """Bytes in a unix socket path (sun_path is 108 with the terminating NUL)."""
 
@@ -375,6 +377,8 @@ class Sandbox:
             cdi_inject=self.bins.path("cdi-inject"),
             runtime_dir=folder / "runtime",
             on_error=self._kubelet_error(node.name),
+            # The kubelet watches resource health from 1.36 (ResourceHealthStatus, beta).
+            watch_health=binaries.minor_of(self.bins.release) >= HEALTH_FROM_MINOR,
         )
         kubelet.start()
         self.kubelets[node.name] = kubelet
