@@ -28,6 +28,7 @@ NODES = {
     "h100-life": "H100-80GB:1",  # deletion, reuse and agent restart
     "one-gpu": "H100-80GB:1",  # an init container and an app container share one GPU
     "quota": "H100-80GB:2",  # a namespace with a GPU quota of 1 runs one GPU pod, not two
+    "health": "H100-80GB:2",  # a critical Xid on one GPU reaches its pod's status, not the other's
 }
 ENABLED = "e2e-enabled"
 AUDIT = "e2e-audit"
