@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -121,6 +122,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="DIR",
         help="the deploy/ folder whose RBAC, policies and DeviceClasses to apply",
     )
+    up.add_argument(
+        "--gpu-slicer",
+        type=Path,
+        metavar="PATH",
+        help="run the webhook and the agents as this gpu-slicer command, e.g. VENV/bin/gpu-slicer "
+        "of a plain 'pip install' (default: this Python with this tree's code)",
+    )
     up.set_defaults(func=run_up)
 
 
@@ -134,6 +142,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise UsageError(f"--node names {', '.join(duplicates)} more than once")
     binaries.release_for(args.k8s_version)
     gate = {"default": None, "on": True, "off": False}[args.partitionable_devices]
+    if args.gpu_slicer is not None and not (
+        args.gpu_slicer.is_file() and os.access(args.gpu_slicer, os.X_OK)
+    ):
+        raise UsageError(f"--gpu-slicer {args.gpu_slicer} is not an executable file")
     return Settings(
         state_dir=args.state_dir,
         nodes=nodes,
@@ -147,6 +159,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         extended_resources=args.extended_resources,
         install=args.install,
         static_layout=args.static_layout,
+        gpu_slicer=args.gpu_slicer.resolve() if args.gpu_slicer else None,
     )
 
 

@@ -82,6 +82,9 @@ class Settings:
     """Passed to every agent: what it advertises when partitionable devices are unavailable."""
     install: str = "kustomize"
     """How gpu-slicer's cluster objects get in: deploy/base's files, or the Helm chart."""
+    gpu_slicer: Path | None = None
+    """The ``gpu-slicer`` command the webhook, the agents and ``certs issue`` run as (an install
+    of the package, :mod:`sandbox.install`); None: this interpreter with this tree's code."""
 
 
 def check_state_dir(folder: Path, nodes: list[NodeSpec]) -> None:
@@ -218,6 +221,8 @@ class Sandbox:
         (self.dir / "paused").mkdir()
 
     def _gpu_slicer(self, *args: str) -> list[str]:
+        if self.settings.gpu_slicer is not None:
+            return [str(self.settings.gpu_slicer), *args]
         return [sys.executable, "-m", "cli.main", *args]
 
     def _issue_webhook_tls(self) -> bytes:
@@ -421,6 +426,7 @@ class Sandbox:
             "kubeconfig": str(self.control_plane.admin_kubeconfig().resolve()),
             "server": self.control_plane.server,
             "kubernetes": self.bins.release,
+            "gpuSlicer": self._gpu_slicer(),
             "webhook": f"https://127.0.0.1:{webhook_port}",
             "startSeconds": round(seconds, 1),
             "pids": {c.name: c.pid for c in self._components()},
