@@ -19,6 +19,6 @@ def test_the_webhook_and_the_agents_run_from_the_install(sandbox: Sandbox) -> No
     components = [n for n in sandbox.ready["pids"] if n == "webhook" or n.startswith("agent-")]
     assert "webhook" in components and len(components) > 1
     for name in components:
-        argv = Path(f"/proc/{sandbox.pid(name)}/cmdline").read_bytes().split(b"\\0")
+        argv = Path(f"/proc/{sandbox.pid(name)}/cmdline").read_bytes().split(b"\0")
         # The console script's interpreter runs it: python <venv>/bin/gpu-slicer <command> ...
         assert command.encode() in argv, (name, argv[:3])
