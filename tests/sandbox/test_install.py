@@ -42,6 +42,7 @@ from slicer.proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
+from tests.support.agent_fixtures import simulated_agent_args
 from tests.support.kube_stub_apiserver import StubApiServer
 
 PACKAGES = ("cli", "kube", "slicer", "webhook", "certs", "sim", "sandbox", "status")
@@ -151,24 +152,7 @@ def test_agent_run_serves_the_kubelet_and_stops(shipped: Path) -> None:
     port = free_port()
     proc = _start(
         shipped,
-        "agent",
-        "run",
-        "--node",
-        "n1",
-        "--backend",
-        "simulated",
-        "--simulate-gpus",
-        "H100-80GB:1",
-        "--kube",
-        "memory",
-        "--checkpoint-dir",
-        str(root / "ckpt"),
-        "--cdi-dir",
-        str(root / "cdi"),
-        "--plugins-dir",
-        str(root / "plugins"),
-        "--registry-dir",
-        str(root / "reg"),
+        *simulated_agent_args(root),
         "--metrics-bind",
         f"127.0.0.1:{port}",
     )

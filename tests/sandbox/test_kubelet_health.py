@@ -23,10 +23,10 @@ from sandbox.kubelet_health import (
     pods_holding,
 )
 from slicer.agent import NodeAgent
-from slicer.assembly import AgentConfig
 from slicer.plugin import PluginServer
 from slicer.proto import dra_health_v1alpha1_pb2 as pb
 from slicer.simulated import SimulatedBackend
+from tests.support.agent_fixtures import agent_config
 
 DRIVER = "gpu-slicer.io"
 
@@ -172,16 +172,7 @@ def short_dir() -> Iterator[Path]:
 
 
 def _agent(root: Path, backend: SimulatedBackend) -> NodeAgent:
-    config = AgentConfig(
-        node="n",
-        checkpoint_dir=root / "ckpt",
-        cdi_dir=root / "cdi",
-        plugins_dir=root / "plugins",
-        registry_dir=root / "reg",
-        metrics_bind="",
-        reconcile_interval_s=0.2,
-    )
-    return NodeAgent(config, backend=backend, api=InMemoryKubeApi())
+    return NodeAgent(agent_config(root, "n"), backend=backend, api=InMemoryKubeApi())
 
 
 def test_the_watch_follows_a_real_agents_stream_and_stops(short_dir: Path) -> None:

@@ -28,6 +28,7 @@ from slicer.proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
+from tests.support.agent_fixtures import simulated_agent_args
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLKIT_SPEC = Path(__file__).resolve().parent / "data" / "nvidia-toolkit-cdi.yaml"
@@ -257,26 +258,9 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
             sys.executable,
             "-m",
             "cli.main",
-            "agent",
-            "run",
-            "--node",
-            "n1",
-            "--backend",
-            "simulated",
-            "--simulate-gpus",
-            "H100-80GB:1",
+            *simulated_agent_args(short_dir),
             "--simulate-state",
             str(short_dir / "gpus.json"),
-            "--kube",
-            "memory",
-            "--checkpoint-dir",
-            str(short_dir / "ckpt"),
-            "--cdi-dir",
-            str(short_dir / "cdi"),
-            "--plugins-dir",
-            str(plugins),
-            "--registry-dir",
-            str(registry),
             "--metrics-bind",
             f"127.0.0.1:{port}",
             "--reconcile-interval",

@@ -18,6 +18,7 @@ import pytest
 
 from slicer import agent_lock
 from slicer.agent_lock import AgentLockHeld
+from tests.support.agent_fixtures import simulated_agent_args
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,24 +57,7 @@ def _agent(folder: Path, *extra: str) -> subprocess.Popen[str]:
             sys.executable,
             "-m",
             "cli.main",
-            "agent",
-            "run",
-            "--node",
-            "n1",
-            "--backend",
-            "simulated",
-            "--simulate-gpus",
-            "H100-80GB:1",
-            "--kube",
-            "memory",
-            "--checkpoint-dir",
-            str(folder / "ckpt"),
-            "--cdi-dir",
-            str(folder / "cdi"),
-            "--plugins-dir",
-            str(folder / "plugins"),
-            "--registry-dir",
-            str(folder / "reg"),
+            *simulated_agent_args(folder),
             "--metrics-bind",
             "",
             "--reconcile-interval",

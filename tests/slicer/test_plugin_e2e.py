@@ -18,7 +18,6 @@ import pytest
 from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
 from slicer.agent import NodeAgent
-from slicer.assembly import AgentConfig
 from slicer.cdi import validate_spec
 from slicer.claim_cache import ClaimCache
 from slicer.plugin import ClaimRef, DraDriver
@@ -33,7 +32,7 @@ from slicer.proto import (
     pluginregistration_pb2_grpc,
 )
 from slicer.simulated import SimulatedBackend
-from tests.support.agent_fixtures import NODE, allocate_claim, build_agent, ref
+from tests.support.agent_fixtures import NODE, agent_config, allocate_claim, build_agent, ref
 
 VERSIONS = {
     "v1": (dra_v1_pb2, dra_v1_pb2_grpc),
@@ -46,15 +45,7 @@ class Node:
         self.root = root
         self.api = InMemoryKubeApi()
         self.backend = SimulatedBackend("H100-80GB:2", node_name=NODE)
-        self.config = AgentConfig(
-            node=NODE,
-            checkpoint_dir=root / "ckpt",
-            cdi_dir=root / "cdi",
-            plugins_dir=root / "plugins",
-            registry_dir=root / "reg",
-            metrics_bind="",
-            reconcile_interval_s=0.2,
-        )
+        self.config = agent_config(root)
         self.agent = NodeAgent(self.config, backend=self.backend, api=self.api)
         self.agent.start()
         self.channels: list[grpc.Channel] = []

@@ -246,3 +246,41 @@ def assert_mixed_node(
     for index in mig:
         assert f"gpu-{index}" in devices
         assert any(n.startswith(f"gpu-{index}-mig-") for n in devices), index
+
+
+def simulated_agent_args(folder: Path, *, node: str = "n1", gpus: str = "H100-80GB:1") -> list[str]:
+    """``agent run`` on simulated GPUs and an in-memory API, its folders under ``folder``
+    (``ckpt``, ``cdi``, ``plugins``, ``reg``); add ``--metrics-bind`` and the rest."""
+    return [
+        "agent",
+        "run",
+        "--node",
+        node,
+        "--backend",
+        "simulated",
+        "--simulate-gpus",
+        gpus,
+        "--kube",
+        "memory",
+        "--checkpoint-dir",
+        str(folder / "ckpt"),
+        "--cdi-dir",
+        str(folder / "cdi"),
+        "--plugins-dir",
+        str(folder / "plugins"),
+        "--registry-dir",
+        str(folder / "reg"),
+    ]
+
+
+def agent_config(root: Path, node: str = NODE) -> AgentConfig:
+    """An agent's folders under ``root`` (short: socket paths), no metrics server, quick passes."""
+    return AgentConfig(
+        node=node,
+        checkpoint_dir=root / "ckpt",
+        cdi_dir=root / "cdi",
+        plugins_dir=root / "plugins",
+        registry_dir=root / "reg",
+        metrics_bind="",
+        reconcile_interval_s=0.2,
+    )

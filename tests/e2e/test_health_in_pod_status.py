@@ -60,7 +60,8 @@ def test_a_critical_xid_reaches_the_status_of_the_pod_on_that_gpu_only(sandbox: 
 
     [entry] = sandbox.wait(lambda: healthy(hit), what="the pod's devices reported Healthy")
     [claim_ref] = hit["spec"]["containers"][0]["resources"]["claims"]
-    assert entry["name"] == f"claim:{claim_ref['name']}"
+    request = f"/{claim_ref['request']}" if claim_ref.get("request") else ""
+    assert entry["name"] == f"claim:{claim_ref['name']}{request}"
     [claim] = sandbox.claims_of(hit)
     [result] = claim["status"]["allocation"]["devices"]["results"]
     uid = claim["metadata"]["uid"]
