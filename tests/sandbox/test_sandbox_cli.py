@@ -23,8 +23,18 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
         (["--node", "n=H999:1"], "--node 'n=H999:1'"),
         (["--node", "a=H100-80GB:1", "--node", "a=A100-80GB:1"], "names a more than once"),
         (["--k8s-version", "1.20"], "is not supported"),
+        (["--gpu-slicer", "/nonexistent/bin/gpu-slicer"], "is not an executable file"),
+        (["--gpu-slicer", "/"], "--gpu-slicer / is not an executable file"),
     ],
-    ids=["no spec", "bad node name", "unknown model", "duplicate node", "old version"],
+    ids=[
+        "no spec",
+        "bad node name",
+        "unknown model",
+        "duplicate node",
+        "old version",
+        "no such command",
+        "a folder as command",
+    ],
 )
 def test_bad_flags_exit_2_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
