@@ -240,3 +240,17 @@ def test_the_krm_function_answers_a_resource_list(shipped: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(done.stdout)["kind"] == "ResourceList"
+
+
+def test_the_cache_key_follows_the_declared_dependencies_only(tmp_path: Path) -> None:
+    from sandbox.install import ROOT, dependency_key, requirements
+
+    declared = requirements()
+    assert "packaging>=23" in declared  # gunicorn's gevent worker imports it
+    assert not any(r.startswith(("pytest", "grpcio-tools", "mypy")) for r in declared)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    edited = tmp_path / "pyproject.toml"
+    edited.write_text(pyproject.replace('version = "0.1.0"', 'version = "9.9.9"'))
+    assert dependency_key(requirements(edited)) == dependency_key(declared)
+    edited.write_text(pyproject.replace('"pyyaml>=6",', '"pyyaml>=6",\n  "rich>=13",'))
+    assert dependency_key(requirements(edited)) != dependency_key(declared)
