@@ -23,6 +23,7 @@ from tests.support.agent_fixtures import (
     NODE,
     AgentCrash,
     CrashingBackend,
+    agent_config,
     allocate_claim,
     build_agent,
     deallocate,
@@ -216,15 +217,8 @@ def _agent(
     clock: Callable[[], float] = time.monotonic,
     **config: Any,
 ) -> NodeAgent:
-    settings = AgentConfig(
-        node=NODE,
-        checkpoint_dir=root / "c",
-        cdi_dir=root / "d",
-        plugins_dir=root / "p",
-        registry_dir=root / "r",
-        metrics_bind="",
-        **config,
-    )
+    # The agent's own reconcile interval: these tests drive the passes themselves.
+    settings = agent_config(root, reconcile_interval_s=AgentConfig.reconcile_interval_s, **config)
     return NodeAgent(settings, backend=backend, api=api, clock=clock)
 
 

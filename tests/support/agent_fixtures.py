@@ -273,14 +273,18 @@ def simulated_agent_args(folder: Path, *, node: str = "n1", gpus: str = "H100-80
     ]
 
 
-def agent_config(root: Path, node: str = NODE) -> AgentConfig:
-    """An agent's folders under ``root`` (short: socket paths), no metrics server, quick passes."""
+def agent_config(root: Path, node: str = NODE, **settings: Any) -> AgentConfig:
+    """An agent's folders under ``root`` (short: socket paths), no metrics server, quick passes;
+    ``settings`` override the rest."""
     return AgentConfig(
-        node=node,
-        checkpoint_dir=root / "ckpt",
-        cdi_dir=root / "cdi",
-        plugins_dir=root / "plugins",
-        registry_dir=root / "reg",
-        metrics_bind="",
-        reconcile_interval_s=0.2,
+        **{
+            "node": node,
+            "checkpoint_dir": root / "ckpt",
+            "cdi_dir": root / "cdi",
+            "plugins_dir": root / "plugins",
+            "registry_dir": root / "reg",
+            "metrics_bind": "",
+            "reconcile_interval_s": 0.2,
+            **settings,
+        }
     )
