@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("cli", "kube", "slicer", "webhook", "certs", "sim", "sandbox", "status")
+PACKAGES = ("cli", "kube", "slicer", "webhook", "certs", "sim", "sandbox", "status", "plan")
 _ROW = re.compile(r"^\| `([a-z_]+\.[a-z_.]+)` \|", re.M)
 
 
