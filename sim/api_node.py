@@ -42,6 +42,7 @@ class ApiNode(NodeBase):
     def _start_services(self, root: Path) -> None:
         """The agent's parts for this node, wired by the agent's own factory."""
         from slicer.assembly import AgentConfig, assemble
+        from slicer.clock import Clock
         from slicer.publisher import SlicePublisher
 
         base = root / self.name
@@ -50,7 +51,7 @@ class ApiNode(NodeBase):
             self.name,
             policy=self.policy,
             server_version=self.scenario.kubernetes,
-            sleep=lambda _s: None,
+            clock=Clock(sleep=lambda _s: None),
             report_scaling=False,  # the simulation's report says what a real scheduler would do
         )
         parts = assemble(
@@ -59,7 +60,7 @@ class ApiNode(NodeBase):
             api=self.api,
             modes=dict(self.modes),
             republish=lambda _view: None,  # the simulator publishes through self._publisher
-            state_clock=self.clock,
+            clock=Clock(time=self.clock),
             max_parallel=1,
         )
         self.state = parts.state

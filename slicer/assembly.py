@@ -14,25 +14,24 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from kube.api import KubeApi
-from slicer.agent_metrics import AgentMetrics
+from slicer.agent_metrics import AgentMetrics, PublisherMetrics
 from slicer.backend import GpuBackend, model_of
 from slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
 from slicer.checkpoint import CheckpointStore
 from slicer.claim_cache import ClaimCache
+from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
 from slicer.layout import StaticLayout
 from slicer.mig_mode import GpuMode, MigModeManager
 from slicer.ordering import RepublishLimiter
 from slicer.plugin import DraDriver, PluginServer
-from slicer.publisher import PublisherMetrics, SlicePublisher
+from slicer.publisher import SlicePublisher
 from slicer.reconciler import NodeView, Reconciler, Republish
 from slicer.state import DeviceState
 
@@ -103,12 +102,11 @@ def assemble(
     metrics: AgentMetrics | None = None,
     modes: dict[int, GpuMode] | None = None,
     republish: Republish | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    state_clock: Callable[[], float] = time.time,
+    clock: Clock = SYSTEM_CLOCK,
     max_parallel: int = 8,
 ) -> AgentParts:
     """Build the parts. ``republish`` replaces the slice publisher (tests record the views
-    instead); ``clock`` paces republishing, ``state_clock`` stamps checkpoint entries;
+    instead); ``clock`` paces republishing (``monotonic``) and stamps checkpoint entries (``time``);
     ``max_parallel`` is how many claims the driver prepares at once."""
     metrics = metrics or AgentMetrics()
     wake = threading.Event()
@@ -126,7 +124,7 @@ def assemble(
         CdiDirectory(config.cdi_dir, config.cdi_common),
         mig=mig,
         metrics=metrics,
-        clock=state_clock,
+        clock=clock.time,
         on_change=wake.set,
         static_layout=config.static_layout,
     )
@@ -142,7 +140,7 @@ def assemble(
         limiter = RepublishLimiter(
             min_interval_s=config.republish_interval_s,
             quiet_s=min(config.republish_quiet_s, config.republish_interval_s),
-            clock=clock,
+            clock=clock.monotonic,
         )
         publisher = SlicePublisher(
             api,
@@ -163,7 +161,7 @@ def assemble(
         health=health,
         republish=republish,
         stale_after_s=config.stale_prepare_s,
-        clock=clock,
+        clock=clock.monotonic,
         wake=wake,
     )
     driver = DraDriver(state, claims, pool=config.node, max_parallel=max_parallel)

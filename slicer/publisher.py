@@ -38,17 +38,15 @@ import contextlib
 import enum
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
-
-from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kube import errors as kerr
 from kube.api import KubeApi, event_for
 from slicer import scaling
+from slicer.agent_metrics import PublisherMetrics
+from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.devices import DeviceSpec
 from slicer.errors import PublishError
 from slicer.identity import DRIVER, RESOURCE_API
@@ -59,6 +57,7 @@ from slicer.inventory import (
 )
 from slicer.layout import StaticLayout
 from slicer.ordering import OrderPolicy, RepublishLimiter, order_fingerprint
+from slicer.retry import RetrySettings, retrying
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -72,65 +71,6 @@ MAX_PROBE_BACKOFF = 144
 """The probe interval grows at most this many times (10 minutes -> one day)."""
 
 log = logging.getLogger("slicer.publisher")
-
-
-class PublisherMetrics:
-    """The publisher's metrics, in the registry given (the agent's) or a private one."""
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.publishes = Counter(
-            "gpu_slicer_slices_publishes",
-            "Pool publications by result (written, unchanged, "
-            "deferred: an order-only change held back by the rate limiter, error)",
-            ["result"],
-            registry=r,
-        )
-        self.conflicts = Counter(
-            "gpu_slicer_slices_conflicts",
-            "Slice writes retried after a Conflict or an unavailable apiserver",
-            registry=r,
-        )
-        self.counters_dropped = Counter(
-            "gpu_slicer_slices_counters_dropped",
-            "Times the apiserver dropped shared counters "
-            "from written slices (no partitionable devices)",
-            registry=r,
-        )
-        self.static_layout = Gauge(
-            "gpu_slicer_slices_static_layout",
-            "1 while only existing instances are advertised "
-            "because the apiserver has no partitionable devices",
-            registry=r,
-        )
-        self.quadratic_scheduling = Gauge(
-            "gpu_slicer_slices_quadratic_scheduling",
-            "1 while this pool publishes counters to a Kubernetes release whose scheduler "
-            "cost for them grows with the square of the nodes that do (before 1.37; "
-            "docs/install-kubernetes.md#scheduler-scaling)",
-            registry=r,
-        )
-        self.devices = Gauge(
-            "gpu_slicer_slices_devices", "Devices in the published pool", registry=r
-        )
-        self.generation = Gauge(
-            "gpu_slicer_slices_generation", "Generation of the published pool", registry=r
-        )
-        self.probes = Counter(
-            "gpu_slicer_slices_partitionable_probes",
-            "Dry-run probes, while in the static "
-            "fallback, of whether the apiserver keeps counters now, by result (dropped, kept, "
-            "error)",
-            ["result"],
-            registry=r,
-        )
-        self.restored = Counter(
-            "gpu_slicer_slices_partitionable_restored",
-            "Switches from the static fallback back "
-            "to partitionable devices after a probe found counters kept",
-            registry=r,
-        )
 
 
 class LayoutState(enum.Enum):
@@ -151,25 +91,6 @@ class LayoutState(enum.Enum):
         return self in (LayoutState.STATIC, LayoutState.FELL_BACK)
 
 
-@dataclass(frozen=True)
-class RetrySettings:
-    """How patiently slice writes, reads and deletes ride out Conflicts and an absent apiserver."""
-
-    max_attempts: int = 6
-    base_delay_s: float = 0.2
-    max_delay_s: float = 5.0
-
-    @property
-    def attempts(self) -> int:
-        """At least one try, whatever was configured."""
-        return max(1, self.max_attempts)
-
-    def delay_s(self, attempt: int) -> float:
-        """Exponential, capped: a busy apiserver gets room, a long outage no minute-long sleeps."""
-        delay: float = self.base_delay_s * (2**attempt)
-        return min(self.max_delay_s, delay)
-
-
 @dataclass(frozen=True, kw_only=True)
 class PublishResult:
     """What a :meth:`SlicePublisher.publish` call did."""
@@ -184,10 +105,6 @@ class PublishResult:
     plan: PoolPlan
     deferred_s: float | None = None
     """Only the device order changed and the limiter held it back: publish again after this."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class SlicePublisher:
@@ -222,13 +139,11 @@ class SlicePublisher:
         server_version: tuple[int, int] | None = None,
         static: bool = False,
         static_layout: StaticLayout | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        now: Callable[[], datetime] = _now,
         metrics: PublisherMetrics | None = None,
         retry: RetrySettings | None = None,
         limiter: RepublishLimiter | None = None,
         recheck_interval_s: float | None = 600.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         report_scaling: bool = True,
     ) -> None:
         self._api = api
@@ -236,8 +151,6 @@ class SlicePublisher:
         self._policy = policy
         self._version = server_version
         self._static_layout = static_layout
-        self._sleep = sleep
-        self._now = now
         self.metrics = metrics or PublisherMetrics()
         self._retry = retry or RetrySettings()
         self._limiter = limiter
@@ -283,7 +196,7 @@ class SlicePublisher:
             return None
         if self._next_check is None:
             return self._interval()
-        return max(0.0, self._next_check - self._clock())
+        return max(0.0, self._next_check - self._clock.monotonic())
 
     def server_version(self) -> tuple[int, int]:
         if self._version is None:
@@ -461,7 +374,7 @@ class SlicePublisher:
             if contradicted:
                 # A probe said counters are kept, the real write says otherwise: probe less often.
                 self._probe_backoff = min(self._probe_backoff * 2, MAX_PROBE_BACKOFF)
-                self._next_check = self._clock() + self._interval()
+                self._next_check = self._clock.monotonic() + self._interval()
             return True
         if self._state is LayoutState.RESTORED:
             self._state = LayoutState.PARTITIONABLE
@@ -529,37 +442,11 @@ class SlicePublisher:
             "controller": True,
         }
 
-    def _retrying(
-        self,
-        call: Callable[[], T],
-        *,
-        doing: str,
-        backoff_on: tuple[type[kerr.KubeError], ...],
-        gave_up: Callable[[kerr.KubeError | None], PublishError],
-        again_on: tuple[type[kerr.KubeError], ...] = (),
-        on_again: Callable[[kerr.KubeError], None] = lambda _exc: None,
-    ) -> T:
-        """One API call, retried so a busy or briefly absent apiserver does not fail a publish.
-
-        ``backoff_on`` errors wait before the next try, ``again_on`` errors do not; after either
-        ``on_again`` (still handling the error) may adjust the next try. Other API errors are
-        final; ``gave_up`` words the error once the tries run out.
-        """
-        last: kerr.KubeError | None = None
-        for attempt in range(self._retry.attempts):
-            try:
-                return call()
-            except backoff_on as exc:
-                last = exc
-                self.metrics.conflicts.inc()
-                self._sleep(self._retry.delay_s(attempt))
-                on_again(exc)
-            except again_on as exc:
-                last = exc
-                on_again(exc)
-            except kerr.KubeError as exc:
-                raise PublishError(f"cannot {doing}: {exc}") from exc
-        raise gave_up(last)
+    def _retrying(self, call: Callable[[], T], **how: Any) -> T:
+        """:func:`slicer.retry.retrying` with this publisher's settings, clock and metric."""
+        return retrying(
+            call, self._retry, sleep=self._clock.sleep, on_backoff=self.metrics.conflicts.inc, **how
+        )
 
     def _write(self, obj: Obj, current: Obj | None) -> Obj:
         name = obj["metadata"]["name"]
@@ -661,7 +548,7 @@ class SlicePublisher:
         self.metrics.counters_dropped.inc()
         self.metrics.static_layout.set(1)
         if self._recheck_s is not None and self._next_check is None:
-            self._next_check = self._clock() + self._interval()
+            self._next_check = self._clock.monotonic() + self._interval()
         again = (
             f"gpu-slicer probes again every {self._interval():g} s and switches back by "
             "itself once the gate is on"
@@ -685,7 +572,7 @@ class SlicePublisher:
 
     def _recheck(self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]) -> None:
         """When due: re-read the server version and, in the fallback, probe for counters."""
-        now = self._clock()
+        now = self._clock.monotonic()
         due = self._version_stale
         if self._recheck_s is not None:
             if self._next_check is None:
@@ -810,7 +697,7 @@ class SlicePublisher:
             reporting_controller=REPORTING_CONTROLLER,
             reporting_instance=f"{REPORTING_CONTROLLER}-{self._node}"[:128],
             action="PublishResourceSlices",
-            event_time=self._now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            event_time=self._clock.wall().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         )
         try:
             self._api.create(event)

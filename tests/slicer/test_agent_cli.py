@@ -19,6 +19,7 @@ import pytest
 
 from cli.main import build_parser, main
 from sandbox.process import free_port
+from slicer.cli import agent_settings
 from slicer.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -41,7 +42,7 @@ def test_defaults_are_the_kubelets_directories(monkeypatch: pytest.MonkeyPatch) 
     for name in list(os.environ):
         if name.startswith("GPU_SLICER_") or name == "NODE_NAME":
             monkeypatch.delenv(name)
-    args = build_parser().parse_args(["agent", "run", "--node", "n1"])
+    args = agent_settings(build_parser().parse_args(["agent", "run", "--node", "n1"]))
     assert args.plugins_dir == Path("/var/lib/kubelet/plugins")
     assert args.registry_dir == Path("/var/lib/kubelet/plugins_registry")
     assert args.cdi_dir == Path("/var/run/cdi")
@@ -72,7 +73,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    args = build_parser().parse_args(["agent", "run"])
+    args = agent_settings(build_parser().parse_args(["agent", "run"]))
     assert (args.node, args.backend, args.simulate_gpus) == (
         "from-downward-api",
         "simulated",
@@ -98,7 +99,9 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
     )
     assert args.advertise == "static"
     monkeypatch.setenv("GPU_SLICER_NODE", "explicit")
-    assert build_parser().parse_args(["agent", "run"]).node == "explicit"
+    assert agent_settings(build_parser().parse_args(["agent", "run"])).node == "explicit"
+    flags = build_parser().parse_args(["agent", "run", "--node", "flag", "--kube", "cluster"])
+    assert (agent_settings(flags).node, agent_settings(flags).kube) == ("flag", "cluster")
 
 
 @pytest.mark.parametrize(
