@@ -27,13 +27,13 @@ class ApiNode(NodeBase):
         self,
         node: NodeSpec,
         *,
-        policy: str,
+        device_order: str,
         scenario: Scenario,
         clock: SimClock,
         api: InMemoryKubeApi,
         root: Path,
     ) -> None:
-        super().__init__(node, policy=policy, scenario=scenario, clock=clock)
+        super().__init__(node, device_order=device_order, scenario=scenario, clock=clock)
         self.api = api
         self._start_services(root)
         self.pool = self._publish()
@@ -49,7 +49,7 @@ class ApiNode(NodeBase):
         self._publisher = SlicePublisher(
             self.api,
             self.name,
-            policy=self.policy,
+            device_order=self.device_order,
             server_version=self.scenario.kubernetes,
             clock=Clock(sleep=lambda _s: None),
             report_scaling=False,  # the simulation's report says what a real scheduler would do
@@ -75,7 +75,7 @@ class ApiNode(NodeBase):
         return [d.name for d in self.pool.devices]
 
     def best_order(self) -> list[str]:
-        """The order the policy would publish now."""
+        """The order the device order would publish now."""
         return list(
             self._publisher.plan(self.gpu_states(), allocated=list(self.allocated.values())).order
         )

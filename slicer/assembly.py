@@ -60,7 +60,7 @@ class AgentConfig:
     """``host:port`` for /metrics; empty: no metrics server."""
     reconcile_interval_s: float = 30.0
     stale_prepare_s: float = 120.0
-    policy: str = "best-fit"
+    device_order: str = "best-fit"
     republish_interval_s: float = 10.0
     """At least this long between two rewrites that only change the device order."""
     republish_quiet_s: float = 2.0
@@ -145,7 +145,7 @@ def assemble(
         publisher = SlicePublisher(
             api,
             config.node,
-            policy=config.policy,
+            device_order=config.device_order,
             metrics=PublisherMetrics(metrics.registry),
             limiter=limiter,
             recheck_interval_s=config.reprobe_interval_s or None,

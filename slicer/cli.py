@@ -273,7 +273,17 @@ _AGENT_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         "--reconcile-interval",
         {"type": float_or_text, "help": "seconds between reconcile passes (default 30)"},
     ),
-    ("--policy", {"help": "device order policy: best-fit, anti-fragmentation, name"}),
+    (
+        "--device-order",
+        {"help": "how devices are listed in the pool: best-fit, anti-fragmentation, name"},
+    ),
+    (
+        "--policy",
+        {
+            "help": "deprecated spelling of --device-order [GPU_SLICER_POLICY, read only when "
+            "it names a device order and GPU_SLICER_DEVICE_ORDER is unset]"
+        },
+    ),
     (
         "--republish-interval",
         {
@@ -360,13 +370,17 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
 def agent_settings(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> AgentSettings:
-    """The agent's settings: defaults, then the environment, then the flags given."""
+    """The agent's settings: defaults, then the environment, then the flags given; deprecated
+    spellings are logged as warnings."""
     flags = {
         flag[2:]: getattr(args, flag[2:].replace("-", "_"))
         for flag, _ in _AGENT_FLAGS
         if getattr(args, flag[2:].replace("-", "_")) is not None
     }
-    return AgentSettings.from_mapping(flags, base=AgentSettings.from_env(environ), source="flags")
+    settings, warnings = AgentSettings.from_sources(flags, environ)
+    for warning in warnings:
+        log.warning(warning)
+    return settings
 
 
 class _Refusal(Exception):
@@ -417,7 +431,7 @@ def _agent_config(settings: AgentSettings) -> AgentConfig:
         registry_dir=settings.registry_dir,
         metrics_bind=settings.metrics_bind,
         reconcile_interval_s=settings.seconds("reconcile_interval"),
-        policy=settings.policy,
+        device_order=settings.device_order,
         republish_interval_s=settings.seconds("republish_interval"),
         reprobe_interval_s=settings.seconds("reprobe_interval"),
         cdi_common=_common_edits(settings),

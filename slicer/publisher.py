@@ -7,12 +7,13 @@ and makes the API hold exactly those:
 * otherwise the pool generation goes up by one and every slice is written with it (update in
   place, create what is new), then slices of the pool that are no longer wanted are deleted. The
   scheduler ignores a pool until all ``resourceSliceCount`` slices of its newest generation are
-  there, so it never mixes an old layout with a new one;
+  there, so it never mixes an old pool with a new one;
 * with a :class:`slicer.ordering.RepublishLimiter`, a change of device order alone (the
   ``best-fit`` policy reacting to allocations) is debounced and rate-limited: the call returns
   ``deferred_s`` and the caller publishes again after that long;
 * Conflict (someone wrote in between) and Unavailable are retried with exponential backoff
-  (the sleep is injectable); other API errors raise :class:`slicer.errors.PublishError`;
+  (waiting on the publisher's :class:`slicer.clock.Clock`); other API errors raise
+  :class:`slicer.errors.PublishError`;
 * what was written is read back. An apiserver without partitionable devices drops
   ``sharedCounters`` and ``consumesCounters`` silently; then overlapping slices would look
   independent and the scheduler could hand out two of them. The publisher therefore switches to
@@ -20,16 +21,16 @@ and makes the API hold exactly those:
   log, a Warning Event on the Node and the metrics ``gpu_slicer_slices_counters_dropped`` and
   ``gpu_slicer_slices_static_layout``;
 * every ``recheck_interval_s`` (10 minutes by default) the publisher re-reads the apiserver's
-  version (a new version may need another layout), and, while it is in the fallback, probes
-  whether partitionable devices work now: a server-side dry-run create of the partitionable
-  layout's slices that carry counters. Nothing is stored, so the scheduler never sees devices
-  without their counters; when the counters survive the dry run the publisher switches back,
-  writes the partitionable layout (whose read-back is checked as always) and says so (info log,
-  a Normal Event ``PartitionableDevicesAvailable``, ``gpu_slicer_slices_static_layout`` 0,
-  ``gpu_slicer_slices_partitionable_restored_total``). A switch back that the real write then
-  contradicts doubles the wait before the next probe (up to a day), so a server whose dry run
-  and writes disagree cannot make the pool flap. A static layout the caller asked for is never
-  probed away.
+  version (a new version may pack the pool into slices differently), and, while it is in the
+  fallback, probes whether partitionable devices work now: a server-side dry-run create of the
+  slices of partitionable devices that carry counters. Nothing is stored, so the scheduler never
+  sees devices without their counters; when the counters survive the dry run the publisher
+  switches back, writes partitionable devices again (whose read-back is checked as always) and
+  says so (info log, a Normal Event ``PartitionableDevicesAvailable``,
+  ``gpu_slicer_slices_static_layout`` 0, ``gpu_slicer_slices_partitionable_restored_total``). A
+  switch back that the real write then contradicts doubles the wait before the next probe (up to
+  a day), so a server whose dry run and writes disagree cannot make the pool flap. A static
+  layout the caller asked for is never probed away.
 """
 
 from __future__ import annotations
@@ -73,8 +74,9 @@ MAX_PROBE_BACKOFF = 144
 log = logging.getLogger("slicer.publisher")
 
 
-class LayoutState(enum.Enum):
-    """Which layout the publisher advertises, and why; :class:`SlicePublisher` lists the moves."""
+class AdvertiseState(enum.Enum):
+    """What the pool advertises (partitionable devices, or the static MIG layout), and why;
+    :class:`SlicePublisher` lists the moves. Named for ``agent run --advertise``."""
 
     PARTITIONABLE = "partitionable"
     """Every slice the GPUs can host, with counters; each write's read-back is checked."""
@@ -88,7 +90,7 @@ class LayoutState(enum.Enum):
     @property
     def static(self) -> bool:
         """Only existing instances, without counters, are advertised in this state."""
-        return self in (LayoutState.STATIC, LayoutState.FELL_BACK)
+        return self in (AdvertiseState.STATIC, AdvertiseState.FELL_BACK)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +112,7 @@ class PublishResult:
 class SlicePublisher:
     """Keeps one node's pool in the API equal to what its GPUs offer.
 
-    Whether counters are published is a small state machine (:class:`LayoutState`). It starts in
+    Whether counters are published is a small state machine (:class:`AdvertiseState`). It starts in
     STATIC when the caller asks for the static layout, else in PARTITIONABLE, and moves thus:
 
     ==============  =========================================  =================================
@@ -125,7 +127,7 @@ class SlicePublisher:
 
     Entering FELL_BACK warns (log, Warning Event, metrics) and the same :meth:`publish` call
     writes again in the static layout; entering RESTORED says so (log, Normal Event, metrics)
-    before that call writes the partitionable layout. Only FELL_BACK stretches the recheck
+    before that call writes partitionable devices. Only FELL_BACK stretches the recheck
     interval (by the probe interval factor, at most ``MAX_PROBE_BACKOFF``); a new apiserver
     version resets the factor to one.
     """
@@ -135,7 +137,7 @@ class SlicePublisher:
         api: KubeApi,
         node_name: str,
         *,
-        policy: OrderPolicy | str = "best-fit",
+        device_order: OrderPolicy | str = "best-fit",
         server_version: tuple[int, int] | None = None,
         static: bool = False,
         static_layout: StaticLayout | None = None,
@@ -148,7 +150,7 @@ class SlicePublisher:
     ) -> None:
         self._api = api
         self._node = node_name
-        self._policy = policy
+        self._device_order = device_order
         self._version = server_version
         self._static_layout = static_layout
         self.metrics = metrics or PublisherMetrics()
@@ -156,7 +158,7 @@ class SlicePublisher:
         self._limiter = limiter
         self._pinned_version = server_version is not None
         """A version given by the caller is never re-read."""
-        self._state = LayoutState.STATIC if static else LayoutState.PARTITIONABLE
+        self._state = AdvertiseState.STATIC if static else AdvertiseState.PARTITIONABLE
         self._recheck_s = recheck_interval_s if recheck_interval_s else None
         self._clock = clock
         self._next_check: float | None = None
@@ -173,7 +175,7 @@ class SlicePublisher:
         self.metrics.static_layout.set(1 if static else 0)
 
     @property
-    def state(self) -> LayoutState:
+    def state(self) -> AdvertiseState:
         """Where the publisher is in the fallback state machine (see the class docstring)."""
         return self._state
 
@@ -185,7 +187,7 @@ class SlicePublisher:
     @property
     def fell_back(self) -> bool:
         """True while in the static layout because the apiserver dropped counters."""
-        return self._state is LayoutState.FELL_BACK
+        return self._state is AdvertiseState.FELL_BACK
 
     def recheck_in(self) -> float | None:
         """Seconds until the next version check (and, in the fallback, probe); None: never.
@@ -215,7 +217,7 @@ class SlicePublisher:
             gpus,
             server_version=self.server_version(),
             generation=generation,
-            policy=self._policy,
+            policy=self._device_order,
             allocated=allocated,
             static=self._state.static,
             static_layout=self._static_layout,
@@ -369,15 +371,15 @@ class SlicePublisher:
         if self._state.static:
             return False
         if self._counters_dropped(written):
-            contradicted = self._state is LayoutState.RESTORED
+            contradicted = self._state is AdvertiseState.RESTORED
             self._fall_back()
             if contradicted:
                 # A probe said counters are kept, the real write says otherwise: probe less often.
                 self._probe_backoff = min(self._probe_backoff * 2, MAX_PROBE_BACKOFF)
                 self._next_check = self._clock.monotonic() + self._interval()
             return True
-        if self._state is LayoutState.RESTORED:
-            self._state = LayoutState.PARTITIONABLE
+        if self._state is AdvertiseState.RESTORED:
+            self._state = AdvertiseState.PARTITIONABLE
             self._probe_backoff = 1  # the switch back held
         return False
 
@@ -460,7 +462,7 @@ class SlicePublisher:
                     {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
                 )
             except kerr.Invalid:
-                self._version_stale = True  # the layout may no longer fit the server
+                self._version_stale = True  # the slices may no longer fit the server
                 raise
 
         def again(exc: kerr.KubeError) -> None:
@@ -544,7 +546,7 @@ class SlicePublisher:
         return counters, taints
 
     def _fall_back(self) -> None:
-        self._state = LayoutState.FELL_BACK
+        self._state = AdvertiseState.FELL_BACK
         self.metrics.counters_dropped.inc()
         self.metrics.static_layout.set(1)
         if self._recheck_s is not None and self._next_check is None:
@@ -567,7 +569,7 @@ class SlicePublisher:
     def _interval(self) -> float:
         assert self._recheck_s is not None
         return self._recheck_s * (
-            self._probe_backoff if self._state is LayoutState.FELL_BACK else 1
+            self._probe_backoff if self._state is AdvertiseState.FELL_BACK else 1
         )
 
     def _recheck(self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]) -> None:
@@ -586,7 +588,7 @@ class SlicePublisher:
             self._probe_backoff = 1  # another server: give it a fresh chance
         if self._recheck_s is not None:
             self._next_check = now + self._interval()
-        if self._state is LayoutState.FELL_BACK and self._probe(
+        if self._state is AdvertiseState.FELL_BACK and self._probe(
             gpus, allocated, version_changed=changed
         ):
             self._restore()
@@ -626,7 +628,7 @@ class SlicePublisher:
                 gpus,
                 server_version=self.server_version(),
                 generation=max(self._generation, 1),
-                policy=self._policy,
+                policy=self._device_order,
                 allocated=allocated,
                 static=False,
                 static_layout=self._static_layout,
@@ -674,7 +676,7 @@ class SlicePublisher:
         return True
 
     def _restore(self) -> None:
-        self._state = LayoutState.RESTORED
+        self._state = AdvertiseState.RESTORED
         self.metrics.static_layout.set(0)
         self.metrics.restored.inc()
         note = (

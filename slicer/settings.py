@@ -5,18 +5,25 @@ A DaemonSet configures the agent without arguments: each flag's twin is ``GPU_SL
 (``--node`` also reads the Downward API's ``NODE_NAME``, ``--kubeconfig`` also ``KUBECONFIG``);
 an empty variable counts as unset. Values that come from the environment bypass argparse's
 checks, so :meth:`AgentSettings.problems` checks every value again, naming the flag.
+
+The device order was ``--policy`` / ``GPU_SLICER_POLICY``, a name ``webhook serve`` also reads,
+as its policy file. The old flag still works, with a deprecation warning. The old variable is
+read, with the warning, only when ``GPU_SLICER_DEVICE_ORDER`` is unset and its value is a device
+order's name: in one environment shared by both commands it names the webhook's policy file,
+which the agent leaves alone (it used to refuse to start on it).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from kube.names import subdomain_problem
-from kube.settings import Settings, SettingsError
+from kube.settings import Settings, SettingsError, env_name
 from slicer.assembly import (
     ADVERTISE_CHOICES,
     CDI_DIR,
@@ -39,6 +46,8 @@ _SECONDS = {
     "lock_wait": True,
 }
 """The settings that are seconds, and whether 0 is allowed (it turns the thing off)."""
+LEGACY_ORDER_ENV = "GPU_SLICER_POLICY"
+"""The device order's old variable: ``webhook serve``'s policy file in the same environment."""
 
 
 class AgentSettingsError(SlicerError, SettingsError):
@@ -83,7 +92,8 @@ class AgentSettings(Settings):
     registry_dir: Path = Path(KUBELET_REGISTRY_DIR)
     metrics_bind: str = ":9464"
     reconcile_interval: float | str = 30.0
-    policy: str = "best-fit"
+    device_order: str = "best-fit"
+    """How devices are listed in the pool (:mod:`slicer.ordering`); was ``--policy``."""
     republish_interval: float | str = 10.0
     reprobe_interval: float | str = 600.0
     toolkit_cdi_spec: Path | None = None
@@ -91,6 +101,29 @@ class AgentSettings(Settings):
     static_layout: Path | None = None
     advertise: Advertise = "partitionable"
     lock_wait: float | str = 0.0
+
+    @classmethod
+    def from_sources(
+        cls, flags: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> tuple[AgentSettings, list[str]]:
+        """Defaults, then the environment, then ``flags`` (keys: field names); also the
+        deprecation warnings to give for the old ``--policy`` and ``GPU_SLICER_POLICY``."""
+        env = os.environ if environ is None else environ
+        warnings: list[str] = []
+        base = cls.from_env(env)
+        legacy = env.get(LEGACY_ORDER_ENV, "")
+        if legacy in POLICIES and not env.get(env_name("device_order")):
+            base = replace(base, device_order=legacy)
+            warnings.append(
+                f"{LEGACY_ORDER_ENV}={legacy} is deprecated for agent run (webhook serve reads "
+                f"{LEGACY_ORDER_ENV} as its policy file): set {env_name('device_order')}"
+            )
+        given = {str(k).replace("-", "_"): v for k, v in flags.items()}
+        old_flag = given.pop("policy", None)
+        if old_flag is not None:
+            warnings.append("--policy is deprecated for agent run: use --device-order")
+            given.setdefault("device_order", old_flag)
+        return cls.from_mapping(given, base=base, source="flags"), warnings
 
     @classmethod
     def convert(cls, name: str, type_name: str, raw: Any) -> Any:
@@ -131,7 +164,7 @@ class AgentSettings(Settings):
         for flag, value, choices in (
             ("--backend", self.backend, BACKENDS),
             ("--kube", self.kube, KUBE_CHOICES),
-            ("--policy", self.policy, tuple(POLICIES)),
+            ("--device-order", self.device_order, tuple(POLICIES)),
             ("--advertise", self.advertise, ADVERTISE_CHOICES),
         ):
             if value not in choices:

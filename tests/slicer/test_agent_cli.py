@@ -323,3 +323,45 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
     assert proc.returncode == 0, err
     assert not reg_sock.exists()
     assert not (plugins / "gpu-slicer.io" / "dra.sock").exists()
+
+
+def _settings_and_warnings(
+    argv: list[str], environ: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> tuple[str, list[str]]:
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="slicer.cli"):
+        settings = agent_settings(build_parser().parse_args(["agent", "run", *argv]), environ)
+    return settings.device_order, [r.getMessage() for r in caplog.records]
+
+
+def test_the_device_order_has_its_own_flag_and_variable(caplog: pytest.LogCaptureFixture) -> None:
+    assert _settings_and_warnings([], {}, caplog) == ("best-fit", [])
+    assert _settings_and_warnings(["--device-order", "name"], {}, caplog) == ("name", [])
+    env = {"GPU_SLICER_DEVICE_ORDER": "anti-fragmentation"}
+    assert _settings_and_warnings([], env, caplog) == ("anti-fragmentation", [])
+
+
+def test_the_old_policy_flag_still_sets_the_device_order_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    order, warnings = _settings_and_warnings(["--policy", "name"], {}, caplog)
+    assert order == "name"
+    assert warnings == ["--policy is deprecated for agent run: use --device-order"]
+    order, _ = _settings_and_warnings(
+        ["--policy", "name", "--device-order", "anti-fragmentation"], {}, caplog
+    )
+    assert order == "anti-fragmentation"  # the new flag wins
+
+
+def test_the_old_variable_sets_the_device_order_only_when_it_names_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    order, warnings = _settings_and_warnings([], {"GPU_SLICER_POLICY": "name"}, caplog)
+    assert order == "name"
+    assert len(warnings) == 1 and "GPU_SLICER_DEVICE_ORDER" in warnings[0]
+    # One environment for webhook serve and agent run: the webhook's policy file is not the
+    # agent's, which keeps its default and says nothing (it used to refuse to start).
+    shared = {"GPU_SLICER_POLICY": "/etc/gpu-slicer/policy/policy.yaml"}
+    assert _settings_and_warnings([], shared, caplog) == ("best-fit", [])
+    both = {"GPU_SLICER_POLICY": "name", "GPU_SLICER_DEVICE_ORDER": "anti-fragmentation"}
+    assert _settings_and_warnings([], both, caplog) == ("anti-fragmentation", [])

@@ -23,7 +23,7 @@ from slicer.ordering import RepublishLimiter
 from slicer.publisher import (
     FALLBACK_REASON,
     RESTORED_REASON,
-    LayoutState,
+    AdvertiseState,
     PublisherMetrics,
     SlicePublisher,
 )
@@ -70,7 +70,7 @@ def publisher(api: InMemoryKubeApi, sleeps: list[float]) -> SlicePublisher:
     return SlicePublisher(
         api,
         "node-a",
-        policy="best-fit",
+        device_order="best-fit",
         clock=Clock(
             sleep=sleeps.append, time=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp()
         ),
@@ -309,7 +309,9 @@ def test_an_order_only_change_waits_for_the_limiter_but_a_content_change_does_no
 ) -> None:
     clock = [0.0]
     limiter = RepublishLimiter(min_interval_s=30, quiet_s=2, clock=lambda: clock[0])
-    publisher = SlicePublisher(api, "node-a", policy="best-fit", limiter=limiter, clock=NO_WAIT)
+    publisher = SlicePublisher(
+        api, "node-a", device_order="best-fit", limiter=limiter, clock=NO_WAIT
+    )
     states = make_states("H100-80GB:3")
     publisher.publish(states)
     busy = [SliceSpec(2, "3g.40gb", 0)]
@@ -455,21 +457,21 @@ def test_a_switch_back_stays_unconfirmed_until_a_write_reads_the_counters_back(
     now = [0.0]
     publisher = _rechecking(api, now)
     asked = SlicePublisher(api, "node-b", clock=NO_WAIT, static=True)
-    assert asked.state is LayoutState.STATIC and publisher.state is LayoutState.PARTITIONABLE
+    assert asked.state is AdvertiseState.STATIC and publisher.state is AdvertiseState.PARTITIONABLE
     states = make_states("H100-80GB:1")
     api.drop_fields("ResourceSlice", DROPPED)
     publisher.publish(states)
-    assert publisher.state is LayoutState.FELL_BACK
+    assert publisher.state is AdvertiseState.FELL_BACK
     # The gate is on and the probe sees it, but the write that follows fails.
     api.stop_dropping("ResourceSlice")
     api.fail_next("update", Forbidden("not now"), kind="ResourceSlice")
     now[0] = 601
     with pytest.raises(PublishError, match="not now"):
         publisher.publish(states)
-    assert publisher.state is LayoutState.RESTORED and not publisher.static
+    assert publisher.state is AdvertiseState.RESTORED and not publisher.static
     result = publisher.publish(states)
     assert result.changed and not result.fell_back and _counters_in(api)
-    assert publisher.state is LayoutState.PARTITIONABLE
+    assert publisher.state is AdvertiseState.PARTITIONABLE
 
 
 def test_a_new_server_version_is_picked_up_at_the_next_recheck(
