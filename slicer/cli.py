@@ -250,7 +250,10 @@ _AGENT_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
             "that it outlives a restart of the agent as on real GPUs",
         },
     ),
-    ("--kubeconfig", {"help": "kubeconfig file; default: in-cluster [or KUBECONFIG]"}),
+    (
+        "--kubeconfig",
+        {"help": "kubeconfig file; default: in-cluster [GPU_SLICER_KUBECONFIG or KUBECONFIG]"},
+    ),
     (
         "--kube",
         {
