@@ -32,7 +32,7 @@ from slicer.assembly import (
     KUBELET_REGISTRY_DIR,
     Advertise,
 )
-from slicer.errors import SlicerError
+from slicer.errors import AgentSettingsError
 from slicer.ordering import POLICIES
 
 BACKENDS = ("nvml", "simulated")
@@ -48,10 +48,6 @@ _SECONDS = {
 """The settings that are seconds, and whether 0 is allowed (it turns the thing off)."""
 LEGACY_ORDER_ENV = "GPU_SLICER_POLICY"
 """The device order's old variable: ``webhook serve``'s policy file in the same environment."""
-
-
-class AgentSettingsError(SlicerError, SettingsError):
-    """``agent run``'s settings cannot be used; ``problems`` name the flag of each."""
 
 
 def node_name_problem(node: str) -> str | None:
