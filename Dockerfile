@@ -17,6 +17,7 @@ COPY webhook/ webhook/
 COPY certs/ certs/
 COPY sim/ sim/
 COPY status/ status/
+COPY plan/ plan/
 # The sandbox is a development tool; it is copied so that every package of the project installs.
 COPY sandbox/ sandbox/
 RUN python -m venv /opt/gpu-slicer \

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import signal
 import sys
 import threading
@@ -21,18 +20,13 @@ from kube import documents
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.names import subdomain_problem
-
-ENV_PREFIX = "GPU_SLICER_"
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    """Every flag has an environment twin: ``--renew-before`` is ``GPU_SLICER_RENEW_BEFORE``."""
-    return os.environ.get(ENV_PREFIX + name, default)
+from kube.settings import env_value
 
 
 def _env_or_required(name: str) -> dict[str, Any]:
-    """``add_argument`` keywords for a flag that is required unless its env twin is set."""
-    value = _env(name)
+    """``add_argument`` keywords for a flag that is required unless its env twin is set (every
+    flag has one, :mod:`kube.settings`: ``--renew-before`` is ``GPU_SLICER_RENEW_BEFORE``)."""
+    value = env_value(name)
     return {"default": value, "required": value is None}
 
 
@@ -80,13 +74,13 @@ def _add_lifetimes(parser: argparse.ArgumentParser, *, days: str) -> None:
     parser.add_argument(
         "--days",
         type=_positive_int,
-        default=_env("DAYS", days),
+        default=env_value("DAYS", days),
         help=f"serving certificate lifetime in days (default {days})",
     )
     parser.add_argument(
         "--ca-days",
         type=_positive_int,
-        default=_env("CA_DAYS", "3650"),
+        default=env_value("CA_DAYS", "3650"),
         help="CA lifetime in days (default 3650)",
     )
 
@@ -130,7 +124,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _add_lifetimes(p, days="365")
     p.set_defaults(func=run_issue)
+    _register_ensure(sub)
 
+
+def _register_ensure(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e = sub.add_parser(
         "ensure",
         help="create or renew the webhook's TLS Secret and caBundle in the cluster (idempotent)",
@@ -155,25 +152,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     e.add_argument(
         "--service",
-        default=_env("SERVICE", "gpu-slicer-webhook"),
+        default=env_value("SERVICE", "gpu-slicer-webhook"),
         help="the webhook Service's name (default gpu-slicer-webhook)",
     )
     e.add_argument(
         "--kubeconfig",
-        default=_env("KUBECONFIG"),
+        default=env_value("KUBECONFIG"),
         help="kubeconfig file (default: in-cluster account, then ~/.kube/config)",
     )
     e.add_argument(
         "--interval",
         type=_positive_float,
-        default=_env("INTERVAL"),
+        default=env_value("INTERVAL"),
         metavar="SECONDS",
         help="run again every SECONDS until stopped (default: once)",
     )
     e.add_argument(
         "--renew-before",
         type=_positive_int,
-        default=_env("RENEW_BEFORE", "30"),
+        default=env_value("RENEW_BEFORE", "30"),
         metavar="DAYS",
         help="renew the serving certificate this many days before it expires (30)",
     )
@@ -181,7 +178,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     e.add_argument(
         "--rotation-grace",
         type=_positive_float,
-        default=_env("ROTATION_GRACE", "24"),
+        default=env_value("ROTATION_GRACE", "24"),
         metavar="HOURS",
         help="keep a replaced CA in the caBundle this long after a new leaf (24)",
     )

@@ -20,7 +20,7 @@ COMMAND_MODULES = (
     "certs.cli",
     "sim.cli",
     "sandbox.cli",
-    "cli.plan",
+    "plan.cli",
     "status.cli",
 )
 

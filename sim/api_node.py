@@ -27,13 +27,13 @@ class ApiNode(NodeBase):
         self,
         node: NodeSpec,
         *,
-        policy: str,
+        device_order: str,
         scenario: Scenario,
         clock: SimClock,
         api: InMemoryKubeApi,
         root: Path,
     ) -> None:
-        super().__init__(node, policy=policy, scenario=scenario, clock=clock)
+        super().__init__(node, device_order=device_order, scenario=scenario, clock=clock)
         self.api = api
         self._start_services(root)
         self.pool = self._publish()
@@ -42,15 +42,16 @@ class ApiNode(NodeBase):
     def _start_services(self, root: Path) -> None:
         """The agent's parts for this node, wired by the agent's own factory."""
         from slicer.assembly import AgentConfig, assemble
+        from slicer.clock import Clock
         from slicer.publisher import SlicePublisher
 
         base = root / self.name
         self._publisher = SlicePublisher(
             self.api,
             self.name,
-            policy=self.policy,
+            device_order=self.device_order,
             server_version=self.scenario.kubernetes,
-            sleep=lambda _s: None,
+            clock=Clock(sleep=lambda _s: None),
             report_scaling=False,  # the simulation's report says what a real scheduler would do
         )
         parts = assemble(
@@ -59,7 +60,7 @@ class ApiNode(NodeBase):
             api=self.api,
             modes=dict(self.modes),
             republish=lambda _view: None,  # the simulator publishes through self._publisher
-            state_clock=self.clock,
+            clock=Clock(time=self.clock),
             max_parallel=1,
         )
         self.state = parts.state
@@ -74,7 +75,7 @@ class ApiNode(NodeBase):
         return [d.name for d in self.pool.devices]
 
     def best_order(self) -> list[str]:
-        """The order the policy would publish now."""
+        """The order the device order would publish now."""
         return list(
             self._publisher.plan(self.gpu_states(), allocated=list(self.allocated.values())).order
         )

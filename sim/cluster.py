@@ -72,22 +72,27 @@ class GpuSlicerStrategy(Strategy):
     """gpu-slicer with one device-order policy, on the whole simulated cluster."""
 
     def __init__(
-        self, scenario: Scenario, book: DemandBook, *, policy: str, through_api: bool | None = None
+        self,
+        scenario: Scenario,
+        book: DemandBook,
+        *,
+        device_order: str,
+        through_api: bool | None = None,
     ) -> None:
         super().__init__(scenario)
-        self.name = f"gpu-slicer-{policy}"
-        self.description = f"gpu-slicer, device order '{policy}'"
+        self.name = f"gpu-slicer-{device_order}"
+        self.description = f"gpu-slicer, device order '{device_order}'"
         self.book = book
-        self.policy = policy
+        self.device_order = device_order
         if through_api is None:
             through_api = len(scenario.pods) <= API_POD_LIMIT and len(scenario.nodes) <= 64
         self.through_api = through_api
         self.clock = SimClock()
         self._closed = False
         self.plane: SimControlPlane = (
-            ApiControlPlane(scenario, policy=policy, clock=self.clock)
+            ApiControlPlane(scenario, device_order=device_order, clock=self.clock)
             if through_api
-            else FastControlPlane(scenario, policy=policy, clock=self.clock)
+            else FastControlPlane(scenario, device_order=device_order, clock=self.clock)
         )
         self.nodes = self.plane.nodes
         self.scheduler = Scheduler(self.nodes, scenario.node_rule)

@@ -69,7 +69,7 @@ def make_strategy(
         from sim.cluster import GpuSlicerStrategy
 
         return GpuSlicerStrategy(
-            scenario, book, policy=name[len("gpu-slicer-") :], through_api=through_api
+            scenario, book, device_order=name[len("gpu-slicer-") :], through_api=through_api
         )
     return baseline(name, scenario, book)
 

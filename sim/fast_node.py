@@ -108,12 +108,12 @@ class FastNode(NodeBase):
         self,
         node: NodeSpec,
         *,
-        policy: str,
+        device_order: str,
         scenario: Scenario,
         clock: SimClock,
         templates: Templates,
     ) -> None:
-        super().__init__(node, policy=policy, scenario=scenario, clock=clock)
+        super().__init__(node, device_order=device_order, scenario=scenario, clock=clock)
         self.templates = templates
         self.gpu_keys: dict[int, GpuKey] = {i: (i, (), False) for i in range(len(node.models))}
         """Per GPU, what its order depends on (kept up to date with ``allocated``)."""
@@ -165,12 +165,14 @@ class FastNode(NodeBase):
                 self.name,
                 self.gpu_states(),
                 server_version=self.scenario.kubernetes,
-                policy=self.policy,
+                policy=self.device_order,
             )
             compiled = compile_pool(DRIVER, self.name, plan.slices)
             assert compiled is not None
             orders = (
-                GpuOrderCache(self.policy, self._candidates(plan.order)) if self.dynamic else None
+                GpuOrderCache(self.device_order, self._candidates(plan.order))
+                if self.dynamic
+                else None
             )
             template = (compiled, orders)
             self.templates[key] = template

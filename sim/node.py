@@ -90,13 +90,15 @@ class SimNode(Protocol):
 class NodeBase:
     """The state both kinds of node keep: simulated GPUs, allocations and the limiter."""
 
-    def __init__(self, node: NodeSpec, *, policy: str, scenario: Scenario, clock: SimClock) -> None:
+    def __init__(
+        self, node: NodeSpec, *, device_order: str, scenario: Scenario, clock: SimClock
+    ) -> None:
         self.node = node
         self.name = node.name
         self.clock = clock
         self.scenario = scenario
-        self.policy = get_policy(policy)
-        self.dynamic = policy in DYNAMIC_POLICIES
+        self.device_order = get_policy(device_order)
+        self.dynamic = device_order in DYNAMIC_POLICIES
         self.backend = SimulatedBackend(
             list(node.models), node_name=node.name, sleep=lambda _s: None
         )

@@ -71,10 +71,12 @@ class FastControlPlane:
 
     description = "fast path: direct backend calls, slices reordered in place"
 
-    def __init__(self, scenario: Scenario, *, policy: str, clock: SimClock) -> None:
+    def __init__(self, scenario: Scenario, *, device_order: str, clock: SimClock) -> None:
         templates: Templates = {}
         self.nodes: dict[str, SimNode] = {
-            n.name: FastNode(n, policy=policy, scenario=scenario, clock=clock, templates=templates)
+            n.name: FastNode(
+                n, device_order=device_order, scenario=scenario, clock=clock, templates=templates
+            )
             for n in scenario.nodes
         }
         self._uids = 0
@@ -119,7 +121,7 @@ class ApiControlPlane:
 
     description = "through the in-memory API and the agent's gRPC services"
 
-    def __init__(self, scenario: Scenario, *, policy: str, clock: SimClock) -> None:
+    def __init__(self, scenario: Scenario, *, device_order: str, clock: SimClock) -> None:
         self.api = InMemoryKubeApi()
         self.api.set_server_version(*scenario.kubernetes)
         self.root: Path | None = Path(tempfile.mkdtemp(prefix="gpu-slicer-sim-", dir=scratch_dir()))
@@ -138,7 +140,12 @@ class ApiControlPlane:
             self.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}})
         self.nodes: dict[str, SimNode] = {
             n.name: ApiNode(
-                n, policy=policy, scenario=scenario, clock=clock, api=self.api, root=self.root
+                n,
+                device_order=device_order,
+                scenario=scenario,
+                clock=clock,
+                api=self.api,
+                root=self.root,
             )
             for n in scenario.nodes
         }

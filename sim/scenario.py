@@ -105,7 +105,7 @@ class PodSpec:
 
 
 @dataclass(frozen=True)
-class LayoutSpec:
+class StaticLayoutSpec:
     """A static MIG layout: per GPU model a list of profiles or size kinds; ``whole`` = no MIG."""
 
     name: str
@@ -140,7 +140,7 @@ class Scenario:
     nodes: tuple[NodeSpec, ...]
     namespaces: Mapping[str, str]
     policy: Obj
-    layouts: Mapping[str, LayoutSpec]
+    layouts: Mapping[str, StaticLayoutSpec]
     pods: tuple[PodSpec, ...]
     seed: int
 
@@ -411,8 +411,8 @@ def _agent_format(raw: Any) -> bool:
     return "gpus" in raw or any("@" in str(e) for e in entries)
 
 
-def _layouts(value: Any, nodes: Sequence[NodeSpec]) -> dict[str, LayoutSpec]:
-    layouts = {n: LayoutSpec(n, kinds) for n, kinds in BUILTIN_LAYOUTS.items()}
+def _layouts(value: Any, nodes: Sequence[NodeSpec]) -> dict[str, StaticLayoutSpec]:
+    layouts = {n: StaticLayoutSpec(n, kinds) for n, kinds in BUILTIN_LAYOUTS.items()}
     for name, raw in _mapping(value, "layouts").items():
         layouts[str(name)] = _layout(str(name), raw, nodes)
     for layout in layouts.values():
@@ -421,7 +421,7 @@ def _layouts(value: Any, nodes: Sequence[NodeSpec]) -> dict[str, LayoutSpec]:
     return layouts
 
 
-def _layout(name: str, raw: Any, nodes: Sequence[NodeSpec]) -> LayoutSpec:
+def _layout(name: str, raw: Any, nodes: Sequence[NodeSpec]) -> StaticLayoutSpec:
     """One layout of the scenario: in the agent's format (placed, checked here against every
     node) or as profile kinds per GPU."""
     path = f"layouts.{name}"
@@ -432,7 +432,7 @@ def _layout(name: str, raw: Any, nodes: Sequence[NodeSpec]) -> LayoutSpec:
                 placed.check(node.models)
         except LayoutError as exc:
             raise ScenarioError(f"{path}: {exc}") from exc
-        return LayoutSpec(name, None, {}, placed)
+        return StaticLayoutSpec(name, None, {}, placed)
     if isinstance(raw, dict):
         _unknown(raw, ("default", "overrides"), path)
         default = _layout_list(raw.get("default", "whole"), f"{path}.default")
@@ -442,10 +442,10 @@ def _layout(name: str, raw: Any, nodes: Sequence[NodeSpec]) -> LayoutSpec:
         }
     else:
         default, overrides = _layout_list(raw, path), {}
-    return LayoutSpec(name, default, overrides)
+    return StaticLayoutSpec(name, default, overrides)
 
 
-def _check_layout(layout: LayoutSpec, nodes: Sequence[NodeSpec]) -> None:
+def _check_layout(layout: StaticLayoutSpec, nodes: Sequence[NodeSpec]) -> None:
     """Every GPU's kinds name profiles its model has, and they fit on it together."""
     from sim.geometry import can_pack, resolve_profile
 

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import start_http_server
@@ -36,6 +34,7 @@ from kube.api import KubeApi
 from slicer.agent_metrics import AgentMetrics
 from slicer.assembly import AgentConfig, assemble, kubelet_plugin
 from slicer.backend import GpuBackend
+from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.mig_mode import GpuMode
 from slicer.reconciler import Republish
 
@@ -54,7 +53,7 @@ class NodeAgent:
         metrics: AgentMetrics | None = None,
         republish: Republish | None = None,
         modes: dict[int, GpuMode] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.backend = backend

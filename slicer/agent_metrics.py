@@ -132,3 +132,63 @@ class AgentMetrics:
         """A sample's current value (0 when absent): for tests and the CLI."""
         found = self.registry.get_sample_value(name, labels or {})
         return 0.0 if found is None else found
+
+
+class PublisherMetrics:
+    """The slice publisher's metrics (``gpu_slicer_slices_``), in the registry given (the
+    agent's) or a private one."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.publishes = Counter(
+            "gpu_slicer_slices_publishes",
+            "Pool publications by result (written, unchanged, "
+            "deferred: an order-only change held back by the rate limiter, error)",
+            ["result"],
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "gpu_slicer_slices_conflicts",
+            "Slice writes retried after a Conflict or an unavailable apiserver",
+            registry=r,
+        )
+        self.counters_dropped = Counter(
+            "gpu_slicer_slices_counters_dropped",
+            "Times the apiserver dropped shared counters "
+            "from written slices (no partitionable devices)",
+            registry=r,
+        )
+        self.static_layout = Gauge(
+            "gpu_slicer_slices_static_layout",
+            "1 while only existing instances are advertised "
+            "because the apiserver has no partitionable devices",
+            registry=r,
+        )
+        self.quadratic_scheduling = Gauge(
+            "gpu_slicer_slices_quadratic_scheduling",
+            "1 while this pool publishes counters to a Kubernetes release whose scheduler "
+            "cost for them grows with the square of the nodes that do (before 1.37; "
+            "docs/install-kubernetes.md#scheduler-scaling)",
+            registry=r,
+        )
+        self.devices = Gauge(
+            "gpu_slicer_slices_devices", "Devices in the published pool", registry=r
+        )
+        self.generation = Gauge(
+            "gpu_slicer_slices_generation", "Generation of the published pool", registry=r
+        )
+        self.probes = Counter(
+            "gpu_slicer_slices_partitionable_probes",
+            "Dry-run probes, while in the static "
+            "fallback, of whether the apiserver keeps counters now, by result (dropped, kept, "
+            "error)",
+            ["result"],
+            registry=r,
+        )
+        self.restored = Counter(
+            "gpu_slicer_slices_partitionable_restored",
+            "Switches from the static fallback back "
+            "to partitionable devices after a probe found counters kept",
+            registry=r,
+        )

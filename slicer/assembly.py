@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from kube.api import KubeApi
-from slicer.agent_metrics import AgentMetrics
+from slicer.agent_metrics import AgentMetrics, PublisherMetrics
 from slicer.backend import GpuBackend, model_of
 from slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
 from slicer.checkpoint import CheckpointStore
 from slicer.claim_cache import ClaimCache
+from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.device_health import HealthFeed
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
@@ -33,7 +32,7 @@ from slicer.layout import StaticLayout
 from slicer.mig_mode import GpuMode, MigModeManager
 from slicer.ordering import RepublishLimiter
 from slicer.plugin import DraDriver, PluginServer
-from slicer.publisher import PublisherMetrics, SlicePublisher
+from slicer.publisher import SlicePublisher
 from slicer.reconciler import NodeView, Reconciler, Republish
 from slicer.state import DeviceState
 
@@ -62,7 +61,7 @@ class AgentConfig:
     """``host:port`` for /metrics; empty: no metrics server."""
     reconcile_interval_s: float = 30.0
     stale_prepare_s: float = 120.0
-    policy: str = "best-fit"
+    device_order: str = "best-fit"
     republish_interval_s: float = 10.0
     """At least this long between two rewrites that only change the device order."""
     republish_quiet_s: float = 2.0
@@ -106,12 +105,11 @@ def assemble(
     metrics: AgentMetrics | None = None,
     modes: dict[int, GpuMode] | None = None,
     republish: Republish | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    state_clock: Callable[[], float] = time.time,
+    clock: Clock = SYSTEM_CLOCK,
     max_parallel: int = 8,
 ) -> AgentParts:
     """Build the parts. ``republish`` replaces the slice publisher (tests record the views
-    instead); ``clock`` paces republishing, ``state_clock`` stamps checkpoint entries;
+    instead); ``clock`` paces republishing (``monotonic``) and stamps checkpoint entries (``time``);
     ``max_parallel`` is how many claims the driver prepares at once."""
     metrics = metrics or AgentMetrics()
     wake = threading.Event()
@@ -136,7 +134,7 @@ def assemble(
         CdiDirectory(config.cdi_dir, config.cdi_common),
         mig=mig,
         metrics=metrics,
-        clock=state_clock,
+        clock=clock.time,
         on_change=changed,
         static_layout=config.static_layout,
     )
@@ -156,12 +154,12 @@ def assemble(
         limiter = RepublishLimiter(
             min_interval_s=config.republish_interval_s,
             quiet_s=min(config.republish_quiet_s, config.republish_interval_s),
-            clock=clock,
+            clock=clock.monotonic,
         )
         publisher = SlicePublisher(
             api,
             config.node,
-            policy=config.policy,
+            device_order=config.device_order,
             metrics=PublisherMetrics(metrics.registry),
             limiter=limiter,
             recheck_interval_s=config.reprobe_interval_s or None,
@@ -177,7 +175,7 @@ def assemble(
         health=health,
         republish=republish,
         stale_after_s=config.stale_prepare_s,
-        clock=clock,
+        clock=clock.monotonic,
         wake=wake,
     )
     driver = DraDriver(state, claims, pool=config.node, max_parallel=max_parallel)

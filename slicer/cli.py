@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
-import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -23,17 +22,10 @@ import yaml
 
 from kube.api import KubeApi
 from kube.errors import KubeError
-from kube.names import subdomain_problem
+from kube.settings import SettingsError, env_name
 from slicer import agent_lock, catalog
 from slicer.agent import NodeAgent
-from slicer.assembly import (
-    ADVERTISE_CHOICES,
-    CDI_DIR,
-    CHECKPOINT_DIR,
-    KUBELET_PLUGINS_DIR,
-    KUBELET_REGISTRY_DIR,
-    AgentConfig,
-)
+from slicer.assembly import AgentConfig
 from slicer.backend import GpuBackend, HealthEvent, model_of
 from slicer.cdi import (
     FALLBACK_EDITS,
@@ -51,14 +43,16 @@ from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
 from slicer.preview import preview_pool
 from slicer.scaling import DEGRADES_AT_NODES
+from slicer.settings import (
+    BACKENDS,
+    KUBE_CHOICES,
+    AgentSettings,
+    float_or_text,
+    node_name_problem,
+)
 from slicer.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
-
-
-def node_name_problem(node: str) -> str | None:
-    """Why ``--node`` is not a valid node name (which is also the agent's pool name)."""
-    return subdomain_problem("--node", node, "node")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -237,12 +231,124 @@ def run_slices(args: argparse.Namespace) -> int:
 # --- agent run ------------------------------------------------------------------------------
 
 
-def _env(*names: str, default: str | None = None) -> str | None:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return default
+_AGENT_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--node", {"help": "this node's name, the pool name [GPU_SLICER_NODE or NODE_NAME]"}),
+    (
+        "--backend",
+        {"choices": BACKENDS, "help": "GPU access: NVML, or simulated GPUs (default nvml)"},
+    ),
+    (
+        "--simulate-gpus",
+        {"metavar": "SPEC", "help": "simulated GPUs, e.g. H100-80GB:2,A100-80GB:1"},
+    ),
+    (
+        "--simulate-state",
+        {
+            "metavar": "FILE",
+            "type": Path,
+            "help": "with --backend simulated: keep the simulated GPUs' MIG state in FILE, so "
+            "that it outlives a restart of the agent as on real GPUs",
+        },
+    ),
+    (
+        "--kubeconfig",
+        {"help": "kubeconfig file; default: in-cluster [GPU_SLICER_KUBECONFIG or KUBECONFIG]"},
+    ),
+    (
+        "--kube",
+        {
+            "choices": KUBE_CHOICES,
+            "help": "'memory': an empty in-process API, for trying the agent without a cluster",
+        },
+    ),
+    ("--checkpoint-dir", {"type": Path, "help": "checkpoint directory"}),
+    ("--cdi-dir", {"type": Path, "help": "CDI spec directory"}),
+    (
+        "--plugins-dir",
+        {
+            "type": Path,
+            "help": "kubelet plugins directory (dra.sock goes in <dir>/gpu-slicer.io/)",
+        },
+    ),
+    ("--registry-dir", {"type": Path, "help": "kubelet plugin registry directory"}),
+    ("--metrics-bind", {"help": "host:port for /metrics; empty to disable (default :9464)"}),
+    (
+        "--reconcile-interval",
+        {"type": float_or_text, "help": "seconds between reconcile passes (default 30)"},
+    ),
+    (
+        "--device-order",
+        {"help": "how devices are listed in the pool: best-fit, anti-fragmentation, name"},
+    ),
+    (
+        "--policy",
+        {
+            "help": "deprecated spelling of --device-order [GPU_SLICER_POLICY, read only when "
+            "it names a device order and GPU_SLICER_DEVICE_ORDER is unset]"
+        },
+    ),
+    (
+        "--republish-interval",
+        {
+            "type": float_or_text,
+            "help": "minimum seconds between two ResourceSlice rewrites that only change the "
+            "device order (best-fit; default 10)",
+        },
+    ),
+    (
+        "--reprobe-interval",
+        {
+            "type": float_or_text,
+            "help": "seconds between checks of the apiserver version and, after a fallback to "
+            "the static layout, probes for partitionable devices; 0 disables (default 600)",
+        },
+    ),
+    (
+        "--toolkit-cdi-spec",
+        {
+            "metavar": "FILE",
+            "type": Path,
+            "help": "the NVIDIA Container Toolkit's CDI spec (nvidia-ctk cdi generate output) "
+            "whose common edits every claim's spec carries; default: the first of "
+            "/etc/cdi/nvidia.yaml|json, /var/run/cdi/nvidia.yaml|json",
+        },
+    ),
+    (
+        "--nvidia-ctk",
+        {
+            "metavar": "PATH",
+            "help": "instead of a spec file, run '<PATH> cdi generate --format=json' at start-up",
+        },
+    ),
+    (
+        "--static-layout",
+        {
+            "metavar": "FILE",
+            "type": Path,
+            "help": "static layout file (the format of 'gpu-slicer slices --static-layout'): "
+            "the existing instances advertised when the apiserver has no partitionable devices",
+        },
+    ),
+    (
+        "--advertise",
+        {
+            "help": "partitionable: every MIG slice the GPUs could host, with shared counters, "
+            "instances made just in time; static: only the instances that exist (the static "
+            "layout), for Kubernetes releases before 1.37 in clusters beyond about "
+            f"{DEGRADES_AT_NODES} GPU nodes (docs/install-kubernetes.md)",
+        },
+    ),
+    (
+        "--lock-wait",
+        {
+            "type": float_or_text,
+            "help": "seconds to wait for another agent on the same --checkpoint-dir to exit (a "
+            "rolling update); 0 exits 2 at once",
+        },
+    ),
+)
+"""``agent run``'s flags; each is a field of :class:`slicer.settings.AgentSettings`, whose
+defaults apply when neither the flag nor its environment twin is given."""
 
 
 def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -252,140 +358,15 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     run = commands.add_parser(
         "run",
         help="run the node agent: publish slices, serve the kubelet, reconcile",
-        description="Every flag has an environment-variable twin, shown in brackets.",
+        description="Every flag has an environment-variable twin, shown in brackets; flags "
+        "win over the environment.",
     )
-    run.add_argument(
-        "--node",
-        default=_env("GPU_SLICER_NODE", "NODE_NAME"),
-        help="this node's name, the pool name [GPU_SLICER_NODE or NODE_NAME]",
-    )
-    run.add_argument(
-        "--backend",
-        choices=["nvml", "simulated"],
-        default=_env("GPU_SLICER_BACKEND", default="nvml"),
-        help="GPU access: NVML, or simulated GPUs [GPU_SLICER_BACKEND]",
-    )
-    run.add_argument(
-        "--simulate-gpus",
-        metavar="SPEC",
-        default=_env("GPU_SLICER_SIMULATE_GPUS", default="H100-80GB:2"),
-        help="simulated GPUs, e.g. H100-80GB:2,A100-80GB:1 [GPU_SLICER_SIMULATE_GPUS]",
-    )
-    run.add_argument(
-        "--simulate-state",
-        metavar="FILE",
-        type=Path,
-        default=_env("GPU_SLICER_SIMULATE_STATE"),
-        help="with --backend simulated: keep the simulated GPUs' MIG state in "
-        "FILE, so that it outlives a restart of the agent as on real GPUs "
-        "[GPU_SLICER_SIMULATE_STATE]",
-    )
-    run.add_argument(
-        "--kubeconfig",
-        default=_env("GPU_SLICER_KUBECONFIG", "KUBECONFIG"),
-        help="kubeconfig file; default: in-cluster [GPU_SLICER_KUBECONFIG]",
-    )
-    run.add_argument(
-        "--kube",
-        choices=["cluster", "memory"],
-        default=_env("GPU_SLICER_KUBE", default="cluster"),
-        help="'memory': an empty in-process API, for trying the agent without a "
-        "cluster [GPU_SLICER_KUBE]",
-    )
-    for flag, env, default, what in (
-        ("--checkpoint-dir", "GPU_SLICER_CHECKPOINT_DIR", CHECKPOINT_DIR, "checkpoint directory"),
-        ("--cdi-dir", "GPU_SLICER_CDI_DIR", CDI_DIR, "CDI spec directory"),
-        (
-            "--plugins-dir",
-            "GPU_SLICER_PLUGINS_DIR",
-            KUBELET_PLUGINS_DIR,
-            "kubelet plugins directory (dra.sock goes in <dir>/gpu-slicer.io/)",
-        ),
-        (
-            "--registry-dir",
-            "GPU_SLICER_REGISTRY_DIR",
-            KUBELET_REGISTRY_DIR,
-            "kubelet plugin registry directory",
-        ),
-    ):
-        run.add_argument(
-            flag,
-            type=Path,
-            default=Path(_env(env, default=default) or default),
-            help=f"{what} [{env}]",
-        )
-    run.add_argument(
-        "--metrics-bind",
-        default=_env("GPU_SLICER_METRICS_BIND", default=":9464"),
-        help="host:port for /metrics; empty to disable [GPU_SLICER_METRICS_BIND]",
-    )
-    run.add_argument(
-        "--reconcile-interval",
-        type=_float_or_text,
-        default=_env("GPU_SLICER_RECONCILE_INTERVAL", default="30"),
-        help="seconds between reconcile passes [GPU_SLICER_RECONCILE_INTERVAL]",
-    )
-    run.add_argument(
-        "--policy",
-        default=_env("GPU_SLICER_POLICY", default="best-fit"),
-        help="device order policy: best-fit, anti-fragmentation, name [GPU_SLICER_POLICY]",
-    )
-    run.add_argument(
-        "--republish-interval",
-        type=_float_or_text,
-        default=_env("GPU_SLICER_REPUBLISH_INTERVAL", default="10"),
-        help="minimum seconds between two ResourceSlice rewrites that only change "
-        "the device order (best-fit) [GPU_SLICER_REPUBLISH_INTERVAL]",
-    )
-    run.add_argument(
-        "--reprobe-interval",
-        type=_float_or_text,
-        default=_env("GPU_SLICER_REPROBE_INTERVAL", default="600"),
-        help="seconds between checks of the apiserver version and, after a "
-        "fallback to the static layout, probes for partitionable devices; "
-        "0 disables [GPU_SLICER_REPROBE_INTERVAL]",
-    )
-    run.add_argument(
-        "--toolkit-cdi-spec",
-        metavar="FILE",
-        type=Path,
-        default=_env("GPU_SLICER_TOOLKIT_CDI_SPEC"),
-        help="the NVIDIA Container Toolkit's CDI spec (nvidia-ctk cdi generate "
-        "output) whose common edits every claim's spec carries; default: "
-        "the first of /etc/cdi/nvidia.yaml|json, /var/run/cdi/nvidia.yaml|json "
-        "[GPU_SLICER_TOOLKIT_CDI_SPEC]",
-    )
-    run.add_argument(
-        "--nvidia-ctk",
-        metavar="PATH",
-        default=_env("GPU_SLICER_NVIDIA_CTK"),
-        help="instead of a spec file, run '<PATH> cdi generate --format=json' at "
-        "start-up [GPU_SLICER_NVIDIA_CTK]",
-    )
-    run.add_argument(
-        "--static-layout",
-        metavar="FILE",
-        type=Path,
-        default=_env("GPU_SLICER_STATIC_LAYOUT"),
-        help="static layout file (the format of 'gpu-slicer slices "
-        "--static-layout'): the existing instances advertised when the "
-        "apiserver has no partitionable devices [GPU_SLICER_STATIC_LAYOUT]",
-    )
-    run.add_argument(
-        "--advertise",
-        default=_env("GPU_SLICER_ADVERTISE", default="partitionable"),
-        help="partitionable: every MIG slice the GPUs could host, with shared counters, "
-        "instances made just in time; static: only the instances that exist (the "
-        "static layout), for Kubernetes releases before 1.37 in clusters beyond about "
-        f"{DEGRADES_AT_NODES} GPU nodes (docs/install-kubernetes.md) [GPU_SLICER_ADVERTISE]",
-    )
-    run.add_argument(
-        "--lock-wait",
-        type=_float_or_text,
-        default=_env("GPU_SLICER_LOCK_WAIT", default="0"),
-        help="seconds to wait for another agent on the same --checkpoint-dir to "
-        "exit (a rolling update); 0 exits 2 at once [GPU_SLICER_LOCK_WAIT]",
-    )
+    for flag, options in _AGENT_FLAGS:
+        twin = env_name(flag[2:])
+        help_text = str(options.get("help", ""))
+        if twin not in help_text:
+            help_text += f" [{twin}]"
+        run.add_argument(flag, **{**options, "help": help_text})
     run.set_defaults(func=run_agent)
     register_simulate_event(commands)
 
@@ -447,16 +428,20 @@ def run_simulate_event(args: argparse.Namespace) -> int:
     return 0
 
 
-def _float_or_text(value: str) -> float | str:
-    """Parse a number, keeping bad text so that run_agent can name the flag (exit 2)."""
-    try:
-        return float(value)
-    except ValueError:
-        return value
-
-
-_MAX_SECONDS = 10_000_000.0
-"""About 115 days; beyond it the threads' timers overflow."""
+def agent_settings(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> AgentSettings:
+    """The agent's settings: defaults, then the environment, then the flags given; deprecated
+    spellings are logged as warnings."""
+    flags = {
+        flag[2:]: getattr(args, flag[2:].replace("-", "_"))
+        for flag, _ in _AGENT_FLAGS
+        if getattr(args, flag[2:].replace("-", "_")) is not None
+    }
+    settings, warnings = AgentSettings.from_sources(flags, environ)
+    for warning in warnings:
+        log.warning(warning)
+    return settings
 
 
 class _Refusal(Exception):
@@ -468,59 +453,15 @@ class _Refusal(Exception):
         self.code = code
 
 
-def _seconds(flag: str, value: object, *, zero: bool) -> float:
-    """A valid number of seconds; refuses naming the flag otherwise."""
-    if isinstance(value, str):
-        value = _float_or_text(value)
-    if (
-        not isinstance(value, float)
-        or not math.isfinite(value)
-        or value < 0
-        or (not zero and value == 0)
-        or value > _MAX_SECONDS
-    ):
-        bound = (">= 0" if zero else "> 0") + f" and <= {_MAX_SECONDS:,.0f}"
-        raise _Refusal(f"{flag} must be a number of seconds {bound}, not {value!r}")
-    return value
-
-
-def _flag_problem(args: argparse.Namespace) -> str | None:
-    """The first bad flag value, named; environment twins bypass argparse's own checks."""
-    if not args.node:
-        return "--node is required (or set GPU_SLICER_NODE / NODE_NAME)"
-    problem = node_name_problem(args.node)
-    if problem:
-        return problem
-    for flag, value, choices in (
-        ("--backend", args.backend, ("nvml", "simulated")),
-        ("--kube", args.kube, ("cluster", "memory")),
-        ("--policy", args.policy, tuple(POLICIES)),
-        ("--advertise", args.advertise, ADVERTISE_CHOICES),
-    ):
-        if value not in choices:
-            return f"{flag} {value!r} is not one of {', '.join(choices)}"
-    for flag in ("--checkpoint-dir", "--cdi-dir", "--plugins-dir", "--registry-dir"):
-        folder = getattr(args, flag[2:].replace("-", "_"))
-        if folder.exists() and not folder.is_dir():
-            return f"{flag} {folder} is a file, not a folder"
-    if args.metrics_bind:
-        host, sep, port = args.metrics_bind.rpartition(":")
-        if not sep or not port.isdigit() or int(port) > 65535:
-            return (
-                f"--metrics-bind {args.metrics_bind!r} is not host:port with a port "
-                "0-65535 (e.g. :9464)"
-            )
-    return None
-
-
 def run_agent(args: argparse.Namespace) -> int:
-    """Check every flag before anything touches the GPUs, then run the agent until SIGTERM or
-    SIGINT."""
+    """Check every setting before anything touches the GPUs, then run the agent until SIGTERM
+    or SIGINT."""
     try:
-        config, lock_wait = _agent_config(args)
-        lock = _lock(args.checkpoint_dir, lock_wait)
-        backend = _open_backend(args)
-        api = _open_api(args)
+        settings = _checked_settings(args)
+        config = _agent_config(settings)
+        lock = _lock(settings.checkpoint_dir, settings.seconds("lock_wait"))
+        backend = _open_backend(settings)
+        api = _open_api(settings)
         _check_layout(config.static_layout, backend)
         agent = _build_agent(config, backend, api)
     except _Refusal as exc:
@@ -529,57 +470,57 @@ def run_agent(args: argparse.Namespace) -> int:
     return _serve(agent, backend, lock)
 
 
-def _agent_config(args: argparse.Namespace) -> tuple[AgentConfig, float]:
-    """The agent's settings from the flags alone, and how long to wait for the lock."""
-    problem = _flag_problem(args)
-    if problem:
-        raise _Refusal(problem)
-    reconcile_interval = _seconds("--reconcile-interval", args.reconcile_interval, zero=False)
-    republish_interval = _seconds("--republish-interval", args.republish_interval, zero=False)
-    reprobe_interval = _seconds("--reprobe-interval", args.reprobe_interval, zero=True)
-    lock_wait = _seconds("--lock-wait", args.lock_wait, zero=True)
+def _checked_settings(args: argparse.Namespace) -> AgentSettings:
     try:
-        layout = StaticLayout.load(args.static_layout) if args.static_layout else None
+        return agent_settings(args).check()
+    except SettingsError as exc:
+        raise _Refusal(exc.problems[0]) from exc
+
+
+def _agent_config(settings: AgentSettings) -> AgentConfig:
+    """What the agent's parts are built from: the checked settings, the static layout and the
+    toolkit's CDI edits read."""
+    try:
+        layout = StaticLayout.load(settings.static_layout) if settings.static_layout else None
     except LayoutError as exc:
         raise _Refusal(f"--static-layout: {exc}") from exc
-    config = AgentConfig(
-        node=args.node,
-        checkpoint_dir=args.checkpoint_dir,
-        cdi_dir=args.cdi_dir,
-        plugins_dir=args.plugins_dir,
-        registry_dir=args.registry_dir,
-        metrics_bind=args.metrics_bind,
-        reconcile_interval_s=reconcile_interval,
-        policy=args.policy,
-        republish_interval_s=republish_interval,
-        reprobe_interval_s=reprobe_interval,
-        cdi_common=_common_edits(args),
+    return AgentConfig(
+        node=settings.node,
+        checkpoint_dir=settings.checkpoint_dir,
+        cdi_dir=settings.cdi_dir,
+        plugins_dir=settings.plugins_dir,
+        registry_dir=settings.registry_dir,
+        metrics_bind=settings.metrics_bind,
+        reconcile_interval_s=settings.seconds("reconcile_interval"),
+        device_order=settings.device_order,
+        republish_interval_s=settings.seconds("republish_interval"),
+        reprobe_interval_s=settings.seconds("reprobe_interval"),
+        cdi_common=_common_edits(settings),
         static_layout=layout,
-        advertise=args.advertise,
+        advertise=settings.advertise,
     )
-    return config, lock_wait
 
 
-def _common_edits(args: argparse.Namespace) -> CommonEdits:
+def _common_edits(settings: AgentSettings) -> CommonEdits:
     """The toolkit's edits; a spec named by flag must be usable, nvidia-ctk must run."""
-    if args.toolkit_cdi_spec and args.nvidia_ctk:
+    if settings.toolkit_cdi_spec and settings.nvidia_ctk:
         raise _Refusal("give --toolkit-cdi-spec or --nvidia-ctk, not both")
     try:
-        return _toolkit_edits(args)
+        return _toolkit_edits(settings)
     except CdiError as exc:
-        if args.toolkit_cdi_spec:
+        if settings.toolkit_cdi_spec:
             raise _Refusal(f"--toolkit-cdi-spec: {exc}") from exc
         raise _Refusal(f"--nvidia-ctk: {exc}", code=1) from exc
 
 
-def _toolkit_edits(args: argparse.Namespace) -> CommonEdits:
+def _toolkit_edits(settings: AgentSettings) -> CommonEdits:
     """The toolkit's common CDI edits: the named file, nvidia-ctk, or the first usual file."""
-    if args.toolkit_cdi_spec:
-        return load_toolkit_spec(args.toolkit_cdi_spec)
-    if args.nvidia_ctk:
-        return toolkit_spec_from_ctk(args.nvidia_ctk)
+    if settings.toolkit_cdi_spec:
+        return load_toolkit_spec(settings.toolkit_cdi_spec)
+    if settings.nvidia_ctk:
+        return toolkit_spec_from_ctk(settings.nvidia_ctk)
     found = find_toolkit_spec(
-        (*TOOLKIT_SPEC_PATHS, args.cdi_dir / "nvidia.yaml", args.cdi_dir / "nvidia.json")
+        (*TOOLKIT_SPEC_PATHS, settings.cdi_dir / "nvidia.yaml", settings.cdi_dir / "nvidia.json")
     )
     if found is None:
         return FALLBACK_EDITS
@@ -610,49 +551,49 @@ def _lock(checkpoint_dir: Path, wait_s: float) -> agent_lock.AgentLock:
         raise _Refusal(f"cannot lock --checkpoint-dir: {exc}", code=1) from exc
 
 
-def _open_backend(args: argparse.Namespace) -> GpuBackend:
+def _open_backend(settings: AgentSettings) -> GpuBackend:
     try:
-        return _backend(args)
+        return _backend(settings)
     except GpuSpecError as exc:
         raise _Refusal(f"--simulate-gpus: {exc}") from exc
     except SlicerError as exc:
         raise _Refusal(f"cannot open the GPUs: {exc}", code=1) from exc
 
 
-def _backend(args: argparse.Namespace) -> GpuBackend:
-    if args.backend == "simulated":
-        simulated = SimulatedBackend(args.simulate_gpus, node_name=args.node)
-        if args.simulate_state:
+def _backend(settings: AgentSettings) -> GpuBackend:
+    if settings.backend == "simulated":
+        simulated = SimulatedBackend(settings.simulate_gpus, node_name=settings.node)
+        if settings.simulate_state:
             from slicer.simulated_store import PersistedBackend
 
-            return PersistedBackend(simulated, Path(args.simulate_state))
+            return PersistedBackend(simulated, Path(settings.simulate_state))
         return simulated
     from slicer.nvml import NvmlBackend
 
     return NvmlBackend()
 
 
-def _open_api(args: argparse.Namespace) -> KubeApi:
+def _open_api(settings: AgentSettings) -> KubeApi:
     try:
-        return _api(args)
+        return _api(settings)
     except KubeError as exc:
         hint = (
             "; to run without a cluster, add --kube memory (an in-memory API, with "
             "--backend simulated)"
-            if args.kube == "cluster"
+            if settings.kube == "cluster"
             else ""
         )
         raise _Refusal(f"{exc}{hint}", code=1) from exc
 
 
-def _api(args: argparse.Namespace) -> KubeApi:
-    if args.kube == "memory":
+def _api(settings: AgentSettings) -> KubeApi:
+    if settings.kube == "memory":
         from kube.memory import InMemoryKubeApi
 
         return InMemoryKubeApi()
     from kube.client import RealKubeApi
 
-    return RealKubeApi.from_config(args.kubeconfig)
+    return RealKubeApi.from_config(settings.kubeconfig)
 
 
 def _check_layout(layout: StaticLayout | None, backend: GpuBackend) -> None:

@@ -15,10 +15,14 @@ Every error a user can see says what went wrong and what would be valid instead.
     │   ├── ResetRequired           a MIG mode change waits for a GPU reset
     │   └── GpuLost                 the GPU fell off the bus
     ├── CheckpointError         unreadable or corrupt checkpoint
-    └── PublishError            ResourceSlices could not be written
+    ├── PublishError            ResourceSlices could not be written
+    └── AgentSettingsError      ``agent run``'s flags or environment cannot be used (also a
+                                ``kube.settings.SettingsError``: ``problems`` name each flag)
 """
 
 from __future__ import annotations
+
+from kube.settings import SettingsError
 
 
 class SlicerError(Exception):
@@ -79,3 +83,7 @@ class CheckpointError(SlicerError):
 
 class PublishError(SlicerError):
     """ResourceSlices could not be written or read back."""
+
+
+class AgentSettingsError(SlicerError, SettingsError):
+    """``agent run``'s settings cannot be used; ``problems`` name the flag of each."""

@@ -7,12 +7,13 @@ and makes the API hold exactly those:
 * otherwise the pool generation goes up by one and every slice is written with it (update in
   place, create what is new), then slices of the pool that are no longer wanted are deleted. The
   scheduler ignores a pool until all ``resourceSliceCount`` slices of its newest generation are
-  there, so it never mixes an old layout with a new one;
+  there, so it never mixes an old pool with a new one;
 * with a :class:`slicer.ordering.RepublishLimiter`, a change of device order alone (the
   ``best-fit`` policy reacting to allocations) is debounced and rate-limited: the call returns
   ``deferred_s`` and the caller publishes again after that long;
 * Conflict (someone wrote in between) and Unavailable are retried with exponential backoff
-  (the sleep is injectable); other API errors raise :class:`slicer.errors.PublishError`;
+  (waiting on the publisher's :class:`slicer.clock.Clock`); other API errors raise
+  :class:`slicer.errors.PublishError`;
 * what was written is read back. An apiserver without partitionable devices drops
   ``sharedCounters`` and ``consumesCounters`` silently; then overlapping slices would look
   independent and the scheduler could hand out two of them. The publisher therefore switches to
@@ -20,16 +21,16 @@ and makes the API hold exactly those:
   log, a Warning Event on the Node and the metrics ``gpu_slicer_slices_counters_dropped`` and
   ``gpu_slicer_slices_static_layout``;
 * every ``recheck_interval_s`` (10 minutes by default) the publisher re-reads the apiserver's
-  version (a new version may need another layout), and, while it is in the fallback, probes
-  whether partitionable devices work now: a server-side dry-run create of the partitionable
-  layout's slices that carry counters. Nothing is stored, so the scheduler never sees devices
-  without their counters; when the counters survive the dry run the publisher switches back,
-  writes the partitionable layout (whose read-back is checked as always) and says so (info log,
-  a Normal Event ``PartitionableDevicesAvailable``, ``gpu_slicer_slices_static_layout`` 0,
-  ``gpu_slicer_slices_partitionable_restored_total``). A switch back that the real write then
-  contradicts doubles the wait before the next probe (up to a day), so a server whose dry run
-  and writes disagree cannot make the pool flap. A static layout the caller asked for is never
-  probed away.
+  version (a new version may pack the pool into slices differently), and, while it is in the
+  fallback, probes whether partitionable devices work now: a server-side dry-run create of the
+  slices of partitionable devices that carry counters. Nothing is stored, so the scheduler never
+  sees devices without their counters; when the counters survive the dry run the publisher
+  switches back, writes partitionable devices again (whose read-back is checked as always) and
+  says so (info log, a Normal Event ``PartitionableDevicesAvailable``,
+  ``gpu_slicer_slices_static_layout`` 0, ``gpu_slicer_slices_partitionable_restored_total``). A
+  switch back that the real write then contradicts doubles the wait before the next probe (up to
+  a day), so a server whose dry run and writes disagree cannot make the pool flap. A static
+  layout the caller asked for is never probed away.
 """
 
 from __future__ import annotations
@@ -38,17 +39,15 @@ import contextlib
 import enum
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
-
-from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kube import errors as kerr
 from kube.api import KubeApi, event_for
 from slicer import scaling
+from slicer.agent_metrics import PublisherMetrics
+from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.devices import DeviceSpec
 from slicer.errors import PublishError
 from slicer.identity import DRIVER, RESOURCE_API
@@ -59,6 +58,7 @@ from slicer.inventory import (
 )
 from slicer.layout import StaticLayout
 from slicer.ordering import OrderPolicy, RepublishLimiter, order_fingerprint
+from slicer.retry import RetrySettings, retrying
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -74,67 +74,9 @@ MAX_PROBE_BACKOFF = 144
 log = logging.getLogger("slicer.publisher")
 
 
-class PublisherMetrics:
-    """The publisher's metrics, in the registry given (the agent's) or a private one."""
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.publishes = Counter(
-            "gpu_slicer_slices_publishes",
-            "Pool publications by result (written, unchanged, "
-            "deferred: an order-only change held back by the rate limiter, error)",
-            ["result"],
-            registry=r,
-        )
-        self.conflicts = Counter(
-            "gpu_slicer_slices_conflicts",
-            "Slice writes retried after a Conflict or an unavailable apiserver",
-            registry=r,
-        )
-        self.counters_dropped = Counter(
-            "gpu_slicer_slices_counters_dropped",
-            "Times the apiserver dropped shared counters "
-            "from written slices (no partitionable devices)",
-            registry=r,
-        )
-        self.static_layout = Gauge(
-            "gpu_slicer_slices_static_layout",
-            "1 while only existing instances are advertised "
-            "because the apiserver has no partitionable devices",
-            registry=r,
-        )
-        self.quadratic_scheduling = Gauge(
-            "gpu_slicer_slices_quadratic_scheduling",
-            "1 while this pool publishes counters to a Kubernetes release whose scheduler "
-            "cost for them grows with the square of the nodes that do (before 1.37; "
-            "docs/install-kubernetes.md#scheduler-scaling)",
-            registry=r,
-        )
-        self.devices = Gauge(
-            "gpu_slicer_slices_devices", "Devices in the published pool", registry=r
-        )
-        self.generation = Gauge(
-            "gpu_slicer_slices_generation", "Generation of the published pool", registry=r
-        )
-        self.probes = Counter(
-            "gpu_slicer_slices_partitionable_probes",
-            "Dry-run probes, while in the static "
-            "fallback, of whether the apiserver keeps counters now, by result (dropped, kept, "
-            "error)",
-            ["result"],
-            registry=r,
-        )
-        self.restored = Counter(
-            "gpu_slicer_slices_partitionable_restored",
-            "Switches from the static fallback back "
-            "to partitionable devices after a probe found counters kept",
-            registry=r,
-        )
-
-
-class LayoutState(enum.Enum):
-    """Which layout the publisher advertises, and why; :class:`SlicePublisher` lists the moves."""
+class AdvertiseState(enum.Enum):
+    """What the pool advertises (partitionable devices, or the static MIG layout), and why;
+    :class:`SlicePublisher` lists the moves. Named for ``agent run --advertise``."""
 
     PARTITIONABLE = "partitionable"
     """Every slice the GPUs can host, with counters; each write's read-back is checked."""
@@ -148,26 +90,7 @@ class LayoutState(enum.Enum):
     @property
     def static(self) -> bool:
         """Only existing instances, without counters, are advertised in this state."""
-        return self in (LayoutState.STATIC, LayoutState.FELL_BACK)
-
-
-@dataclass(frozen=True)
-class RetrySettings:
-    """How patiently slice writes, reads and deletes ride out Conflicts and an absent apiserver."""
-
-    max_attempts: int = 6
-    base_delay_s: float = 0.2
-    max_delay_s: float = 5.0
-
-    @property
-    def attempts(self) -> int:
-        """At least one try, whatever was configured."""
-        return max(1, self.max_attempts)
-
-    def delay_s(self, attempt: int) -> float:
-        """Exponential, capped: a busy apiserver gets room, a long outage no minute-long sleeps."""
-        delay: float = self.base_delay_s * (2**attempt)
-        return min(self.max_delay_s, delay)
+        return self in (AdvertiseState.STATIC, AdvertiseState.FELL_BACK)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,14 +109,10 @@ class PublishResult:
     """Only the device order changed and the limiter held it back: publish again after this."""
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class SlicePublisher:
     """Keeps one node's pool in the API equal to what its GPUs offer.
 
-    Whether counters are published is a small state machine (:class:`LayoutState`). It starts in
+    Whether counters are published is a small state machine (:class:`AdvertiseState`). It starts in
     STATIC when the caller asks for the static layout, else in PARTITIONABLE, and moves thus:
 
     ==============  =========================================  =================================
@@ -208,7 +127,7 @@ class SlicePublisher:
 
     Entering FELL_BACK warns (log, Warning Event, metrics) and the same :meth:`publish` call
     writes again in the static layout; entering RESTORED says so (log, Normal Event, metrics)
-    before that call writes the partitionable layout. Only FELL_BACK stretches the recheck
+    before that call writes partitionable devices. Only FELL_BACK stretches the recheck
     interval (by the probe interval factor, at most ``MAX_PROBE_BACKOFF``); a new apiserver
     version resets the factor to one.
     """
@@ -218,32 +137,28 @@ class SlicePublisher:
         api: KubeApi,
         node_name: str,
         *,
-        policy: OrderPolicy | str = "best-fit",
+        device_order: OrderPolicy | str = "best-fit",
         server_version: tuple[int, int] | None = None,
         static: bool = False,
         static_layout: StaticLayout | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        now: Callable[[], datetime] = _now,
         metrics: PublisherMetrics | None = None,
         retry: RetrySettings | None = None,
         limiter: RepublishLimiter | None = None,
         recheck_interval_s: float | None = 600.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         report_scaling: bool = True,
     ) -> None:
         self._api = api
         self._node = node_name
-        self._policy = policy
+        self._device_order = device_order
         self._version = server_version
         self._static_layout = static_layout
-        self._sleep = sleep
-        self._now = now
         self.metrics = metrics or PublisherMetrics()
         self._retry = retry or RetrySettings()
         self._limiter = limiter
         self._pinned_version = server_version is not None
         """A version given by the caller is never re-read."""
-        self._state = LayoutState.STATIC if static else LayoutState.PARTITIONABLE
+        self._state = AdvertiseState.STATIC if static else AdvertiseState.PARTITIONABLE
         self._recheck_s = recheck_interval_s if recheck_interval_s else None
         self._clock = clock
         self._next_check: float | None = None
@@ -260,7 +175,7 @@ class SlicePublisher:
         self.metrics.static_layout.set(1 if static else 0)
 
     @property
-    def state(self) -> LayoutState:
+    def state(self) -> AdvertiseState:
         """Where the publisher is in the fallback state machine (see the class docstring)."""
         return self._state
 
@@ -272,7 +187,7 @@ class SlicePublisher:
     @property
     def fell_back(self) -> bool:
         """True while in the static layout because the apiserver dropped counters."""
-        return self._state is LayoutState.FELL_BACK
+        return self._state is AdvertiseState.FELL_BACK
 
     def recheck_in(self) -> float | None:
         """Seconds until the next version check (and, in the fallback, probe); None: never.
@@ -283,7 +198,7 @@ class SlicePublisher:
             return None
         if self._next_check is None:
             return self._interval()
-        return max(0.0, self._next_check - self._clock())
+        return max(0.0, self._next_check - self._clock.monotonic())
 
     def server_version(self) -> tuple[int, int]:
         if self._version is None:
@@ -302,7 +217,7 @@ class SlicePublisher:
             gpus,
             server_version=self.server_version(),
             generation=generation,
-            policy=self._policy,
+            policy=self._device_order,
             allocated=allocated,
             static=self._state.static,
             static_layout=self._static_layout,
@@ -456,15 +371,15 @@ class SlicePublisher:
         if self._state.static:
             return False
         if self._counters_dropped(written):
-            contradicted = self._state is LayoutState.RESTORED
+            contradicted = self._state is AdvertiseState.RESTORED
             self._fall_back()
             if contradicted:
                 # A probe said counters are kept, the real write says otherwise: probe less often.
                 self._probe_backoff = min(self._probe_backoff * 2, MAX_PROBE_BACKOFF)
-                self._next_check = self._clock() + self._interval()
+                self._next_check = self._clock.monotonic() + self._interval()
             return True
-        if self._state is LayoutState.RESTORED:
-            self._state = LayoutState.PARTITIONABLE
+        if self._state is AdvertiseState.RESTORED:
+            self._state = AdvertiseState.PARTITIONABLE
             self._probe_backoff = 1  # the switch back held
         return False
 
@@ -529,37 +444,11 @@ class SlicePublisher:
             "controller": True,
         }
 
-    def _retrying(
-        self,
-        call: Callable[[], T],
-        *,
-        doing: str,
-        backoff_on: tuple[type[kerr.KubeError], ...],
-        gave_up: Callable[[kerr.KubeError | None], PublishError],
-        again_on: tuple[type[kerr.KubeError], ...] = (),
-        on_again: Callable[[kerr.KubeError], None] = lambda _exc: None,
-    ) -> T:
-        """One API call, retried so a busy or briefly absent apiserver does not fail a publish.
-
-        ``backoff_on`` errors wait before the next try, ``again_on`` errors do not; after either
-        ``on_again`` (still handling the error) may adjust the next try. Other API errors are
-        final; ``gave_up`` words the error once the tries run out.
-        """
-        last: kerr.KubeError | None = None
-        for attempt in range(self._retry.attempts):
-            try:
-                return call()
-            except backoff_on as exc:
-                last = exc
-                self.metrics.conflicts.inc()
-                self._sleep(self._retry.delay_s(attempt))
-                on_again(exc)
-            except again_on as exc:
-                last = exc
-                on_again(exc)
-            except kerr.KubeError as exc:
-                raise PublishError(f"cannot {doing}: {exc}") from exc
-        raise gave_up(last)
+    def _retrying(self, call: Callable[[], T], **how: Any) -> T:
+        """:func:`slicer.retry.retrying` with this publisher's settings, clock and metric."""
+        return retrying(
+            call, self._retry, sleep=self._clock.sleep, on_backoff=self.metrics.conflicts.inc, **how
+        )
 
     def _write(self, obj: Obj, current: Obj | None) -> Obj:
         name = obj["metadata"]["name"]
@@ -573,7 +462,7 @@ class SlicePublisher:
                     {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
                 )
             except kerr.Invalid:
-                self._version_stale = True  # the layout may no longer fit the server
+                self._version_stale = True  # the slices may no longer fit the server
                 raise
 
         def again(exc: kerr.KubeError) -> None:
@@ -657,11 +546,11 @@ class SlicePublisher:
         return counters, taints
 
     def _fall_back(self) -> None:
-        self._state = LayoutState.FELL_BACK
+        self._state = AdvertiseState.FELL_BACK
         self.metrics.counters_dropped.inc()
         self.metrics.static_layout.set(1)
         if self._recheck_s is not None and self._next_check is None:
-            self._next_check = self._clock() + self._interval()
+            self._next_check = self._clock.monotonic() + self._interval()
         again = (
             f"gpu-slicer probes again every {self._interval():g} s and switches back by "
             "itself once the gate is on"
@@ -680,12 +569,12 @@ class SlicePublisher:
     def _interval(self) -> float:
         assert self._recheck_s is not None
         return self._recheck_s * (
-            self._probe_backoff if self._state is LayoutState.FELL_BACK else 1
+            self._probe_backoff if self._state is AdvertiseState.FELL_BACK else 1
         )
 
     def _recheck(self, gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec]) -> None:
         """When due: re-read the server version and, in the fallback, probe for counters."""
-        now = self._clock()
+        now = self._clock.monotonic()
         due = self._version_stale
         if self._recheck_s is not None:
             if self._next_check is None:
@@ -699,7 +588,7 @@ class SlicePublisher:
             self._probe_backoff = 1  # another server: give it a fresh chance
         if self._recheck_s is not None:
             self._next_check = now + self._interval()
-        if self._state is LayoutState.FELL_BACK and self._probe(
+        if self._state is AdvertiseState.FELL_BACK and self._probe(
             gpus, allocated, version_changed=changed
         ):
             self._restore()
@@ -739,7 +628,7 @@ class SlicePublisher:
                 gpus,
                 server_version=self.server_version(),
                 generation=max(self._generation, 1),
-                policy=self._policy,
+                policy=self._device_order,
                 allocated=allocated,
                 static=False,
                 static_layout=self._static_layout,
@@ -787,7 +676,7 @@ class SlicePublisher:
         return True
 
     def _restore(self) -> None:
-        self._state = LayoutState.RESTORED
+        self._state = AdvertiseState.RESTORED
         self.metrics.static_layout.set(0)
         self.metrics.restored.inc()
         note = (
@@ -810,7 +699,7 @@ class SlicePublisher:
             reporting_controller=REPORTING_CONTROLLER,
             reporting_instance=f"{REPORTING_CONTROLLER}-{self._node}"[:128],
             action="PublishResourceSlices",
-            event_time=self._now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            event_time=self._clock.wall().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         )
         try:
             self._api.create(event)

@@ -7,16 +7,27 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("cli", "kube", "slicer", "webhook", "certs", "sim", "sandbox", "status")
+PACKAGES = ("cli", "kube", "slicer", "webhook", "certs", "sim", "sandbox", "status", "plan")
 _ROW = re.compile(r"^\| `([a-z_]+\.[a-z_.]+)` \|", re.M)
 
 
+GENERATED = {"slicer/proto"}  # generated gRPC code, described by the row of its user
+
+
 def _modules() -> set[str]:
+    """Every module of the packages, and of their subpackages (a subpackage's ``__init__`` is a
+    row of its own: it says how to walk the package)."""
     found = set()
     for package in PACKAGES:
-        for path in (ROOT / package).glob("*.py"):
-            if path.name != "__init__.py":
-                found.add(f"{package}.{path.name[: -len('.py')]}")
+        for path in (ROOT / package).rglob("*.py"):
+            folder = path.parent.relative_to(ROOT)
+            if str(folder) in GENERATED or "__pycache__" in folder.parts:
+                continue
+            if path.name == "__init__.py":
+                if folder.parts != (package,):
+                    found.add(".".join(folder.parts))
+                continue
+            found.add(".".join((*folder.parts, path.name[: -len(".py")])))
     return found
 
 

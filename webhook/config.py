@@ -1,4 +1,5 @@
-"""How the admission server is configured: one dataclass, filled from a file, env and flags.
+"""How the admission server is configured: one dataclass, filled from a file, env and flags
+as every long-running command is (:mod:`kube.settings`).
 
 Precedence, lowest first: defaults, a YAML file (``--config`` / ``GPU_SLICER_CONFIG``), the
 environment, command-line flags. Every setting has an environment twin ``GPU_SLICER_<NAME>``:
@@ -10,32 +11,27 @@ starts gunicorn, and ``gunicorn.conf.py`` and ``create_app()`` read it back
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
-from kube import documents
+from kube.settings import Settings, SettingsError
 from webhook.errors import WebhookError
 
 NamespaceMode = Literal["enabled", "audit"]
-ENV_PREFIX = "GPU_SLICER_"
 MAX_BODY_BYTES = 3 * 1024 * 1024
 """The apiserver never sends more; anything larger is not an AdmissionReview (HTTP 413)."""
 
 
-class ConfigError(WebhookError, ValueError):
+class ConfigError(WebhookError, SettingsError):
     """The server's settings are inconsistent; ``problems`` name the flag or variable."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(problems))
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(Settings):
     """Settings of ``gpu-slicer webhook serve``; field ``x_y`` is flag ``--x-y``, env ``X_Y``."""
+
+    error: ClassVar[type[SettingsError]] = ConfigError
+    config_setting: ClassVar[str | None] = "config"
 
     bind: str = "0.0.0.0:8443"
     tls_cert: str | None = None
@@ -126,113 +122,3 @@ class ServerConfig:
                 "TLS), or --dev for a local self-signed server"
             )
         return found
-
-    def check(self) -> ServerConfig:
-        """Self, or ConfigError listing every problem."""
-        found = self.problems()
-        if found:
-            raise ConfigError(found)
-        return self
-
-    # ------------------------------------------------------------------ sources
-    @classmethod
-    def from_mapping(
-        cls,
-        values: Mapping[str, Any],
-        *,
-        base: ServerConfig | None = None,
-        source: str = "settings",
-    ) -> ServerConfig:
-        """``base`` with ``values`` (keys: field names, ``-`` or ``_``) converted and applied."""
-        base = base or cls()
-        types = {f.name: f.type for f in fields(cls)}
-        changes: dict[str, Any] = {}
-        problems: list[str] = []
-        for raw_key, raw in values.items():
-            key = str(raw_key).replace("-", "_")
-            if key not in types:
-                problems.append(f"{source}: unknown setting {raw_key!r}")
-                continue
-            try:
-                changes[key] = _convert(str(types[key]), raw)
-            except ValueError as exc:
-                problems.append(f"{source}: {raw_key}: {exc}")
-        if problems:
-            raise ConfigError(problems)
-        return dataclasses.replace(base, **changes)
-
-    @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, *, base: ServerConfig | None = None
-    ) -> ServerConfig:
-        """Settings from ``GPU_SLICER_*`` (and the file ``GPU_SLICER_CONFIG`` names, beneath)."""
-        env = os.environ if environ is None else environ
-        if base is None:
-            config_file = env.get(ENV_PREFIX + "CONFIG")
-            base = cls.from_file(config_file) if config_file else cls()
-        values = {
-            f.name: env[ENV_PREFIX + f.name.upper()]
-            for f in fields(cls)
-            if ENV_PREFIX + f.name.upper() in env
-        }
-        return cls.from_mapping(values, base=base, source="environment")
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> ServerConfig:
-        try:
-            data = documents.parse(documents.read_text(path))
-        except documents.DocumentError as exc:
-            raise ConfigError([f"config file {path}: {exc}"]) from exc
-        if data is None:
-            return cls()
-        if not isinstance(data, dict):
-            raise ConfigError([f"config file {path}: expected a mapping of settings"])
-        return cls.from_mapping(data, source=str(path))
-
-    def to_env(self) -> dict[str, str]:
-        """The environment that makes :meth:`from_env` return these settings again."""
-        env: dict[str, str] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            env[ENV_PREFIX + f.name.upper()] = (
-                ("1" if value else "0") if isinstance(value, bool) else str(value)
-            )
-        return env
-
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
-def _convert(type_name: str, raw: Any) -> Any:
-    """Converts a string (env) or YAML scalar to the field's type."""
-    optional = "None" in type_name
-    if raw is None:
-        if optional:
-            return None
-        raise ValueError("a value is required")
-    if type_name.startswith("bool"):
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-        raise ValueError(f"{raw!r} is not a boolean (use true or false)")
-    if type_name.startswith("int"):
-        try:
-            return int(str(raw))
-        except ValueError:
-            raise ValueError(f"{raw!r} is not a whole number") from None
-    if type_name.startswith("float"):
-        try:
-            return float(str(raw))
-        except ValueError:
-            raise ValueError(f"{raw!r} is not a number") from None
-    text = str(raw)
-    if optional and text == "":
-        return None
-    return text

@@ -18,8 +18,7 @@ import pytest
 import yaml
 from test_helm import CHART, MONITORING, template
 
-from slicer.agent_metrics import AgentMetrics
-from slicer.publisher import PublisherMetrics
+from slicer.agent_metrics import AgentMetrics, PublisherMetrics
 from webhook.metrics import Metrics
 
 # Series Prometheus itself makes for every target.

@@ -90,7 +90,9 @@ def test_the_api_path_leaves_no_claim_instance_or_checkpoint_entry(small: Scenar
     from sim.cluster import GpuSlicerStrategy
     from sim.plane import ApiControlPlane
 
-    strategy = GpuSlicerStrategy(small, DemandBook(small), policy="best-fit", through_api=True)
+    strategy = GpuSlicerStrategy(
+        small, DemandBook(small), device_order="best-fit", through_api=True
+    )
     engine = Engine(small, strategy)
     engine.run()
     assert isinstance(strategy.plane, ApiControlPlane)

@@ -38,7 +38,7 @@ class _Cluster:
     def __init__(self, rule: str) -> None:
         self.scenario = _scenario(rule)
         self.book = DemandBook(self.scenario)
-        self.plane = FastControlPlane(self.scenario, policy="name", clock=SimClock())
+        self.plane = FastControlPlane(self.scenario, device_order="name", clock=SimClock())
         self.scheduler = Scheduler(self.plane.nodes, rule)
         self.pods = {p.name: p for p in self.scenario.pods}
 

@@ -20,6 +20,7 @@ import pytest
 
 from cli.main import build_parser, main
 from sandbox.process import free_port
+from slicer.cli import agent_settings
 from slicer.proto import (
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
@@ -45,7 +46,7 @@ def test_defaults_are_the_kubelets_directories(monkeypatch: pytest.MonkeyPatch) 
     for name in list(os.environ):
         if name.startswith("GPU_SLICER_") or name == "NODE_NAME":
             monkeypatch.delenv(name)
-    args = build_parser().parse_args(["agent", "run", "--node", "n1"])
+    args = agent_settings(build_parser().parse_args(["agent", "run", "--node", "n1"]))
     assert args.plugins_dir == Path("/var/lib/kubelet/plugins")
     assert args.registry_dir == Path("/var/lib/kubelet/plugins_registry")
     assert args.cdi_dir == Path("/var/run/cdi")
@@ -76,7 +77,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    args = build_parser().parse_args(["agent", "run"])
+    args = agent_settings(build_parser().parse_args(["agent", "run"]))
     assert (args.node, args.backend, args.simulate_gpus) == (
         "from-downward-api",
         "simulated",
@@ -102,7 +103,9 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
     )
     assert args.advertise == "static"
     monkeypatch.setenv("GPU_SLICER_NODE", "explicit")
-    assert build_parser().parse_args(["agent", "run"]).node == "explicit"
+    assert agent_settings(build_parser().parse_args(["agent", "run"])).node == "explicit"
+    flags = build_parser().parse_args(["agent", "run", "--node", "flag", "--kube", "cluster"])
+    assert (agent_settings(flags).node, agent_settings(flags).kube) == ("flag", "cluster")
 
 
 @pytest.mark.parametrize(
@@ -368,3 +371,45 @@ def test_simulate_event_refuses_what_no_agent_could_take(
     )
     assert "--gpu 2: the node has GPUs 0-1" in capsys.readouterr().err
     assert not (short_dir / "gpus.json.events").exists()
+
+
+def _settings_and_warnings(
+    argv: list[str], environ: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> tuple[str, list[str]]:
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="slicer.cli"):
+        settings = agent_settings(build_parser().parse_args(["agent", "run", *argv]), environ)
+    return settings.device_order, [r.getMessage() for r in caplog.records]
+
+
+def test_the_device_order_has_its_own_flag_and_variable(caplog: pytest.LogCaptureFixture) -> None:
+    assert _settings_and_warnings([], {}, caplog) == ("best-fit", [])
+    assert _settings_and_warnings(["--device-order", "name"], {}, caplog) == ("name", [])
+    env = {"GPU_SLICER_DEVICE_ORDER": "anti-fragmentation"}
+    assert _settings_and_warnings([], env, caplog) == ("anti-fragmentation", [])
+
+
+def test_the_old_policy_flag_still_sets_the_device_order_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    order, warnings = _settings_and_warnings(["--policy", "name"], {}, caplog)
+    assert order == "name"
+    assert warnings == ["--policy is deprecated for agent run: use --device-order"]
+    order, _ = _settings_and_warnings(
+        ["--policy", "name", "--device-order", "anti-fragmentation"], {}, caplog
+    )
+    assert order == "anti-fragmentation"  # the new flag wins
+
+
+def test_the_old_variable_sets_the_device_order_only_when_it_names_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    order, warnings = _settings_and_warnings([], {"GPU_SLICER_POLICY": "name"}, caplog)
+    assert order == "name"
+    assert len(warnings) == 1 and "GPU_SLICER_DEVICE_ORDER" in warnings[0]
+    # One environment for webhook serve and agent run: the webhook's policy file is not the
+    # agent's, which keeps its default and says nothing (it used to refuse to start).
+    shared = {"GPU_SLICER_POLICY": "/etc/gpu-slicer/policy/policy.yaml"}
+    assert _settings_and_warnings([], shared, caplog) == ("best-fit", [])
+    both = {"GPU_SLICER_POLICY": "name", "GPU_SLICER_DEVICE_ORDER": "anti-fragmentation"}
+    assert _settings_and_warnings([], both, caplog) == ("anti-fragmentation", [])

@@ -130,8 +130,9 @@ def test_an_agent_given_lock_wait_takes_over_when_the_first_exits(short_dir: Pat
 
 def test_lock_wait_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> None:
     from cli.main import build_parser
+    from slicer.cli import agent_settings
 
     monkeypatch.setenv("GPU_SLICER_LOCK_WAIT", "45")
-    assert build_parser().parse_args(["agent", "run"]).lock_wait == 45.0
+    assert agent_settings(build_parser().parse_args(["agent", "run"])).lock_wait == 45.0
     monkeypatch.delenv("GPU_SLICER_LOCK_WAIT")
-    assert build_parser().parse_args(["agent", "run"]).lock_wait == 0.0
+    assert agent_settings(build_parser().parse_args(["agent", "run"])).lock_wait == 0.0

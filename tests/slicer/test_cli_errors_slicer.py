@@ -37,7 +37,8 @@ def test_a_bad_environment_twin_of_the_agent_does_not_break_other_commands(
         (["--reconcile-interval", "0"], "--reconcile-interval"),
         (["--metrics-bind", "1.2.3.4:99999"], "--metrics-bind"),
         (["--metrics-bind", "nocolon"], "--metrics-bind"),
-        (["--policy", "bogus"], "--policy 'bogus'"),
+        (["--device-order", "bogus"], "--device-order 'bogus'"),
+        (["--policy", "bogus"], "--device-order 'bogus'"),
         (["--node", "Bad_Node"], "--node 'Bad_Node'"),
     ],
 )

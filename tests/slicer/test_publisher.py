@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kube.errors import AlreadyExists, Conflict, Forbidden, NotFound, Unavailable
 from kube.memory import InMemoryKubeApi
+from slicer.clock import Clock
 from slicer.devices import SliceSpec
 from slicer.errors import PublishError
 from slicer.identity import DRIVER, RESOURCE_API
@@ -22,7 +23,7 @@ from slicer.ordering import RepublishLimiter
 from slicer.publisher import (
     FALLBACK_REASON,
     RESTORED_REASON,
-    LayoutState,
+    AdvertiseState,
     PublisherMetrics,
     SlicePublisher,
 )
@@ -52,6 +53,13 @@ def api() -> InMemoryKubeApi:
     return api
 
 
+def _no_sleep(_seconds: float) -> None:
+    """Retries do not wait in these tests."""
+
+
+NO_WAIT = Clock(sleep=_no_sleep)
+
+
 @pytest.fixture
 def sleeps() -> list[float]:
     return []
@@ -62,9 +70,10 @@ def publisher(api: InMemoryKubeApi, sleeps: list[float]) -> SlicePublisher:
     return SlicePublisher(
         api,
         "node-a",
-        policy="best-fit",
-        sleep=sleeps.append,
-        now=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        device_order="best-fit",
+        clock=Clock(
+            sleep=sleeps.append, time=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp()
+        ),
     )
 
 
@@ -114,7 +123,7 @@ def test_a_layout_change_bumps_the_generation_and_deletes_stale_slices(
 def test_slices_of_other_nodes_and_drivers_are_left_alone(
     api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
 ) -> None:
-    other = SlicePublisher(api, "node-b", sleep=lambda _: None)
+    other = SlicePublisher(api, "node-b", clock=NO_WAIT)
     other.publish(make_states("A30:2"))
     foreign = {
         "apiVersion": RESOURCE_API,
@@ -187,7 +196,7 @@ def test_the_server_version_decides_the_layout(
     api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]]
 ) -> None:
     api.set_server_version(1, 34)
-    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None)
+    publisher = SlicePublisher(api, "node-a", clock=NO_WAIT)
     result = publisher.publish(make_states("H100-80GB:4"))
     assert result.plan.layout == "combined"
     assert all("sharedCounters" in s["spec"] and "devices" in s["spec"] for s in slices_of(api))
@@ -226,7 +235,7 @@ def test_dropped_counters_switch_to_the_static_layout_and_say_so(
 
 def test_metrics_can_live_in_the_agents_registry(api: InMemoryKubeApi) -> None:
     metrics = PublisherMetrics()
-    publisher = SlicePublisher(api, "node-a", metrics=metrics, sleep=lambda _: None)
+    publisher = SlicePublisher(api, "node-a", metrics=metrics, clock=NO_WAIT)
     assert publisher.metrics.registry is metrics.registry
     assert metrics.registry.get_sample_value("gpu_slicer_slices_static_layout") == 0
 
@@ -279,7 +288,7 @@ def test_any_sequence_of_inventories_leaves_exactly_the_last_pool_in_the_api(
     steps: list[tuple[int, str, tuple[str, int] | None]],
 ) -> None:
     api = InMemoryKubeApi(server_version=(1, 35))
-    publisher = SlicePublisher(api, "node-a", sleep=lambda _: None)
+    publisher = SlicePublisher(api, "node-a", clock=NO_WAIT)
     generation = 0
     for count, mode, foreign in steps:
         states = make_states(
@@ -301,7 +310,7 @@ def test_an_order_only_change_waits_for_the_limiter_but_a_content_change_does_no
     clock = [0.0]
     limiter = RepublishLimiter(min_interval_s=30, quiet_s=2, clock=lambda: clock[0])
     publisher = SlicePublisher(
-        api, "node-a", policy="best-fit", limiter=limiter, sleep=lambda _: None
+        api, "node-a", device_order="best-fit", limiter=limiter, clock=NO_WAIT
     )
     states = make_states("H100-80GB:3")
     publisher.publish(states)
@@ -339,7 +348,10 @@ def _probes(api: InMemoryKubeApi) -> int:
 def _rechecking(api: InMemoryKubeApi, now: list[float]) -> SlicePublisher:
     """node-a's publisher, rechecking the apiserver every 600 s of the clock ``now[0]``."""
     return SlicePublisher(
-        api, "node-a", sleep=lambda _: None, recheck_interval_s=600, clock=lambda: now[0]
+        api,
+        "node-a",
+        recheck_interval_s=600,
+        clock=Clock(monotonic=lambda: now[0], sleep=_no_sleep),
     )
 
 
@@ -396,9 +408,14 @@ def test_no_probe_is_made_when_rechecks_are_off_or_the_static_layout_was_asked_f
 ) -> None:
     now = [0.0]
     off = SlicePublisher(
-        api, "node-a", sleep=lambda _: None, recheck_interval_s=None, clock=lambda: now[0]
+        api,
+        "node-a",
+        recheck_interval_s=None,
+        clock=Clock(monotonic=lambda: now[0], sleep=_no_sleep),
     )
-    asked = SlicePublisher(api, "node-b", sleep=lambda _: None, static=True, clock=lambda: now[0])
+    asked = SlicePublisher(
+        api, "node-b", static=True, clock=Clock(monotonic=lambda: now[0], sleep=_no_sleep)
+    )
     api.drop_fields("ResourceSlice", DROPPED)
     states = make_states("H100-80GB:1")
     assert off.publish(states).fell_back and off.recheck_in() is None
@@ -439,22 +456,22 @@ def test_a_switch_back_stays_unconfirmed_until_a_write_reads_the_counters_back(
 ) -> None:
     now = [0.0]
     publisher = _rechecking(api, now)
-    asked = SlicePublisher(api, "node-b", sleep=lambda _: None, static=True)
-    assert asked.state is LayoutState.STATIC and publisher.state is LayoutState.PARTITIONABLE
+    asked = SlicePublisher(api, "node-b", clock=NO_WAIT, static=True)
+    assert asked.state is AdvertiseState.STATIC and publisher.state is AdvertiseState.PARTITIONABLE
     states = make_states("H100-80GB:1")
     api.drop_fields("ResourceSlice", DROPPED)
     publisher.publish(states)
-    assert publisher.state is LayoutState.FELL_BACK
+    assert publisher.state is AdvertiseState.FELL_BACK
     # The gate is on and the probe sees it, but the write that follows fails.
     api.stop_dropping("ResourceSlice")
     api.fail_next("update", Forbidden("not now"), kind="ResourceSlice")
     now[0] = 601
     with pytest.raises(PublishError, match="not now"):
         publisher.publish(states)
-    assert publisher.state is LayoutState.RESTORED and not publisher.static
+    assert publisher.state is AdvertiseState.RESTORED and not publisher.static
     result = publisher.publish(states)
     assert result.changed and not result.fell_back and _counters_in(api)
-    assert publisher.state is LayoutState.PARTITIONABLE
+    assert publisher.state is AdvertiseState.PARTITIONABLE
 
 
 def test_a_new_server_version_is_picked_up_at_the_next_recheck(

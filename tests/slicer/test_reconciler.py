@@ -14,6 +14,7 @@ from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
 from slicer.agent import NodeAgent
 from slicer.assembly import AgentConfig
+from slicer.clock import Clock
 from slicer.devices import SliceSpec
 from slicer.errors import InsufficientResources
 from slicer.reconciler import ReconcileReport
@@ -219,7 +220,7 @@ def _agent(
 ) -> NodeAgent:
     # The agent's own reconcile interval: these tests drive the passes themselves.
     settings = agent_config(root, reconcile_interval_s=AgentConfig.reconcile_interval_s, **config)
-    return NodeAgent(settings, backend=backend, api=api, clock=clock)
+    return NodeAgent(settings, backend=backend, api=api, clock=Clock(monotonic=clock))
 
 
 def _pool(api: InMemoryKubeApi) -> tuple[int, list[str]]:

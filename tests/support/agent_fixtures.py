@@ -10,7 +10,6 @@ directory and backend, as a restarted pod would.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from slicer.agent_metrics import AgentMetrics
 from slicer.assembly import AgentConfig, assemble
 from slicer.backend import model_of
 from slicer.claim_cache import ClaimCache
+from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
 from slicer.reconciler import NodeView, Reconciler
@@ -154,7 +154,7 @@ def build_agent(
         api=api,
         modes={g.index: default_mode(model_of(g)) for g in backend.gpus()},
         republish=published.append,
-        state_clock=clock or time.time,
+        clock=Clock(time=clock) if clock else SYSTEM_CLOCK,
     )
     parts.claims.sync_once()
     return Agent(
