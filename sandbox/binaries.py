@@ -178,7 +178,7 @@ def _cached(target: Path, build: Callable[[str, Path], None]) -> Path:
     """``target`` once complete (its build.json exists), built under the lock if it is not."""
     if (target / "build.json").exists():
         return target
-    with _locked(target):
+    with locked(target):
         if not (target / "build.json").exists():
             build(go_toolchain(), target)
     return target
@@ -347,7 +347,7 @@ def _go_version(go: str) -> str:
 
 
 @contextmanager
-def _locked(target: Path) -> Iterator[None]:
+def locked(target: Path) -> Iterator[None]:
     """One build of ``target`` at a time, across processes."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as handle:
