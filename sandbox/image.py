@@ -190,6 +190,8 @@ def _build_base(debootstrap: str, work: Path, progress: Progress) -> dict[str, o
         ["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}=${Version}\n"], "dpkg-query"
     ).split()
     python = _run(["chroot", str(root), "python", "--version"], "python in the base").strip()
+    if not python.startswith("Python 3.11."):
+        raise BuildError(f"{SUITE}'s python is {python}; {BASE_NAME} promises 3.11")
     for relative in _TRIMMED:
         for child in (root / relative).glob("*"):
             oci_archive.remove(child)
