@@ -26,6 +26,9 @@ RUN python -m venv /opt/gpu-slicer \
 
 # --- runtime: the virtualenv on a fresh slim base, no compilers, no source tree --------------
 FROM ${PYTHON_IMAGE} AS runtime
+# An ARG declared before the first FROM is seen only by FROM lines: declared again here so that
+# the base.name label below gets its value (it was empty before).
+ARG PYTHON_IMAGE
 ARG VERSION=0.1.0
 # Where the source lives and which commit: pass --build-arg SOURCE=<repository URL> and
 # --build-arg REVISION=$(git rev-parse HEAD) in CI.
