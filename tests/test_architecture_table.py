@@ -9,14 +9,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("cli", "kube", "slicer", "webhook", "certs", "sim", "sandbox", "status")
 _ROW = re.compile(r"^\| `([a-z_]+\.[a-z_.]+)` \|", re.M)
+GENERATED = {"slicer.proto"}
+"""Generated code, described with the module that uses it (``slicer.plugin``)."""
 
 
 def _modules() -> set[str]:
+    """Every module of the packages: a subpackage is a module (its ``__init__``) and so is each
+    of its modules."""
     found = set()
     for package in PACKAGES:
         for path in (ROOT / package).glob("*.py"):
             if path.name != "__init__.py":
                 found.add(f"{package}.{path.name[: -len('.py')]}")
+        for init in (ROOT / package).glob("*/__init__.py"):
+            sub = f"{package}.{init.parent.name}"
+            if sub in GENERATED:
+                continue
+            found.add(sub)
+            for path in init.parent.glob("*.py"):
+                if path.name != "__init__.py":
+                    found.add(f"{sub}.{path.name[: -len('.py')]}")
     return found
 
 
