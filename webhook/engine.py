@@ -530,6 +530,10 @@ class TranslationMemo:
         self.hits = 0
         self.misses = 0
 
+    def __len__(self) -> int:
+        """How many translations are remembered now."""
+        return len(self._entries)
+
     def translate(
         self,
         pod: dict[str, Any],

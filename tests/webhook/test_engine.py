@@ -434,15 +434,20 @@ def test_the_memo_is_bounded_by_bytes_not_entries() -> None:
     """300 distinct 100 KiB pods were 300 entries (30 MB) before; large pods are not kept and
     the stored keys never add up past the byte budget."""
     memo, policy = TranslationMemo(max_bytes=256 * 1024), Policy.default()
+    smalls = []
     for index in range(300):
         big = mig_pod("1g.10gb", annotations={"blob": f"{index}-" + "x" * 100_000})
         assert memo.translate(big, namespace="ml", policy=policy).patch
-        small = mig_pod("1g.10gb", annotations={"build": "y" * 2000 + str(index)})
-        memo.translate(small, namespace="ml", policy=policy)
+        smalls.append(mig_pod("1g.10gb", annotations={"build": "y" * 2000 + str(index)}))
+        memo.translate(smalls[-1], namespace="ml", policy=policy)
         assert memo.bytes <= memo.max_bytes
-    assert 0 < len(memo._entries) < 300
-    assert all(len(key[-1]) <= memo.entry_max_bytes for key in memo._entries)
-    assert memo.bytes == sum(len(key[-1]) for key in memo._entries)
+    assert 0 < len(memo) < 300
+    hits = memo.hits
+    memo.translate(big, namespace="ml", policy=policy)  # over the entry limit: never kept
+    memo.translate(smalls[0], namespace="ml", policy=policy)  # gone to keep the byte budget
+    assert memo.hits == hits
+    memo.translate(smalls[-1], namespace="ml", policy=policy)  # the latest is kept
+    assert memo.hits == hits + 1
 
 
 # --- the review's bytes as the memo's key ------------------------------------------------------
