@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 from kube.quantity import format_bytes
+from slicer.identity import MEMORY_CAPACITY, PROFILE_ATTRIBUTE
 from webhook.targets import TargetDriver
 
 _SIMPLE_ESCAPES = {
@@ -47,6 +48,10 @@ def attributes(target: TargetDriver) -> str:
     return f"device.attributes[{quote(target.domain)}]"
 
 
+def _has_profile(attrs: str) -> str:
+    return f'"{PROFILE_ATTRIBUTE}" in {attrs}'
+
+
 @functools.lru_cache(maxsize=1024)
 def profile_selector(
     target: TargetDriver, profile: str, *, min_memory_bytes: int | None = None
@@ -58,7 +63,7 @@ def profile_selector(
     Cached: every pod asking for the same profile gets the same (immutable) string.
     """
     attrs = attributes(target)
-    expression = f'"profile" in {attrs} && {attrs}.profile == {quote(profile)}'
+    expression = f"{_has_profile(attrs)} && {attrs}.{PROFILE_ATTRIBUTE} == {quote(profile)}"
     return expression + _memory_guard(target, min_memory_bytes)
 
 
@@ -68,7 +73,8 @@ def _memory_guard(target: TargetDriver, min_memory_bytes: int | None) -> str:
         return ""
     capacity = f"device.capacity[{quote(target.domain)}]"
     size = quote(format_bytes(min_memory_bytes))
-    return f' && "memory" in {capacity} && {capacity}.memory.compareTo(quantity({size})) >= 0'
+    memory = f"{capacity}.{MEMORY_CAPACITY}"
+    return f' && "{MEMORY_CAPACITY}" in {capacity} && {memory}.compareTo(quantity({size})) >= 0'
 
 
 @functools.lru_cache(maxsize=256)
@@ -82,6 +88,6 @@ def profiles_selector(
         return profile_selector(target, profiles[0], min_memory_bytes=min_memory_bytes)
     attrs = attributes(target)
     names = ", ".join(quote(p) for p in profiles)
-    return f'"profile" in {attrs} && {attrs}.profile in [{names}]' + _memory_guard(
+    return f"{_has_profile(attrs)} && {attrs}.{PROFILE_ATTRIBUTE} in [{names}]" + _memory_guard(
         target, min_memory_bytes
     )

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from slicer.identity import RESOURCE_API
+from slicer.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
 from webhook import cel
 from webhook.targets import TargetDriver
 
@@ -31,8 +31,6 @@ CLAIM_NAME = "gpu-slicer"
 """The name of the pod's claim entry (``spec.resourceClaims[].name``)."""
 
 TEMPLATE_PREFIX = "gpu-slicer-"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpu-slicer"
 HASH_CHARS = 10
 DNS_LABEL_MAX = 63
 """Kubernetes' limit on a label (RFC 1123), which request and subrequest names must be."""
