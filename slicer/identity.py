@@ -16,6 +16,8 @@ resources they all recognise.
 
 from __future__ import annotations
 
+from typing import Literal
+
 DRIVER = "gpu-slicer.io"
 RESOURCE_API = "resource.k8s.io/v1"
 """The resource.k8s.io version the agent reads and writes (claims and slices)."""
@@ -46,6 +48,10 @@ ResourceSlices, claim templates, the certificates' Secret); deploy/ spells it in
 
 MIGRATION_LABEL = "gpu-slicer.io/migration"
 """On a Namespace: ``enabled``, ``audit`` or ``disabled`` (the default)."""
+NamespaceMode = Literal["enabled", "audit", "disabled"]
+"""A namespace's mode, from its migration label: convert its pods, only say what would be
+converted, or leave them alone (``gpu-slicer convert`` and a static dev setup take the first
+two)."""
 CONVERTED_ANNOTATION = "gpu-slicer.io/converted"
 """On a pod the webhook converted: what it replaced, container by container."""
 

@@ -76,8 +76,9 @@ Mode = Literal["dynamic", "mig", "full"]
 MODES: tuple[Mode, ...] = ("dynamic", "mig", "full")
 SliceLayout = Literal["combined", "split"]
 
-SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((1, 34), (1, 35), (1, 36), (1, 37))
-"""Server versions whose limits this module knows; newer ones are treated like the newest."""
+KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
+"""Kubernetes server versions whose layouts and limits this module knows; newer ones are
+treated like the newest."""
 
 
 class InventoryError(SlicerError, ValueError):

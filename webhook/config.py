@@ -14,12 +14,12 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any
 
 from kube import documents
+from slicer.identity import NamespaceMode
 from webhook.errors import WebhookError
 
-NamespaceMode = Literal["enabled", "audit"]
 ENV_PREFIX = "GPU_SLICER_"
 MAX_BODY_BYTES = 3 * 1024 * 1024
 """The apiserver never sends more; anything larger is not an AdmissionReview (HTTP 413)."""
