@@ -1,5 +1,7 @@
-"""What the webhook remembers between admissions, in one place: what each store keys on, how
-big it may grow and why an answer from it is exactly what computing again would give.
+"""What the webhook remembers of its own computations between admissions, in one place: what
+each store keys on, how big it may grow and why an answer from it is exactly what computing
+again would give. (What it keeps of the cluster's state, kept current by watches, is in
+``webhook.caches`` and ``webhook.templates``.)
 
 Every store below holds the results of a pure function (same arguments, same result; results
 are immutable or handed out as fresh copies), so remembering changes cost, never an answer.
@@ -24,6 +26,10 @@ Each entry: the store; what it keys on; how big it may grow; why a hit is exact.
   whether several devices are wanted; 1,024 each; built from the arguments alone.
 * **alternatives** (``webhook.translate.chains``): every field of the alternative; 2,048;
   alternatives are immutable, and one object per value keeps its computed label and name.
+* **profile selectors**, **profiles selectors** (``webhook.cel``): the target, the profile (or
+  profiles) and the minimum memory; 1,024 and 256; the CEL text is built from those alone.
+* **dns labels** (``webhook.claims``): a name of at most 253 characters (longer ones are never
+  kept), the fallback and the length limit; 4,096; the label is built from those alone.
 
 ``BoundedCache`` is the object each of these (but the memo, which bounds bytes too) is: a name,
 a bound and the function, least recently used first out. Lookups go through ``call``, the

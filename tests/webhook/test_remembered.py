@@ -6,17 +6,21 @@ import importlib
 import pkgutil
 import re
 
+import webhook
 import webhook.translate
 from webhook import remembered
 from webhook.remembered import BoundedCache
 
 
 def _declared() -> set[str]:
-    """The names of the stores the translation's modules declare."""
+    """The names of the stores the webhook's modules declare."""
     found = set()
-    for info in pkgutil.iter_modules(webhook.translate.__path__, "webhook.translate."):
-        module = importlib.import_module(info.name)
-        found |= {v.name for v in vars(module).values() if isinstance(v, BoundedCache)}
+    for package in (webhook, webhook.translate):
+        for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+            if "." in info.name[len(package.__name__) + 1 :]:
+                continue  # gunicorn.conf: a configuration file, not an importable module
+            module = importlib.import_module(info.name)
+            found |= {v.name for v in vars(module).values() if isinstance(v, BoundedCache)}
     return found
 
 
