@@ -22,8 +22,9 @@ says what would be valid. The rules (docs/translation.md has the full text):
 
 The steps, one module each: ``reading`` (the pod down to its GPU shape), ``chains`` (what each
 container asks for), ``request_sharing`` (the kubelet's sharing of devices between containers),
-``claim`` (the claim per shape, remembered) and ``writing`` (the patch against this pod).
-What they remember is described in :mod:`webhook.remembered`.
+``claim`` (the claim per shape, remembered) and ``writing`` (the patch against this pod);
+``conversion`` holds what they return and the limits they check. What they remember is
+described in :mod:`webhook.remembered`.
 """
 
 from __future__ import annotations
