@@ -47,6 +47,7 @@ from certs.errors import CertDataError, CertInputError, EnsureError
 from certs.issue import KeyPair
 from kube import errors as kube_errors
 from kube.api import KubeApi, Obj
+from slicer.identity import MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ TLS_SECRET_TYPE = "kubernetes.io/tls"
 MANAGED_LABELS = {
     "app.kubernetes.io/name": "gpu-slicer",
     "app.kubernetes.io/component": "webhook-certificates",
-    "app.kubernetes.io/managed-by": "gpu-slicer",
+    MANAGED_BY_LABEL: MANAGED_BY,
 }
 ATTEMPTS = 5
 

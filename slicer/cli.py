@@ -38,7 +38,7 @@ from slicer.cdi import (
 )
 from slicer.deviceclasses import device_classes
 from slicer.errors import BackendError, CatalogError, GpuSpecError, SlicerError
-from slicer.inventory import MODES, InventoryError
+from slicer.inventory import KUBERNETES_VERSIONS, MODES, InventoryError
 from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
 from slicer.preview import preview_pool
@@ -139,7 +139,6 @@ def run_catalog(args: argparse.Namespace) -> int:
 
 # --- slices ---------------------------------------------------------------------------------
 
-K8S_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 YAML_DUMPER: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 """libyaml's emitter where PyYAML was built with it (the same text; the pure-Python one spent
 most of ``slices -o yaml``'s time on 200 devices), the pure-Python one otherwise."""
@@ -162,7 +161,7 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     p.add_argument(
         "--k8s-version",
         default="1.36",
-        choices=K8S_VERSIONS,
+        choices=KUBERNETES_VERSIONS,
         help="apiserver version whose layout and limits to follow (default 1.36)",
     )
     p.add_argument(

@@ -1,4 +1,5 @@
-"""The DeviceClasses through which workloads ask for gpu-slicer devices.
+"""The DeviceClasses through which workloads ask for gpu-slicer devices (their names and the
+attribute they select on are the contract's, ``slicer.identity``).
 
 * ``gpu.gpu-slicer.io``: whole GPUs (``type == "gpu"``);
 * ``mig.gpu-slicer.io``: MIG slices (``type == "mig"``); a claim narrows it with selectors on
@@ -16,23 +17,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from slicer.identity import DRIVER, RESOURCE_API
-from slicer.inventory import MANAGED_BY
+from slicer.identity import (
+    DRIVER,
+    GPU_CLASS,
+    GPU_TYPE,
+    LEGACY_GPU,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MIG_CLASS,
+    MIG_TYPE,
+    RESOURCE_API,
+    TYPE_ATTRIBUTE,
+)
 
 Obj = dict[str, Any]
 
-GPU_CLASS = f"gpu.{DRIVER}"
-MIG_CLASS = f"mig.{DRIVER}"
-EXTENDED_RESOURCE_NAME = "nvidia.com/gpu"
+EXTENDED_RESOURCE_NAME = LEGACY_GPU
 
 
 def type_selector(device_type: str) -> str:
     """CEL that matches our driver's devices of one ``type`` attribute."""
-    return f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{device_type}"'
+    return (
+        f'device.driver == "{DRIVER}" && '
+        f'device.attributes["{DRIVER}"].{TYPE_ATTRIBUTE} == "{device_type}"'
+    )
 
 
-GPU_SELECTOR = type_selector("gpu")
-MIG_SELECTOR = type_selector("mig")
+GPU_SELECTOR = type_selector(GPU_TYPE)
+MIG_SELECTOR = type_selector(MIG_TYPE)
 
 
 def device_class(name: str, expression: str, *, extended_resource_name: str | None = None) -> Obj:
@@ -42,7 +54,7 @@ def device_class(name: str, expression: str, *, extended_resource_name: str | No
     return {
         "apiVersion": RESOURCE_API,
         "kind": "DeviceClass",
-        "metadata": {"name": name, "labels": dict(MANAGED_BY)},
+        "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
         "spec": spec,
     }
 

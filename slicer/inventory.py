@@ -51,21 +51,34 @@ from slicer.counters import (
 )
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, WholeGpu
 from slicer.errors import SlicerError
-from slicer.identity import DRIVER, RESOURCE_API
+from slicer.identity import (
+    DRIVER,
+    GPU_TYPE,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MEMORY_CAPACITY,
+    MIG_TYPE,
+    NVLINK_DOMAIN_ATTRIBUTE,
+    PLACEMENT_SIZE_ATTRIBUTE,
+    PLACEMENT_START_ATTRIBUTE,
+    PROFILE_ATTRIBUTE,
+    RESOURCE_API,
+    TYPE_ATTRIBUTE,
+)
 from slicer.layout import StaticLayout
 from slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
 
 Obj = dict[str, Any]
 
-MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-slicer"}
 LAYOUT_LABEL = "gpu-slicer.io/layout"
 
 Mode = Literal["dynamic", "mig", "full"]
 MODES: tuple[Mode, ...] = ("dynamic", "mig", "full")
 SliceLayout = Literal["combined", "split"]
 
-SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((1, 34), (1, 35), (1, 36), (1, 37))
-"""Server versions whose limits this module knows; newer ones are treated like the newest."""
+KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
+"""Kubernetes server versions whose layouts and limits this module knows; newer ones are
+treated like the newest."""
 
 
 class InventoryError(SlicerError, ValueError):
@@ -188,12 +201,12 @@ def _string(value: str) -> Obj:
 
 
 def _attributes(info: GpuInfo, spec: DeviceSpec, profile: Profile | None) -> Obj:
-    attrs: Obj = {"type": _string("gpu" if profile is None else "mig")}
+    attrs: Obj = {TYPE_ATTRIBUTE: _string(GPU_TYPE if profile is None else MIG_TYPE)}
     if profile is not None and isinstance(spec, SliceSpec):
-        attrs["profile"] = _string(profile.name)
+        attrs[PROFILE_ATTRIBUTE] = _string(profile.name)
         attrs["parentUUID"] = _string(info.uuid)
-        attrs["placementStart"] = {"int": spec.start}
-        attrs["placementSize"] = {"int": profile.memory_slices}
+        attrs[PLACEMENT_START_ATTRIBUTE] = {"int": spec.start}
+        attrs[PLACEMENT_SIZE_ATTRIBUTE] = {"int": profile.memory_slices}
     else:
         attrs["uuid"] = _string(info.uuid)
     attrs["productName"] = _string(info.product_name)
@@ -210,7 +223,7 @@ def _attributes(info: GpuInfo, spec: DeviceSpec, profile: Profile | None) -> Obj
         if version is not None:
             attrs[name] = {"version": version}
     if info.nvlink_domain:
-        attrs["nvlinkDomain"] = _string(info.nvlink_domain)
+        attrs[NVLINK_DOMAIN_ATTRIBUTE] = _string(info.nvlink_domain)
     if info.pcie_root:
         attrs["resource.kubernetes.io/pcieRoot"] = _string(info.pcie_root)
     if info.pci_bus_id:
@@ -234,7 +247,7 @@ def _device(
         engines = model.engines if model else None
     else:
         memory, sms, engines = profile.memory_bytes, profile.multiprocessors, profile.engines
-    capacity: Obj = {"memory": {"value": format_quantity(memory, binary=True)}}
+    capacity: Obj = {MEMORY_CAPACITY: {"value": format_quantity(memory, binary=True)}}
     if sms is not None:
         capacity["multiprocessors"] = {"value": str(sms)}
     if engines is not None:
@@ -505,7 +518,7 @@ def plan_pool(
     packer = _pack_combined if layout == "combined" else _pack_split
     packed = packer(adverts, ordered, limits)
     width = max(3, len(str(max(len(packed) - 1, 0))))
-    labels = {**MANAGED_BY, LAYOUT_LABEL: "static" if static else "partitionable"}
+    labels = {MANAGED_BY_LABEL: MANAGED_BY, LAYOUT_LABEL: "static" if static else "partitionable"}
     slices: list[Obj] = []
     for seq, (sets, devices) in enumerate(packed):
         spec: Obj = {

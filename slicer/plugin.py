@@ -47,7 +47,8 @@ from slicer.state import DeviceState, InstanceBusy, PrepareError
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+DRA_SERVICE_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+"""The kubelet's DRA gRPC service versions this plugin serves, in the order it prefers them."""
 DRA_SERVICES: dict[str, ModuleType] = {
     "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin": dra_v1_pb2,
     "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin": dra_v1beta1_pb2,
@@ -281,7 +282,7 @@ def registration_handler(
             type="DRAPlugin",
             name=driver,
             endpoint=endpoint,
-            supported_versions=list(SUPPORTED_VERSIONS),
+            supported_versions=list(DRA_SERVICE_VERSIONS),
         )
 
     def notify(request: Any, context: grpc.ServicerContext) -> Any:

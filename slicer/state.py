@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from slicer import cdi
 from slicer.agent_metrics import AgentMetrics
@@ -136,6 +136,35 @@ class _KeyedLock:
     users: int = 0
 
 
+class KeyedLocks(Generic[_Key]):
+    """One lock per key, made on first use and dropped when no caller holds or waits for it
+    (every pod brings a new claim uid: kept locks would only grow)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[_Key, _KeyedLock] = {}
+
+    def __len__(self) -> int:
+        """How many keys some caller holds or waits for now."""
+        with self._guard:
+            return len(self._locks)
+
+    @contextmanager
+    def held(self, key: _Key) -> Iterator[None]:
+        """Holds the lock of ``key``."""
+        with self._guard:
+            keyed = self._locks.setdefault(key, _KeyedLock())
+            keyed.users += 1
+        try:
+            with keyed.lock:
+                yield
+        finally:
+            with self._guard:
+                keyed.users -= 1
+                if keyed.users == 0:
+                    del self._locks[key]
+
+
 class DeviceState:
     """The agent's prepared claims: checkpoint, instances and CDI specs kept in step."""
 
@@ -161,8 +190,9 @@ class DeviceState:
         self.clock = clock
         self._on_change = on_change
         self._lock = threading.RLock()  # guards the checkpoint (memory and file)
-        self._gpu_locks: dict[int, _KeyedLock] = {}
-        self._claim_locks: dict[str, _KeyedLock] = {}
+        self._gpu_locks = KeyedLocks[int]()
+        self.claim_locks = KeyedLocks[str]()
+        """Held while one claim is prepared or unprepared."""
         self._rollback_failed: dict[int, str] = {}
         """GPU -> claim uid whose failed prepare left an instance the rollback could not destroy."""
         boot_id = backend.boot_id()
@@ -204,7 +234,7 @@ class DeviceState:
     ) -> list[PreparedDevice]:
         """Prepare a claim's devices (idempotent); PrepareError says why it failed."""
         began = time.perf_counter()
-        with self._claim_lock(uid):
+        with self.claim_locks.held(uid):
             entry = self.entry(uid)
             if entry is not None and entry.state == PREPARE_COMPLETED:
                 self.metrics.prepares.labels("already").inc()
@@ -416,7 +446,7 @@ class DeviceState:
         Raises InstanceBusy while processes run on one of its instances, BackendError or
         OSError when a step failed; calling again resumes where it stopped.
         """
-        with self._claim_lock(uid):
+        with self.claim_locks.held(uid):
             entry = self.entry(uid)
             if entry is None and self.recovering:
                 self.metrics.unprepares.labels("error").inc()
@@ -448,7 +478,7 @@ class DeviceState:
         With ``only_if``, nothing happens unless the entry is still exactly that one: a
         reconciler decision taken on a snapshot must not undo a prepare that completed since.
         """
-        with self._claim_lock(uid):
+        with self.claim_locks.held(uid):
             entry = self.entry(uid)
             if entry is None or (only_if is not None and entry != only_if):
                 return False
@@ -549,7 +579,7 @@ class DeviceState:
         instances exist at exactly the allocated placements are taken back, so that their later
         unprepare destroys the instances. False (nothing recorded) when any device is missing.
         """
-        with self._claim_lock(uid):
+        with self.claim_locks.held(uid):
             if self.entry(uid) is not None:
                 return False
             planned = plan_claim(results)
@@ -583,26 +613,7 @@ class DeviceState:
 
     def gpu_lock(self, gpu_index: int) -> AbstractContextManager[None]:
         """Held while one GPU's instances change (prepare, unprepare, the reconciler's repairs)."""
-        return self._held(self._gpu_locks, gpu_index)
-
-    def _claim_lock(self, uid: str) -> AbstractContextManager[None]:
-        return self._held(self._claim_locks, uid)
-
-    @contextmanager
-    def _held(self, locks: dict[_Key, _KeyedLock], key: _Key) -> Iterator[None]:
-        """Holds the lock of ``key`` in ``locks``, made on first use and dropped when no caller
-        holds or waits for it (every pod brings a new claim uid: kept locks would only grow)."""
-        with self._lock:
-            keyed = locks.setdefault(key, _KeyedLock())
-            keyed.users += 1
-        try:
-            with keyed.lock:
-                yield
-        finally:
-            with self._lock:
-                keyed.users -= 1
-                if keyed.users == 0:
-                    del locks[key]
+        return self._gpu_locks.held(gpu_index)
 
     def _put(self, entry: ClaimEntry, *, durable: bool = True) -> None:
         """Record an entry; the in-memory state changes only if the file write succeeded.

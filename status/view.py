@@ -25,9 +25,14 @@ from slicer.errors import SlicerError
 from slicer.identity import (
     CONVERTED_ANNOTATION,
     DRIVER,
+    GPU_TYPE,
     LEGACY_GPU,
     LEGACY_MIG_PREFIX,
     MIGRATION_LABEL,
+    PLACEMENT_SIZE_ATTRIBUTE,
+    PLACEMENT_START_ATTRIBUTE,
+    PROFILE_ATTRIBUTE,
+    TYPE_ATTRIBUTE,
     UNHEALTHY_TAINT,
 )
 from slicer.scaling import partitionable_scales, quadratic_warning
@@ -232,7 +237,7 @@ def _gpu_facts(pool_slices: Sequence[Obj]) -> dict[int, _GpuFacts]:
             gpu = facts.setdefault(index, _GpuFacts(index))
             gpu.devices[str(device.get("name"))] = device
             gpu.product = gpu.product or str(_attr(device, "productName") or "")
-            if _attr(device, "type") == "gpu":
+            if _attr(device, TYPE_ATTRIBUTE) == GPU_TYPE:
                 gpu.whole = True
             else:
                 gpu.mig = True
@@ -271,9 +276,9 @@ def _memory_slices(gpu: _GpuFacts) -> int:
     if model is not None:
         return model.memory_slices
     ends = [
-        _int(_attr(d, "placementStart"), 0) + _int(_attr(d, "placementSize"), 1)
+        _int(_attr(d, PLACEMENT_START_ATTRIBUTE), 0) + _int(_attr(d, PLACEMENT_SIZE_ATTRIBUTE), 1)
         for d in gpu.devices.values()
-        if _attr(d, "type") != "gpu"
+        if _attr(d, TYPE_ATTRIBUTE) != GPU_TYPE
     ]
     return max(ends, default=1)
 
@@ -294,12 +299,12 @@ def _placement(
     (0 here) is its memory-slice count, filled in by the caller."""
     if published is not None:
         index = _int(_attr(published, "index"))
-        if _attr(published, "type") == "gpu":
+        if _attr(published, TYPE_ATTRIBUTE) == GPU_TYPE:
             return index, None, 0, 0
-        profile = _attr(published, "profile")
+        profile = _attr(published, PROFILE_ATTRIBUTE)
         start, size = (
-            _int(_attr(published, "placementStart")),
-            _int(_attr(published, "placementSize")),
+            _int(_attr(published, PLACEMENT_START_ATTRIBUTE)),
+            _int(_attr(published, PLACEMENT_SIZE_ATTRIBUTE)),
         )
         if profile and start >= 0 and size > 0:
             return index, str(profile), start, size
@@ -497,8 +502,8 @@ def _blocked(gpu: _GpuFacts, count: int, covered: set[int]) -> tuple[int, ...]:
         return ()  # no counters: the whole GPU (full mode) covers every slice
     reachable: set[int] = set()
     for device in gpu.devices.values():
-        start = _int(_attr(device, "placementStart"))
-        size = _int(_attr(device, "placementSize"), 1)
+        start = _int(_attr(device, PLACEMENT_START_ATTRIBUTE))
+        size = _int(_attr(device, PLACEMENT_SIZE_ATTRIBUTE), 1)
         if start >= 0:
             reachable.update(range(start, start + size))
     return tuple(i for i in range(count) if i not in covered and i not in reachable)
@@ -507,8 +512,9 @@ def _blocked(gpu: _GpuFacts, count: int, covered: set[int]) -> tuple[int, ...]:
 def _idle(gpu: _GpuFacts, covered: set[int]) -> tuple[tuple[str, int, int], ...]:
     idle = []
     for device in gpu.devices.values():
-        profile, start = _attr(device, "profile"), _int(_attr(device, "placementStart"))
-        size = _int(_attr(device, "placementSize"), 1)
+        profile = _attr(device, PROFILE_ATTRIBUTE)
+        start = _int(_attr(device, PLACEMENT_START_ATTRIBUTE))
+        size = _int(_attr(device, PLACEMENT_SIZE_ATTRIBUTE), 1)
         if profile and start >= 0 and not covered & set(range(start, start + size)):
             idle.append((str(profile), start, size))
     return tuple(sorted(idle, key=lambda i: i[1]))

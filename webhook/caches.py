@@ -22,11 +22,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from kube.api import KubeApi, Obj
 from kube.errors import ApiError, KubeError, NotFound
-from slicer.identity import MIGRATION_LABEL, RESOURCE_API
+from slicer.identity import MIGRATION_LABEL, RESOURCE_API, NamespaceMode
 from webhook.errors import WebhookError
 from webhook.extended import ExtendedClass, extended_class
 from webhook.locks import memory_lock
@@ -34,7 +34,6 @@ from webhook.quota import NO_QUOTA, NamespaceQuota, read_quotas
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["enabled", "audit", "disabled"]
 T = TypeVar("T")
 
 
@@ -46,7 +45,7 @@ class CacheError(WebhookError):
         self.message = message
 
 
-def mode_from_labels(labels: object) -> Mode:
+def mode_from_labels(labels: object) -> NamespaceMode:
     """The namespace mode that a namespace's labels give."""
     value = labels.get(MIGRATION_LABEL) if isinstance(labels, dict) else None
     if value == "enabled":
@@ -57,7 +56,7 @@ def mode_from_labels(labels: object) -> Mode:
 
 
 class NamespaceModeSource(Protocol):
-    def mode(self, namespace: str) -> Mode: ...
+    def mode(self, namespace: str) -> NamespaceMode: ...
 
     @property
     def synced(self) -> bool: ...
@@ -245,7 +244,7 @@ class NamespaceModes(_OnWatchCache):
         watch_timeout_s: float = 240.0,
     ) -> None:
         self.api = api
-        self.cache: WatchCache[Mode] = WatchCache(
+        self.cache: WatchCache[NamespaceMode] = WatchCache(
             api,
             "v1",
             "Namespace",
@@ -254,10 +253,10 @@ class NamespaceModes(_OnWatchCache):
         )
         self._miss_ttl_s = miss_ttl_s
         self._clock = clock
-        self._misses: dict[str, tuple[Mode, float]] = {}
+        self._misses: dict[str, tuple[NamespaceMode, float]] = {}
         self._lock = memory_lock()
 
-    def mode(self, namespace: str) -> Mode:
+    def mode(self, namespace: str) -> NamespaceMode:
         cached = self.cache.get(namespace)
         if cached is not None:
             return cached
@@ -361,11 +360,11 @@ class StaticQuotas:
 class StaticNamespaceModes:
     """Every namespace in one mode: ``--dev`` has no cluster to read labels from."""
 
-    def __init__(self, mode: Mode = "enabled") -> None:
-        self._mode: Mode = mode
+    def __init__(self, mode: NamespaceMode = "enabled") -> None:
+        self._mode: NamespaceMode = mode
         self.synced = True
 
-    def mode(self, namespace: str) -> Mode:
+    def mode(self, namespace: str) -> NamespaceMode:
         return self._mode
 
 

@@ -7,9 +7,9 @@ control characters escaped. A name such as ``x" || true || "`` stays one string.
 
 from __future__ import annotations
 
-import functools
-
 from kube.quantity import format_bytes
+from slicer.identity import MEMORY_CAPACITY, PROFILE_ATTRIBUTE
+from webhook.remembered import BoundedCache
 from webhook.targets import TargetDriver
 
 _SIMPLE_ESCAPES = {
@@ -47,7 +47,10 @@ def attributes(target: TargetDriver) -> str:
     return f"device.attributes[{quote(target.domain)}]"
 
 
-@functools.lru_cache(maxsize=1024)
+def _has_profile(attrs: str) -> str:
+    return f'"{PROFILE_ATTRIBUTE}" in {attrs}'
+
+
 def profile_selector(
     target: TargetDriver, profile: str, *, min_memory_bytes: int | None = None
 ) -> str:
@@ -55,10 +58,14 @@ def profile_selector(
 
     The memory guard is only needed when the same profile name exists with less memory on another
     GPU model than the pod asked for (profile names round the memory size).
-    Cached: every pod asking for the same profile gets the same (immutable) string.
+    Remembered: every pod asking for the same profile gets the same (immutable) string.
     """
+    return PROFILE_SELECTORS.call(target, profile, min_memory_bytes)
+
+
+def _profile_selector(target: TargetDriver, profile: str, min_memory_bytes: int | None) -> str:
     attrs = attributes(target)
-    expression = f'"profile" in {attrs} && {attrs}.profile == {quote(profile)}'
+    expression = f"{_has_profile(attrs)} && {attrs}.{PROFILE_ATTRIBUTE} == {quote(profile)}"
     return expression + _memory_guard(target, min_memory_bytes)
 
 
@@ -68,20 +75,30 @@ def _memory_guard(target: TargetDriver, min_memory_bytes: int | None) -> str:
         return ""
     capacity = f"device.capacity[{quote(target.domain)}]"
     size = quote(format_bytes(min_memory_bytes))
-    return f' && "memory" in {capacity} && {capacity}.memory.compareTo(quantity({size})) >= 0'
+    memory = f"{capacity}.{MEMORY_CAPACITY}"
+    return f' && "{MEMORY_CAPACITY}" in {capacity} && {memory}.compareTo(quantity({size})) >= 0'
 
 
-@functools.lru_cache(maxsize=256)
 def profiles_selector(
     target: TargetDriver, profiles: tuple[str, ...], *, min_memory_bytes: int | None = None
 ) -> str:
     """Select MIG devices whose profile is one of ``profiles`` (one alternative that stands for
     "the instance that spans the GPU", or "a big enough instance", on whichever GPU model a node
     has); a single profile gives exactly :func:`profile_selector`'s expression."""
+    return PROFILES_SELECTORS.call(target, profiles, min_memory_bytes)
+
+
+def _profiles_selector(
+    target: TargetDriver, profiles: tuple[str, ...], min_memory_bytes: int | None
+) -> str:
     if len(profiles) == 1:
-        return profile_selector(target, profiles[0], min_memory_bytes=min_memory_bytes)
+        return PROFILE_SELECTORS.call(target, profiles[0], min_memory_bytes)
     attrs = attributes(target)
     names = ", ".join(quote(p) for p in profiles)
-    return f'"profile" in {attrs} && {attrs}.profile in [{names}]' + _memory_guard(
+    return f"{_has_profile(attrs)} && {attrs}.{PROFILE_ATTRIBUTE} in [{names}]" + _memory_guard(
         target, min_memory_bytes
     )
+
+
+PROFILE_SELECTORS = BoundedCache("profile selectors", _profile_selector, maxsize=1024)
+PROFILES_SELECTORS = BoundedCache("profiles selectors", _profiles_selector, maxsize=256)

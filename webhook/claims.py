@@ -23,16 +23,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from slicer.identity import RESOURCE_API
+from slicer.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
 from webhook import cel
+from webhook.remembered import BoundedCache
 from webhook.targets import TargetDriver
 
 CLAIM_NAME = "gpu-slicer"
 """The name of the pod's claim entry (``spec.resourceClaims[].name``)."""
 
 TEMPLATE_PREFIX = "gpu-slicer-"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpu-slicer"
 HASH_CHARS = 10
 DNS_LABEL_MAX = 63
 """Kubernetes' limit on a label (RFC 1123), which request and subrequest names must be."""
@@ -108,7 +107,7 @@ def dns_label(text: str, *, fallback: str = "x", max_len: int = DNS_LABEL_MAX) -
     Cached: the same container and profile names come back with every replica of a workload.
     """
     if len(text) <= _CACHED_TEXT_MAX:
-        return _cached_dns_label(text, fallback, max_len)
+        return DNS_LABELS.call(text, fallback, max_len)
     return _dns_label(text, fallback, max_len)
 
 
@@ -117,7 +116,7 @@ def _dns_label(text: str, fallback: str, max_len: int) -> str:
     return label or fallback
 
 
-_cached_dns_label = functools.lru_cache(maxsize=4096)(_dns_label)
+DNS_LABELS = BoundedCache("dns labels", _dns_label, maxsize=4096)
 
 
 def unique_label(base: str, taken: set[str]) -> str:
@@ -140,15 +139,11 @@ def _device_fields(target: TargetDriver, alt: Alternative) -> dict[str, Any]:
             "count": alt.count,
         }
     if alt.any_of:
-        expression = cel.profiles_selector(
-            target, alt.any_of, min_memory_bytes=alt.min_memory_bytes
-        )
+        expression = cel.PROFILES_SELECTORS.call(target, alt.any_of, alt.min_memory_bytes)
     elif alt.profile is None:
-        expression = cel.profiles_selector(target, alt.full_gpu)
+        expression = cel.PROFILES_SELECTORS.call(target, alt.full_gpu, None)
     else:
-        expression = cel.profile_selector(
-            target, alt.profile, min_memory_bytes=alt.min_memory_bytes
-        )
+        expression = cel.PROFILE_SELECTORS.call(target, alt.profile, alt.min_memory_bytes)
     return {
         "deviceClassName": target.mig_class,
         "allocationMode": "ExactCount",

@@ -12,12 +12,12 @@ starts gunicorn, and ``gunicorn.conf.py`` and ``create_app()`` read it back
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from kube.settings import Settings, SettingsError
+from slicer.identity import NamespaceMode
 from webhook.errors import WebhookError
 
-NamespaceMode = Literal["enabled", "audit"]
 MAX_BODY_BYTES = 3 * 1024 * 1024
 """The apiserver never sends more; anything larger is not an AdmissionReview (HTTP 413)."""
 

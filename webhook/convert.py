@@ -17,11 +17,12 @@ import copy
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import jsonpatch
 
 from kube import documents
+from slicer.identity import NamespaceMode
 from webhook.crd_schema import pruned_fields
 from webhook.errors import Denied, ManifestError
 from webhook.policy import Policy
@@ -39,8 +40,6 @@ from webhook.workloads import (
     show,
 )
 from webhook.workloads import lookup as node_at
-
-Mode = Literal["enabled", "audit"]
 
 POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     w.kind: w.templates[0] for w in DEFAULT_TABLE if w.built_in and w.kind != "Pod"
@@ -78,7 +77,7 @@ def load_documents(text: str, source: str | None = None) -> list[Any]:
 @dataclass(frozen=True)
 class _Context:
     policy: Policy
-    mode: Mode
+    mode: NamespaceMode
     namespace: str | None
     native_extended: frozenset[str]
     table: WorkloadTable
@@ -90,7 +89,7 @@ def convert_objects(
     objects: Iterable[Any],
     *,
     policy: Policy,
-    mode: Mode = "enabled",
+    mode: NamespaceMode = "enabled",
     namespace: str | None = None,
     native_extended: frozenset[str] = frozenset(),
     table: WorkloadTable | None = None,

@@ -32,7 +32,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from webhook.caches import Mode
+from slicer.identity import NamespaceMode
 from webhook.errors import BadReview, Denied
 from webhook.locks import memory_lock
 from webhook.policy import Policy
@@ -80,7 +80,7 @@ class ReviewResult:
 
     body: AdmissionReviewOut
     outcome: Outcome
-    mode: Mode | Literal["n/a"]
+    mode: NamespaceMode | Literal["n/a"]
     changes: tuple[tuple[str, str], ...] = ()
     deferred: tuple[tuple[str, str], ...] = ()
     """(container, resource) a DeviceClass serves, left to the scheduler (nativeExtendedResources
@@ -338,7 +338,7 @@ def review(
     body: Any,
     *,
     policy: Policy,
-    mode_for_namespace: Callable[[str], Mode],
+    mode_for_namespace: Callable[[str], NamespaceMode],
     native_extended: frozenset[str],
     ensure_templates: TemplateEnsurer,
     translate: Translator = translate_pod,
@@ -386,7 +386,7 @@ def review(
     return result
 
 
-def _left_unconverted(uid: str, message: str, mode: Mode) -> ReviewResult:
+def _left_unconverted(uid: str, message: str, mode: NamespaceMode) -> ReviewResult:
     """Admitted as it is, with the reason as a warning."""
     response: AdmissionResponse = {
         "uid": uid,
@@ -530,6 +530,10 @@ class TranslationMemo:
         self.hits = 0
         self.misses = 0
 
+    def __len__(self) -> int:
+        """How many translations are remembered now."""
+        return len(self._entries)
+
     def translate(
         self,
         pod: dict[str, Any],
@@ -579,7 +583,7 @@ class AdmissionEngine:
         self,
         *,
         policy: Callable[[], Policy],
-        mode_for_namespace: Callable[[str], Mode],
+        mode_for_namespace: Callable[[str], NamespaceMode],
         native_extended: Callable[[], frozenset[str]],
         templates: TemplateEnsurer,
         quota_for_namespace: Callable[[str], NamespaceQuota] = lambda namespace: NO_QUOTA,

@@ -22,10 +22,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from kube import documents
+from slicer.identity import NamespaceMode
 from webhook import yaml_text
 from webhook.convert import (
     ConvertResult,
-    Mode,
     convert_objects,
     policy_table,
     tree_crds,
@@ -96,7 +96,7 @@ def convert_tree(
     sources: Iterable[tuple[PurePosixPath, str]],
     *,
     policy: Policy,
-    mode: Mode,
+    mode: NamespaceMode,
     namespace: str | None,
     native_extended: frozenset[str],
 ) -> Tree:

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from kube import documents
-from webhook.convert import Mode, convert_objects
+from slicer.identity import NamespaceMode
+from webhook.convert import convert_objects
 from webhook.errors import FunctionConfigError, PolicyError
 from webhook.policy import Policy, load_policy
 
@@ -73,7 +74,7 @@ def run(
     return yaml.safe_dump(out, sort_keys=False, width=4096)
 
 
-def _settings(config: Any) -> tuple[Mode, str | None, Policy | None]:
+def _settings(config: Any) -> tuple[NamespaceMode, str | None, Policy | None]:
     spec = config.get("spec") if isinstance(config, dict) else None
     if spec is None:
         return "enabled", None, None

@@ -1,8 +1,9 @@
 """The DRA drivers the webhook can target, and the names each one publishes.
 
-``gpu-slicer`` is this project's driver (names in docs/architecture.md). ``nvidia`` is NVIDIA's
-DRA driver for GPUs: its classes ``gpu.nvidia.com`` / ``mig.nvidia.com`` and attribute domain
-``gpu.nvidia.com``.
+``gpu-slicer`` is this project's driver: its names are the contract ``slicer.identity`` owns
+(docs/architecture.md). ``nvidia`` is NVIDIA's DRA driver for GPUs: its classes
+``gpu.nvidia.com`` / ``mig.nvidia.com`` and attribute domain ``gpu.nvidia.com``; it publishes
+the same ``profile`` attribute and ``memory`` capacity keys.
 NVIDIA's driver publishes no attribute that tells which GPUs share an NVLink domain on a node, so
 with that target the NVLink-first alternative cannot be expressed and is left out.
 """
@@ -10,6 +11,8 @@ with that target the NVLink-first alternative cannot be expressed and is left ou
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from slicer.identity import DRIVER, GPU_CLASS, MIG_CLASS, NVLINK_DOMAIN_ATTRIBUTE
 
 
 @dataclass(frozen=True)
@@ -25,10 +28,10 @@ class TargetDriver:
 
 GPU_SLICER = TargetDriver(
     name="gpu-slicer",
-    gpu_class="gpu.gpu-slicer.io",
-    mig_class="mig.gpu-slicer.io",
-    domain="gpu-slicer.io",
-    nvlink_attribute="gpu-slicer.io/nvlinkDomain",
+    gpu_class=GPU_CLASS,
+    mig_class=MIG_CLASS,
+    domain=DRIVER,
+    nvlink_attribute=f"{DRIVER}/{NVLINK_DOMAIN_ATTRIBUTE}",
 )
 
 NVIDIA = TargetDriver(

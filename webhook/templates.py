@@ -37,15 +37,13 @@ from typing import Protocol
 
 from kube.api import KubeApi, Obj
 from kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
-from slicer.identity import RESOURCE_API
+from slicer.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
 from webhook.errors import TemplateError
 from webhook.locks import memory_lock
 
 log = logging.getLogger(__name__)
 
 KIND = "ResourceClaimTemplate"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpu-slicer"
 LAST_REFERENCED = "gpu-slicer.io/last-referenced"
 ORIGIN_LABEL = "gpu-slicer.io/origin"
 """Who wrote a template: the webhook (collected once unused) or ``convert`` (Git owns it)."""

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from kube import errors
-from kube.api import KubeApi
 from kube.memory import Call, InMemoryKubeApi, copy_obj, merge_patch
 
 CM = ("v1", "ConfigMap")
@@ -22,10 +21,6 @@ def config_map(name: str, namespace: str = "default", **data: str) -> dict[str, 
         "metadata": {"name": name, "namespace": namespace},
         "data": dict(data),
     }
-
-
-def test_it_satisfies_the_kube_api_protocol(memory: InMemoryKubeApi) -> None:
-    assert isinstance(memory, KubeApi)
 
 
 # ---------------------------------------------------------------- isolation

@@ -130,6 +130,7 @@ def test_the_checkouts_inputs_are_the_packages_the_dockerfile_copies() -> None:
         "certs",
         "sim",
         "status",
+        "plan",
         "sandbox",
     }
     assert not any("__pycache__" in path.parts for path in image.image_inputs())

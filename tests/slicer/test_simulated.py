@@ -19,7 +19,7 @@ from hypothesis.stateful import (
 
 from kube.memory import InMemoryKubeApi
 from slicer import catalog
-from slicer.backend import GpuBackend, HealthEvent
+from slicer.backend import HealthEvent
 from slicer.errors import (
     BackendError,
     GpuInUse,
@@ -48,10 +48,6 @@ def make_slice(backend: SimulatedBackend, gpu: int, profile: str, start: int) ->
 
 
 # --- the GPUs ------------------------------------------------------------------------------
-
-
-def test_it_is_a_gpu_backend() -> None:
-    assert isinstance(SimulatedBackend("A30"), GpuBackend)
 
 
 def test_gpus_follow_the_spec_in_index_order_with_catalog_facts() -> None:

@@ -15,8 +15,8 @@ from slicer.checkpoint import PREPARE_COMPLETED
 from slicer.claim_cache import AllocatedDevice
 from slicer.devices import SliceSpec, WholeGpu
 from slicer.errors import BackendError, InsufficientResources, SlicerError
-from slicer.simulated import SimulatedBackend
-from slicer.state import InstanceBusy, PrepareError, plan_claim
+from slicer.simulated import BACKEND_METHODS, SimulatedBackend
+from slicer.state import InstanceBusy, KeyedLocks, PrepareError, plan_claim
 from tests.support.agent_fixtures import (
     NODE,
     Agent,
@@ -78,10 +78,10 @@ def test_repeated_prepare_returns_the_same_devices_without_touching_the_gpu(
     agent = build_agent(backend, api, tmp_path)
     claim = allocate_claim(api, ["gpu-0-mig-3g40gb-4"])
     first = agent.prepare(claim)
-    calls = len(backend.calls)
+    for method in sorted(BACKEND_METHODS):  # any use of the GPU now fails
+        backend.inject_fault(method, BackendError)
     again = agent.prepare(claim)
     assert again == first
-    assert len(backend.calls) == calls
 
 
 def test_a_fresh_agent_answers_a_prepared_claim_from_the_checkpoint(
@@ -300,7 +300,24 @@ def test_the_per_claim_locks_of_finished_calls_are_not_kept_forever(
         agent.prepare(claim)
         agent.unprepare(claim)
     # A long-running agent sees a new claim uid for every pod: one lock each would only grow.
-    assert agent.state._claim_locks == {}
+    assert len(agent.state.claim_locks) == 0
+
+
+def test_a_keyed_lock_excludes_others_of_its_key_and_is_forgotten_once_free() -> None:
+    locks = KeyedLocks[str]()
+    with locks.held("a"), locks.held("b"):
+        assert len(locks) == 2
+        taken: list[bool] = []
+
+        def other() -> None:
+            with locks.held("c"):
+                taken.append(True)
+
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join()
+        assert taken == [True]  # another key is not held up
+    assert len(locks) == 0
 
 
 def test_a_claim_on_a_gpu_that_disappeared_without_a_reboot_can_be_unprepared(

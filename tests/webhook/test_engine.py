@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from slicer.identity import NamespaceMode
 from tests.support.server_fixtures import (
     RecordingTemplates,
     admission_review,
@@ -21,7 +22,6 @@ from tests.support.server_fixtures import (
     plain_pod,
 )
 from tests.support.webhook_cases import validate
-from webhook.caches import Mode
 from webhook.engine import (
     AdmissionEngine,
     ReviewResult,
@@ -42,7 +42,7 @@ NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 def run(
     body: Any,
     *,
-    mode: Mode = "enabled",
+    mode: NamespaceMode = "enabled",
     templates: RecordingTemplates | None = None,
     native: frozenset[str] = frozenset(),
     policy: Policy | None = None,
@@ -253,7 +253,7 @@ def test_a_malformed_review_is_a_bad_review_naming_the_field(body: Any, fragment
 
 
 def test_audit_annotation_keys_are_valid_name_parts() -> None:
-    modes: tuple[Mode, ...] = ("enabled", "audit")
+    modes: tuple[NamespaceMode, ...] = ("enabled", "audit")
     for mode in modes:
         response = run(admission_review(mig_pod()), mode=mode).response
         assert response["auditAnnotations"]
@@ -286,7 +286,7 @@ def test_short_warnings_pass_unchanged() -> None:
 
 
 def test_the_engine_reads_its_sources_at_each_review() -> None:
-    modes: dict[str, Mode] = {"ml": "audit"}
+    modes: dict[str, NamespaceMode] = {"ml": "audit"}
     engine = AdmissionEngine(
         policy=Policy.default,
         mode_for_namespace=lambda ns: modes.get(ns, "disabled"),
@@ -434,15 +434,20 @@ def test_the_memo_is_bounded_by_bytes_not_entries() -> None:
     """300 distinct 100 KiB pods were 300 entries (30 MB) before; large pods are not kept and
     the stored keys never add up past the byte budget."""
     memo, policy = TranslationMemo(max_bytes=256 * 1024), Policy.default()
+    smalls = []
     for index in range(300):
         big = mig_pod("1g.10gb", annotations={"blob": f"{index}-" + "x" * 100_000})
         assert memo.translate(big, namespace="ml", policy=policy).patch
-        small = mig_pod("1g.10gb", annotations={"build": "y" * 2000 + str(index)})
-        memo.translate(small, namespace="ml", policy=policy)
+        smalls.append(mig_pod("1g.10gb", annotations={"build": "y" * 2000 + str(index)}))
+        memo.translate(smalls[-1], namespace="ml", policy=policy)
         assert memo.bytes <= memo.max_bytes
-    assert 0 < len(memo._entries) < 300
-    assert all(len(key[-1]) <= memo.entry_max_bytes for key in memo._entries)
-    assert memo.bytes == sum(len(key[-1]) for key in memo._entries)
+    assert 0 < len(memo) < 300
+    hits = memo.hits
+    memo.translate(big, namespace="ml", policy=policy)  # over the entry limit: never kept
+    memo.translate(smalls[0], namespace="ml", policy=policy)  # gone to keep the byte budget
+    assert memo.hits == hits
+    memo.translate(smalls[-1], namespace="ml", policy=policy)  # the latest is kept
+    assert memo.hits == hits + 1
 
 
 # --- the review's bytes as the memo's key ------------------------------------------------------

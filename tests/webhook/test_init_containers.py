@@ -4,7 +4,7 @@ The rule (docs/translation.md): per kind of device, the pod needs
 ``max(max over plain init containers i of (count_i + sidecars declared before i),
 sidecars + app containers)``; containers that never run at the same time share requests, so an
 init container gets devices the app containers use afterwards. Each case is checked four ways:
-the layout itself, the translated claim (schema-valid on every Kubernetes version), the
+the device ranges themselves, the translated claim (schema-valid on every Kubernetes version), the
 AdmissionReview through the Flask app and ``gpu-slicer convert``, and allocation by the
 project's model of the scheduler (``sim.allocator``) against the devices the agent publishes.
 """
@@ -36,7 +36,7 @@ from webhook.convert import convert_objects
 from webhook.errors import Denied
 from webhook.policy import Policy, load_policy
 from webhook.server import Runtime, build_runtime
-from webhook.translate import Conversion, layout, translate_pod
+from webhook.translate import Conversion, device_ranges, translate_pod
 
 GPU = "nvidia.com/gpu"
 CLASSES = {c["metadata"]["name"]: c for c in device_classes()}
@@ -75,20 +75,20 @@ EXAMPLES = [
 
 
 @pytest.mark.parametrize(("members", "total"), EXAMPLES, ids=[str(m) for m, _t in EXAMPLES])
-def test_the_layout_reserves_what_the_kubelet_does(
+def test_the_device_ranges_reserve_what_the_kubelet_does(
     members: list[tuple[bool, int]], total: int
 ) -> None:
-    got, ranges = layout(members)
+    got, ranges = device_ranges(members)
     assert got == total == kubelet_total(members)
     assert [b - a for a, b in ranges] == [count for _runs, count in members]
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 5)), min_size=1, max_size=8))
-def test_any_layout_is_minimal_and_never_shares_a_device_between_running_containers(
+def test_any_device_ranges_are_minimal_and_never_shares_a_device_between_running_containers(
     members: list[tuple[bool, int]],
 ) -> None:
-    total, ranges = layout(members)
+    total, ranges = device_ranges(members)
     assert total == kubelet_total(members)
     assert all(0 <= a < b <= total for a, b in ranges)
     for j in range(len(members)):

@@ -1,4 +1,4 @@
-"""Translation remembers the claim per GPU shape and the patch per layout: never a stale answer.
+"""Translation remembers the claim per GPU shape and the patch per standing: never a stale answer.
 
 Pods that ask for the same devices share the derived claim; pods that also have their maps and
 lists in the same places share the patch (a fresh copy each). Whatever order pods of one shape
@@ -19,6 +19,8 @@ from slicer.identity import CONVERTED_ANNOTATION
 from webhook import translate
 from webhook.errors import Denied
 from webhook.policy import Policy
+from webhook.translate.claim import DERIVED_CLAIMS
+from webhook.translate.writing import PATCHES
 
 LEGACY = "nvidia.com/mig-1g.10gb"
 MISSING = object()
@@ -96,11 +98,12 @@ def _check_applied(pod: dict[str, Any], conversion: translate.Conversion) -> Non
 def test_pods_of_one_shape_in_any_order_get_what_each_alone_gets(batch: list[Any]) -> None:
     policy = Policy.default()
     warm = [translate.translate_pod(p, namespace="ml", policy=policy) for p in batch]
-    for pod, remembered in zip(batch, warm, strict=True):
-        _check_applied(pod, remembered)
-        translate._derive_cached.cache_clear()  # nothing remembered: a claim and patch anew
+    for pod, warmed in zip(batch, warm, strict=True):
+        _check_applied(pod, warmed)
+        DERIVED_CLAIMS.clear()  # nothing remembered: a claim and patch anew
+        PATCHES.clear()
         alone = translate.translate_pod(pod, namespace="ml", policy=policy)
-        assert _fields(remembered) == _fields(alone)
+        assert _fields(warmed) == _fields(alone)
 
 
 def test_a_remembered_patch_is_a_fresh_copy_each_time() -> None:
@@ -120,9 +123,9 @@ def test_a_shape_too_large_to_keep_is_derived_each_time() -> None:
     policy = Policy.default()
     long_name = "c" * (translate.SHAPE_CACHE_TEXT_MAX + 1)
     pod = {"spec": {"containers": [{"name": long_name, "resources": {"limits": {LEGACY: "1"}}}]}}
-    translate._derive_cached.cache_clear()
+    DERIVED_CLAIMS.clear()
     translate.translate_pod(pod, namespace="ml", policy=policy)
-    assert translate._derive_cached.cache_info().currsize == 0
+    assert len(DERIVED_CLAIMS) == 0
 
 
 def test_annotation_values_that_are_not_text_are_translated_without_being_kept() -> None:
@@ -136,11 +139,11 @@ def test_annotation_values_that_are_not_text_are_translated_without_being_kept()
             "spec": {"containers": [{"name": "main", "resources": {"limits": {LEGACY: "1"}}}]},
         }
 
-    translate._derive_cached.cache_clear()
+    DERIVED_CLAIMS.clear()
     sized = translate.translate_pod(
         pod({"gpu-slicer.io/gpu-memory": 10 * 2**30}), namespace="ml", policy=policy
     )
-    assert sized.templates and translate._derive_cached.cache_info().currsize == 0
+    assert sized.templates and len(DERIVED_CLAIMS) == 0
     with pytest.raises(Denied, match="no container named"):
         translate.translate_pod(
             pod({"gpu-slicer.io/containers": ["main"]}), namespace="ml", policy=policy
