@@ -54,7 +54,7 @@ from sandbox.errors import StartupError, UsageError
 from sandbox.kubelet import KubeletStandIn
 from sandbox.nodes import DEPLOY_DIR, NodeSpec
 from sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
-from sandbox.realnode import RealNode, runtime_toolkit_spec
+from sandbox.realnode import Parts, RealNode, runtime_toolkit_spec
 from slicer.gpuspec import parse_gpu_spec
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class Sandbox:
         self.agents: dict[str, Component] = {}
         self.kubelets: dict[str, KubeletStandIn] = {}
         self.real_nodes: dict[str, RealNode] = {}
-        self.node_parts: Any = None
+        self.node_parts: Parts | None = None
         self._clients: list[k8s.ApiClient] = []
         self.bins: binaries.Binaries | None = None
         self.helm: Path | None = None
@@ -408,7 +408,7 @@ class Sandbox:
     ) -> RealNode:
         """containerd and the kubelet, which registers the Node itself (before the agent, whose
         ResourceSlices belong to the Node)."""
-        assert self.control_plane is not None and self.bins is not None
+        assert self.control_plane is not None and self.node_parts is not None
         kubeconfig = pki.client_kubeconfig(
             credentials,
             self.dir / "kubeconfigs" / f"kubelet-{node.name}",

@@ -23,8 +23,9 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
         (["--node", "n=H999:1"], "--node 'n=H999:1'"),
         (["--node", "a=H100-80GB:1", "--node", "a=A100-80GB:1"], "names a more than once"),
         (["--k8s-version", "1.20"], "is not supported"),
+        (["--node", "a=H100-80GB:1", "--real-node", "b"], "--real-node b: no such --node"),
     ],
-    ids=["no spec", "bad node name", "unknown model", "duplicate node", "old version"],
+    ids=["no spec", "bad node name", "unknown model", "duplicate node", "old version", "real"],
 )
 def test_bad_flags_exit_2_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
@@ -71,3 +72,29 @@ def test_a_state_dir_too_deep_for_unix_sockets_is_refused(
     deep = tmp_path / ("d" * 90)
     assert main(["sandbox", "up", "--state-dir", str(deep)]) == 2
     assert "over the kernel's limit" in capsys.readouterr().err
+
+
+def test_a_real_node_under_a_folder_its_namespace_replaces_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state = Path("/var/log/gs-never-created/sb")
+    assert (
+        main(
+            [
+                "sandbox",
+                "up",
+                "--state-dir",
+                str(state),
+                "--node",
+                "a=H100-80GB:1",
+                "--real-node",
+                "a",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert "--real-node a: this machine cannot run containers" in err
+    assert "is under /var/log" in err
+    assert len(err.splitlines()) == 1
+    assert not state.parent.exists()
