@@ -55,8 +55,8 @@ def is_static_elf(data: bytes) -> bool:
     return True
 
 
-def cgroup_hierarchies() -> list[Path]:
-    """Mount points of the cgroup v1 hierarchies, or the one cgroup v2 mount."""
+def cgroup_mounts() -> tuple[list[Path], list[Path]]:
+    """Mount points of the cgroup v1 hierarchies and of cgroup v2."""
     v1: list[Path] = []
     v2: list[Path] = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -67,9 +67,21 @@ def cgroup_hierarchies() -> list[Path]:
             v1.append(point)
         elif fstype == "cgroup2":
             v2.append(point)
+    return v1, v2
+
+
+def cgroup_hierarchies() -> list[Path]:
+    """Where the kubelet's cgroupRoot must exist: every v1 hierarchy, or the v2 mount."""
+    v1, v2 = cgroup_mounts()
     if v1:
         return v1  # hybrid: the v2 mount beside v1 controllers holds none of them
     return [p for p in v2 if p == CGROUP_FS]
+
+
+def every_cgroup_mount() -> list[Path]:
+    """Every place a cgroup of the node may appear (runc also mirrors into hybrid's v2)."""
+    v1, v2 = cgroup_mounts()
+    return v1 + v2
 
 
 def preflight(state_dir: Path) -> list[str]:
@@ -149,7 +161,7 @@ def create_cgroup_root(name: str) -> list[Path]:
 def cgroup_pids(name: str) -> set[int]:
     """Every process in ``/<name>`` or below, in any hierarchy."""
     pids: set[int] = set()
-    for hierarchy in cgroup_hierarchies():
+    for hierarchy in every_cgroup_mount():
         root = hierarchy / name
         if not root.is_dir():
             continue
@@ -170,7 +182,7 @@ def remove_cgroup_root(name: str, timeout_s: float = 15) -> list[str]:
     while True:
         kill_pids(cgroup_pids(name))
         left: list[str] = []
-        for hierarchy in cgroup_hierarchies():
+        for hierarchy in every_cgroup_mount():
             root = hierarchy / name
             if not root.is_dir():
                 continue

@@ -76,7 +76,7 @@ def _host_state(cgroup_root: str, bridge: str) -> Obj:
         },
         "cgroups": [
             str(h / cgroup_root)
-            for h in node_host.cgroup_hierarchies()
+            for h in node_host.every_cgroup_mount()
             if (h / cgroup_root).exists()
         ],
         "bridge": Path("/sys/class/net", bridge).exists(),
