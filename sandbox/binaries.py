@@ -132,19 +132,7 @@ def ensure_kubelet(
     cache = cache or cache_root()
 
     def build(go: str, target: Path) -> None:
-        work = target.parent / f".{release}.module"
-        module = KUBE_MODULE if release == PINNED else _repinned_module(go, release, work, progress)
-        _build(
-            go,
-            module,
-            ["k8s.io/kubernetes/cmd/kubelet"],
-            target,
-            _version_ldflags(release),
-            f"kubelet {release}",
-            progress,
-            extra={"release": release},
-        )
-        shutil.rmtree(work, ignore_errors=True)
+        _build_kube_commands(go, release, ["kubelet"], target, f"kubelet {release}", progress)
 
     return build_once(cache / "kubelet" / release, build) / "kubelet"
 
@@ -201,22 +189,29 @@ def go_toolchain() -> str:
 
 def _ensure_kube(release: str, cache: Path, progress: Progress) -> Path:
     def build(go: str, target: Path) -> None:
-        work = target.parent / f".{release}.module"
-        module = KUBE_MODULE if release == PINNED else _repinned_module(go, release, work, progress)
-        packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
-        _build(
-            go,
-            module,
-            packages,
-            target,
-            _version_ldflags(release),
-            f"Kubernetes {release} control plane",
-            progress,
-            extra={"release": release},
-        )
-        shutil.rmtree(work, ignore_errors=True)
+        what = f"Kubernetes {release} control plane"
+        _build_kube_commands(go, release, list(KUBE_COMMANDS), target, what, progress)
 
     return build_once(cache / "kube" / release, build)
+
+
+def _build_kube_commands(
+    go: str, release: str, commands: list[str], target: Path, what: str, progress: Progress
+) -> None:
+    """``k8s.io/kubernetes/cmd/<command>`` of ``release`` from our module (re-pinned if needed)."""
+    work = target.parent / f".{release}.module"
+    module = KUBE_MODULE if release == PINNED else _repinned_module(go, release, work, progress)
+    _build(
+        go,
+        module,
+        [f"k8s.io/kubernetes/cmd/{c}" for c in commands],
+        target,
+        _version_ldflags(release),
+        what,
+        progress,
+        extra={"release": release},
+    )
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _ensure_tools(cache: Path, progress: Progress) -> Path:

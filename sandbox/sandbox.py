@@ -382,13 +382,7 @@ class Sandbox:
         self.agents[node.name] = agent
         if real:
             return
-        kubelet_config = pki.client_kubeconfig(
-            credentials,
-            self.dir / "kubeconfigs" / f"kubelet-{node.name}",
-            server=self.control_plane.server,
-            user=f"system:node:{node.name}",
-            groups=["system:nodes"],
-        )
+        kubelet_config = self._node_kubeconfig(credentials, node.name)
         client = api_client(kubelet_config)
         self._clients.append(client)
         kubelet = KubeletStandIn(
@@ -403,19 +397,24 @@ class Sandbox:
         kubelet.start()
         self.kubelets[node.name] = kubelet
 
+    def _node_kubeconfig(self, credentials: pki.Pki, name: str) -> Path:
+        """A kubelet's credentials: ``system:node:<name>``, so the Node authorizer applies."""
+        assert self.control_plane is not None
+        return pki.client_kubeconfig(
+            credentials,
+            self.dir / "kubeconfigs" / f"kubelet-{name}",
+            server=self.control_plane.server,
+            user=f"system:node:{name}",
+            groups=["system:nodes"],
+        )
+
     def _start_real_node(
         self, admin: ClusterSetup, credentials: pki.Pki, node: NodeSpec, cdi_dirs: list[Path]
     ) -> RealNode:
         """containerd and the kubelet, which registers the Node itself (before the agent, whose
         ResourceSlices belong to the Node)."""
         assert self.control_plane is not None and self.node_parts is not None
-        kubeconfig = pki.client_kubeconfig(
-            credentials,
-            self.dir / "kubeconfigs" / f"kubelet-{node.name}",
-            server=self.control_plane.server,
-            user=f"system:node:{node.name}",
-            groups=["system:nodes"],
-        )
+        kubeconfig = self._node_kubeconfig(credentials, node.name)
         real_node = RealNode(
             node.name,
             node.gpus,
