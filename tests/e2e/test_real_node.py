@@ -40,6 +40,8 @@ from tests.support.e2e_sandbox import (
 
 NODE = "real"
 GPUS = "A100-80GB:1"
+STAND_IN = "beside"
+"""A node of the same sandbox that keeps the kubelet stand-in."""
 LIMITS = {"nvidia.com/mig-1g.10gb": "1"}
 SCRIPT = r"""
 for f in /dev/nvidia* /dev/nvidia-caps/*; do
@@ -105,7 +107,7 @@ def real(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
     rn_id = realnode.short_id(folder, NODE)
     cgroup_root, bridge = f"gpu-slicer-{NODE}-{rn_id}", f"gsl{rn_id}"
     before = _host_state(cgroup_root, bridge)
-    running = start_sandbox(folder, {NODE: GPUS}, "--real-node", NODE)
+    running = start_sandbox(folder, {NODE: GPUS, STAND_IN: GPUS}, "--real-node", NODE)
     try:
         running.core.create_namespace(
             {"metadata": {"name": ENABLED, "labels": {"gpu-slicer.io/migration": "enabled"}}}
@@ -304,3 +306,16 @@ def test_deleting_a_pod_unprepares_and_destroys_its_instance(
         cdi = real.dir / "nodes" / NODE / "cdi"
         assert not any(claim["metadata"]["uid"] in p.name for p in cdi.iterdir())
     assert real.instances(NODE) == []
+
+
+def test_the_other_nodes_keep_the_kubelet_stand_in(real: Sandbox) -> None:
+    assert real.ready["nodes"][NODE]["kubelet"] == "real"
+    assert real.ready["nodes"][STAND_IN]["kubelet"] == "stand-in"
+    real.create_pod(ENABLED, pod_manifest("beside", node=STAND_IN, limits=LIMITS))
+    pod = real.wait_running(ENABLED, "beside")
+    assert pod["spec"]["resourceClaims"]
+    spec = real.container_runtime(STAND_IN, ENABLED, "beside", "main")["ociSpec"]
+    assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=MIG-") for e in spec["process"]["env"])
+    assert real.core.read_node(STAND_IN).status.node_info.container_runtime_version == "sandbox://0"
+    real.delete_pod(ENABLED, "beside")
+    real.wait(lambda: real.instances(STAND_IN) == [], what="the stand-in's instance destroyed")
