@@ -4,7 +4,9 @@ The real node pulls nothing: its sandbox (pause) image and the busybox image the
 made here, each as an OCI image layout (``oci-layout``, ``index.json`` naming the image in the
 ``io.containerd.image.name`` annotation, content-addressed blobs) packed in one tar, and imported
 with ``ctr -n k8s.io images import``. :func:`import_archive` takes any such archive (a
-``buildah push ... oci-archive:`` of the project's image as well).
+``buildah push ... oci-archive:`` of the project's image as well); for a running sandbox::
+
+    python3 -m sandbox.oci_image --state-dir /tmp/sb --node real image.tar
 
 Writing an archive is deterministic (sorted entries, owner root, time 0): the same folder gives
 the same image digest.
@@ -12,11 +14,13 @@ the same image digest.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import json
 import platform
 import subprocess
+import sys
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -172,3 +176,36 @@ def import_archive(ctr: Path, address: Path, archive: Path, *, timeout_s: float 
             f"{done.stderr.strip()[-1000:]}"
         )
     return done.stdout
+
+
+def import_into_sandbox(state_dir: Path, node: str, archive: Path) -> str:
+    """Imports ``archive`` into the containerd of a running sandbox's real node ``node``."""
+    from sandbox.binaries import ensure_containerd
+
+    ready = json.loads((state_dir / "ready").read_text())
+    entry = ready["nodes"].get(node) or {}
+    if "containerdAddress" not in entry:
+        raise StartupError(f"node {node!r} of {state_dir} is not a real node (--real-node)")
+    ctr = ensure_containerd() / "ctr"
+    return import_archive(ctr, Path(entry["containerdAddress"]), archive)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m sandbox.oci_image",
+        description="import an OCI or Docker image archive into a sandbox's real node",
+    )
+    parser.add_argument("--state-dir", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--node", required=True, metavar="NAME")
+    parser.add_argument("archive", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        print(import_into_sandbox(args.state_dir, args.node, args.archive), end="")
+    except (OSError, KeyError, ValueError, StartupError) as exc:
+        print(f"sandbox.oci_image: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

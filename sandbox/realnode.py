@@ -360,7 +360,7 @@ class RealNode:
     ) -> None:
         self.name = name
         self.gpus = gpus
-        self.state_dir = state_dir
+        self.state_dir = state_dir.resolve()  # containerd and the kubelet want absolute paths
         self.folder = state_dir / "nodes" / name
         self.parts = parts
         self.kubeconfig = kubeconfig
@@ -414,6 +414,7 @@ class RealNode:
         for sub in ("kubelet/plugins_registry", "kubelet/plugins", "pod-logs", "cni/net.d"):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         self.progress(f"real node {self.name}: cgroup /{self.cgroup_root}, containerd, kubelet")
+        self._clear_leftovers()  # of a sandbox in this folder that was killed, not stopped
         node_host.create_cgroup_root(self.cgroup_root)
         self._cgroups_made = True
         self._start_namespace()
@@ -562,13 +563,20 @@ class RealNode:
             stop_all([self.kubelet], timeout_s=10)
         if self.containerd is not None:
             stop_all([self.containerd], timeout_s=10)
-        # Containers and their runc shims live outside containerd's process group.
-        node_host.kill_pids(node_host.cgroup_pids(self.cgroup_root))
-        node_host.kill_pids(node_host.processes_naming(str(self.address)))
+        if self.holder is not None:
+            self.holder.terminate()  # the namespace goes once its last process has
+        if self._cgroups_made:
+            self._clear_leftovers()
         if self.holder is not None:
             stop_all([self.holder], timeout_s=5)
-        if self._cgroups_made:
-            left = node_host.remove_cgroup_root(self.cgroup_root)
-            if left:
-                self.progress(f"real node {self.name}: cgroups left behind: {', '.join(left)}")
+
+    def _clear_leftovers(self) -> None:
+        """Containers (the processes in the node's cgroups) and runc shims (named by their
+        containerd socket) live outside containerd's process group; then the cgroups and
+        the pods' bridge."""
+        node_host.kill_pids(node_host.cgroup_pids(self.cgroup_root))
+        node_host.kill_pids(node_host.processes_naming(str(self.address)))
+        left = node_host.remove_cgroup_root(self.cgroup_root)
+        if left:
+            self.progress(f"real node {self.name}: cgroups left behind: {', '.join(left)}")
         node_host.delete_link(self.bridge)

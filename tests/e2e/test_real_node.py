@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from sandbox import binaries, node_host, realnode
+from sandbox import binaries, node_host, oci_image, realnode
 from sandbox.errors import BuildError
 from sandbox.node_namespace import KUBELET_SYSCTLS
 from tests.support.e2e_sandbox import (
@@ -319,3 +319,43 @@ def test_the_other_nodes_keep_the_kubelet_stand_in(real: Sandbox) -> None:
     assert real.core.read_node(STAND_IN).status.node_info.container_runtime_version == "sandbox://0"
     real.delete_pod(ENABLED, "beside")
     real.wait(lambda: real.instances(STAND_IN) == [], what="the stand-in's instance destroyed")
+
+
+def test_an_image_archive_imported_into_the_node_runs_without_a_pull(
+    real: Sandbox, tmp_path: Path
+) -> None:
+    busybox = node_host.static_busybox()
+    assert busybox is not None  # the preflight checked it
+    root = tmp_path / "root" / "bin"
+    root.mkdir(parents=True)
+    shutil.copy2(busybox, root / "busybox")
+    image = oci_image.ImageSpec(
+        "docker.io/library/imported:e2e",
+        entrypoint=["/bin/busybox", "sh", "-c", "echo imported; exec /bin/busybox sleep 999999"],
+    )
+    archive = oci_image.write_archive(tmp_path / "root", image, tmp_path / "imported.tar")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sandbox.oci_image",
+            "--state-dir",
+            str(real.dir),
+            "--node",
+            NODE,
+            str(archive),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    pod = pod_manifest("imported", node=NODE)
+    pod["spec"]["containers"][0] |= {"image": "imported:e2e", "imagePullPolicy": "Never"}
+    real.create_pod(ENABLED, pod)
+    real.wait_running(ENABLED, "imported", timeout_s=90)
+    real.wait(
+        lambda: "imported" in str(real.core.read_namespaced_pod_log("imported", ENABLED)),
+        what="the imported image's output",
+    )
+    real.delete_pod(ENABLED, "imported")
