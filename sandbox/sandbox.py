@@ -4,7 +4,8 @@ Real: etcd, kube-apiserver, kube-controller-manager, kube-scheduler (built from 
 Go modules), the gpu-slicer webhook (``gpu-slicer webhook serve`` under gunicorn with TLS) and
 one agent per node (``gpu-slicer agent run``), with the RBAC, admission policies and
 DeviceClasses of ``deploy/``, and the reference CDI library. Stood in: the kubelet
-(:mod:`sandbox.kubelet`, one per node) and the GPUs (the agent's simulated backend, whose state is
+(:mod:`sandbox.kubelet`, one per node, except the ``--real-node``, which gets the real kubelet and
+containerd: :mod:`sandbox.realnode`) and the GPUs (the agent's simulated backend, whose state is
 kept in ``<state>/nodes/<node>/gpus.json``).
 
 Layout of the state folder::
@@ -517,7 +518,8 @@ class Sandbox:
             return {"kubelet": "stand-in"}
         return {
             "kubelet": "real",
-            "containerdAddress": str(real_node.address.resolve()),
+            "containerdAddress": str(real_node.address),
+            "kubeletLog": str(self.dir.resolve() / "logs" / f"kubelet-{name}.log"),
             "podLogs": str(real_node.pod_logs.resolve()),
             "cgroupRoot": f"/{real_node.cgroup_root}",
         }
