@@ -87,7 +87,7 @@ class Settings:
     """The node that gets the real kubelet and containerd (:mod:`sandbox.realnode`)."""
 
 
-def check_state_dir(folder: Path, nodes: list[NodeSpec]) -> None:
+def check_state_dir(folder: Path, nodes: list[NodeSpec], real_node: str | None = None) -> None:
     """A folder the sandbox may use: new, empty, or an old sandbox's (which it clears)."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--state-dir {folder} is a file, not a folder")
@@ -96,8 +96,14 @@ def check_state_dir(folder: Path, nodes: list[NodeSpec]) -> None:
             f"--state-dir {folder} is not empty and not a sandbox's folder; "
             "choose a new or empty folder"
         )
-    longest = max(len(n.name) for n in nodes)
-    sock = folder.resolve() / "nodes" / ("x" * longest) / "plugins" / "gpu-slicer.io" / "dra.sock"
+    root = folder.resolve() / "nodes"
+    sockets = [root / n.name / "plugins" / "gpu-slicer.io" / "dra.sock" for n in nodes]
+    if real_node is not None:  # the agent's sockets are in the kubelet's root folder
+        sockets += [
+            root / real_node / "kubelet" / "plugins" / "gpu-slicer.io" / "dra.sock",
+            root / real_node / "containerd" / "containerd.sock.ttrpc",
+        ]
+    sock = max(sockets, key=lambda path: len(str(path).encode()))
     if len(str(sock).encode()) > SOCKET_LIMIT:
         raise UsageError(
             f"--state-dir {folder}: the agents' socket paths would be "
@@ -146,7 +152,9 @@ class Sandbox:
     def check(self) -> None:
         """Every usage problem, found before anything is built, started or written."""
         settings = self.settings
-        check_state_dir(self.dir, settings.nodes)
+        if settings.real_node is not None:
+            check_real_node(settings.real_node, settings.nodes, self.dir)
+        check_state_dir(self.dir, settings.nodes, settings.real_node)
         self._ports = (
             check_port_free(settings.apiserver_port, "--apiserver-port"),
             check_port_free(settings.webhook_port, "--webhook-port"),
@@ -159,8 +167,6 @@ class Sandbox:
                 raise UsageError(f"{flag} {path}: no such file")
         if settings.static_layout is not None:
             check_layout(settings.static_layout, settings.nodes)
-        if settings.real_node is not None:
-            check_real_node(settings.real_node, settings.nodes, self.dir)
         self._objects = deploy_objects(
             settings.deploy_dir, extended_resources=settings.extended_resources
         )

@@ -98,3 +98,30 @@ def test_a_real_node_under_a_folder_its_namespace_replaces_is_refused(
     assert "is under /var/log" in err
     assert len(err.splitlines()) == 1
     assert not state.parent.exists()
+
+
+def test_a_real_node_s_longer_socket_paths_are_checked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = Path(tempfile.mkdtemp(prefix="gs-"))
+    tail = "/nodes/n/plugins/gpu-slicer.io/dra.sock"
+    state = base / ("d" * (107 - len(str(base)) - 1 - len(tail)))  # the stand-in's fit exactly
+    assert len(str(state) + tail) == 107
+    assert (
+        main(
+            [
+                "sandbox",
+                "up",
+                "--state-dir",
+                str(state),
+                "--node",
+                "n=H100-80GB:1",
+                "--real-node",
+                "n",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert "socket paths would be 115 bytes" in err
+    assert not state.exists()
