@@ -179,6 +179,25 @@ def _gone(pid: int) -> bool:
     return False
 
 
+def _restart(box: Sandbox, component: str) -> None:
+    """Stops ``component`` (``paused/``) and lets the sandbox start it again."""
+    old = box.pid(component)
+    box.pause(component)
+    box.wait(lambda: _gone(old), what=f"{component} stopped")
+    box.resume(component)
+    box.wait(lambda: box.pid(component) != old, what=f"{component} restarted")
+
+
+def _registrations(box: Sandbox) -> int:
+    return box.log(f"agent-{NODE}").count("registered with the kubelet")
+
+
+def _checkpoint(box: Sandbox) -> dict[str, bytes]:
+    folder = box.dir / "nodes" / NODE / "checkpoint"
+    # The claims the agent holds; agent.lock names the running agent and changes with it.
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.suffix != ".lock"}
+
+
 def _started(box: Sandbox, name: str) -> tuple[str, int]:
     [status] = box.pod(ENABLED, name)["status"]["containerStatuses"]
     return status["containerID"], status["restartCount"]
@@ -230,21 +249,15 @@ def test_the_agent_restarted_under_running_containers_loses_nothing(
 ) -> None:
     started = {name: _started(real, name) for name in ("first", "second")}
     instances = real.instances(NODE)
-    checkpoint = sorted(p.name for p in (real.dir / "nodes" / NODE / "checkpoint").iterdir())
-    component = f"agent-{NODE}"
-    old = real.pid(component)
-    real.pause(component)
-    real.wait(lambda: _gone(old), what="the agent stopped")
-    real.resume(component)
-    real.wait(lambda: real.pid(component) != old, what="the agent restarted")
+    checkpoint = _checkpoint(real)
+    registrations = _registrations(real)
+    _restart(real, f"agent-{NODE}")
     real.wait(
-        lambda: real.log(component).count("registered with the kubelet") >= 2,
+        lambda: _registrations(real) > registrations,
         what="the restarted agent registered with the real kubelet",
     )
     assert real.instances(NODE) == instances
-    assert sorted(p.name for p in (real.dir / "nodes" / NODE / "checkpoint").iterdir()) == (
-        checkpoint
-    )
+    assert _checkpoint(real) == checkpoint
     for name in ("first", "second"):
         assert _started(real, name) == started[name]
         assert real.pod(ENABLED, name)["status"]["phase"] == "Running"
@@ -257,18 +270,14 @@ def test_the_kubelet_restarted_reattaches_its_running_pods(
     instances = real.instances(NODE)
     claims = {c["metadata"]["uid"] for p in two_pods for c in real.claims_of(p)}
     component = f"kubelet-{NODE}"
-    registrations = real.log(f"agent-{NODE}").count("registered with the kubelet")
-    old = real.pid(component)
-    real.pause(component)
-    real.wait(lambda: _gone(old), what="the kubelet stopped")
-    real.resume(component)
-    real.wait(lambda: real.pid(component) != old, what="the kubelet restarted")
+    registrations = _registrations(real)
+    _restart(real, component)
     real.wait(
         lambda: real.log(component).count("Started kubelet") >= 2,
         what="the restarted kubelet running",
     )
     real.wait(
-        lambda: real.log(f"agent-{NODE}").count("registered with the kubelet") > registrations,
+        lambda: _registrations(real) > registrations,
         what="the restarted kubelet registering the agent again",
         timeout_s=90,
     )

@@ -74,25 +74,24 @@ def test_a_state_dir_too_deep_for_unix_sockets_is_refused(
     assert "over the kernel's limit" in capsys.readouterr().err
 
 
+def _up_real(state: Path, node: str) -> list[str]:
+    return [
+        "sandbox",
+        "up",
+        "--state-dir",
+        str(state),
+        "--node",
+        f"{node}=H100-80GB:1",
+        "--real-node",
+        node,
+    ]
+
+
 def test_a_real_node_under_a_folder_its_namespace_replaces_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     state = Path("/var/log/gs-never-created/sb")
-    assert (
-        main(
-            [
-                "sandbox",
-                "up",
-                "--state-dir",
-                str(state),
-                "--node",
-                "a=H100-80GB:1",
-                "--real-node",
-                "a",
-            ]
-        )
-        == 2
-    )
+    assert main(_up_real(state, "a")) == 2
     err = capsys.readouterr().err.strip()
     assert "--real-node a: this machine cannot run containers" in err
     assert "is under /var/log" in err
@@ -107,21 +106,7 @@ def test_a_real_node_s_longer_socket_paths_are_checked(
     tail = "/nodes/n/plugins/gpu-slicer.io/dra.sock"
     state = base / ("d" * (107 - len(str(base)) - 1 - len(tail)))  # the stand-in's fit exactly
     assert len(str(state) + tail) == 107
-    assert (
-        main(
-            [
-                "sandbox",
-                "up",
-                "--state-dir",
-                str(state),
-                "--node",
-                "n=H100-80GB:1",
-                "--real-node",
-                "n",
-            ]
-        )
-        == 2
-    )
+    assert main(_up_real(state, "n")) == 2
     err = capsys.readouterr().err.strip()
     assert "socket paths would be 115 bytes" in err
     assert not state.exists()
