@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +40,15 @@ def test_the_cgroup_root_is_made_everywhere_and_removed_with_what_runs_in_it() -
     assert left == []
     assert child.wait(10) == -signal.SIGKILL
     assert not any((h / name).exists() for h in node_host.every_cgroup_mount())
+
+
+def test_preflight_names_what_the_machine_lacks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(node_host.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(node_host, "CNI_BIN_DIRS", (tmp_path / "cni",))
+    monkeypatch.setattr(node_host, "COMMANDS", ("gpu-slicer-no-such-command",))
+    problems = node_host.preflight(tmp_path / "sb")
+    assert problems[:1] == ["it needs root (mounts, device nodes, cgroups)"]
+    assert "missing commands: gpu-slicer-no-such-command" in problems
+    assert any(p.startswith("no CNI plugins (bridge, host-local, loopback)") for p in problems)
