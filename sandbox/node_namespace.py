@@ -10,10 +10,11 @@ keeps alive (``python -m sandbox.node_namespace SPEC``). Inside it, and only the
   devices with the driver's numbers but no driver behind them: the CDI library can stat them and
   runc can create them in containers and allow them in the device cgroup, which is all the
   runtime does with a GPU; nothing opens them. The GPU itself stays simulated.
-* ``/run``, ``/var/lib`` and ``/var/log`` are empty tmpfs, with the sandbox's folders bound where
-  the node keeps state it insists on fixed paths for (``/var/log/pods``; containerd's shim
-  sockets under ``/run/containerd``; the kubelet's ``/var/lib/kubelet/device-plugins``): the
-  host's folders are neither read nor created.
+* ``/run``, ``/var/lib`` and ``/var/log`` are empty tmpfs: what the node keeps at fixed paths
+  whatever its settings (containerd's shim sockets under ``/run/containerd/s``, the kubelet's
+  ``/var/lib/kubelet/device-plugins`` and ``/var/log/containers``) lands there; the host's
+  folders are neither read nor created. (Container logs go to the state folder: the kubelet's
+  ``podLogsDir``.)
 * the kernel settings the kubelet writes at start (``vm.overcommit_memory``,
   ``kernel.panic``, ...) are regular files bound over their ``/proc/sys`` entries, holding the
   host's values: the kubelet reads and writes them as usual, the host keeps its own.
@@ -82,8 +83,6 @@ class NamespaceSpec:
     """A folder of the sandbox's for the /dev copy and the kernel-setting files."""
     ready_file: str
     devices: list[DeviceNode]
-    binds: list[tuple[str, str]]
-    """(sandbox folder, path inside a shadowed folder) pairs, bound after shadowing."""
     shadowed: tuple[str, ...] = SHADOWED
     sysctls: tuple[str, ...] = KUBELET_SYSCTLS
 
@@ -98,7 +97,6 @@ class NamespaceSpec:
             work_dir=data["work_dir"],
             ready_file=data["ready_file"],
             devices=[DeviceNode(**d) for d in data["devices"]],
-            binds=[(a, b) for a, b in data["binds"]],
             shadowed=tuple(data["shadowed"]),
             sysctls=tuple(data["sysctls"]),
         )
@@ -202,10 +200,6 @@ def set_up(spec: NamespaceSpec) -> None:
     for folder in spec.shadowed:
         if Path(folder).is_dir():
             _mount("-t", "tmpfs", "-o", "mode=755", "tmpfs", folder)
-    for source, target in spec.binds:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        Path(source).mkdir(parents=True, exist_ok=True)
-        _mount("--bind", source, target)
     _shadow_sysctls(work, spec.sysctls)
 
 

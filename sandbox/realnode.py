@@ -361,7 +361,7 @@ class RealNode:
         self.name = name
         self.gpus = gpus
         self.state_dir = state_dir.resolve()  # containerd and the kubelet want absolute paths
-        self.folder = state_dir / "nodes" / name
+        self.folder = self.state_dir / "nodes" / name
         self.parts = parts
         self.kubeconfig = kubeconfig
         self.client_ca = client_ca
@@ -376,6 +376,7 @@ class RealNode:
         self.containerd: Component | None = None
         self.kubelet: Component | None = None
         self._cgroups_made = False
+        self.healthz_port = 0
 
     # paths the agent and the tests use
     @property
@@ -434,7 +435,6 @@ class RealNode:
             work_dir=str(work),
             ready_file=str(ready),
             devices=nvidia_device_nodes(gpu_count, minors),
-            binds=[],
         )
         self.holder = Component(
             f"namespace-{self.name}",

@@ -20,7 +20,6 @@ def _spec(tmp_path: Path) -> Path:
         work_dir=str(tmp_path / "ns"),
         ready_file=str(tmp_path / "ready"),
         devices=nvidia_device_nodes(1, [3, 4]),
-        binds=[],
     )
     (tmp_path / "ns").mkdir()
     return spec.write(tmp_path / "spec.json")
