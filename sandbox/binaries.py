@@ -13,6 +13,8 @@ Layout of the cache (``$GPU_SLICER_CACHE``, else ``$XDG_CACHE_HOME/gpu-slicer``,
 
     kube/v1.36.3/{kube-apiserver,kube-scheduler,kube-controller-manager}
     tools/<hash of our Go sources>/{etcd,cdi-inject}
+    kubelet/v1.36.3/kubelet                      the real node's (same module and release)
+    containerd/v2.4.2/{containerd,containerd-shim-runc-v2,ctr}   ``sandbox/go/containerd``
 
 A folder is complete when its ``build.json`` exists; builds go to a temporary folder renamed into
 place, under a file lock, so two builds never mix and an interrupted one leaves nothing behind.
@@ -51,6 +53,12 @@ GO_DIR = Path(__file__).with_name("go")
 KUBE_MODULE = GO_DIR / "kube"
 """Requires k8s.io/kubernetes only: nothing of ours changes how the control plane builds."""
 HELPERS_MODULE = GO_DIR / "helpers"
+CONTAINERD_MODULE = GO_DIR / "containerd"
+"""Pins containerd 2.x (CDI built in); its own module, so its dependencies never meet ours."""
+CONTAINERD_PACKAGE = "github.com/containerd/containerd/v2"
+CONTAINERD_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr")
+CONTAINERD_TAGS = "no_btrfs no_devmapper"
+"""Leaves out the snapshotters that need C headers; the real node uses overlayfs."""
 _STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.M)
 
 
@@ -116,6 +124,48 @@ def ensure_tools(*, cache: Path | None = None, progress: Progress = print) -> Pa
     return _ensure_tools(cache or cache_root(), progress)
 
 
+def ensure_kubelet(
+    version: str = DEFAULT_MINOR, *, cache: Path | None = None, progress: Progress = print
+) -> Path:
+    """The kubelet of ``version``, from the control plane's module (cached or built now)."""
+    release = release_for(version)
+    cache = cache or cache_root()
+
+    def build(go: str, target: Path) -> None:
+        _build_kube_commands(go, release, ["kubelet"], target, f"kubelet {release}", progress)
+
+    return build_once(cache / "kubelet" / release, build) / "kubelet"
+
+
+def containerd_version() -> str:
+    """The containerd release ``sandbox/go/containerd/go.mod`` pins."""
+    text = (CONTAINERD_MODULE / "go.mod").read_text()
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(CONTAINERD_PACKAGE)}\s+(v\S+)", text, re.M)
+    if match is None:
+        raise BuildError(f"{CONTAINERD_MODULE / 'go.mod'} does not require {CONTAINERD_PACKAGE}")
+    return match.group(1)
+
+
+def ensure_containerd(*, cache: Path | None = None, progress: Progress = print) -> Path:
+    """The folder with containerd, its runc shim and ctr (cached or built now)."""
+    version = containerd_version()
+
+    def build(go: str, target: Path) -> None:
+        _build(
+            go,
+            CONTAINERD_MODULE,
+            [f"{CONTAINERD_PACKAGE}/cmd/{c}" for c in CONTAINERD_COMMANDS],
+            target,
+            f"-s -w -X {CONTAINERD_PACKAGE}/version.Version={version}",
+            f"containerd {version}",
+            progress,
+            extra={"release": version},
+            tags=CONTAINERD_TAGS,
+        )
+
+    return build_once((cache or cache_root()) / "containerd" / version, build)
+
+
 def _check_user_dir(folder: Path) -> Path:
     missing = [c for c in KUBE_COMMANDS if not os.access(folder / c, os.X_OK)]
     if not folder.is_dir() or missing:
@@ -139,22 +189,29 @@ def go_toolchain() -> str:
 
 def _ensure_kube(release: str, cache: Path, progress: Progress) -> Path:
     def build(go: str, target: Path) -> None:
-        work = target.parent / f".{release}.module"
-        module = KUBE_MODULE if release == PINNED else _repinned_module(go, release, work, progress)
-        packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
-        _build(
-            go,
-            module,
-            packages,
-            target,
-            _version_ldflags(release),
-            f"Kubernetes {release} control plane",
-            progress,
-            extra={"release": release},
-        )
-        shutil.rmtree(work, ignore_errors=True)
+        what = f"Kubernetes {release} control plane"
+        _build_kube_commands(go, release, list(KUBE_COMMANDS), target, what, progress)
 
-    return _cached(cache / "kube" / release, build)
+    return build_once(cache / "kube" / release, build)
+
+
+def _build_kube_commands(
+    go: str, release: str, commands: list[str], target: Path, what: str, progress: Progress
+) -> None:
+    """``k8s.io/kubernetes/cmd/<command>`` of ``release`` from our module (re-pinned if needed)."""
+    work = target.parent / f".{release}.module"
+    module = KUBE_MODULE if release == PINNED else _repinned_module(go, release, work, progress)
+    _build(
+        go,
+        module,
+        [f"k8s.io/kubernetes/cmd/{c}" for c in commands],
+        target,
+        _version_ldflags(release),
+        what,
+        progress,
+        extra={"release": release},
+    )
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _ensure_tools(cache: Path, progress: Progress) -> Path:
@@ -171,10 +228,10 @@ def _ensure_tools(cache: Path, progress: Progress) -> Path:
             extra={},
         )
 
-    return _cached(cache / "tools" / _sources_digest(), build)
+    return build_once(cache / "tools" / _sources_digest(), build)
 
 
-def _cached(target: Path, build: Callable[[str, Path], None]) -> Path:
+def build_once(target: Path, build: Callable[[str, Path], None]) -> Path:
     """``target`` once complete (its build.json exists), built under the lock if it is not."""
     if (target / "build.json").exists():
         return target
@@ -243,6 +300,7 @@ def _build(
     progress: Progress,
     *,
     extra: dict[str, str],
+    tags: str = "",
 ) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -263,6 +321,8 @@ def _build(
         ]
         if ldflags:
             command += ["-ldflags", ldflags]
+        if tags:
+            command += ["-tags", tags]
         env = dict(os.environ, CGO_ENABLED="0")
         _run_with_progress(command + packages, module, env, what, progress)
         elapsed = install(go, staging, target, started, extra)

@@ -116,6 +116,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "deploy/helm/gpu-slicer (helm from the PATH, or built with Go)",
     )
     up.add_argument(
+        "--real-node",
+        metavar="NAME",
+        help="give node NAME (one of --node) a real kubelet and containerd that run its pods' "
+        "containers, the GPUs still simulated (root, cgroups, runc and the CNI plugins needed; "
+        "kubelet and containerd built with Go into the cache on first use)",
+    )
+    up.add_argument(
         "--deploy-dir",
         type=Path,
         default=DEPLOY_DIR,
@@ -160,6 +167,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         install=args.install,
         static_layout=args.static_layout,
         gpu_slicer=args.gpu_slicer.resolve() if args.gpu_slicer else None,
+        real_node=args.real_node,
     )
 
 

@@ -213,8 +213,33 @@ class ClusterSetup:
         }
         self.core.patch_node_status(name, status)
 
-    def agent_pod(self, node: str) -> Obj:
-        """The Pod an agent's token is bound to: it stands for the DaemonSet's pod on ``node``."""
+    def wait_for_node(self, name: str, timeout_s: float = 120) -> None:
+        """Until a kubelet has registered Node ``name``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self.core.read_node(name)
+                return
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            time.sleep(0.5)
+        raise StartupError(f"the kubelet of node {name} did not register it in {timeout_s:.0f} s")
+
+    def agent_pod(self, node: str, *, runnable: bool = False) -> Obj:
+        """The Pod an agent's token is bound to: it stands for the DaemonSet's pod on ``node``.
+
+        On a real node (``runnable``) its kubelet runs it: a local busybox that sleeps, never
+        pulled, while the agent itself runs beside the node as on the other nodes.
+        """
+        container: Obj = {"name": "agent", "image": "gpu-slicer:sandbox"}
+        if runnable:
+            container = {
+                "name": "agent",
+                "image": "busybox:sandbox",
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "2147483647"],
+            }
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -231,7 +256,8 @@ class ClusterSetup:
                 "serviceAccountName": AGENT_SA,
                 "automountServiceAccountToken": False,
                 "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": "agent", "image": "gpu-slicer:sandbox"}],
+                "terminationGracePeriodSeconds": 0,
+                "containers": [container],
             },
         }
         return serialize(self.client, self.core.create_namespaced_pod(NAMESPACE, pod))  # type: ignore[arg-type]

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox.binaries import GO_DIR, Progress, _cached, _run, cache_root, install
+from sandbox.binaries import GO_DIR, Progress, _run, build_once, cache_root, install
 from sandbox.errors import BuildError
 
 MODULE = GO_DIR / "nvmlmock"
@@ -47,7 +47,7 @@ def ensure(*, cache: Path | None = None, progress: Progress = print) -> Path:
             "Go (1.26 or newer) is not on the PATH: it builds the mock NVML library the "
             "tests/nvml tier runs against (with cgo, so a C compiler too)"
         )
-    _cached(target, lambda go, folder: _build(go, folder, progress))
+    build_once(target, lambda go, folder: _build(go, folder, progress))
     return target / LIBRARY
 
 

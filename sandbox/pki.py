@@ -47,6 +47,15 @@ class Pki:
         return self.folder / "apiserver.key"
 
     @property
+    def kubelet_client_cert(self) -> Path:
+        """The apiserver's client certificate towards kubelets (logs, exec)."""
+        return self.folder / "kubelet-client.crt"
+
+    @property
+    def kubelet_client_key(self) -> Path:
+        return self.folder / "kubelet-client.key"
+
+    @property
     def sa_key(self) -> Path:
         return self.folder / "sa.key"
 
@@ -63,6 +72,8 @@ def create(folder: Path) -> Pki:
     _write_pair(ca, pki.ca_cert, pki.ca_key)
     serving = new_leaf(ca, ["127.0.0.1", "localhost", "kubernetes.default.svc"], days=_DAYS)
     _write_pair(serving, pki.serving_cert, pki.serving_key)
+    kubelet_client = _client_leaf(ca, "kube-apiserver-kubelet-client", ["system:masters"])
+    _write_pair(kubelet_client, pki.kubelet_client_cert, pki.kubelet_client_key)
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_private(
         pki.sa_key,

@@ -4,7 +4,8 @@ Real: etcd, kube-apiserver, kube-controller-manager, kube-scheduler (built from 
 Go modules), the gpu-slicer webhook (``gpu-slicer webhook serve`` under gunicorn with TLS) and
 one agent per node (``gpu-slicer agent run``), with the RBAC, admission policies and
 DeviceClasses of ``deploy/``, and the reference CDI library. Stood in: the kubelet
-(:mod:`sandbox.kubelet`, one per node) and the GPUs (the agent's simulated backend, whose state is
+(:mod:`sandbox.kubelet`, one per node, except the ``--real-node``, which gets the real kubelet and
+containerd: :mod:`sandbox.realnode`) and the GPUs (the agent's simulated backend, whose state is
 kept in ``<state>/nodes/<node>/gpus.json``).
 
 Layout of the state folder::
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client as k8s
 
 from sandbox import binaries, pki
@@ -53,6 +55,7 @@ from sandbox.errors import StartupError, UsageError
 from sandbox.kubelet import KubeletStandIn
 from sandbox.nodes import DEPLOY_DIR, NodeSpec
 from sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
+from sandbox.realnode import Parts, RealNode, runtime_toolkit_spec
 from slicer.gpuspec import parse_gpu_spec
 
 log = logging.getLogger(__name__)
@@ -85,9 +88,11 @@ class Settings:
     gpu_slicer: Path | None = None
     """The ``gpu-slicer`` command the webhook, the agents and ``certs issue`` run as (an install
     of the package, :mod:`sandbox.install`); None: this interpreter with this tree's code."""
+    real_node: str | None = None
+    """The node that gets the real kubelet and containerd (:mod:`sandbox.realnode`)."""
 
 
-def check_state_dir(folder: Path, nodes: list[NodeSpec]) -> None:
+def check_state_dir(folder: Path, nodes: list[NodeSpec], real_node: str | None = None) -> None:
     """A folder the sandbox may use: new, empty, or an old sandbox's (which it clears)."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--state-dir {folder} is a file, not a folder")
@@ -96,8 +101,14 @@ def check_state_dir(folder: Path, nodes: list[NodeSpec]) -> None:
             f"--state-dir {folder} is not empty and not a sandbox's folder; "
             "choose a new or empty folder"
         )
-    longest = max(len(n.name) for n in nodes)
-    sock = folder.resolve() / "nodes" / ("x" * longest) / "plugins" / "gpu-slicer.io" / "dra.sock"
+    root = folder.resolve() / "nodes"
+    sockets = [root / n.name / "plugins" / "gpu-slicer.io" / "dra.sock" for n in nodes]
+    if real_node is not None:  # the agent's sockets are in the kubelet's root folder
+        sockets += [
+            root / real_node / "kubelet" / "plugins" / "gpu-slicer.io" / "dra.sock",
+            root / real_node / "containerd" / "containerd.sock.ttrpc",
+        ]
+    sock = max(sockets, key=lambda path: len(str(path).encode()))
     if len(str(sock).encode()) > SOCKET_LIMIT:
         raise UsageError(
             f"--state-dir {folder}: the agents' socket paths would be "
@@ -132,6 +143,8 @@ class Sandbox:
         self.webhook: Component | None = None
         self.agents: dict[str, Component] = {}
         self.kubelets: dict[str, KubeletStandIn] = {}
+        self.real_nodes: dict[str, RealNode] = {}
+        self.node_parts: Parts | None = None
         self._clients: list[k8s.ApiClient] = []
         self.bins: binaries.Binaries | None = None
         self.helm: Path | None = None
@@ -144,7 +157,9 @@ class Sandbox:
     def check(self) -> None:
         """Every usage problem, found before anything is built, started or written."""
         settings = self.settings
-        check_state_dir(self.dir, settings.nodes)
+        if settings.real_node is not None:
+            check_real_node(settings.real_node, settings.nodes, self.dir)
+        check_state_dir(self.dir, settings.nodes, settings.real_node)
         self._ports = (
             check_port_free(settings.apiserver_port, "--apiserver-port"),
             check_port_free(settings.webhook_port, "--webhook-port"),
@@ -173,6 +188,10 @@ class Sandbox:
             from sandbox.helm import helm_binary
 
             self.helm = helm_binary()
+        if settings.real_node is not None:
+            from sandbox.realnode import ensure_parts
+
+            self.node_parts = ensure_parts(settings.k8s_version, progress=self.progress)
         self._fresh_state_dir()
         started = time.monotonic()
         credentials = pki.create(self.dir / "pki")
@@ -315,16 +334,26 @@ class Sandbox:
 
     def _start_node(self, admin: ClusterSetup, credentials: pki.Pki, node: NodeSpec) -> None:
         assert self.control_plane is not None and self.bins is not None
-        self.progress(f"adding node {node.name} with GPUs {node.gpus}")
-        admin.create_node(node.name, gpu_feature_labels(node.gpus))
+        real = node.name == self.settings.real_node
+        self.progress(f"adding {'real ' if real else ''}node {node.name} with GPUs {node.gpus}")
         folder = self.dir / "nodes" / node.name
         for sub in ("checkpoint", "cdi", "plugins", "plugins_registry", "runtime", "etc-cdi"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         toolkit = folder / "etc-cdi" / "nvidia.yaml"
-        shutil.copyfile(TOOLKIT_CDI_SPEC, toolkit)
+        registry_dir, plugins_dir = folder / "plugins_registry", folder / "plugins"
+        if real:
+            spec = yaml.safe_load(TOOLKIT_CDI_SPEC.read_text())
+            toolkit.write_text(yaml.safe_dump(runtime_toolkit_spec(spec), sort_keys=False))
+            real_node = self._start_real_node(
+                admin, credentials, node, [folder / "etc-cdi", folder / "cdi"]
+            )
+            registry_dir, plugins_dir = real_node.registry_dir, real_node.plugins_dir
+        else:
+            admin.create_node(node.name, gpu_feature_labels(node.gpus))
+            shutil.copyfile(TOOLKIT_CDI_SPEC, toolkit)
         if self.settings.static_layout is not None:
             make_layout(node, folder / "gpus.json", self.settings.static_layout)
-        pod = admin.agent_pod(node.name)
+        pod = admin.agent_pod(node.name, runnable=real)
         agent_config = pki.token_kubeconfig(
             credentials,
             self.dir / "kubeconfigs" / f"agent-{node.name}",
@@ -350,9 +379,9 @@ class Sandbox:
             "--cdi-dir",
             str(folder / "cdi"),
             "--plugins-dir",
-            str(folder / "plugins"),
+            str(plugins_dir),
             "--registry-dir",
-            str(folder / "plugins_registry"),
+            str(registry_dir),
             "--metrics-bind",
             f"127.0.0.1:{free_port()}",
             "--reconcile-interval",
@@ -365,13 +394,9 @@ class Sandbox:
         agent = Component(f"agent-{node.name}", argv, log_dir=self.dir / "logs")
         agent.start()
         self.agents[node.name] = agent
-        kubelet_config = pki.client_kubeconfig(
-            credentials,
-            self.dir / "kubeconfigs" / f"kubelet-{node.name}",
-            server=self.control_plane.server,
-            user=f"system:node:{node.name}",
-            groups=["system:nodes"],
-        )
+        if real:
+            return
+        kubelet_config = self._node_kubeconfig(credentials, node.name)
         client = api_client(kubelet_config)
         self._clients.append(client)
         kubelet = KubeletStandIn(
@@ -388,6 +413,40 @@ class Sandbox:
         kubelet.start()
         self.kubelets[node.name] = kubelet
 
+    def _node_kubeconfig(self, credentials: pki.Pki, name: str) -> Path:
+        """A kubelet's credentials: ``system:node:<name>``, so the Node authorizer applies."""
+        assert self.control_plane is not None
+        return pki.client_kubeconfig(
+            credentials,
+            self.dir / "kubeconfigs" / f"kubelet-{name}",
+            server=self.control_plane.server,
+            user=f"system:node:{name}",
+            groups=["system:nodes"],
+        )
+
+    def _start_real_node(
+        self, admin: ClusterSetup, credentials: pki.Pki, node: NodeSpec, cdi_dirs: list[Path]
+    ) -> RealNode:
+        """containerd and the kubelet, which registers the Node itself (before the agent, whose
+        ResourceSlices belong to the Node)."""
+        assert self.control_plane is not None and self.node_parts is not None
+        kubeconfig = self._node_kubeconfig(credentials, node.name)
+        real_node = RealNode(
+            node.name,
+            node.gpus,
+            state_dir=self.dir,
+            parts=self.node_parts,
+            kubeconfig=kubeconfig,
+            client_ca=credentials.ca_cert,
+            gates=self.control_plane.gates,
+            labels=gpu_feature_labels(node.gpus),
+            progress=self.progress,
+        )
+        self.real_nodes[node.name] = real_node
+        real_node.start(cdi_dirs)
+        admin.wait_for_node(node.name)
+        return real_node
+
     def _kubelet_error(self, node: str) -> Callable[[str], None]:
         return lambda message: self.progress(f"kubelet {node}: {message}")
 
@@ -398,6 +457,8 @@ class Sandbox:
         resource = k8s.ResourceV1Api(admin)
         deadline = time.monotonic() + timeout_s
         try:
+            for name in self.real_nodes:
+                self._wait_real_node(admin, name, deadline)
             for name, kubelet in self.kubelets.items():
                 agent = self.agents[name]
 
@@ -420,6 +481,31 @@ class Sandbox:
         finally:
             admin.close()  # type: ignore[no-untyped-call]
 
+    def _wait_real_node(self, admin: k8s.ApiClient, name: str, deadline: float) -> None:
+        """Until the kubelet reports its Node Ready, has registered the agent, and the agent has
+        published its ResourceSlices."""
+        real_node, agent = self.real_nodes[name], self.agents[name]
+        core, resource = k8s.CoreV1Api(admin), k8s.ResourceV1Api(admin)
+        assert real_node.kubelet is not None
+
+        def node_ready() -> bool:
+            status = core.read_node(name).status
+            conditions = (status.conditions if status else None) or []
+            return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+        def registered() -> bool:
+            return "registered with the kubelet" in agent.log_tail(400)
+
+        def published() -> bool:
+            return bool(resource.list_resource_slice(field_selector=f"spec.nodeName={name}").items)
+
+        def remaining() -> float:
+            return max(1.0, deadline - time.monotonic())
+
+        real_node.kubelet.wait_ready(node_ready, timeout_s=remaining(), what="a Ready Node")
+        agent.wait_ready(registered, timeout_s=remaining(), what="registration with the kubelet")
+        agent.wait_ready(published, timeout_s=remaining(), what="ResourceSlices")
+
     def _ready_record(self, webhook_port: int, seconds: float) -> dict[str, Any]:
         assert self.control_plane is not None and self.bins is not None
         return {
@@ -436,15 +522,30 @@ class Sandbox:
                     "gpuState": str((self.dir / "nodes" / name / "gpus.json").resolve()),
                     "runtime": str((self.dir / "nodes" / name / "runtime").resolve()),
                     "cdi": str((self.dir / "nodes" / name / "cdi").resolve()),
+                    **self._real_node_record(name),
                 }
                 for name in self.agents
             },
+        }
+
+    def _real_node_record(self, name: str) -> dict[str, Any]:
+        real_node = self.real_nodes.get(name)
+        if real_node is None:
+            return {"kubelet": "stand-in"}
+        return {
+            "kubelet": "real",
+            "containerdAddress": str(real_node.address),
+            "kubeletLog": str(self.dir.resolve() / "logs" / f"kubelet-{name}.log"),
+            "podLogs": str(real_node.pod_logs.resolve()),
+            "cgroupRoot": f"/{real_node.cgroup_root}",
         }
 
     def _components(self) -> list[Component]:
         listed = list(self.control_plane.components) if self.control_plane else []
         if self.webhook is not None:
             listed.append(self.webhook)
+        for real_node in self.real_nodes.values():
+            listed += real_node.components()
         return listed + list(self.agents.values())
 
     # --- running -------------------------------------------------------------------------
@@ -454,9 +555,11 @@ class Sandbox:
         assert self.control_plane is not None
         while not stop.wait(0.5):
             dead = self.control_plane.alive()
+            dead += [c.name for n in self.real_nodes.values() if (c := n.holder) and not c.alive()]
             if dead:
                 raise StartupError(f"{', '.join(dead)} exited; see {self.dir / 'logs'}")
-            for component in [self.webhook, *self.agents.values()]:
+            supervised = [c for n in self.real_nodes.values() for c in n.supervised()]
+            for component in [self.webhook, *self.agents.values(), *supervised]:
                 if component is None:
                     continue
                 paused = (self.dir / "paused" / component.name).exists()
@@ -487,6 +590,8 @@ class Sandbox:
         """Stops everything this sandbox started; leaves no process or socket behind."""
         for kubelet in self.kubelets.values():
             kubelet.stop()
+        for real_node in self.real_nodes.values():
+            real_node.stop()
         stop_all([*self.agents.values(), *([self.webhook] if self.webhook else [])])
         if self.control_plane is not None:
             self.control_plane.stop()
@@ -498,6 +603,22 @@ class Sandbox:
             sock.unlink(missing_ok=True)
         for name in ("ready", "sandbox.pid"):
             (self.dir / name).unlink(missing_ok=True)
+
+
+def check_real_node(name: str, nodes: list[NodeSpec], state_dir: Path) -> None:
+    """``--real-node`` names a node, and this machine can run containers."""
+    from sandbox.node_host import DEBIAN_PACKAGES, preflight
+
+    if name not in {n.name for n in nodes}:
+        raise UsageError(
+            f"--real-node {name}: no such --node (nodes: {', '.join(n.name for n in nodes)})"
+        )
+    problems = preflight(state_dir)
+    if problems:
+        raise UsageError(
+            f"--real-node {name}: this machine cannot run containers: {'; '.join(problems)} "
+            f"(Debian packages: {DEBIAN_PACKAGES})"
+        )
 
 
 def check_layout(layout_file: Path, nodes: list[NodeSpec]) -> None:

@@ -102,6 +102,13 @@ _CAP_PER_GPU = 15 * _CAP_PER_GI
 ErrorSpec = BackendError | type[BackendError] | None
 
 
+def capability_minor_range(gpu_index: int) -> range:
+    """Every capability minor the simulated driver may hand out on GPU ``gpu_index`` (GI and CI
+    access caps of its 15 GIs): the device nodes a node needs for any instance of that GPU."""
+    first = _CAP_FIRST + _CAP_PER_GPU * gpu_index
+    return range(first, first + _CAP_PER_GPU)
+
+
 def _uuid(*parts: object) -> str:
     return str(uuid.uuid5(_NAMESPACE, "/".join(str(p) for p in parts)))
 

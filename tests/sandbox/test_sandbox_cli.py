@@ -25,6 +25,7 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
         (["--k8s-version", "1.20"], "is not supported"),
         (["--gpu-slicer", "/nonexistent/bin/gpu-slicer"], "is not an executable file"),
         (["--gpu-slicer", "/"], "--gpu-slicer / is not an executable file"),
+        (["--node", "a=H100-80GB:1", "--real-node", "b"], "--real-node b: no such --node"),
     ],
     ids=[
         "no spec",
@@ -34,6 +35,7 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
         "old version",
         "no such command",
         "a folder as command",
+        "real",
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
@@ -81,3 +83,41 @@ def test_a_state_dir_too_deep_for_unix_sockets_is_refused(
     deep = tmp_path / ("d" * 90)
     assert main(["sandbox", "up", "--state-dir", str(deep)]) == 2
     assert "over the kernel's limit" in capsys.readouterr().err
+
+
+def _up_real(state: Path, node: str) -> list[str]:
+    return [
+        "sandbox",
+        "up",
+        "--state-dir",
+        str(state),
+        "--node",
+        f"{node}=H100-80GB:1",
+        "--real-node",
+        node,
+    ]
+
+
+def test_a_real_node_under_a_folder_its_namespace_replaces_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state = Path("/var/log/gs-never-created/sb")
+    assert main(_up_real(state, "a")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--real-node a: this machine cannot run containers" in err
+    assert "is under /var/log" in err
+    assert len(err.splitlines()) == 1
+    assert not state.parent.exists()
+
+
+def test_a_real_node_s_longer_socket_paths_are_checked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = Path(tempfile.mkdtemp(prefix="gs-"))
+    tail = "/nodes/n/plugins/gpu-slicer.io/dra.sock"
+    state = base / ("d" * (107 - len(str(base)) - 1 - len(tail)))  # the stand-in's fit exactly
+    assert len(str(state) + tail) == 107
+    assert main(_up_real(state, "n")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "socket paths would be 115 bytes" in err
+    assert not state.exists()

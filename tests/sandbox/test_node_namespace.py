@@ -1,0 +1,78 @@
+"""The real node's mount namespace: set up only where unshare made one, never on the host."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox import node_host
+from sandbox.node_namespace import NamespaceSpec, holder_argv, nvidia_device_nodes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spec(tmp_path: Path) -> Path:
+    spec = NamespaceSpec(
+        work_dir=str(tmp_path / "ns"),
+        ready_file=str(tmp_path / "ready"),
+        devices=nvidia_device_nodes(1, [3, 4]),
+    )
+    (tmp_path / "ns").mkdir()
+    return spec.write(tmp_path / "spec.json")
+
+
+def test_the_holder_refuses_to_run_in_its_parents_mount_namespace(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "sandbox.node_namespace", str(spec)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "refusing" in done.stderr
+    assert not (tmp_path / "ready").exists()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or node_host.find_command("unshare") is None, reason="needs root and unshare"
+)
+def test_inside_the_namespace_the_device_nodes_exist_and_the_host_keeps_its_dev_and_sysctls(
+    tmp_path: Path,
+) -> None:
+    mounts_before = Path("/proc/self/mountinfo").read_text()
+    panic_before = Path("/proc/sys/kernel/panic").read_text()
+    holder = subprocess.Popen(holder_argv(_spec(tmp_path)), cwd=ROOT, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == b"node namespace ready"
+        inside = subprocess.run(
+            [
+                "nsenter",
+                f"--target={holder.pid}",
+                "--mount",
+                "--",
+                "sh",
+                "-c",
+                "stat -c '%n %t:%T' /dev/nvidia0 /dev/nvidia-caps/nvidia-cap4; "
+                "echo 10 > /proc/sys/kernel/panic; cat /proc/sys/kernel/panic; ls /var/lib",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert inside.returncode == 0, inside.stderr
+        lines = inside.stdout.splitlines()
+        assert lines[:3] == ["/dev/nvidia0 c3:0", "/dev/nvidia-caps/nvidia-cap4 ed:4", "10"]
+        assert lines[3:] == []  # /var/lib is an empty tmpfs in there
+        assert not Path("/dev/nvidia0").exists()
+        assert Path("/proc/sys/kernel/panic").read_text() == panic_before
+    finally:
+        holder.terminate()
+        holder.wait(10)
+    assert Path("/proc/self/mountinfo").read_text() == mounts_before
