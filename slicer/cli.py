@@ -50,6 +50,7 @@ from slicer.inventory import MODES, InventoryError
 from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
 from slicer.preview import preview_pool
+from slicer.profile_filter import ProfileFilter, ProfileFilterError
 from slicer.scaling import DEGRADES_AT_NODES
 from slicer.simulated import SimulatedBackend
 
@@ -188,6 +189,12 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="advertise the static layout (no counters): create the instances this "
         "YAML file names on the simulated GPUs and list only those",
     )
+    p.add_argument(
+        "--profiles",
+        default="",
+        metavar="LIST",
+        help="only these MIG profiles (the agent's --profiles), e.g. 1g.10gb,3g.40gb or -*+me",
+    )
     p.add_argument("--generation", type=int, default=1, help="pool generation (default 1)")
     p.add_argument("--device-classes", action="store_true", help="also print the DeviceClasses")
     p.add_argument(
@@ -212,6 +219,7 @@ def run_slices(args: argparse.Namespace) -> int:
     major, minor = (int(x) for x in args.k8s_version.split("."))
     try:
         layout = StaticLayout.load(Path(args.static_layout)) if args.static_layout else None
+        profiles = _profile_filter(args.profiles, SimulatedBackend(args.gpus, node_name=args.node))
         plan = preview_pool(
             args.node,
             args.gpus,
@@ -220,6 +228,7 @@ def run_slices(args: argparse.Namespace) -> int:
             order=args.order,
             static_layout=layout,
             generation=args.generation,
+            profiles=profiles,
         )
     except (SlicerError, BackendError, InventoryError) as exc:
         return fail(str(exc))
@@ -372,6 +381,15 @@ def register_agent(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "apiserver has no partitionable devices [GPU_SLICER_STATIC_LAYOUT]",
     )
     run.add_argument(
+        "--profiles",
+        default=_env("GPU_SLICER_PROFILES", default=""),
+        metavar="LIST",
+        help="advertise only these MIG profiles (partitionable layout; the whole GPU "
+        "stays): names or patterns, '-' excludes, e.g. 1g.10gb,2g.20gb,3g.40gb,7g.80gb "
+        "or -*+me,-1g.20gb; fewer devices per node cost the scheduler less for every "
+        "DRA pod (docs/agent.md); empty: all [GPU_SLICER_PROFILES]",
+    )
+    run.add_argument(
         "--advertise",
         default=_env("GPU_SLICER_ADVERTISE", default="partitionable"),
         help="partitionable: every MIG slice the GPUs could host, with shared counters, "
@@ -464,6 +482,7 @@ def run_agent(args: argparse.Namespace) -> int:
         backend = _open_backend(args)
         api = _open_api(args)
         _check_layout(config.static_layout, backend)
+        _check_profiles(config.profiles, backend)
         agent = _build_agent(config, backend, api)
     except _Refusal as exc:
         print(f"gpu-slicer agent run: {exc}", file=sys.stderr)
@@ -484,6 +503,10 @@ def _agent_config(args: argparse.Namespace) -> tuple[AgentConfig, float]:
         layout = StaticLayout.load(args.static_layout) if args.static_layout else None
     except LayoutError as exc:
         raise _Refusal(f"--static-layout: {exc}") from exc
+    try:
+        profiles = ProfileFilter.parse(args.profiles or "")
+    except ProfileFilterError as exc:
+        raise _Refusal(f"--profiles: {exc}") from exc
     config = AgentConfig(
         node=args.node,
         checkpoint_dir=args.checkpoint_dir,
@@ -497,6 +520,7 @@ def _agent_config(args: argparse.Namespace) -> tuple[AgentConfig, float]:
         reprobe_interval_s=reprobe_interval,
         cdi_common=_common_edits(args),
         static_layout=layout,
+        profiles=profiles,
         advertise=args.advertise,
     )
     return config, lock_wait
@@ -607,6 +631,26 @@ def _check_layout(layout: StaticLayout | None, backend: GpuBackend) -> None:
         raise _Refusal(f"--static-layout: {exc}") from exc
     except BackendError as exc:
         raise _Refusal(f"cannot open the GPUs: {exc}", code=1) from exc
+
+
+def _check_profiles(profiles: ProfileFilter | None, backend: GpuBackend) -> None:
+    """``--profiles`` must leave each of the node's GPU models a profile."""
+    if profiles is None:
+        return
+    try:
+        profiles.check([model_of(info) for info in backend.gpus()])
+    except ProfileFilterError as exc:
+        raise _Refusal(str(exc)) from exc
+    except BackendError as exc:
+        raise _Refusal(f"cannot open the GPUs: {exc}", code=1) from exc
+
+
+def _profile_filter(text: str, backend: GpuBackend) -> ProfileFilter | None:
+    """``gpu-slicer slices --profiles``: parsed and checked against the simulated GPUs."""
+    profiles = ProfileFilter.parse(text)
+    if profiles is not None:
+        profiles.check([model_of(info) for info in backend.gpus()])
+    return profiles
 
 
 def _build_agent(config: AgentConfig, backend: GpuBackend, api: KubeApi) -> NodeAgent:

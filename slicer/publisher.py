@@ -59,6 +59,7 @@ from slicer.inventory import (
 )
 from slicer.layout import StaticLayout
 from slicer.ordering import OrderPolicy, RepublishLimiter, order_fingerprint
+from slicer.profile_filter import ProfileFilter
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -222,6 +223,7 @@ class SlicePublisher:
         server_version: tuple[int, int] | None = None,
         static: bool = False,
         static_layout: StaticLayout | None = None,
+        profiles: ProfileFilter | None = None,
         sleep: Callable[[float], None] = time.sleep,
         now: Callable[[], datetime] = _now,
         metrics: PublisherMetrics | None = None,
@@ -236,6 +238,7 @@ class SlicePublisher:
         self._policy = policy
         self._version = server_version
         self._static_layout = static_layout
+        self._profiles = profiles
         self._sleep = sleep
         self._now = now
         self.metrics = metrics or PublisherMetrics()
@@ -306,6 +309,7 @@ class SlicePublisher:
             allocated=allocated,
             static=self._state.static,
             static_layout=self._static_layout,
+            profiles=self._profiles,
         )
 
     def publish(
@@ -743,6 +747,7 @@ class SlicePublisher:
                 allocated=allocated,
                 static=False,
                 static_layout=self._static_layout,
+                profiles=self._profiles,
             )
         except PublishError:
             return False
