@@ -36,6 +36,7 @@ only; every control plane is stopped on exit, errors and Ctrl-C included.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -65,6 +66,7 @@ from slicer.deviceclasses import device_classes  # noqa: E402
 from slicer.identity import DRIVER  # noqa: E402
 from slicer.layout import StaticLayout  # noqa: E402
 from slicer.profile_filter import ProfileFilter  # noqa: E402
+from webhook.policy import Policy  # noqa: E402
 
 Obj = dict[str, Any]
 
@@ -103,6 +105,27 @@ def pods_for(workload: str, pods: int, nodes: int) -> int:
     if shape == "nvlink":
         return min(pods, nodes)
     return pods
+
+
+def models_policy(args: argparse.Namespace) -> Policy:
+    """The default policy with ``gpuModels`` naming the models the nodes have (``--gpus``):
+    what an admin writes so that chains name no other model's profiles."""
+    models = tuple(dict.fromkeys(part.split(":")[0] for part in args.gpus.split(",")))
+    return dataclasses.replace(Policy.default(), gpu_models=models)
+
+
+def without_quantity(spec: Obj) -> Obj:
+    """A diagnostic, not a claim the webhook writes: the same claim with its selectors'
+    memory comparison dropped, to show what that comparison costs the allocator."""
+    result: Obj = json.loads(json.dumps(spec))
+    cut = ' && "memory" in device.capacity'
+    for request in result["devices"]["requests"]:
+        for alternative in request.get("firstAvailable") or [request.get("exactly") or {}]:
+            for selector in alternative.get("selectors") or ():
+                if cut not in selector["cel"]["expression"]:
+                    raise ValueError("the memory claim no longer compares quantities here")
+                selector["cel"]["expression"] = selector["cel"]["expression"].split(cut)[0]
+    return result
 
 
 def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResult]:
@@ -149,6 +172,16 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
         run("plain", plain, "plain-gs")
         for shape, (resources, annotations) in SHAPES.items():
             run(shape, claim_spec_for([resources], annotations=annotations))
+        for shape in ("fallback", "memory"):
+            resources, annotations = SHAPES[shape]
+            spec = claim_spec_for([resources], annotations=annotations, policy=models_policy(args))
+            run(shape, spec, f"{shape}-models")
+        resources, annotations = SHAPES["memory"]
+        run(
+            "memory",
+            without_quantity(claim_spec_for([resources], annotations=annotations)),
+            "memory-noquantity",
+        )
         if args.static:
             cluster.delete_slices(DRIVER)
             static = [
@@ -194,7 +227,7 @@ def table(rows: list[tuple[str, int, list[RunResult]]]) -> str:
         for r in results:
             base = rate.get("plain")
             shape, dash, variant = r.workload.partition("-")
-            single = rate.get(f"single{dash}{variant}")
+            single = rate.get(f"single{dash}{variant}") or rate.get("single")
             vs_plain = f"{r.pods_per_s / base:.2f}" if base else "-"
             vs_single = (
                 f"{r.pods_per_s / single:.2f}" if single and shape in ("memory", "fallback") else ""
