@@ -481,8 +481,7 @@ def run_agent(args: argparse.Namespace) -> int:
         lock = _lock(args.checkpoint_dir, lock_wait)
         backend = _open_backend(args)
         api = _open_api(args)
-        _check_layout(config.static_layout, backend)
-        _check_profiles(config.profiles, backend)
+        _check_layout(config.static_layout, backend, config.profiles)
         agent = _build_agent(config, backend, api)
     except _Refusal as exc:
         print(f"gpu-slicer agent run: {exc}", file=sys.stderr)
@@ -621,24 +620,21 @@ def _api(args: argparse.Namespace) -> KubeApi:
     return RealKubeApi.from_config(args.kubeconfig)
 
 
-def _check_layout(layout: StaticLayout | None, backend: GpuBackend) -> None:
-    """The static layout must fit the GPUs found (a flag checked against the node)."""
-    if layout is None:
+def _check_layout(
+    layout: StaticLayout | None, backend: GpuBackend, profiles: ProfileFilter | None = None
+) -> None:
+    """The static layout and ``--profiles`` must fit the GPUs found (flags checked against the
+    node)."""
+    if layout is None and profiles is None:
         return
     try:
-        layout.check([model_of(info) for info in backend.gpus()])
+        models = [model_of(info) for info in backend.gpus()]
+        if layout is not None:
+            layout.check(models)
+        if profiles is not None:
+            profiles.check(models)
     except LayoutError as exc:
         raise _Refusal(f"--static-layout: {exc}") from exc
-    except BackendError as exc:
-        raise _Refusal(f"cannot open the GPUs: {exc}", code=1) from exc
-
-
-def _check_profiles(profiles: ProfileFilter | None, backend: GpuBackend) -> None:
-    """``--profiles`` must leave each of the node's GPU models a profile."""
-    if profiles is None:
-        return
-    try:
-        profiles.check([model_of(info) for info in backend.gpus()])
     except ProfileFilterError as exc:
         raise _Refusal(str(exc)) from exc
     except BackendError as exc:
