@@ -14,7 +14,9 @@ in that one run, one after the other on the same nodes:
    ``1g.10gb,2g.20gb,3g.40gb``), ``memory`` (``gpu-slicer.io/gpu-memory: 20Gi``), ``whole``
    (``nvidia.com/gpu: 1``), ``nvlink`` (``nvidia.com/gpu: 2``, NVLink first);
 5. with ``--static``: the same nodes in the static layout (the agent's ``--publish static``
-   mode: the layout's instances only, no counters), ``plain-static`` and the shapes again.
+   mode: the layout's instances only, no counters), ``plain-static`` and the shapes again;
+6. with ``--profiles LIST``: the partitionable layout again with only those profiles (the
+   agent's ``--profiles``), ``plain-profiles`` and the shapes again (``single-profiles``...).
 
 Each run creates its pods held by a scheduling gate, each with its own ResourceClaim, releases
 them together and times until every pod is bound (or ``--timeout`` passed: pods/s is then what
@@ -23,8 +25,8 @@ next (pods deleted, claims deallocated by the controller manager). Ratios within
 figures to trust on a shared machine; absolute rates move with the host.
 
     python bench/bench_scheduler.py [--versions 1.36,1.37] [--nodes 20,100,250] [--pods 100]
-        [--gpus A100-80GB:8] [--timeout 60] [--static] [--workloads plain,single,...]
-        [--json FILE]
+        [--gpus A100-80GB:8] [--timeout 60] [--static] [--profiles LIST]
+        [--workloads plain,single,...] [--json FILE]
 
 On 1.35 the DRAPartitionableDevices gate (alpha, off by default) is turned on for the run.
 Builds each release's binaries into the cache on first use (``sandbox.binaries``); loopback
@@ -34,6 +36,7 @@ only; every control plane is stopped on exit, errors and Ctrl-C included.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -62,6 +65,8 @@ from sim.agreement import claim_spec_for  # noqa: E402
 from slicer.deviceclasses import device_classes  # noqa: E402
 from slicer.identity import DRIVER  # noqa: E402
 from slicer.layout import StaticLayout  # noqa: E402
+from slicer.profile_filter import ProfileFilter  # noqa: E402
+from webhook.policy import Policy  # noqa: E402
 
 Obj = dict[str, Any]
 
@@ -92,13 +97,35 @@ STATIC_LAYOUT = StaticLayout.from_mapping(
 
 def pods_for(workload: str, pods: int, nodes: int) -> int:
     """Fewer pods where each takes whole GPUs, so that every run fits the free devices."""
-    if workload == "whole":
-        return min(pods, 2 * nodes)
-    if workload == "nvlink":
-        return min(pods, nodes)
     if workload == "memory-static":
         return min(pods, 2 * nodes)  # STATIC_LAYOUT holds four 3g.40gb per node
+    shape = workload.partition("-")[0]
+    if shape == "whole":
+        return min(pods, 2 * nodes)
+    if shape == "nvlink":
+        return min(pods, nodes)
     return pods
+
+
+def models_policy(args: argparse.Namespace) -> Policy:
+    """The default policy with ``gpuModels`` naming the models the nodes have (``--gpus``):
+    what an admin writes so that chains name no other model's profiles."""
+    models = tuple(dict.fromkeys(part.split(":")[0] for part in args.gpus.split(",")))
+    return dataclasses.replace(Policy.default(), gpu_models=models)
+
+
+def without_quantity(spec: Obj) -> Obj:
+    """A diagnostic, not a claim the webhook writes: the same claim with its selectors'
+    memory comparison dropped, to show what that comparison costs the allocator."""
+    result: Obj = json.loads(json.dumps(spec))
+    cut = ' && "memory" in device.capacity'
+    for request in result["devices"]["requests"]:
+        for alternative in request.get("firstAvailable") or [request.get("exactly") or {}]:
+            for selector in alternative.get("selectors") or ():
+                if cut not in selector["cel"]["expression"]:
+                    raise ValueError("the memory claim no longer compares quantities here")
+                selector["cel"]["expression"] = selector["cel"]["expression"].split(cut)[0]
+    return result
 
 
 def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResult]:
@@ -145,6 +172,16 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
         run("plain", plain, "plain-gs")
         for shape, (resources, annotations) in SHAPES.items():
             run(shape, claim_spec_for([resources], annotations=annotations))
+        for shape in ("fallback", "memory"):
+            resources, annotations = SHAPES[shape]
+            spec = claim_spec_for([resources], annotations=annotations, policy=models_policy(args))
+            run(shape, spec, f"{shape}-models")
+        resources, annotations = SHAPES["memory"]
+        run(
+            "memory",
+            without_quantity(claim_spec_for([resources], annotations=annotations)),
+            "memory-noquantity",
+        )
         if args.static:
             cluster.delete_slices(DRIVER)
             static = [
@@ -158,6 +195,17 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             for shape in ("single", "fallback", "memory"):
                 resources, annotations = SHAPES[shape]
                 run(shape, claim_spec_for([resources], annotations=annotations), f"{shape}-static")
+        if args.profiles:
+            cluster.delete_slices(DRIVER)
+            kept = ProfileFilter.parse(args.profiles)
+            fewer = {n: gpu_slicer_slices(n, args.gpus, server, profiles=kept) for n in names}
+            cluster.create_all([s for n in names for s in fewer[n]])
+            _say(f"  profiles {args.profiles}: {device_count(fewer[names[0]])} devices per node")
+            time.sleep(2)
+            run("plain", plain, "plain-profiles")
+            for shape, (resources, annotations) in SHAPES.items():
+                spec = claim_spec_for([resources], annotations=annotations)
+                run(shape, spec, f"{shape}-profiles")
     finally:
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
@@ -178,13 +226,11 @@ def table(rows: list[tuple[str, int, list[RunResult]]]) -> str:
         rate = {r.workload: r.pods_per_s for r in results}
         for r in results:
             base = rate.get("plain")
-            single = rate.get("single-static" if r.workload.endswith("-static") else "single")
+            shape, dash, variant = r.workload.partition("-")
+            single = rate.get(f"single{dash}{variant}") or rate.get("single")
             vs_plain = f"{r.pods_per_s / base:.2f}" if base else "-"
             vs_single = (
-                f"{r.pods_per_s / single:.2f}"
-                if single
-                and r.workload in ("memory", "fallback", "memory-static", "fallback-static")
-                else ""
+                f"{r.pods_per_s / single:.2f}" if single and shape in ("memory", "fallback") else ""
             )
             partial = "" if r.bound == r.released else f" ({r.bound}/{r.released})"
             out.append(
@@ -202,6 +248,13 @@ def main() -> int:
     parser.add_argument("--gpus", default="A100-80GB:8", help="GPUs per node (default A100-80GB:8)")
     parser.add_argument("--timeout", type=float, default=60, help="seconds per run at most")
     parser.add_argument("--static", action="store_true", help="also measure the static layout")
+    parser.add_argument(
+        "--profiles",
+        default="",
+        metavar="LIST",
+        help="also measure the partitionable layout with only these profiles "
+        "(the agent's --profiles, e.g. 1g.10gb,2g.20gb,3g.40gb,7g.80gb)",
+    )
     parser.add_argument("--workloads", default="", help="only these runs (comma-separated)")
     parser.add_argument(
         "--plain-driver",

@@ -37,6 +37,7 @@ from sandbox.process import free_port
 from slicer.identity import RESOURCE_API
 from slicer.layout import StaticLayout
 from slicer.preview import preview_pool
+from slicer.profile_filter import ProfileFilter
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -109,10 +110,13 @@ def gpu_slicer_slices(
     server_version: tuple[int, int],
     *,
     static_layout: StaticLayout | None = None,
+    profiles: ProfileFilter | None = None,
 ) -> list[Obj]:
     """The ResourceSlices gpu-slicer's agent publishes on ``node`` (partitionable, or the static
-    layout when one is given)."""
-    plan = preview_pool(node, gpus, server_version=server_version, static_layout=static_layout)
+    layout when one is given; only ``profiles`` when given, as the agent's ``--profiles``)."""
+    plan = preview_pool(
+        node, gpus, server_version=server_version, static_layout=static_layout, profiles=profiles
+    )
     return [dict(s) for s in plan.slices]
 
 

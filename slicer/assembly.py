@@ -32,6 +32,7 @@ from slicer.layout import StaticLayout
 from slicer.mig_mode import GpuMode, MigModeManager
 from slicer.ordering import RepublishLimiter
 from slicer.plugin import DraDriver, PluginServer
+from slicer.profile_filter import ProfileFilter
 from slicer.publisher import SlicePublisher
 from slicer.reconciler import NodeView, Reconciler, Republish
 from slicer.state import DeviceState
@@ -73,6 +74,8 @@ class AgentConfig:
     """The edits every claim's CDI spec carries (the NVIDIA Container Toolkit's, when found)."""
     static_layout: StaticLayout | None = None
     """Which existing instances the static layout (no counters) advertises besides the agent's."""
+    profiles: ProfileFilter | None = None
+    """The MIG profiles advertised in the partitionable layout; None: every profile."""
     advertise: Advertise = "partitionable"
     """``partitionable``: every slice the GPUs could host, with counters (falling back to the
     static layout on its own when the apiserver drops counters); ``static``: always the static
@@ -165,6 +168,7 @@ def assemble(
             recheck_interval_s=config.reprobe_interval_s or None,
             static=config.advertise == "static",
             static_layout=config.static_layout,
+            profiles=config.profiles,
             clock=clock,
         )
         republish = _publishing(publisher, feed)

@@ -42,6 +42,7 @@ from slicer.inventory import KUBERNETES_VERSIONS, MODES, InventoryError
 from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
 from slicer.preview import preview_pool
+from slicer.profile_filter import ProfileFilter, ProfileFilterError
 from slicer.scaling import DEGRADES_AT_NODES
 from slicer.settings import (
     BACKENDS,
@@ -181,6 +182,12 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="advertise the static layout (no counters): create the instances this "
         "YAML file names on the simulated GPUs and list only those",
     )
+    p.add_argument(
+        "--profiles",
+        default="",
+        metavar="LIST",
+        help="only these MIG profiles (the agent's --profiles), e.g. 1g.10gb,3g.40gb or -*+me",
+    )
     p.add_argument("--generation", type=int, default=1, help="pool generation (default 1)")
     p.add_argument("--device-classes", action="store_true", help="also print the DeviceClasses")
     p.add_argument(
@@ -205,6 +212,7 @@ def run_slices(args: argparse.Namespace) -> int:
     major, minor = (int(x) for x in args.k8s_version.split("."))
     try:
         layout = StaticLayout.load(Path(args.static_layout)) if args.static_layout else None
+        profiles = _profile_filter(args.profiles, SimulatedBackend(args.gpus, node_name=args.node))
         plan = preview_pool(
             args.node,
             args.gpus,
@@ -212,6 +220,7 @@ def run_slices(args: argparse.Namespace) -> int:
             mode=args.mode,
             order=args.order,
             static_layout=layout,
+            profiles=profiles,
             generation=args.generation,
         )
     except (SlicerError, BackendError, InventoryError) as exc:
@@ -338,6 +347,16 @@ _AGENT_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         },
     ),
     (
+        "--profiles",
+        {
+            "metavar": "LIST",
+            "help": "advertise only these MIG profiles (partitionable layout; the whole GPU "
+            "stays): names or patterns, '-' excludes, e.g. 1g.10gb,2g.20gb,3g.40gb,7g.80gb or "
+            "-*+me,-1g.20gb; fewer devices per node cost the scheduler less for every DRA pod "
+            "(docs/agent.md); empty: all",
+        },
+    ),
+    (
         "--lock-wait",
         {
             "type": float_or_text,
@@ -461,7 +480,7 @@ def run_agent(args: argparse.Namespace) -> int:
         lock = _lock(settings.checkpoint_dir, settings.seconds("lock_wait"))
         backend = _open_backend(settings)
         api = _open_api(settings)
-        _check_layout(config.static_layout, backend)
+        _check_layout(config.static_layout, backend, config.profiles)
         agent = _build_agent(config, backend, api)
     except _Refusal as exc:
         print(f"gpu-slicer agent run: {exc}", file=sys.stderr)
@@ -483,6 +502,10 @@ def _agent_config(settings: AgentSettings) -> AgentConfig:
         layout = StaticLayout.load(settings.static_layout) if settings.static_layout else None
     except LayoutError as exc:
         raise _Refusal(f"--static-layout: {exc}") from exc
+    try:
+        profiles = ProfileFilter.parse(settings.profiles)
+    except ProfileFilterError as exc:
+        raise _Refusal(f"--profiles: {exc}") from exc
     return AgentConfig(
         node=settings.node,
         checkpoint_dir=settings.checkpoint_dir,
@@ -497,6 +520,7 @@ def _agent_config(settings: AgentSettings) -> AgentConfig:
         cdi_common=_common_edits(settings),
         static_layout=layout,
         advertise=settings.advertise,
+        profiles=profiles,
     )
 
 
@@ -595,16 +619,33 @@ def _api(settings: AgentSettings) -> KubeApi:
     return RealKubeApi.from_config(settings.kubeconfig)
 
 
-def _check_layout(layout: StaticLayout | None, backend: GpuBackend) -> None:
-    """The static layout must fit the GPUs found (a flag checked against the node)."""
-    if layout is None:
+def _check_layout(
+    layout: StaticLayout | None, backend: GpuBackend, profiles: ProfileFilter | None = None
+) -> None:
+    """The static layout and ``--profiles`` must fit the GPUs found (flags checked against the
+    node)."""
+    if layout is None and profiles is None:
         return
     try:
-        layout.check([model_of(info) for info in backend.gpus()])
+        models = [model_of(info) for info in backend.gpus()]
+        if layout is not None:
+            layout.check(models)
+        if profiles is not None:
+            profiles.check(models)
     except LayoutError as exc:
         raise _Refusal(f"--static-layout: {exc}") from exc
+    except ProfileFilterError as exc:
+        raise _Refusal(str(exc)) from exc
     except BackendError as exc:
         raise _Refusal(f"cannot open the GPUs: {exc}", code=1) from exc
+
+
+def _profile_filter(text: str, backend: GpuBackend) -> ProfileFilter | None:
+    """``gpu-slicer slices --profiles``: parsed and checked against the simulated GPUs."""
+    profiles = ProfileFilter.parse(text)
+    if profiles is not None:
+        profiles.check([model_of(info) for info in backend.gpus()])
+    return profiles
 
 
 def _build_agent(config: AgentConfig, backend: GpuBackend, api: KubeApi) -> NodeAgent:

@@ -67,6 +67,7 @@ from slicer.identity import (
 )
 from slicer.layout import StaticLayout
 from slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
+from slicer.profile_filter import ProfileFilter
 
 Obj = dict[str, Any]
 
@@ -282,9 +283,17 @@ _UNKNOWN = catalog.whole_only_model("unknown")
 
 
 def advertise_gpu(
-    state: GpuState, *, static: bool = False, static_layout: StaticLayout | None = None
+    state: GpuState,
+    *,
+    static: bool = False,
+    static_layout: StaticLayout | None = None,
+    profiles: ProfileFilter | None = None,
+    keep: frozenset[DeviceSpec] = frozenset(),
 ) -> GpuAdvert:
-    """The counter set and devices of one GPU (before ordering and packing)."""
+    """The counter set and devices of one GPU (before ordering and packing); ``profiles``
+    leaves out the MIG profiles the admin did not list (partitionable layout only), except
+    the agent's own instances and the devices in ``keep`` (allocated): a claim holds them, and
+    the scheduler counts their counters only while they are listed."""
     model = state.model
     mode = effective_mode(state.mode, model)
     if static:
@@ -314,8 +323,11 @@ def advertise_gpu(
             )
         )
     for profile in model.profiles:
+        listed = profiles is None or profiles.allows(profile.name)
         for start in profile.starts:
             if blocked.intersection(profile.covers(start)):
+                continue
+            if not listed and not _held(SliceSpec(state.index, profile.name, start), state, keep):
                 continue
             if foreign_placements and not catalog.is_valid(
                 model, [*foreign_placements, (profile.name, start)]
@@ -326,6 +338,10 @@ def advertise_gpu(
                 _device(state, spec, model, profile, profile_consumption(profile, start), set_name)
             )
     return GpuAdvert(state.index, counters, tuple(devices))
+
+
+def _held(spec: SliceSpec, state: GpuState, keep: frozenset[DeviceSpec]) -> bool:
+    return spec in state.owned or spec in keep
 
 
 def _advertise_static(
@@ -504,12 +520,22 @@ def plan_pool(
     allocated: Sequence[DeviceSpec] = (),
     static: bool = False,
     static_layout: StaticLayout | None = None,
+    profiles: ProfileFilter | None = None,
 ) -> PoolPlan:
     """Build the ResourceSlices of ``node``'s pool: advertise, order, pack, render."""
     layout = slice_layout(server_version)
     limits = limits_for(server_version)
     order_policy = get_policy(policy) if isinstance(policy, str) else policy
-    adverts = [advertise_gpu(g, static=static, static_layout=static_layout) for g in gpus]
+    adverts = [
+        advertise_gpu(
+            g,
+            static=static,
+            static_layout=static_layout,
+            profiles=profiles,
+            keep=frozenset(allocated),
+        )
+        for g in gpus
+    ]
     by_name = {d.name: d for a in adverts for d in a.devices}
     ordered_candidates = order_policy.order(
         [d.candidate for d in by_name.values()], occupancy(gpus, allocated)

@@ -11,6 +11,7 @@ from slicer import catalog
 from slicer.devices import SliceSpec
 from slicer.inventory import GpuState, Mode, PoolPlan, default_mode, plan_pool
 from slicer.layout import StaticLayout
+from slicer.profile_filter import ProfileFilter
 from slicer.simulated import SimulatedBackend
 
 
@@ -23,9 +24,11 @@ def preview_pool(
     order: str = "best-fit",
     static_layout: StaticLayout | None = None,
     generation: int = 1,
+    profiles: ProfileFilter | None = None,
 ) -> PoolPlan:
     """The pool of ``node`` with simulated ``gpus`` (``A100-80GB:8``). With ``static_layout``
-    the layout's instances are created first and only they are advertised, without counters.
+    the layout's instances are created first and only they are advertised, without counters;
+    ``profiles`` keeps only the MIG profiles the agent's ``--profiles`` would.
 
     Raises :class:`slicer.errors.SlicerError` (bad spec, a layout the GPUs cannot hold) or
     :class:`slicer.inventory.InventoryError`."""
@@ -54,6 +57,7 @@ def preview_pool(
         policy=order,
         static=static_layout is not None,
         static_layout=static_layout,
+        profiles=profiles,
     )
 
 

@@ -58,6 +58,7 @@ from slicer.inventory import (
 )
 from slicer.layout import StaticLayout
 from slicer.ordering import OrderPolicy, RepublishLimiter, order_fingerprint
+from slicer.profile_filter import ProfileFilter
 from slicer.retry import RetrySettings, retrying
 
 Obj = dict[str, Any]
@@ -141,6 +142,7 @@ class SlicePublisher:
         server_version: tuple[int, int] | None = None,
         static: bool = False,
         static_layout: StaticLayout | None = None,
+        profiles: ProfileFilter | None = None,
         metrics: PublisherMetrics | None = None,
         retry: RetrySettings | None = None,
         limiter: RepublishLimiter | None = None,
@@ -153,6 +155,7 @@ class SlicePublisher:
         self._device_order = device_order
         self._version = server_version
         self._static_layout = static_layout
+        self._profiles = profiles
         self.metrics = metrics or PublisherMetrics()
         self._retry = retry or RetrySettings()
         self._limiter = limiter
@@ -221,6 +224,7 @@ class SlicePublisher:
             allocated=allocated,
             static=self._state.static,
             static_layout=self._static_layout,
+            profiles=self._profiles,
         )
 
     def publish(
@@ -632,6 +636,7 @@ class SlicePublisher:
                 allocated=allocated,
                 static=False,
                 static_layout=self._static_layout,
+                profiles=self._profiles,
             )
         except PublishError:
             return False

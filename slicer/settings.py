@@ -96,6 +96,9 @@ class AgentSettings(Settings):
     nvidia_ctk: str | None = None
     static_layout: Path | None = None
     advertise: Advertise = "partitionable"
+    profiles: str = ""
+    """The MIG profiles the partitionable layout advertises (:mod:`slicer.profile_filter`);
+    empty: all."""
     lock_wait: float | str = 0.0
 
     @classmethod

@@ -17,6 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from slicer.profile_filter import ProfileFilter
 from tests.support import go_tools
 from tests.support.deploy_cases import (
     DEPLOY,
@@ -263,10 +264,14 @@ def test_agent_values_reach_the_daemonset_and_the_policy_values_are_a_valid_poli
             "policy.migFallback=larger",
             "image.repository=registry.example/gpu-slicer",
             "image.tag=1.2.3",
+            "agent.profiles=-*+me\\,-1g.20gb",
         ]
     )
     daemonset = find(objects, "DaemonSet", "gpu-slicer-agent")
     spec = daemonset["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["GPU_SLICER_PROFILES"] == "-*+me,-1g.20gb"
+    assert ProfileFilter.parse(env["GPU_SLICER_PROFILES"]) == ProfileFilter((), ("*+me", "1g.20gb"))
     assert spec["nodeSelector"] == {
         "gpu-slicer.io/agent": "enabled",
         "nvidia.com/gpu.present": "true",

@@ -74,6 +74,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "GPU_SLICER_NVIDIA_CTK": "/usr/bin/nvidia-ctk",
         "GPU_SLICER_STATIC_LAYOUT": "/l.yaml",
         "GPU_SLICER_ADVERTISE": "static",
+        "GPU_SLICER_PROFILES": "-*+me",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -101,7 +102,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "/usr/bin/nvidia-ctk",
         Path("/l.yaml"),
     )
-    assert args.advertise == "static"
+    assert (args.advertise, args.profiles) == ("static", "-*+me")
     monkeypatch.setenv("GPU_SLICER_NODE", "explicit")
     assert agent_settings(build_parser().parse_args(["agent", "run"])).node == "explicit"
     flags = build_parser().parse_args(["agent", "run", "--node", "flag", "--kube", "cluster"])
@@ -129,6 +130,11 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         ),
         (["--node", "n", "--static-layout", "/nonexistent/layout.yaml"], "--static-layout"),
         (["--node", "n", "--advertise", "counters"], "--advertise 'counters' is not one of"),
+        (["--node", "n", "--profiles", "1g.10gbb"], "did you mean 1g.10gb"),
+        (
+            ["--node", "n", "--simulate-gpus", "A100-80GB:1", "--profiles", "1g.12gb"],
+            "leaves no MIG profile on this node's A100-80GB GPUs",
+        ),
     ],
     ids=[
         "no-node",
@@ -143,6 +149,8 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "two-toolkit-sources",
         "missing-layout",
         "bad-advertise",
+        "unknown-profile",
+        "no-profile-of-the-model",
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(

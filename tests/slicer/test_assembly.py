@@ -13,6 +13,7 @@ import pytest
 from kube.memory import InMemoryKubeApi
 from slicer.assembly import Advertise, AgentConfig, AgentParts, assemble, discover_modes
 from slicer.claim_cache import AllocatedDevice
+from slicer.profile_filter import ProfileFilter
 from slicer.reconciler import NodeView
 from slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE, allocate_claim
@@ -112,3 +113,19 @@ def test_a_change_wakes_the_reconciler_thread_long_before_its_interval(
 def test_gpus_start_dynamic_on_hopper_and_in_mig_slices_on_ampere() -> None:
     backend = SimulatedBackend("H100-80GB:1,A100-80GB:1", node_name=NODE)
     assert discover_modes(backend) == {0: "dynamic", 1: "mig"}
+
+
+def test_the_profiles_setting_reaches_the_published_pool(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    kept = ProfileFilter.parse("-*+me")
+    assert kept is not None
+    config = AgentConfig(
+        node=NODE, checkpoint_dir=tmp_path / "c", cdi_dir=tmp_path / "d", profiles=kept
+    )
+    parts = assemble(config, backend=backend, api=api)
+    parts.claims.sync_once()
+    parts.reconciler.reconcile_once()
+    names = [d["name"] for s in api.objects(*SLICES) for d in s["spec"].get("devices", ())]
+    assert names and not any(name.endswith(tuple(f"me-{i}" for i in range(8))) for name in names)
+    assert any("-mig-1g" in name for name in names)

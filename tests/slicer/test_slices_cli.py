@@ -213,3 +213,17 @@ def test_a_bad_version_policy_or_mode_exits_2_with_usage(
         run(["slices", "--node", "n", "--gpus", "H100-80GB", flag, value])
     assert exit_info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_profiles_lists_only_those_and_a_bad_list_exits_2_naming_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["slices", "--node", "n", "--gpus", "A100-80GB:2", "-o", "json"]
+    assert run([*base, "--profiles=-*+me,-1g.20gb"]) == 0
+    items = json.loads(capsys.readouterr().out)["items"]
+    profiles = {
+        d["attributes"]["profile"]["string"] for s in items for d in s["spec"].get("devices", [])
+    }
+    assert profiles == {"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}
+    assert run([*base, "--profiles", "1g.12gb"]) == 2
+    assert "leaves no MIG profile on this node's A100-80GB GPUs" in capsys.readouterr().err
