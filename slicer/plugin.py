@@ -12,8 +12,10 @@ Two sockets, as the kubelet expects them:
 
 :class:`DraDriver` holds the version-independent logic; each claim of a batch is handled on its
 own (in parallel, so claims on different GPUs do not wait for each other) and a failing claim
-only sets its own ``error``. A claim already prepared is answered from the checkpoint without
-the API or the GPU, so prepared claims keep working while the apiserver is unreachable.
+only sets its own ``error``. Like dra-example-driver's driver, it only converts requests and
+responses and maps errors: :meth:`slicer.state.DeviceState.prepare` answers a claim already
+prepared from the checkpoint, without the API or the GPU (it reads the claim only for a claim it
+has not prepared), so prepared claims keep working while the apiserver is unreachable.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from typing import Any
 import grpc
 
 from kube import errors as kerrors
-from slicer.checkpoint import PREPARE_COMPLETED, PreparedDevice
-from slicer.claim_cache import ClaimCache, ClaimError, our_results
+from slicer.checkpoint import PreparedDevice
+from slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_results
 from slicer.device_health import RESEND_S, TIMEOUT_S, DeviceHealth, HealthFeed
 from slicer.errors import BackendError, SlicerError
 from slicer.identity import DRIVER
@@ -108,21 +110,19 @@ class DraDriver:
         return self._each(refs, self.unprepare_one)
 
     def prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
-        entry = self.state.entry(ref.uid)
-        if entry is not None and entry.state == PREPARE_COMPLETED:
-            self.state.metrics.prepares.labels("already").inc()
-            return PrepareOutcome(devices=entry.devices)
-        try:
+        def allocation() -> list[AllocatedDevice]:
+            """Read only for a claim not prepared yet (the state answers prepared ones)."""
             claim = self.claims.get(ref.namespace, ref.name, ref.uid)
             results = our_results(claim, pool=self.pool, driver=self.driver)
             if not results:
-                return PrepareOutcome(
-                    error=(
-                        f"ResourceClaim {ref.namespace}/{ref.name} has no allocation for driver "
-                        f"{self.driver} in pool {self.pool} (not allocated yet, or to another node)"
-                    )
+                raise ClaimError(
+                    f"ResourceClaim {ref.namespace}/{ref.name} has no allocation for driver "
+                    f"{self.driver} in pool {self.pool} (not allocated yet, or to another node)"
                 )
-            devices = self.state.prepare(ref.uid, ref.namespace, ref.name, results)
+            return results
+
+        try:
+            devices = self.state.prepare(ref.uid, ref.namespace, ref.name, allocation)
         except (ClaimError, PrepareError) as exc:
             return PrepareOutcome(error=str(exc))
         except kerrors.KubeError as exc:

@@ -22,9 +22,11 @@ One pass (:meth:`Reconciler.reconcile_once`), run periodically and whenever some
    publisher's periodic version check and fallback probe): the loop then wakes after that long
    and hands over the current view even if nothing changed.
 
-Nothing with running processes is ever destroyed: every destroy goes through
-:meth:`slicer.state.DeviceState.release_entry`, which refuses busy instances; they are retried
-on the next pass.
+The reconciler observes and decides; :class:`slicer.state.DeviceState` owns the recovery state
+and carries out every repair (:meth:`~slicer.state.DeviceState.clear_if_rebooted`,
+:meth:`~slicer.state.DeviceState.adopt`, :meth:`~slicer.state.DeviceState.release_abandoned`).
+Nothing with running processes is ever destroyed: every release refuses busy instances; they are
+retried on the next pass.
 """
 
 from __future__ import annotations
@@ -42,16 +44,16 @@ from slicer.backend import GpuInfo, model_of
 from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry, PreparedDevice
 from slicer.claim_cache import ClaimCache, our_results
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
-from slicer.errors import (
-    BackendError,
-    DeviceNameError,
-    GpuLost,
-    GpuNotFound,
-    SlicerError,
-)
+from slicer.errors import BackendError, DeviceNameError, GpuLost, SlicerError
 from slicer.health import HealthTracker
 from slicer.inventory import GpuState
-from slicer.state import DeviceState, InstanceBusy, instance_at
+from slicer.state import (
+    STALE_PREPARE,
+    VANISHED_CLAIM,
+    DeviceState,
+    InstanceBusy,
+    instance_at,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +137,8 @@ class Reconciler:
         self.clock = clock
         """Monotonic clock for re-calls of the republish callable."""
         self._recall_at: float | None = None
-        self._needs_adoption = state.load_problem is not None
         if claims is None:
-            state.recovering = False  # nothing to adopt from: unknown claims are simply unknown
+            state.finish_recovery()  # nothing to adopt from: unknown claims are simply unknown
         self._wake = wake if wake is not None else threading.Event()
         self._wake.clear()  # a change before now is moot: the first pass sees it anyway
         self._pass_lock = threading.Lock()
@@ -174,12 +175,12 @@ class Reconciler:
             report.api_synced = self.claims is not None and self.claims.synced
             self.state.metrics.api_reachable.set(1 if report.api_synced else 0)
             self._check_boot(report)
-            if self._needs_adoption and report.api_synced:
+            if self.state.recovering and report.api_synced:
                 self._adopt(report)
             self._roll_back_stale(report)
             if report.api_synced:
                 self._unprepare_vanished(report)
-            self._remove_stray_cdi_specs()
+            self.state.remove_stray_cdi_specs()
             view = self._observe(report)
             self._maybe_republish(view, report)
             outcome = "error" if report.errors else "ok"
@@ -201,14 +202,9 @@ class Reconciler:
 
     def _check_boot(self, report: ReconcileReport) -> None:
         try:
-            boot_id = self.state.backend.boot_id()
+            report.rebooted = self.state.clear_if_rebooted() is not None
         except BackendError as exc:
             report.errors.append(f"boot id: {exc}")
-            return
-        if boot_id != self.state.checkpoint.boot_id:
-            cleared = self.state.clear_after_reboot(boot_id)
-            report.rebooted = True
-            self.state.metrics.drift.labels("reboot").inc(max(1, len(cleared)))
 
     def _adopt(self, report: ReconcileReport) -> None:
         assert self.claims is not None
@@ -222,19 +218,12 @@ class Reconciler:
             except (BackendError, OSError, SlicerError) as exc:
                 report.errors.append(f"adopt {uid}: {exc}")
                 return  # try again next pass
-        self._needs_adoption = False
-        self.state.recovering = False
-        if report.adopted:
-            self.state.metrics.drift.labels("adopted").inc(len(report.adopted))
+        self.state.finish_recovery(adopted=len(report.adopted))
 
     def _roll_back_stale(self, report: ReconcileReport) -> None:
-        now = self.state.clock()
-        for uid, entry in self.state.entries().items():
-            if entry.state != PREPARE_STARTED or now - entry.started_at < self.stale_after_s:
-                continue
-            if self._release(entry, report, why="stale PrepareStarted"):
-                report.rolled_back.append(uid)
-                self.state.metrics.drift.labels("stale-prepare").inc()
+        for entry in self.state.stale_entries(self.stale_after_s):
+            if self._release(entry, report, cause=STALE_PREPARE, why="stale PrepareStarted"):
+                report.rolled_back.append(entry.uid)
 
     def _unprepare_vanished(self, report: ReconcileReport) -> None:
         assert self.claims is not None
@@ -252,14 +241,13 @@ class Reconciler:
                 continue
             if entry.state == PREPARE_STARTED and claim is not None:
                 continue  # a prepare in progress for a changed allocation: it undoes itself
-            if self._release(entry, report, why="claim vanished"):
+            if self._release(entry, report, cause=VANISHED_CLAIM, why="claim vanished"):
                 report.vanished.append(uid)
-                self.state.metrics.drift.labels("vanished-claim").inc()
 
-    def _release(self, entry: ClaimEntry, report: ReconcileReport, *, why: str) -> bool:
+    def _release(self, entry: ClaimEntry, report: ReconcileReport, *, cause: str, why: str) -> bool:
         try:
-            present = self._present_instances(entry)
-            if not self.state.release_entry(entry.uid, only_if=entry):
+            present = self.state.release_abandoned(entry, cause=cause)
+            if present is None:
                 return False  # changed meanwhile (completed or unprepared): next pass decides
         except InstanceBusy as exc:
             report.busy.append(entry.uid)
@@ -272,42 +260,10 @@ class Reconciler:
             report.errors.append(f"release {entry.uid} ({why}): {exc}")
             return False
         report.orphans_destroyed += present
-        self.state.metrics.orphans_destroyed.inc(present)
         log.info(
             "released claim", extra={"claim": entry.uid, "why": why, "instances_destroyed": present}
         )
         return True
-
-    def _present_instances(self, entry: ClaimEntry) -> int:
-        count = 0
-        by_gpu: dict[int, list[MigInstance]] = {}
-        for device in entry.devices:
-            if not device.is_mig:
-                continue
-            if device.gpu_index not in by_gpu:
-                try:
-                    by_gpu[device.gpu_index] = self.state.backend.instances(device.gpu_index)
-                except GpuLost:
-                    by_gpu[device.gpu_index] = []  # the reset it needs wipes its instances
-                except GpuNotFound:
-                    if self.state.gpu_exists(device.gpu_index):
-                        raise
-                    by_gpu[device.gpu_index] = []  # the GPU left the node, its instances too
-            count += instance_at(by_gpu[device.gpu_index], device) is not None
-        return count
-
-    def _remove_stray_cdi_specs(self) -> None:
-        """CDI specs of claims the checkpoint does not know (listed before the entries are read:
-        a prepare records its entry before it writes its spec)."""
-        try:
-            on_disk = self.state.cdi.claim_uids()
-        except OSError:
-            return
-        stray = on_disk - set(self.state.entries())
-        for uid in stray:
-            self.state.cdi.remove(uid)
-        if stray:
-            log.info("removed stray CDI specs", extra={"claims": sorted(stray)})
 
     def _observe(self, report: ReconcileReport) -> NodeView:
         """The node as it is now (GPU by GPU, setting the instance metrics on the way) and the

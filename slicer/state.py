@@ -28,10 +28,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 
 from slicer import cdi
 from slicer.agent_metrics import AgentMetrics
@@ -49,11 +48,11 @@ from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
 from slicer.errors import BackendError, DeviceNameError, GpuLost, GpuNotFound, SlicerError
 from slicer.identity import UNHEALTHY_TAINT
 from slicer.inventory import DeviceTaint
+from slicer.keyed_locks import KeyedLocks
 from slicer.layout import StaticLayout
 from slicer.mig_mode import MigModeManager
 
 log = logging.getLogger(__name__)
-_Key = TypeVar("_Key", bound=Hashable)
 
 
 class PrepareError(SlicerError):
@@ -128,43 +127,6 @@ def instance_at(instances: list[MigInstance], device: PreparedDevice) -> MigInst
     return None
 
 
-@dataclass
-class _KeyedLock:
-    """A lock and how many callers hold or wait for it."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    users: int = 0
-
-
-class KeyedLocks(Generic[_Key]):
-    """One lock per key, made on first use and dropped when no caller holds or waits for it
-    (every pod brings a new claim uid: kept locks would only grow)."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[_Key, _KeyedLock] = {}
-
-    def __len__(self) -> int:
-        """How many keys some caller holds or waits for now."""
-        with self._guard:
-            return len(self._locks)
-
-    @contextmanager
-    def held(self, key: _Key) -> Iterator[None]:
-        """Holds the lock of ``key``."""
-        with self._guard:
-            keyed = self._locks.setdefault(key, _KeyedLock())
-            keyed.users += 1
-        try:
-            with keyed.lock:
-                yield
-        finally:
-            with self._guard:
-                keyed.users -= 1
-                if keyed.users == 0:
-                    del self._locks[key]
-
-
 class DeviceState:
     """The agent's prepared claims: checkpoint, instances and CDI specs kept in step."""
 
@@ -203,11 +165,11 @@ class DeviceState:
                 extra={"problem": self.load_problem},
             )
             self.metrics.checkpoint_problems.inc()
-        self.recovering = self.load_problem is not None
-        """True until the reconciler adopted the claims after an unusable checkpoint."""
+        self._recovering = self.load_problem is not None
         self.rebooted = False
+        """Whether this agent found the node rebooted since the checkpoint was written."""
         if self.checkpoint.boot_id != boot_id:
-            self.clear_after_reboot(boot_id)
+            self._clear_after_reboot(boot_id)
 
     # --- views ----------------------------------------------------------------------------
 
@@ -218,6 +180,12 @@ class DeviceState:
     def entry(self, uid: str) -> ClaimEntry | None:
         with self._lock:
             return self.checkpoint.claims.get(uid)
+
+    @property
+    def recovering(self) -> bool:
+        """True after an unusable checkpoint until :meth:`finish_recovery`: an unknown claim
+        may still own an instance."""
+        return self._recovering
 
     def taints(self, gpu_index: int) -> tuple[DeviceTaint, ...]:
         """``unhealthy=rollback-failed`` while a failed prepare's leftover instance remains on
@@ -230,17 +198,27 @@ class DeviceState:
     # --- prepare --------------------------------------------------------------------------
 
     def prepare(
-        self, uid: str, namespace: str, name: str, results: list[AllocatedDevice]
+        self,
+        uid: str,
+        namespace: str,
+        name: str,
+        results: list[AllocatedDevice] | Callable[[], list[AllocatedDevice]],
     ) -> list[PreparedDevice]:
-        """Prepare a claim's devices (idempotent); PrepareError says why it failed."""
+        """Prepare a claim's devices (idempotent); PrepareError says why it failed.
+
+        ``results`` may be a callable, called only when the claim is not prepared yet: a
+        prepared claim is answered from the checkpoint, without reading the claim from an
+        apiserver that may be unreachable. What the callable raises reaches the caller as is.
+        """
         began = time.perf_counter()
         with self.claim_locks.held(uid):
             entry = self.entry(uid)
             if entry is not None and entry.state == PREPARE_COMPLETED:
                 self.metrics.prepares.labels("already").inc()
                 return list(entry.devices)
+            allocated = results() if callable(results) else results
             try:
-                devices = self._prepare(uid, namespace, name, results, entry)
+                devices = self._prepare(uid, namespace, name, allocated, entry)
             except PrepareError:
                 self.metrics.prepares.labels("error").inc()
                 raise
@@ -556,7 +534,19 @@ class DeviceState:
 
     # --- recovery -------------------------------------------------------------------------
 
-    def clear_after_reboot(self, boot_id: str) -> list[str]:
+    def clear_if_rebooted(self) -> list[str] | None:
+        """After a reboot no instance survived: clear every entry and CDI spec, counted as
+        drift. The claim uids cleared, None when the node did not reboot. Raises
+        BackendError when the boot id cannot be read."""
+        boot_id = self.backend.boot_id()
+        with self._lock:
+            if boot_id == self.checkpoint.boot_id:
+                return None
+            cleared = self._clear_after_reboot(boot_id)
+        self.metrics.drift.labels("reboot").inc(max(1, len(cleared)))
+        return cleared
+
+    def _clear_after_reboot(self, boot_id: str) -> list[str]:
         """The node rebooted: no instance survived, so every entry and CDI spec goes."""
         with self._lock:
             uids = list(self.checkpoint.claims)
@@ -609,6 +599,74 @@ class DeviceState:
             self._put(entry.completed(tuple(done)))
             return True
 
+    def finish_recovery(self, adopted: int = 0) -> None:
+        """The rebuild after an unusable checkpoint is over (``adopted`` claims taken back, or
+        no apiserver to adopt from): a claim the checkpoint does not know now owns nothing."""
+        self._recovering = False
+        if adopted:
+            self.metrics.drift.labels("adopted").inc(adopted)
+
+    def stale_entries(self, older_than_s: float) -> list[ClaimEntry]:
+        """PrepareStarted entries at least this old: prepares that crashed and were not retried."""
+        now = self.clock()
+        return [
+            e
+            for e in self.entries().values()
+            if e.state == PREPARE_STARTED and now - e.started_at >= older_than_s
+        ]
+
+    def release_abandoned(self, entry: ClaimEntry, *, cause: str) -> int | None:
+        """Release an entry no unprepare will come for (``cause``: :data:`STALE_PREPARE` or
+        :data:`VANISHED_CLAIM`, counted as drift), if it is still exactly ``entry``.
+
+        The number of its instances destroyed; None when the entry changed meanwhile (a
+        decision taken on a snapshot must not undo a prepare that completed since). Raises
+        InstanceBusy, BackendError or OSError as :meth:`unprepare` does.
+        """
+        present = self.instances_present(entry)
+        if not self.release_entry(entry.uid, only_if=entry):
+            return None
+        self.metrics.orphans_destroyed.inc(present)
+        self.metrics.drift.labels(cause).inc()
+        return present
+
+    def instances_present(self, entry: ClaimEntry) -> int:
+        """How many of the entry's MIG instances exist now (none on a lost or departed GPU:
+        their instances are gone with it)."""
+        count = 0
+        by_gpu: dict[int, list[MigInstance]] = {}
+        for device in entry.devices:
+            if not device.is_mig:
+                continue
+            if device.gpu_index not in by_gpu:
+                try:
+                    by_gpu[device.gpu_index] = self.backend.instances(device.gpu_index)
+                except GpuLost:
+                    by_gpu[device.gpu_index] = []  # the reset it needs wipes its instances
+                except GpuNotFound:
+                    if self.gpu_exists(device.gpu_index):
+                        raise
+                    by_gpu[device.gpu_index] = []  # the GPU left the node, its instances too
+            count += instance_at(by_gpu[device.gpu_index], device) is not None
+        return count
+
+    def remove_stray_cdi_specs(self) -> set[str]:
+        """Remove CDI specs of claims the checkpoint does not know; their uids.
+
+        The specs are listed before the entries are read: a prepare records its entry before
+        it writes its spec, so a spec being written is never taken for a stray one.
+        """
+        try:
+            on_disk = self.cdi.claim_uids()
+        except OSError:
+            return set()
+        stray = on_disk - set(self.entries())
+        for uid in stray:
+            self.cdi.remove(uid)
+        if stray:
+            log.info("removed stray CDI specs", extra={"claims": sorted(stray)})
+        return stray
+
     # --- plumbing -------------------------------------------------------------------------
 
     def gpu_lock(self, gpu_index: int) -> AbstractContextManager[None]:
@@ -647,6 +705,11 @@ class DeviceState:
                 log.exception("state change callback failed")
 
 
+STALE_PREPARE = "stale-prepare"
+"""Drift cause: a PrepareStarted entry nobody retried (the prepare crashed)."""
+VANISHED_CLAIM = "vanished-claim"
+"""Drift cause: an entry whose claim was deleted, replaced or deallocated without unprepare."""
+
 ROLLBACK_FAILED = "rollback-failed"
 """The ``gpu-slicer.io/unhealthy`` taint's value on a GPU holding an instance a failed prepare
 left behind."""
@@ -668,6 +731,8 @@ def _rollback_advice(gpus: list[int]) -> str:
 
 __all__ = [
     "ROLLBACK_FAILED",
+    "STALE_PREPARE",
+    "VANISHED_CLAIM",
     "DeviceState",
     "InstanceBusy",
     "PlannedDevice",

@@ -207,6 +207,23 @@ def test_a_claim_that_cannot_be_read_gets_an_error_naming_the_apiserver(tmp_path
     driver.close()
 
 
+def test_a_prepared_claim_is_answered_without_reading_it_and_counted_once(
+    tmp_path: Path,
+) -> None:
+    api = InMemoryKubeApi()
+    agent = build_agent(SimulatedBackend("H100-80GB:1", node_name=NODE), api, tmp_path)
+    claim = allocate_claim(api, ["gpu-0-mig-1g10gb-5"])
+    [device] = agent.prepare(claim)
+    driver = DraDriver(agent.state, ClaimCache(api, pool=NODE), pool=NODE)  # reading needs a GET
+    api.fail_next("get", Unavailable("connection refused"), times=10)
+    uid, namespace, name = ref(claim)
+    outcome = driver.prepare_one(ClaimRef(namespace, uid, name))
+    assert outcome.error == "" and outcome.devices == (device,)
+    prepares = "gpu_slicer_agent_prepares_total"
+    assert agent.metrics.value(prepares, {"outcome": "already"}) == 1
+    driver.close()
+
+
 def test_the_agent_publishes_its_pool_and_taints_a_lost_gpu_until_it_recovers(
     node: Node,
 ) -> None:

@@ -16,7 +16,7 @@ from slicer.claim_cache import AllocatedDevice
 from slicer.devices import SliceSpec, WholeGpu
 from slicer.errors import BackendError, InsufficientResources, SlicerError
 from slicer.simulated import BACKEND_METHODS, SimulatedBackend
-from slicer.state import InstanceBusy, KeyedLocks, PrepareError, plan_claim
+from slicer.state import InstanceBusy, PrepareError, plan_claim
 from tests.support.agent_fixtures import (
     NODE,
     Agent,
@@ -301,23 +301,6 @@ def test_the_per_claim_locks_of_finished_calls_are_not_kept_forever(
         agent.unprepare(claim)
     # A long-running agent sees a new claim uid for every pod: one lock each would only grow.
     assert len(agent.state.claim_locks) == 0
-
-
-def test_a_keyed_lock_excludes_others_of_its_key_and_is_forgotten_once_free() -> None:
-    locks = KeyedLocks[str]()
-    with locks.held("a"), locks.held("b"):
-        assert len(locks) == 2
-        taken: list[bool] = []
-
-        def other() -> None:
-            with locks.held("c"):
-                taken.append(True)
-
-        worker = threading.Thread(target=other)
-        worker.start()
-        worker.join()
-        assert taken == [True]  # another key is not held up
-    assert len(locks) == 0
 
 
 def test_a_claim_on_a_gpu_that_disappeared_without_a_reboot_can_be_unprepared(
