@@ -21,6 +21,9 @@ Crash safety rests on three rules:
 
 Operations on one GPU are serialised by a per-GPU lock; different GPUs proceed in parallel. A
 per-claim lock makes concurrent calls for the same claim queue up instead of racing.
+
+Recovery (a reboot, a pending rebuild after an unusable checkpoint, abandoned entries) is owned
+here too: the reconciler only decides when; the operations below the "recovery" line act.
 """
 
 from __future__ import annotations
