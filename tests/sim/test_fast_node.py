@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from sim.allocator import compile_pools
 from sim.fast_node import GpuOrderCache
+from sim.pools import compile_pools
 from slicer import catalog
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
 from slicer.inventory import GpuState, plan_pool
