@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kube.quantity import parse_count
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.devices import SliceSpec, parse_device_name
 from slicer.errors import SlicerError
 from slicer.identity import (
@@ -260,7 +260,7 @@ def _count(value: Any) -> int:
         return 0
 
 
-def _model(product: str) -> catalog.GpuModel | None:
+def _model(product: str) -> gpu_model.GpuModel | None:
     try:
         return catalog.model_by_product_name(product)
     except SlicerError:
