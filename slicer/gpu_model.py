@@ -156,7 +156,7 @@ def mig_profile(
     )
 
 
-# --- building the catalog's entries ---------------------------------------------------------------
+# --- building the catalog's entries -----------------------------------------------------------
 
 
 def _eight_slice_engines(media: str) -> dict[str, Engines]:
