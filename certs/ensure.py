@@ -264,6 +264,47 @@ def _write_secret(api: KubeApi, obj: Obj, existing: Obj | None) -> None:
         raise _Restart(str(exc)) from exc
 
 
+def _patch_bundle(
+    api: KubeApi,
+    settings: EnsureSettings,
+    config: Obj,
+    ca: KeyPair,
+    leaf: KeyPair,
+    now: dt.datetime,
+    result: EnsureResult,
+) -> None:
+    """Trust the new CA and leaf in every webhook's caBundle before the new leaf is served, so
+    the apiserver never meets a certificate it cannot verify."""
+    ops: list[Obj] = []
+    for index, webhook in enumerate(config.get("webhooks") or []):
+        wanted = desired_bundle(_bundle_of(webhook), ca.cert, leaf.cert, settings, now)
+        if index == 0:
+            result.bundle = [certs_issue.fingerprint(c) for c in wanted]
+        pem = certs_issue.bundle_pem(wanted)
+        if _bundle_of(webhook) != pem:
+            ops.append(
+                {"op": "test", "path": f"/webhooks/{index}/name", "value": webhook.get("name")}
+            )
+            ops.append(
+                {
+                    "op": "add",
+                    "path": f"/webhooks/{index}/clientConfig/caBundle",
+                    "value": _b64(pem),
+                }
+            )
+    if ops:
+        rv = (config.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            ops.insert(0, {"op": "replace", "path": "/metadata/resourceVersion", "value": rv})
+        try:
+            api.patch(*WEBHOOK_CONFIG_API, settings.webhook_config, ops, patch_type="json")
+        except (kube_errors.Conflict, kube_errors.Invalid) as exc:
+            # Invalid: a failed "test" (webhooks reordered meanwhile); read again.
+            raise _Restart(str(exc)) from exc
+        result.bundle_patched = True
+        log.info("caBundle updated", extra={"bundle": result.bundle})
+
+
 def _run_once(api: KubeApi, settings: EnsureSettings, now: dt.datetime) -> EnsureResult:
     result = EnsureResult()
     ns = settings.namespace
@@ -308,34 +349,7 @@ def _run_once(api: KubeApi, settings: EnsureSettings, now: dt.datetime) -> Ensur
     if config is None:
         result.webhook_config_missing = True
     else:
-        ops: list[Obj] = []
-        for index, webhook in enumerate(config.get("webhooks") or []):
-            wanted = desired_bundle(_bundle_of(webhook), ca.cert, leaf.cert, settings, now)
-            if index == 0:
-                result.bundle = [certs_issue.fingerprint(c) for c in wanted]
-            pem = certs_issue.bundle_pem(wanted)
-            if _bundle_of(webhook) != pem:
-                ops.append(
-                    {"op": "test", "path": f"/webhooks/{index}/name", "value": webhook.get("name")}
-                )
-                ops.append(
-                    {
-                        "op": "add",
-                        "path": f"/webhooks/{index}/clientConfig/caBundle",
-                        "value": _b64(pem),
-                    }
-                )
-        if ops:
-            rv = (config.get("metadata") or {}).get("resourceVersion")
-            if rv:
-                ops.insert(0, {"op": "replace", "path": "/metadata/resourceVersion", "value": rv})
-            try:
-                api.patch(*WEBHOOK_CONFIG_API, settings.webhook_config, ops, patch_type="json")
-            except (kube_errors.Conflict, kube_errors.Invalid) as exc:
-                # Invalid: a failed "test" (webhooks reordered meanwhile); read again.
-                raise _Restart(str(exc)) from exc
-            result.bundle_patched = True
-            log.info("caBundle updated", extra={"bundle": result.bundle})
+        _patch_bundle(api, settings, config, ca, leaf, now, result)
 
     # 5. the serving Secret
     if new_leaf is not None:

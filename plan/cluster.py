@@ -15,7 +15,7 @@ from kube.api import KubeApi, served
 from kube.errors import KubeError, NotFound
 from plan.errors import PlanInputError
 from plan.verdicts import resource_count
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 from webhook.crd_schema import pruned_fields
 from webhook.errors import PolicyError
@@ -175,7 +175,7 @@ def gpu_nodes(api: KubeApi) -> tuple[list[GpuNode], list[str]]:
     return nodes, skipped
 
 
-def _model(product: str) -> catalog.GpuModel | None:
+def _model(product: str) -> gpu_model.GpuModel | None:
     """The catalog model of a GPU Feature Discovery product label (spaces written as dashes,
     and ``-MIG-<profile>`` appended under the single MIG strategy)."""
     product = re.sub(r"-MIG-.*$", "", product)

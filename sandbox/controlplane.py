@@ -88,6 +88,17 @@ class ControlPlane:
 
     def start(self) -> None:
         """Starts etcd, the apiserver, then the controller manager and the scheduler."""
+        etcd_port = self._start_etcd()
+        self._start_apiserver(etcd_port)
+        kcm = self._controller_manager()
+        scheduler = self._scheduler()
+        for component in (kcm, scheduler):
+            component.start()
+            self.components.append(component)
+
+    def _start_etcd(self) -> int:
+        """Starts etcd and waits until it serves: the apiserver fails without it. Returns its
+        client port."""
         etcd_port = free_port()
         etcd = Component(
             "etcd",
@@ -103,7 +114,11 @@ class ControlPlane:
             log_dir=self.log_dir,
         )
         self._launch(etcd, lambda: "etcd ready" in etcd.log_tail(50), "a ready etcd", 60)
+        return etcd_port
 
+    def _start_apiserver(self, etcd_port: int) -> None:
+        """Writes the admin kubeconfig and starts the apiserver, waiting for /readyz: the
+        controller manager and the scheduler start only against a ready apiserver."""
         admin = self.state_dir / "pki" / "admin"
         client_kubeconfig(
             self.pki,
@@ -127,6 +142,9 @@ class ControlPlane:
             120,
         )
 
+    def _controller_manager(self) -> Component:
+        """The controller manager, not started: every default controller but node lifecycle,
+        each with its own ServiceAccount credentials (see the module docstring)."""
         kcm_config = client_kubeconfig(
             self.pki,
             self.state_dir / "kubeconfigs" / "kube-controller-manager",
@@ -134,7 +152,7 @@ class ControlPlane:
             user="system:kube-controller-manager",
             groups=[],
         )
-        kcm = Component(
+        return Component(
             "kube-controller-manager",
             [
                 str(self.bins.path("kube-controller-manager")),
@@ -153,6 +171,10 @@ class ControlPlane:
             ],
             log_dir=self.log_dir,
         )
+
+    def _scheduler(self) -> Component:
+        """The scheduler, not started, with its settings file written: the client rate is only
+        settable through a KubeSchedulerConfiguration."""
         scheduler_config = client_kubeconfig(
             self.pki,
             self.state_dir / "kubeconfigs" / "kube-scheduler",
@@ -175,7 +197,7 @@ class ControlPlane:
             )
         )
         self.scheduler_port = free_port()
-        scheduler = Component(
+        return Component(
             "kube-scheduler",
             [
                 str(self.bins.path("kube-scheduler")),
@@ -188,9 +210,6 @@ class ControlPlane:
             ],
             log_dir=self.log_dir,
         )
-        for component in (kcm, scheduler):
-            component.start()
-            self.components.append(component)
 
     def _apiserver_args(self, etcd_port: int) -> list[str]:
         minor = binaries.minor_of(self.bins.release)

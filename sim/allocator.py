@@ -3,8 +3,9 @@
 What it reproduces (reference: the scheduler's ``structured`` allocator, as docs/simulator.md
 describes it):
 
-* Pools are grouped by (driver, pool name); only the newest generation counts, and a pool whose
-  newest generation has fewer slices than ``resourceSliceCount`` is *incomplete* and skipped.
+* Pools (:mod:`sim.pools`) are grouped by (driver, pool name); only the newest generation counts,
+  and a pool whose newest generation has fewer slices than ``resourceSliceCount`` is
+  *incomplete* and skipped.
 * Order: pools sorted by driver then name, slices by name, devices in listed order (1.36+).
 * Depth-first search with backtracking over claims -> requests -> devices; the first complete
   solution wins. ``firstAvailable`` subrequests are tried in order; a chosen subrequest shows as
@@ -21,338 +22,32 @@ increasing list position. The scheduler tries every device for every slot, so it
 same set in several orders; the first solution (as a set per request) is the same, and failure is
 found without exploring permutations. A step budget stands in for the scheduler's 10 s timeout.
 
-Everything here is pure. ``compile_pools`` turns ResourceSlices into :class:`Pool` objects once;
-the cluster keeps them until the slices change, so CEL results cached on each :class:`Device`
-survive across scheduling attempts.
+Everything here is pure. The search runs over :class:`~sim.pools.Pool` objects compiled once
+(:mod:`sim.pools`), so CEL results cached on each device survive across scheduling attempts.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from kube.quantity import exact_value
-from sim.cel_eval import DeviceView, matches
+from sim.cel_eval import matches
 from sim.errors import AllocationError
-
-Obj = dict[str, Any]
-DeviceKey = tuple[str, str, str]
-"""(driver, pool, device name): what identifies an allocated device cluster-wide."""
-CounterKey = tuple[str, str]
-"""(counter set, counter) inside one pool."""
+from sim.pools import (
+    AllocatedDevices,
+    CandidateList,
+    CounterKey,
+    Device,
+    DeviceKey,
+    Obj,
+    Pool,
+    compile_pools,
+    pools_for_node,
+)
 
 DEFAULT_MAX_STEPS = 200_000
-
-
-class Device:
-    """One device of a published pool. Attributes are parsed on first use (most devices are
-    only ever matched through cached selector results), then kept with their CEL results."""
-
-    __slots__ = (
-        "driver",
-        "pool",
-        "name",
-        "slice_name",
-        "consumes",
-        "taints",
-        "raw",
-        "_view",
-        "_qualified",
-        "counter_sets",
-        "needs",
-        "key",
-    )
-
-    def __init__(
-        self,
-        driver: str,
-        pool: str,
-        name: str,
-        slice_name: str,
-        consumes: tuple[tuple[CounterKey, int], ...],
-        taints: tuple[Obj, ...],
-        raw: Obj,
-    ) -> None:
-        self.driver = driver
-        self.pool = pool
-        self.name = name
-        self.slice_name = slice_name
-        self.consumes = consumes
-        self.taints = taints
-        self.raw = raw
-        self._view: DeviceView | None = None
-        self._qualified: dict[str, Any] | None = None
-        self.counter_sets = frozenset(c[0] for c, _ in consumes)
-        self.needs = dict(consumes)
-        self.key: DeviceKey = (driver, pool, name)
-        """(driver, pool, name): what identifies the device cluster-wide."""
-
-    def twin(self, pool: str) -> Device:
-        """The same device in another pool (an identical node): everything but the pool name
-        is shared, parsed attributes and counter needs included (a large cluster holds
-        hundreds of thousands of devices)."""
-        twin = Device.__new__(Device)
-        twin.driver = self.driver
-        twin.pool = pool
-        twin.name = self.name
-        twin.slice_name = self.slice_name
-        twin.consumes = self.consumes
-        twin.taints = self.taints
-        twin.raw = self.raw
-        twin._view = self.view
-        twin._qualified = self._qualified
-        twin.counter_sets = self.counter_sets
-        twin.needs = self.needs
-        twin.key = (self.driver, pool, self.name)
-        return twin
-
-    @property
-    def qualified(self) -> dict[str, Any]:
-        """Attributes by fully qualified name (``gpu-slicer.io/profile``), for matchAttribute."""
-        if self._qualified is None:
-            attributes = self.view.attributes
-            self._qualified = {
-                f"{domain}/{ident}": value
-                for domain, values in attributes.items()
-                for ident, value in values.items()
-            }
-        return self._qualified
-
-    @property
-    def view(self) -> DeviceView:
-        if self._view is None:
-            self._view = DeviceView(self.driver, self.raw)
-        return self._view
-
-
-class CandidateList:
-    """Devices that pass a request's selectors, in search order, cut into segments of
-    consecutive devices drawing on the same counter sets. What every device of a segment needs
-    at least (per counter) is worked out the first time the search reaches the segment, so the
-    search can skip a whole GPU whose counters are exhausted without looking at each device:
-    the outcome is the same."""
-
-    __slots__ = ("devices", "bounds", "known_needs", "_shared")
-
-    def __init__(
-        self,
-        devices: list[Device],
-        bounds: dict[int, int],
-        shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None,
-    ) -> None:
-        self.devices = devices
-        self.bounds = bounds
-        """start position -> end position of each segment that draws on counters."""
-        self.known_needs: dict[int, tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]] = {}
-        """What :meth:`needs` found so far, by segment start."""
-        self._shared = shared if shared is not None else {}
-
-    @classmethod
-    def of(
-        cls,
-        devices: list[Device],
-        shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None,
-    ) -> CandidateList:
-        bounds: dict[int, int] = {}
-        start = 0
-        count = len(devices)
-        while start < count:
-            first = devices[start]
-            sets = first.counter_sets
-            pool = first.pool
-            end = start + 1
-            while end < count:
-                device = devices[end]
-                if device.pool != pool or (
-                    device.counter_sets is not sets and device.counter_sets != sets
-                ):
-                    break
-                end += 1
-            if sets:
-                bounds[start] = end
-            start = end
-        return cls(devices, bounds, shared)
-
-    def needs(self, start: int) -> tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]:
-        """What every device of the segment at ``start`` needs at least. Computed over all the
-        list's devices on the same counter sets (a superset of the segment, so never more than
-        the segment's own minimum) and shared by every reordering of the list."""
-        found = self.known_needs.get(start)
-        if found is None:
-            first = self.devices[start]
-            needs = self._shared.get(first.counter_sets)
-            if needs is None:
-                merged: dict[CounterKey, int] | None = None
-                for device in self.devices:
-                    if device.counter_sets != first.counter_sets:
-                        continue
-                    mine = device.needs
-                    if merged is None:
-                        merged = dict(mine)
-                    else:
-                        merged = {
-                            c: v if v <= mine.get(c, 0) else mine[c]
-                            for c, v in merged.items()
-                            if c in mine
-                        }
-                needs = tuple((c, v) for c, v in (merged or {}).items() if v > 0)
-                self._shared[first.counter_sets] = needs
-            found = ((first.driver, first.pool), needs)
-            self.known_needs[start] = found
-        return found
-
-
-@dataclass(eq=False)
-class Pool:
-    """The devices of one (driver, pool) in the scheduler's order, and the pool's counters."""
-
-    driver: str
-    name: str
-    generation: int
-    node_name: str | None
-    """None for a pool that serves every node (``allNodes``)."""
-    devices: list[Device]
-    counters: dict[CounterKey, int]
-    by_name: dict[str, Device] = field(default_factory=dict)
-    candidates: dict[tuple[str, ...], CandidateList] = field(default_factory=dict)
-    """Devices passing a set of selectors, per set: valid as long as the pool is."""
-    members: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict)
-    """Names of the devices passing each set of selectors: the same for every order of the
-    same devices, so shared (not copied) by every reordering of the pool."""
-    needs: dict[tuple[str, ...], dict[Any, tuple[tuple[CounterKey, int], ...]]] = field(
-        default_factory=dict
-    )
-    """Per selector set, the least a device on each counter set needs: the same for every
-    order of the same devices, and for every identical node."""
-
-    def __post_init__(self) -> None:
-        if not self.by_name:
-            self.by_name = {d.name: d for d in self.devices}
-
-    def clone(self, name: str, node_name: str | None) -> Pool:
-        """The same devices for another pool (an identical node): devices share their slice
-        entries and selector results with this pool's."""
-        devices = [d.twin(name) for d in self.devices]
-        pool = Pool(self.driver, name, self.generation, node_name, devices, self.counters)
-        pool.needs = self.needs
-        pool.members = self.members
-        position = {id(d): i for i, d in enumerate(self.devices)}
-        for key, matching in self.candidates.items():
-            pool.candidates[key] = CandidateList.of(
-                [devices[position[id(d)]] for d in matching.devices], self.needs.setdefault(key, {})
-            )
-        return pool
-
-    def reordered(self, names: Sequence[str]) -> Pool:
-        """The same devices in a new order (a republish that only reorders), as the next
-        generation; selector results carry over (``members``, shared)."""
-        by_name = self.by_name
-        devices = [by_name[n] for n in names]
-        pool = Pool(
-            self.driver,
-            self.name,
-            self.generation + 1,
-            self.node_name,
-            devices,
-            self.counters,
-            by_name=by_name,
-        )
-        pool.members = self.members
-        pool.needs = self.needs
-        return pool
-
-
-@dataclass
-class AllocatedDevices:
-    """Devices already allocated and the counters they consume, kept up to date incrementally."""
-
-    devices: set[DeviceKey] = field(default_factory=set)
-    counters: dict[tuple[str, str], dict[CounterKey, int]] = field(
-        default_factory=lambda: defaultdict(dict)
-    )
-    consumption: dict[DeviceKey, tuple[tuple[CounterKey, int], ...]] = field(default_factory=dict)
-
-    def add(self, device: Device) -> None:
-        key = device.key
-        if key in self.devices:
-            return
-        self.devices.add(key)
-        self.consumption[key] = device.consumes
-        used = self.counters[(device.driver, device.pool)]
-        for counter, value in device.consumes:
-            used[counter] = used.get(counter, 0) + value
-
-    def remove(self, key: DeviceKey) -> None:
-        if key not in self.devices:
-            return
-        self.devices.discard(key)
-        used = self.counters[(key[0], key[1])]
-        for counter, value in self.consumption.pop(key, ()):
-            used[counter] = used.get(counter, 0) - value
-
-    def used(self, driver: str, pool: str) -> dict[CounterKey, int]:
-        return self.counters.get((driver, pool), {})
-
-
-# --- compiling ResourceSlices -------------------------------------------------------------
-
-
-def _compile_device(driver: str, pool: str, slice_name: str, raw: Obj) -> Device:
-    consumes: list[tuple[CounterKey, int]] = []
-    for entry in raw.get("consumesCounters") or []:
-        counter_set = entry["counterSet"]
-        for counter, value in (entry.get("counters") or {}).items():
-            amount = exact_value(value.get("value") if isinstance(value, Mapping) else value)
-            consumes.append(((counter_set, counter), int(amount)))
-    return Device(
-        driver, pool, raw["name"], slice_name, tuple(consumes), tuple(raw.get("taints") or ()), raw
-    )
-
-
-def compile_pools(slices: Iterable[Obj]) -> list[Pool]:
-    """ResourceSlices -> complete pools in the scheduler's order; incomplete pools are left out."""
-    grouped: dict[tuple[str, str], list[Obj]] = defaultdict(list)
-    for item in slices:
-        spec = item.get("spec") or {}
-        grouped[(spec["driver"], spec["pool"]["name"])].append(item)
-    pools: list[Pool] = []
-    for (driver, name), items in sorted(grouped.items()):
-        pool = compile_pool(driver, name, items)
-        if pool is not None:
-            pools.append(pool)
-    return pools
-
-
-def compile_pool(driver: str, name: str, items: Sequence[Obj]) -> Pool | None:
-    """One pool from its slices, or None when its newest generation is incomplete."""
-    newest = max(int(s["spec"]["pool"].get("generation", 0)) for s in items)
-    current = [s for s in items if int(s["spec"]["pool"].get("generation", 0)) == newest]
-    expected = max(int(s["spec"]["pool"].get("resourceSliceCount", 1)) for s in current)
-    if len(current) < expected:
-        return None
-    current.sort(key=lambda s: str(s.get("metadata", {}).get("name", "")))
-    node_name: str | None = None
-    counters: dict[CounterKey, int] = {}
-    devices: list[Device] = []
-    for item in current:
-        spec = item["spec"]
-        slice_name = str(item.get("metadata", {}).get("name", ""))
-        if spec.get("nodeName"):
-            node_name = spec["nodeName"]
-        for counter_set in spec.get("sharedCounters") or []:
-            for counter, value in (counter_set.get("counters") or {}).items():
-                amount = exact_value(value.get("value") if isinstance(value, Mapping) else value)
-                counters[(counter_set["name"], counter)] = int(amount)
-        for raw in spec.get("devices") or []:
-            devices.append(_compile_device(driver, name, slice_name, raw))
-    return Pool(driver, name, newest, node_name, devices, counters)
-
-
-def pools_for_node(pools: Iterable[Pool], node_name: str) -> list[Pool]:
-    """The pools a pod on ``node_name`` can use: the node's own and the cluster-wide ones."""
-    return [p for p in pools if p.node_name is None or p.node_name == node_name]
 
 
 # --- claims -------------------------------------------------------------------------------

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from kube.memory import InMemoryKubeApi
-from sim.allocator import Pool, compile_pool
 from sim.errors import AllocationError
 from sim.kubelet_client import KubeletClient, RunningClaim
 from sim.node import NodeBase, SimClock
+from sim.pools import Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
 from slicer.identity import DRIVER, RESOURCE_API
 from slicer.ordering import order_fingerprint

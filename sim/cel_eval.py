@@ -15,7 +15,7 @@ few selectors against hundreds of thousands of devices. So:
   ``capacity`` in the expression has the literal form ``device.attributes["dom"].id`` (the form
   every generated selector uses), the result depends only on the driver and those values, and
   the cache key is exactly them. Any other form falls back to a per-device cache owned by the
-  caller (see ``sim.allocator.Device``).
+  caller (see ``sim.pools.Device``).
 """
 
 from __future__ import annotations

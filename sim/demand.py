@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.scenario import PodSpec, Scenario
-from slicer.catalog import GpuModel
+from slicer.gpu_model import GpuModel
 from webhook.claims import Alternative
 from webhook.errors import WebhookError
 from webhook.policy import Policy, load_policy

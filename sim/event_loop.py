@@ -31,7 +31,8 @@ from sim.demand import Demand
 from sim.errors import SimError
 from sim.scenario import PodSpec, Scenario
 from slicer import catalog
-from slicer.catalog import GpuModel, Placement
+from slicer.catalog import Placement
+from slicer.gpu_model import GpuModel
 from webhook.claims import Alternative
 
 Progress = Callable[[float], None]

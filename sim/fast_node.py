@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sim.allocator import Device, Pool, compile_pool
 from sim.kubelet_client import RunningClaim
 from sim.node import NodeBase, SimClock, parse_device_name
+from sim.pools import Device, Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
-from slicer.catalog import GpuModel, Placement
+from slicer.catalog import Placement
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
+from slicer.gpu_model import GpuModel
 from slicer.identity import DRIVER
 from slicer.inventory import plan_pool
 from slicer.ordering import Candidate, Occupancy, OrderPolicy

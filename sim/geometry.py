@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from slicer import catalog
-from slicer.catalog import GpuModel, Placement, Profile
+from slicer.catalog import Placement
+from slicer.gpu_model import GpuModel, Profile
 
 _KIND = re.compile(r"^(?P<c>\d)g$")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.allocator import Device
+from sim.pools import Device
 
 
 @dataclass

@@ -12,8 +12,8 @@ import functools
 from collections.abc import Iterable
 from typing import Protocol
 
-from sim.allocator import Device, Pool
 from sim.kubelet_client import RunningClaim
+from sim.pools import Device, Pool
 from sim.scenario import NodeSpec, Scenario
 from slicer.catalog import Placement
 from slicer.devices import DeviceSpec

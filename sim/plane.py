@@ -19,12 +19,13 @@ import jsonpatch
 
 from kube import errors as kerrors
 from kube.memory import InMemoryKubeApi
-from sim.allocator import Allocation, Device
+from sim.allocator import Allocation
 from sim.api_node import ApiNode
 from sim.demand import Translated
 from sim.fast_node import FastNode, Templates
 from sim.kubelet_client import RunningClaim, scratch_dir
 from sim.node import SimClock, SimNode
+from sim.pools import Device
 from sim.scenario import PodSpec, Scenario
 from slicer.deviceclasses import device_classes
 from slicer.identity import MIGRATION_LABEL, RESOURCE_API

@@ -20,8 +20,8 @@ from typing import Any, cast
 
 from kube import documents
 from sim.errors import ScenarioError, UnknownNameError
-from slicer.catalog import GpuModel
 from slicer.errors import SlicerError
+from slicer.gpu_model import GpuModel
 from slicer.gpuspec import parse_gpu_spec
 from slicer.inventory import Mode
 from slicer.layout import LayoutError, StaticLayout

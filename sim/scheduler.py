@@ -5,17 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sim.allocator import (
-    AllocatedDevices,
-    Allocation,
-    Allocator,
-    Device,
-    ParsedClaims,
-    Pool,
-    parse_claims,
-)
+from sim.allocator import Allocation, Allocator, ParsedClaims, parse_claims
 from sim.baselines import NodeOrder
 from sim.node import SimNode
+from sim.pools import AllocatedDevices, Device, Pool
 from slicer.deviceclasses import device_classes
 
 Obj = dict[str, Any]

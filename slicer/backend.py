@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from slicer import catalog
-from slicer.catalog import GpuModel
 from slicer.devices import MigInstance
 from slicer.errors import CatalogError
+from slicer.gpu_model import GpuModel
 
 
 @dataclass(frozen=True)

@@ -9,263 +9,29 @@ docs/mig-geometry.md) is the one NVML enforces:
 * the compute slices of all instances stay within the GPU's compute slices;
 * ``+me`` profiles take the media engines (OFA among them), so at most one exists per GPU.
 
-Each profile names the values that were not read off real ``nvidia-smi mig -lgip/-lgipp`` output
-in ``unconfirmed`` (``confirmed`` is true when none is); a model is confirmed when all its profiles
-are. Memory per profile also differs between drivers by a fraction of a GiB, so on a real node the
-NVML backend publishes what the GPU reports (:mod:`slicer.hardware`) and uses the catalog only to
-name the model and to say where the two disagree. Profile ids differ between devices: the NVML
-backend looks them up by the ``nvml_constant``; ``typical_id`` is informative only.
+Memory per profile differs between drivers by a fraction of a GiB, so on a real node the NVML
+backend publishes what the GPU reports (:mod:`slicer.hardware`) and uses the catalog only to name
+the model and to say where the two disagree. What a model and a profile are, and how the entries
+below are built, is :mod:`slicer.gpu_model`; this module is the data, its lookups and the
+placement rules over it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
-from functools import cached_property
 
 from slicer.errors import CatalogError
-
-MIB = 1024 * 1024
-GIB = 1024 * MIB
-
-
-@dataclass(frozen=True)
-class Engines:
-    """Engine counts of a profile or a whole GPU, as ``nvidia-smi mig -lgip`` reports them."""
-
-    copy: int
-    decoders: int
-    encoders: int
-    jpeg: int
-    ofa: int
-
-
-@dataclass(frozen=True)
-class Profile:
-    """A GPU-instance profile of one model (for example ``1g.10gb`` on an H100 80GB)."""
-
-    name: str
-    nvml_constant: str
-    ci_nvml_constant: str
-    typical_id: int
-    memory_slices: int
-    compute_slices: int
-    memory_bytes: int
-    multiprocessors: int
-    engines: Engines
-    max_count: int
-    starts: tuple[int, ...]
-    unconfirmed: frozenset[str] = frozenset()
-    """Values not read off hardware: any of ``VALUE_KINDS``."""
-
-    @property
-    def confirmed(self) -> bool:
-        return not self.unconfirmed
-
-    @property
-    def media_exclusive(self) -> bool:
-        """``+me`` (and ``+me.all``) profiles own the media engines: at most one per GPU."""
-        return "+me" in self.name
-
-    @property
-    def size(self) -> int:
-        return self.memory_slices
-
-    def covers(self, start: int) -> range:
-        """Memory slices that an instance of this profile at ``start`` occupies."""
-        return range(start, start + self.memory_slices)
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    """A MIG-capable GPU model and every profile it offers."""
-
-    key: str
-    aliases: tuple[str, ...]
-    product_names: tuple[str, ...]
-    pci_device_ids: tuple[int, ...]
-    architecture: str
-    cuda_compute_capability: str
-    memory_bytes: int
-    memory_slices: int
-    compute_slices: int
-    multiprocessors: int
-    engines: Engines
-    profiles: tuple[Profile, ...]
-    confirmed: bool
-    source: str = "catalog"
-    """``catalog`` (this module's tables) or ``nvml`` (read off the GPU, slicer.hardware)."""
-
-    def profile(self, name: str) -> Profile:
-        found = self._by_name.get(name)
-        if found is not None:
-            return found
-        known = ", ".join(p.name for p in self.profiles)
-        raise CatalogError(f"{self.key} has no MIG profile {name!r}; it offers: {known}")
-
-    def has_profile(self, name: str) -> bool:
-        return name in self._by_name
-
-    @cached_property
-    def _by_name(self) -> dict[str, Profile]:
-        """Profiles by name: the simulator looks profiles up millions of times per run."""
-        return {p.name: p for p in self.profiles}
-
-    @cached_property
-    def _hash(self) -> int:
-        return hash(tuple(getattr(self, f.name) for f in fields(self)))
-
-    def __hash__(self) -> int:
-        """The generated hash, computed once: models key caches on every lookup, and hashing
-        every field (profiles, engines) each time cost the simulator about 4% of a run."""
-        return self._hash
-
-    @property
-    def supports_dynamic_mig(self) -> bool:
-        """Hopper and newer switch MIG mode without a GPU reset, so MIG can follow demand."""
-        return self.architecture != "Ampere"
-
+from slicer.gpu_model import (
+    MIB,
+    Engines,
+    GpuModel,
+    Profile,
+    eight_slice_model,
+    mig_profile,
+)
 
 # --- the data -------------------------------------------------------------------------------
-
-_GI = "NVML_GPU_INSTANCE_PROFILE_"
-_CI = "NVML_COMPUTE_INSTANCE_PROFILE_"
-
-VALUE_KINDS: frozenset[str] = frozenset({"memory", "multiprocessors", "engines", "placements"})
-"""The kinds of profile value that ``Profile.unconfirmed`` can name."""
-
-
-def _profile(
-    name: str,
-    constant: str,
-    typical_id: int,
-    *,
-    size: int,
-    compute: int,
-    mib: int,
-    sms: int,
-    engines: Engines,
-    max_count: int,
-    starts: Sequence[int],
-    unconfirmed: Iterable[str] = (),
-) -> Profile:
-    return Profile(
-        name=name,
-        nvml_constant=_GI + constant,
-        ci_nvml_constant=f"{_CI}{compute}_SLICE",
-        typical_id=typical_id,
-        memory_slices=size,
-        compute_slices=compute,
-        memory_bytes=mib * MIB,
-        multiprocessors=sms,
-        engines=engines,
-        max_count=max_count,
-        starts=tuple(starts),
-        unconfirmed=frozenset(unconfirmed),
-    )
-
-
-def _eight_slice_model(
-    key: str,
-    *,
-    aliases: Sequence[str] = (),
-    product_names: Sequence[str],
-    pci_ids: Sequence[int],
-    architecture: str,
-    cc: str,
-    total_mib: int,
-    names: dict[str, str],
-    sms: dict[str, int],
-    media: str,
-    slice_mib: int = 0,
-    mib: dict[str, int] | None = None,
-    confirmed: Sequence[str] = (),
-    confirmed_sms: Sequence[str] = (),
-) -> GpuModel:
-    """Build an 8-memory-slice, 7-compute-slice model (A100, H100, H200, GH200, B200, ...).
-
-    ``names`` maps a kind (``1g``, ``1g2``, ``2g``, ``3g``, ``4g``, ``7g``) to its profile name,
-    ``sms`` the same kinds to SM counts, and ``media`` selects the engine layout ("ampere": no
-    decoder on a plain 1g, one JPEG and one OFA per GPU; "hopper": one decoder and JPEG per compute
-    slice). Memory is ``mib`` per kind as ``nvidia-smi mig -lgip`` shows it where known, else
-    ``slice_mib`` per memory slice (the 7g: ``total_mib``). ``confirmed`` lists the value kinds
-    read off hardware for every profile; SM counts only for the kinds in ``confirmed_sms``.
-    """
-    if media == "ampere":
-        eng = {
-            "1g": Engines(1, 0, 0, 0, 0),
-            "1g+me": Engines(1, 1, 0, 1, 1),
-            "1g2": Engines(1, 1, 0, 0, 0),
-            "2g": Engines(2, 1, 0, 0, 0),
-            "3g": Engines(3, 2, 0, 0, 0),
-            "4g": Engines(4, 2, 0, 0, 0),
-            "7g": Engines(7, 5, 0, 1, 1),
-        }
-    else:
-        eng = {
-            "1g": Engines(1, 1, 0, 1, 0),
-            "1g+me": Engines(1, 1, 0, 1, 1),
-            "1g2": Engines(1, 1, 0, 1, 0),
-            "2g": Engines(2, 2, 0, 2, 0),
-            "3g": Engines(3, 3, 0, 3, 0),
-            "4g": Engines(4, 4, 0, 4, 0),
-            "7g": Engines(8, 7, 0, 7, 1),
-        }
-    table = (
-        # kind, constant, typical id, size, compute, max, starts
-        ("1g", "1_SLICE", 19, 1, 1, 7, range(7)),
-        ("1g+me", "1_SLICE_REV1", 20, 1, 1, 1, range(7)),
-        ("1g2", "1_SLICE_REV2", 15, 2, 1, 4, (0, 2, 4, 6)),
-        ("2g", "2_SLICE", 14, 2, 2, 3, (0, 2, 4)),
-        ("3g", "3_SLICE", 9, 4, 3, 2, (0, 4)),
-        ("4g", "4_SLICE", 5, 4, 4, 1, (0,)),
-        ("7g", "7_SLICE", 0, 8, 7, 1, (0,)),
-    )
-    profiles = []
-    for kind, constant, typical_id, size, compute, max_count, starts in table:
-        base_kind = "1g" if kind == "1g+me" else kind
-        if base_kind not in names:
-            continue
-        name = names["1g"] + "+me" if kind == "1g+me" else names[kind]
-        if mib is not None:
-            size_mib = mib[base_kind]
-        else:
-            size_mib = total_mib if kind == "7g" else slice_mib * size
-        unconfirmed = set(VALUE_KINDS) - set(confirmed)
-        if base_kind not in confirmed_sms:
-            unconfirmed.add("multiprocessors")
-        profiles.append(
-            _profile(
-                name,
-                constant,
-                typical_id,
-                size=size,
-                compute=compute,
-                mib=size_mib,
-                sms=sms[base_kind],
-                engines=eng[kind],
-                max_count=max_count,
-                starts=starts,
-                unconfirmed=unconfirmed,
-            )
-        )
-    return GpuModel(
-        key=key,
-        aliases=tuple(aliases),
-        product_names=tuple(product_names),
-        pci_device_ids=tuple(pci_ids),
-        architecture=architecture,
-        cuda_compute_capability=cc,
-        memory_bytes=total_mib * MIB,
-        memory_slices=8,
-        compute_slices=7,
-        multiprocessors=sms["7g"],
-        engines=eng["7g"],
-        profiles=tuple(profiles),
-        confirmed=all(p.confirmed for p in profiles),
-    )
-
 
 _ALL_KINDS = ("1g", "1g2", "2g", "3g", "4g", "7g")
 
@@ -282,7 +48,7 @@ _A30 = GpuModel(
     multiprocessors=56,
     engines=Engines(4, 4, 0, 1, 1),
     profiles=(
-        _profile(
+        mig_profile(
             "1g.6gb",
             "1_SLICE",
             14,
@@ -294,7 +60,7 @@ _A30 = GpuModel(
             max_count=4,
             starts=range(4),
         ),
-        _profile(
+        mig_profile(
             "1g.6gb+me",
             "1_SLICE_REV1",
             21,
@@ -306,7 +72,7 @@ _A30 = GpuModel(
             max_count=1,
             starts=range(4),
         ),
-        _profile(
+        mig_profile(
             "2g.12gb",
             "2_SLICE",
             5,
@@ -318,7 +84,7 @@ _A30 = GpuModel(
             max_count=2,
             starts=(0, 2),
         ),
-        _profile(
+        mig_profile(
             "2g.12gb+me",
             "2_SLICE_REV1",
             6,
@@ -330,7 +96,7 @@ _A30 = GpuModel(
             max_count=1,
             starts=(0, 2),
         ),
-        _profile(
+        mig_profile(
             "4g.24gb",
             "4_SLICE",
             0,
@@ -368,7 +134,7 @@ _RTX_PRO_6000 = GpuModel(
     # and -me variants; the catalog keeps the plain ones and 1g.24gb+me, all unconfirmed. On a
     # node the NVML backend advertises every profile the GPU reports.
     profiles=(
-        _profile(
+        mig_profile(
             "1g.24gb",
             "1_SLICE",
             14,
@@ -381,7 +147,7 @@ _RTX_PRO_6000 = GpuModel(
             starts=range(4),
             unconfirmed=_UNCONFIRMED,
         ),
-        _profile(
+        mig_profile(
             "1g.24gb+me",
             "1_SLICE_REV1",
             21,
@@ -394,7 +160,7 @@ _RTX_PRO_6000 = GpuModel(
             starts=range(4),
             unconfirmed=_UNCONFIRMED,
         ),
-        _profile(
+        mig_profile(
             "2g.48gb",
             "2_SLICE",
             5,
@@ -407,7 +173,7 @@ _RTX_PRO_6000 = GpuModel(
             starts=(0, 2),
             unconfirmed=_UNCONFIRMED,
         ),
-        _profile(
+        mig_profile(
             "4g.96gb",
             "4_SLICE",
             0,
@@ -437,7 +203,7 @@ def _names(n1: str, n1d: str, n2: str, n3: str, n4: str, n7: str) -> dict[str, s
 
 
 MODELS: tuple[GpuModel, ...] = (
-    _eight_slice_model(
+    eight_slice_model(
         "A100-40GB",
         aliases=("A100-SXM4-40GB",),
         product_names=("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"),
@@ -454,7 +220,7 @@ MODELS: tuple[GpuModel, ...] = (
         confirmed=_HARDWARE,
         confirmed_sms=_ALL_KINDS,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "A100-80GB",
         product_names=("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"),
         pci_ids=(0x20B2, 0x20B5),
@@ -471,7 +237,7 @@ MODELS: tuple[GpuModel, ...] = (
         confirmed_sms=_ALL_KINDS,
     ),
     _A30,
-    _eight_slice_model(
+    eight_slice_model(
         "H100-80GB",
         product_names=("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"),
         pci_ids=(0x2330, 0x2331),
@@ -486,7 +252,7 @@ MODELS: tuple[GpuModel, ...] = (
         confirmed=_HARDWARE,
         confirmed_sms=_ALL_KINDS,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "H800-80GB",
         aliases=("H800",),
         product_names=("NVIDIA H800", "NVIDIA H800 PCIe", "NVIDIA H800 80GB HBM3"),
@@ -500,7 +266,7 @@ MODELS: tuple[GpuModel, ...] = (
         media="hopper",
         confirmed=_GEOMETRY,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "H100-NVL-94GB",
         aliases=("H100-NVL", "H100-94GB"),
         product_names=("NVIDIA H100 NVL",),
@@ -515,7 +281,7 @@ MODELS: tuple[GpuModel, ...] = (
         confirmed=("multiprocessors", "engines", "placements"),
         confirmed_sms=_ALL_KINDS,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "H100-96GB",
         aliases=("GH200-96GB",),
         product_names=("NVIDIA H100 96GB HBM3", "NVIDIA GH200 96GB HBM3", "NVIDIA GH200 480GB"),
@@ -529,7 +295,7 @@ MODELS: tuple[GpuModel, ...] = (
         media="hopper",
         confirmed=_GEOMETRY,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "H20-96GB",
         aliases=("H20",),
         product_names=("NVIDIA H20",),
@@ -544,7 +310,7 @@ MODELS: tuple[GpuModel, ...] = (
         media="hopper",
         confirmed=_GEOMETRY,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "H200-141GB",
         aliases=("H200", "H200-NVL-141GB", "H200-NVL"),
         product_names=("NVIDIA H200", "NVIDIA H200 NVL"),
@@ -558,7 +324,7 @@ MODELS: tuple[GpuModel, ...] = (
         media="hopper",
         confirmed=_GEOMETRY,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "GH200-144GB",
         product_names=("NVIDIA GH200 144G HBM3e",),
         pci_ids=(0x2348,),
@@ -571,7 +337,7 @@ MODELS: tuple[GpuModel, ...] = (
         media="hopper",
         confirmed=_GEOMETRY,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "B200-180GB",
         aliases=("B200",),
         product_names=("NVIDIA B200",),
@@ -585,7 +351,7 @@ MODELS: tuple[GpuModel, ...] = (
         media="hopper",
         confirmed=_GEOMETRY,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "GB200-186GB",
         aliases=("GB200",),
         product_names=("NVIDIA GB200",),
@@ -599,7 +365,7 @@ MODELS: tuple[GpuModel, ...] = (
         media="hopper",
         confirmed=_GEOMETRY,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "B300-288GB",
         aliases=("B300",),
         product_names=("NVIDIA B300", "NVIDIA B300 SXM6 AC"),
@@ -613,7 +379,7 @@ MODELS: tuple[GpuModel, ...] = (
         media="hopper",
         confirmed=_GEOMETRY,
     ),
-    _eight_slice_model(
+    eight_slice_model(
         "GB300-288GB",
         aliases=("GB300",),
         product_names=("NVIDIA GB300",),
@@ -649,33 +415,6 @@ NOT_PUBLISHED: dict[str, str] = {
 }
 """What of the catalog NVIDIA's published MIG tables (the MIG user guide, mig-parted's default
 configuration) do not confirm: a model key, or ``<model key> <profile>``, and why."""
-
-
-def whole_only_model(
-    key: str,
-    *,
-    product_name: str = "",
-    memory_bytes: int = 0,
-    architecture: str = "",
-    cuda_compute_capability: str = "",
-) -> GpuModel:
-    """A GPU model without MIG (an L4, an L40S; or one nothing is known of): it has no
-    profile, so it is only ever offered whole."""
-    return GpuModel(
-        key=key,
-        aliases=(),
-        product_names=(product_name,) if product_name else (),
-        pci_device_ids=(),
-        architecture=architecture,
-        cuda_compute_capability=cuda_compute_capability,
-        memory_bytes=memory_bytes,
-        memory_slices=0,
-        compute_slices=0,
-        multiprocessors=0,
-        engines=Engines(0, 0, 0, 0, 0),
-        profiles=(),
-        confirmed=False,
-    )
 
 
 _BY_KEY = {m.key.lower(): m for m in MODELS} | {a.lower(): m for m in MODELS for a in m.aliases}

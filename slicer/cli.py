@@ -23,7 +23,7 @@ import yaml
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.settings import SettingsError, env_name
-from slicer import agent_lock, catalog
+from slicer import agent_lock, catalog, gpu_model
 from slicer.agent import NodeAgent
 from slicer.assembly import AgentConfig
 from slicer.backend import GpuBackend, HealthEvent, model_of
@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     register_agent(subparsers)
 
 
-def catalog_json(models: list[catalog.GpuModel]) -> list[dict[str, Any]]:
+def catalog_json(models: list[gpu_model.GpuModel]) -> list[dict[str, Any]]:
     return [
         {
             "model": m.key,
@@ -115,7 +115,7 @@ def run_catalog(args: argparse.Namespace) -> int:
     for m in models:
         note = "" if m.confirmed else "  (values not confirmed on hardware)"
         print(
-            f"{m.key}: {m.architecture}, {m.memory_bytes / catalog.GIB:.1f} GiB, "
+            f"{m.key}: {m.architecture}, {m.memory_bytes / gpu_model.GIB:.1f} GiB, "
             f"{m.memory_slices} memory slices, {m.compute_slices} compute slices{note}"
         )
         print(
@@ -129,7 +129,7 @@ def run_catalog(args: argparse.Namespace) -> int:
             if f"{m.key} {p.name}" in catalog.NOT_PUBLISHED:
                 mark += " +"
             print(
-                f"  {p.name:<12} {p.memory_bytes / catalog.GIB:>6.2f}GiB {p.memory_slices:>6} "
+                f"  {p.name:<12} {p.memory_bytes / gpu_model.GIB:>6.2f}GiB {p.memory_slices:>6} "
                 f"{p.compute_slices:>7} {p.multiprocessors:>4} {p.max_count:>3}  "
                 f"{','.join(map(str, p.starts))}{mark}"
             )

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kube.quantity import format_bytes
-from slicer.catalog import GpuModel, Profile
+from slicer.gpu_model import GpuModel, Profile
 
 ENGINE_COUNTERS: tuple[str, ...] = (
     "multiprocessors",

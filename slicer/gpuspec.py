@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.errors import CatalogError, GpuSpecError
 
 MAX_GPUS = 64
 """More GPUs than any server holds (8-16 today); a bigger spec is a typo, not a node."""
 
 
-def parse_gpu_spec(spec: str) -> list[catalog.GpuModel]:
+def parse_gpu_spec(spec: str) -> list[gpu_model.GpuModel]:
     """The models of a simulated node, one entry per GPU, in GPU-index order."""
     if not spec or not spec.strip():
         raise GpuSpecError(_problem("an empty spec", "name at least one GPU model"))
-    models: list[catalog.GpuModel] = []
+    models: list[gpu_model.GpuModel] = []
     for raw_part in spec.split(","):
         part = raw_part.strip()
         if not part:
@@ -53,7 +53,7 @@ def parse_gpu_spec(spec: str) -> list[catalog.GpuModel]:
     return models
 
 
-def format_gpu_spec(models: Sequence[catalog.GpuModel]) -> str:
+def format_gpu_spec(models: Sequence[gpu_model.GpuModel]) -> str:
     """Inverse of :func:`parse_gpu_spec`: runs of one model become ``<key>:<count>``."""
     parts: list[str] = []
     run_key: str | None = None

@@ -36,9 +36,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.backend import GpuInfo, model_of
-from slicer.catalog import GpuModel, Placement, Profile
+from slicer.catalog import Placement
 from slicer.counters import (
     Consumption,
     CounterSet,
@@ -51,6 +51,7 @@ from slicer.counters import (
 )
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, WholeGpu
 from slicer.errors import SlicerError
+from slicer.gpu_model import GpuModel, Profile
 from slicer.identity import (
     DRIVER,
     GPU_TYPE,
@@ -241,7 +242,7 @@ def _device(
     counter_set: str | None,
 ) -> AdvertisedDevice:
     info = state.info
-    engines: catalog.Engines | None
+    engines: gpu_model.Engines | None
     if profile is None:
         memory = info.memory_bytes or (model.memory_bytes if model else 0)
         sms = model.multiprocessors if model else None
@@ -279,7 +280,7 @@ def _device(
     return AdvertisedDevice(Candidate(spec, model, profile), counter_set, consumption, body)
 
 
-_UNKNOWN = catalog.whole_only_model("unknown")
+_UNKNOWN = gpu_model.whole_only_model("unknown")
 
 
 def advertise_gpu(

@@ -24,8 +24,9 @@ from typing import Any
 
 from kube import documents
 from slicer import catalog
-from slicer.catalog import GpuModel, Placement
+from slicer.catalog import Placement
 from slicer.errors import SlicerError
+from slicer.gpu_model import GpuModel
 
 
 class LayoutError(SlicerError, ValueError):

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from slicer import catalog
-from slicer.catalog import GpuModel
 from slicer.errors import SlicerError
+from slicer.gpu_model import GpuModel
 
 
 class ProfileFilterError(SlicerError, ValueError):

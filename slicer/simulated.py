@@ -31,7 +31,7 @@ Tests and the simulator use :class:`SimulatedBackend` wherever the node agent wo
   consecutive indices; the PCIe-only A30 has none. ``nvlink=False`` gives no GPU a domain.
 
 GPUs without MIG (an L4 or L40S beside MIG GPUs) are models without profiles
-(:func:`slicer.catalog.whole_only_model`): they report no MIG facts, so the agent offers them
+(:func:`slicer.gpu_model.whole_only_model`): they report no MIG facts, so the agent offers them
 whole, and ``set_mig_mode`` on them raises ``NotSupported`` as NVML does. No NVLink for them.
 
 Instances made by someone else (a person running ``nvidia-smi``, mig-parted) are simulated by
@@ -55,7 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.backend import GpuInfo, HealthEvent
 from slicer.devices import MigInstance
 from slicer.errors import (
@@ -116,7 +116,7 @@ def _uuid(*parts: object) -> str:
 @dataclass
 class _GpuInstance:
     gi_id: int
-    profile: catalog.Profile
+    profile: gpu_model.Profile
     start: int
     ci_id: int | None = None
     uuid: str | None = None
@@ -126,7 +126,7 @@ class _GpuInstance:
 @dataclass
 class _Gpu:
     index: int
-    model: catalog.GpuModel
+    model: gpu_model.GpuModel
     uuid: str
     pci_bus_id: str
     pcie_root: str
@@ -162,7 +162,7 @@ class SimulatedBackend:
 
     def __init__(
         self,
-        spec_or_models: str | Sequence[catalog.GpuModel | str],
+        spec_or_models: str | Sequence[gpu_model.GpuModel | str],
         *,
         node_name: str = "node",
         boot_id: str | None = None,
@@ -177,7 +177,7 @@ class SimulatedBackend:
             models = parse_gpu_spec(spec_or_models)
         else:
             models = [
-                m if isinstance(m, catalog.GpuModel) else catalog.get_model(m)
+                m if isinstance(m, gpu_model.GpuModel) else catalog.get_model(m)
                 for m in spec_or_models
             ]
         if isinstance(mig_enabled, Sequence) and len(mig_enabled) != len(models):
@@ -673,7 +673,7 @@ class SimulatedBackend:
         self._events_ready.notify_all()
 
 
-def placement_gi_id(model: catalog.GpuModel, profile: catalog.Profile, start: int) -> int:
+def placement_gi_id(model: gpu_model.GpuModel, profile: gpu_model.Profile, start: int) -> int:
     """The GI id of an instance at ``start``: its node in the breadth-first slice tree.
 
     Instances that may coexist never overlap, so they never share a node (an id).
@@ -691,7 +691,7 @@ def _pci_address(index: int) -> tuple[str, str]:
 
 
 def _nvlink_domain(
-    node_name: str, model: catalog.GpuModel, index: int, models: Sequence[catalog.GpuModel]
+    node_name: str, model: gpu_model.GpuModel, index: int, models: Sequence[gpu_model.GpuModel]
 ) -> str | None:
     if model.key in _PCIE_ONLY:
         return None
@@ -703,7 +703,7 @@ def _nvlink_domain(
     return f"nvlink-{digest[:16]}"
 
 
-def _in_catalog(model: catalog.GpuModel) -> bool:
+def _in_catalog(model: gpu_model.GpuModel) -> bool:
     try:
         return catalog.get_model(model.key) is model
     except CatalogError:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kube.quantity import parse_count
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.devices import SliceSpec, parse_device_name
 from slicer.errors import SlicerError
 from slicer.identity import (
@@ -260,7 +260,7 @@ def _count(value: Any) -> int:
         return 0
 
 
-def _model(product: str) -> catalog.GpuModel | None:
+def _model(product: str) -> gpu_model.GpuModel | None:
     try:
         return catalog.model_by_product_name(product)
     except SlicerError:
@@ -386,6 +386,81 @@ def _is_legacy(pod: Obj) -> bool:
 # --- the view -----------------------------------------------------------------------------------
 
 
+_Placed = tuple[_Held, str | None, int, int]
+"""A held device where it sits: (holder, profile or None for a whole GPU, start, size)."""
+
+
+def _place_held(
+    name: str, facts: dict[int, _GpuFacts], held: Sequence[_Held], notes: list[str]
+) -> dict[int, list[_Placed]]:
+    """Held devices by GPU, placed from their names: a claim may hold a device the node no
+    longer publishes, and the view must still show what it occupies."""
+    devices = {d: body for g in facts.values() for d, body in g.devices.items()}
+    placed_here: dict[int, list[_Placed]] = {}
+    for item in held:
+        published = devices.get(item.device)
+        guess = parse_device_name_index(item.device)
+        gpu_facts = facts.get(guess) if guess is not None else None
+        product = gpu_facts.product if gpu_facts else ""
+        placed = _placement(item.device, published, product)
+        if placed is None:
+            notes.append(
+                f"claim {item.claim} holds device {item.device} on {name}, which "
+                "is not a gpu-slicer device name"
+            )
+            continue
+        index, profile, start, size = placed
+        if published is None:
+            notes.append(
+                f"claim {item.claim} holds device {item.device}, which {name} does not publish now"
+            )
+        facts.setdefault(index, _GpuFacts(index))
+        placed_here.setdefault(index, []).append((item, profile, start, size))
+    return placed_here
+
+
+def _gpu_view(
+    name: str,
+    index: int,
+    gpu: _GpuFacts,
+    placed: Sequence[_Placed],
+    by_ref: dict[PodRef, Obj],
+    notes: list[str],
+) -> Gpu:
+    """One GPU's instances, blocked and idle slices: what an operator reads to see why a pod
+    does not fit there."""
+    count = _memory_slices(gpu)
+    held_here = sorted(
+        (
+            Instance(
+                device=item.device,
+                profile=profile,
+                start=start,
+                size=count if profile is None else size,
+                claim=item.claim,
+                request=item.request,
+                pods=item.pods,
+                short_pods=tuple(short_pod_name(by_ref.get(p), p.name) for p in item.pods),
+            )
+            for item, profile, start, size in placed
+        ),
+        key=lambda i: (i.start, i.device),
+    )
+    _overlaps(name, index, held_here, notes)
+    covered = {i for inst in held_here for i in inst.slices}
+    mode = _mode(gpu)
+    return Gpu(
+        index=index,
+        product=gpu.product,
+        mode=mode,
+        memory_slices=count,
+        instances=tuple(held_here),
+        blocked=_blocked(gpu, count, covered),
+        unhealthy=gpu.unhealthy,
+        idle=_idle(gpu, covered) if mode == "static" else (),
+    )
+
+
 def build_status(
     slices: Iterable[Obj],
     claims: Iterable[Obj],
@@ -417,63 +492,11 @@ def build_status(
     for name in names:
         generation, pool_slices = pools.get(name, (-1, []))
         facts = _gpu_facts(pool_slices)
-        devices = {d: body for g in facts.values() for d, body in g.devices.items()}
-        placed_here: dict[int, list[tuple[_Held, str | None, int, int]]] = {}
-        for item in held_by_node.get(name, []):
-            published = devices.get(item.device)
-            guess = parse_device_name_index(item.device)
-            gpu_facts = facts.get(guess) if guess is not None else None
-            product = gpu_facts.product if gpu_facts else ""
-            placed = _placement(item.device, published, product)
-            if placed is None:
-                notes.append(
-                    f"claim {item.claim} holds device {item.device} on {name}, which "
-                    "is not a gpu-slicer device name"
-                )
-                continue
-            index, profile, start, size = placed
-            if published is None:
-                notes.append(
-                    f"claim {item.claim} holds device {item.device}, which {name} "
-                    "does not publish now"
-                )
-            facts.setdefault(index, _GpuFacts(index))
-            placed_here.setdefault(index, []).append((item, profile, start, size))
-        gpus: list[Gpu] = []
-        for index in sorted(facts):
-            gpu = facts[index]
-            count = _memory_slices(gpu)
-            held_here = sorted(
-                (
-                    Instance(
-                        device=item.device,
-                        profile=profile,
-                        start=start,
-                        size=count if profile is None else size,
-                        claim=item.claim,
-                        request=item.request,
-                        pods=item.pods,
-                        short_pods=tuple(short_pod_name(by_ref.get(p), p.name) for p in item.pods),
-                    )
-                    for item, profile, start, size in placed_here.get(index, [])
-                ),
-                key=lambda i: (i.start, i.device),
-            )
-            _overlaps(name, index, held_here, notes)
-            covered = {i for inst in held_here for i in inst.slices}
-            mode = _mode(gpu)
-            gpus.append(
-                Gpu(
-                    index=index,
-                    product=gpu.product,
-                    mode=mode,
-                    memory_slices=count,
-                    instances=tuple(held_here),
-                    blocked=_blocked(gpu, count, covered),
-                    unhealthy=gpu.unhealthy,
-                    idle=_idle(gpu, covered) if mode == "static" else (),
-                )
-            )
+        placed_here = _place_held(name, facts, held_by_node.get(name, []), notes)
+        gpus = [
+            _gpu_view(name, index, facts[index], placed_here.get(index, []), by_ref, notes)
+            for index in sorted(facts)
+        ]
         nodes.append(Node(name, generation, tuple(gpus)))
         if not pool_slices:
             notes.append(

@@ -15,7 +15,7 @@ from ctypes import byref, c_uint
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from slicer import catalog, hardware
+from slicer import catalog, gpu_model, hardware
 from slicer.backend import GpuInfo
 from slicer.errors import BackendError, CatalogError, GpuLost, NotSupported
 from slicer.nvml.session import ABSENT, NvmlSession, canonical_bus_id, text
@@ -62,7 +62,7 @@ class Discovery:
 
     def __init__(self, session: NvmlSession) -> None:
         self._session = session
-        self._models: dict[int, catalog.GpuModel] = {}
+        self._models: dict[int, gpu_model.GpuModel] = {}
         self._infos: dict[int, GpuInfo] = {}
         self._profile_info: dict[tuple[int, str], Any] = {}
         self._domains_known = False
@@ -101,7 +101,7 @@ class Discovery:
         """The GPU's facts, discovered on first use."""
         return self._infos.get(index) or self.discover(index)
 
-    def model(self, gpu_index: int) -> catalog.GpuModel:
+    def model(self, gpu_index: int) -> gpu_model.GpuModel:
         """The GPU's MIG model; ``NotSupported`` for a GPU offered whole only."""
         self._session.handle(gpu_index)
         if gpu_index not in self._models and gpu_index not in self._infos:
@@ -116,7 +116,7 @@ class Discovery:
             )
         return model
 
-    def gi_profile(self, gpu: int, profile: catalog.Profile, *, missing_ok: bool = False) -> Any:
+    def gi_profile(self, gpu: int, profile: gpu_model.Profile, *, missing_ok: bool = False) -> Any:
         """NVML's profile info (id, instanceCount) for a catalog profile, by its constant."""
         key = (gpu, profile.name)
         if key in self._profile_info:
@@ -144,7 +144,7 @@ class Discovery:
             self._profile_info[key] = info
         return info
 
-    def profile_by_id(self, gpu: int, profile_id: int) -> catalog.Profile:
+    def profile_by_id(self, gpu: int, profile_id: int) -> gpu_model.Profile:
         """The catalog profile behind one of this GPU's NVML profile ids."""
         for profile in self.model(gpu).profiles:
             info = self.gi_profile(gpu, profile, missing_ok=True)
@@ -209,8 +209,8 @@ class Discovery:
         return info
 
     def _hardware_model(
-        self, info: GpuInfo, base: catalog.GpuModel | None
-    ) -> tuple[catalog.GpuModel | None, list[str]]:
+        self, info: GpuInfo, base: gpu_model.GpuModel | None
+    ) -> tuple[gpu_model.GpuModel | None, list[str]]:
         """The GPU's model from its own profile facts, and where the catalog disagrees."""
         index = info.index
         facts = self._profile_facts(index)
@@ -335,7 +335,7 @@ class Discovery:
         return f"pci{domain}:{bus}"
 
 
-def _catalog_model(pci_device_id: int, product_name: str) -> catalog.GpuModel | None:
+def _catalog_model(pci_device_id: int, product_name: str) -> gpu_model.GpuModel | None:
     """The catalog's model by PCI device id, else by product name, else None."""
     try:
         return catalog.model_by_pci_device_id(pci_device_id)
@@ -357,7 +357,7 @@ def _facts(
         slice_count=int(info.sliceCount),
         instance_count=int(info.instanceCount),
         multiprocessors=int(info.multiprocessorCount),
-        engines=catalog.Engines(
+        engines=gpu_model.Engines(
             int(info.copyEngineCount),
             int(info.decoderCount),
             int(info.encoderCount),

@@ -16,7 +16,7 @@ from ctypes import byref
 from pathlib import Path
 from typing import Any
 
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.devices import MigInstance
 from slicer.errors import (
     BackendError,
@@ -200,7 +200,7 @@ class Instances:
         self,
         gpu: int,
         gi: Any,
-        profile: catalog.Profile,
+        profile: gpu_model.Profile,
         constant: str,
         *,
         value: int | None = None,
@@ -235,7 +235,7 @@ class Instances:
         return info
 
     def _ci_profiles_offered(
-        self, gpu: int, gi: Any, profile: catalog.Profile
+        self, gpu: int, gi: Any, profile: gpu_model.Profile
     ) -> list[tuple[str, Any]]:
         """(constant, info) of every compute-instance profile the GPU offers in ``profile``."""
         count = int(getattr(self._session.nvml, f"{_CI_PREFIX}COUNT", 0))
@@ -249,7 +249,7 @@ class Instances:
                 offered.append((constant, info))
         return offered
 
-    def _full_ci_profile(self, gpu: int, gi: Any, profile: catalog.Profile) -> Any:
+    def _full_ci_profile(self, gpu: int, gi: Any, profile: gpu_model.Profile) -> Any:
         """The compute-instance profile spanning all compute slices of a ``profile`` GPU
         instance, as this GPU offers it (the catalog's constant preferred among equals)."""
         offered = self._ci_profiles_offered(gpu, gi, profile)
@@ -274,7 +274,7 @@ class Instances:
         return chosen[1]
 
     def _compute_instances(
-        self, gpu: int, gi: Any, profile: catalog.Profile
+        self, gpu: int, gi: Any, profile: gpu_model.Profile
     ) -> list[tuple[int, Any]]:
         """(CI id, CI info) of every compute instance of a GI, of any profile, lowest id first."""
         session = self._session

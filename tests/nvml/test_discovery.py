@@ -11,7 +11,7 @@ import pytest
 
 from kube.memory import InMemoryKubeApi
 from kube.quantity import parse_bytes
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.errors import BackendError, NoPermission
 from slicer.nvml import NvmlBackend
 from slicer.simulated import SimulatedBackend
@@ -47,7 +47,7 @@ def test_facts_are_the_gpus_as_nvml_reports_them(mock: MockNvml, backend: NvmlBa
         assert info.brand == "Nvidia"
         assert info.driver_version == "580.95.05"
         assert info.cuda_driver_version == "13.0"
-        assert info.memory_bytes == 80 * catalog.GIB
+        assert info.memory_bytes == 80 * gpu_model.GIB
         assert (info.mig_enabled, info.mig_pending) == (False, False)
         assert info.mig_model is not None and info.mig_model.source == "nvml"
     # Every GPU of the board reaches the others through the NVSwitches.
@@ -62,7 +62,7 @@ def test_profiles_come_from_the_gpu_and_differences_from_the_catalog_are_listed(
     assert info.mig_model is not None
     three = info.mig_model.profile("3g.40gb")
     # The mock's figures (48 SMs, 40 GiB), not the catalog's (60 SMs, 39.5 GiB).
-    assert (three.multiprocessors, three.memory_bytes) == (48, 40 * catalog.GIB)
+    assert (three.multiprocessors, three.memory_bytes) == (48, 40 * gpu_model.GIB)
     assert three.starts == (0, 4) and three.memory_slices == 4
     differences = info.catalog_differences
     assert any("3g.40gb: multiprocessors 60 in the catalog, 48" in d for d in differences)

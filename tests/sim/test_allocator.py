@@ -6,14 +6,9 @@ from typing import Any
 
 import pytest
 
-from sim.allocator import (
-    AllocatedDevices,
-    Allocator,
-    allocate_on_node,
-    compile_pools,
-    pools_for_node,
-)
+from sim.allocator import Allocator, allocate_on_node
 from sim.errors import AllocationError
+from sim.pools import AllocatedDevices, compile_pools, pools_for_node
 
 Obj = dict[str, Any]
 DRIVER = "gpu-slicer.io"

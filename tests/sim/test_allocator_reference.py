@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from sim.allocator import AllocatedDevices, Allocator, compile_pools, pools_for_node
+from sim.allocator import Allocator
+from sim.pools import AllocatedDevices, compile_pools, pools_for_node
 from slicer.inventory import GpuState, plan_pool
 from slicer.simulated import SimulatedBackend
 

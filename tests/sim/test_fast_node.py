@@ -6,16 +6,16 @@ import random
 
 import pytest
 
-from sim.allocator import compile_pools
 from sim.fast_node import GpuOrderCache
-from slicer import catalog
+from sim.pools import compile_pools
+from slicer import catalog, gpu_model
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
 from slicer.inventory import GpuState, plan_pool
 from slicer.ordering import POLICIES, Occupancy, get_policy
 from slicer.simulated import SimulatedBackend
 
 
-def _random_allocation(rng: random.Random, models: list[catalog.GpuModel]) -> list[DeviceSpec]:
+def _random_allocation(rng: random.Random, models: list[gpu_model.GpuModel]) -> list[DeviceSpec]:
     allocated: list[DeviceSpec] = []
     for index, model in enumerate(models):
         roll = rng.random()

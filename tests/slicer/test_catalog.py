@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.main import main
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.errors import CatalogError
 
 GIB = 1024**3
@@ -169,7 +169,7 @@ def test_the_catalog_has_exactly_the_documented_models() -> None:
 
 @pytest.mark.parametrize("model", catalog.MODELS, ids=lambda m: m.key)
 def test_every_profile_has_the_documented_placements_counts_and_slices(
-    model: catalog.GpuModel,
+    model: gpu_model.GpuModel,
 ) -> None:
     expected = expected_profiles(model.key)
     assert {p.name for p in model.profiles} == set(expected)
@@ -188,7 +188,7 @@ def test_every_profile_has_the_documented_placements_counts_and_slices(
 
 @pytest.mark.parametrize("model", catalog.MODELS, ids=lambda m: m.key)
 def test_models_have_the_documented_slices_architecture_and_pci_ids(
-    model: catalog.GpuModel,
+    model: gpu_model.GpuModel,
 ) -> None:
     if model.key in FOUR_SLICE:
         assert (model.memory_slices, model.compute_slices) == (4, 4)
@@ -219,7 +219,7 @@ def test_the_smallest_profile_has_the_memory_hardware_reports(key: str, gib: flo
 
 @pytest.mark.parametrize("model", catalog.MODELS, ids=lambda m: m.key)
 def test_memory_grows_with_memory_slices_and_the_largest_profile_is_the_whole_gpu(
-    model: catalog.GpuModel,
+    model: gpu_model.GpuModel,
 ) -> None:
     for small in model.profiles:
         for large in model.profiles:
@@ -231,7 +231,7 @@ def test_memory_grows_with_memory_slices_and_the_largest_profile_is_the_whole_gp
 
 
 @pytest.mark.parametrize("model", catalog.MODELS, ids=lambda m: m.key)
-def test_values_not_seen_on_hardware_are_marked_unconfirmed(model: catalog.GpuModel) -> None:
+def test_values_not_seen_on_hardware_are_marked_unconfirmed(model: gpu_model.GpuModel) -> None:
     if model.key in UNCONFIRMED:
         assert not model.confirmed
         assert not any(p.confirmed for p in model.profiles)
@@ -244,7 +244,7 @@ def test_values_not_seen_on_hardware_are_marked_unconfirmed(model: catalog.GpuMo
         )
     if model.key == "H100-NVL-94GB":
         assert all(p.unconfirmed == {"memory"} for p in model.profiles)
-    assert all(p.unconfirmed <= catalog.VALUE_KINDS for p in model.profiles)
+    assert all(p.unconfirmed <= gpu_model.VALUE_KINDS for p in model.profiles)
 
 
 @pytest.mark.parametrize(
@@ -257,9 +257,9 @@ def test_memory_is_what_nvidia_smi_mig_lgip_shows(key: str, profile: str, gib: f
 
 def test_a30_1g_6gb_has_no_decoder_and_media_profiles_take_the_single_ofa() -> None:
     a30 = catalog.get_model("A30")
-    assert a30.profile("1g.6gb").engines == catalog.Engines(1, 0, 0, 0, 0)
-    assert a30.profile("1g.6gb+me").engines == catalog.Engines(1, 1, 0, 1, 1)
-    assert a30.profile("2g.12gb").engines == catalog.Engines(2, 2, 0, 0, 0)
+    assert a30.profile("1g.6gb").engines == gpu_model.Engines(1, 0, 0, 0, 0)
+    assert a30.profile("1g.6gb+me").engines == gpu_model.Engines(1, 1, 0, 1, 1)
+    assert a30.profile("2g.12gb").engines == gpu_model.Engines(2, 2, 0, 0, 0)
 
 
 # --- lookups -------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_an_unknown_pci_device_id_is_a_catalog_error() -> None:
 
 
 @pytest.mark.parametrize("model", catalog.MODELS, ids=lambda m: m.key)
-def test_models_are_found_by_every_product_name_nvml_reports(model: catalog.GpuModel) -> None:
+def test_models_are_found_by_every_product_name_nvml_reports(model: gpu_model.GpuModel) -> None:
     for name in model.product_names:
         assert catalog.model_by_product_name(name) is model
         assert catalog.model_by_product_name("  " + name.upper().replace(" ", "  ")) is model
@@ -417,7 +417,7 @@ def test_the_compute_budget_is_checked_on_its_own() -> None:
 
 @pytest.mark.parametrize("model", catalog.MODELS, ids=lambda m: m.key)
 def test_no_layout_of_disjoint_placements_exceeds_the_compute_budget(
-    model: catalog.GpuModel,
+    model: gpu_model.GpuModel,
 ) -> None:
     def fill(layout: list[catalog.Placement], free: set[int]) -> int:
         best = sum(model.profile(n).compute_slices for n, _ in layout)
@@ -469,7 +469,7 @@ def test_remaining_placements_next_to_a_3g_are_the_other_half() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(catalog.MODELS), st.data())
 def test_any_remaining_placement_keeps_memory_slices_disjoint(
-    model: catalog.GpuModel, data: st.DataObject
+    model: gpu_model.GpuModel, data: st.DataObject
 ) -> None:
     layout: list[catalog.Placement] = []
     while True:

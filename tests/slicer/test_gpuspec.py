@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.errors import GpuSpecError
 from slicer.gpuspec import format_gpu_spec, parse_gpu_spec
 
 
-def keys(models: list[catalog.GpuModel]) -> list[str]:
+def keys(models: list[gpu_model.GpuModel]) -> list[str]:
     return [m.key for m in models]
 
 
@@ -75,7 +75,7 @@ model_lists = st.lists(st.sampled_from(catalog.MODELS), min_size=1, max_size=12)
 
 @settings(max_examples=60, deadline=None)
 @given(model_lists)
-def test_formatting_then_parsing_gives_back_the_same_gpus(models: list[catalog.GpuModel]) -> None:
+def test_formatting_then_parsing_gives_back_the_same_gpus(models: list[gpu_model.GpuModel]) -> None:
     assert parse_gpu_spec(format_gpu_spec(models)) == models
 
 

@@ -10,9 +10,9 @@ import pytest
 from kubernetes.utils import quantity
 
 from slicer import catalog
-from slicer.catalog import GpuModel
 from slicer.counters import counter_names
 from slicer.devices import SliceSpec
+from slicer.gpu_model import GpuModel
 from slicer.identity import DRIVER
 from slicer.inventory import (
     DeviceTaint,

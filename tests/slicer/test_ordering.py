@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.devices import DeviceSpec, SliceSpec, parse_device_name
 from slicer.inventory import GpuState, build_slices, plan_pool
 from slicer.ordering import (
@@ -30,7 +30,7 @@ def first_fit(view: Any, profile: str, taken: list[str]) -> str | None:
     return None
 
 
-def still_possible(view: Any, taken: list[str], min_slices: int, model: catalog.GpuModel) -> int:
+def still_possible(view: Any, taken: list[str], min_slices: int, model: gpu_model.GpuModel) -> int:
     """Devices of at least ``min_slices`` memory slices that could still be allocated."""
     count = 0
     for name in view.order:

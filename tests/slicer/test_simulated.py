@@ -18,7 +18,7 @@ from hypothesis.stateful import (
 )
 
 from kube.memory import InMemoryKubeApi
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.backend import HealthEvent
 from slicer.errors import (
     BackendError,
@@ -193,7 +193,7 @@ def test_gi_ids_follow_the_placement_like_nvml_and_come_back_after_destroy() -> 
 
 @pytest.mark.parametrize("model", catalog.MODELS, ids=lambda m: m.key)
 def test_gi_ids_of_every_placement_stay_within_the_driver_s_fifteen(
-    model: catalog.GpuModel,
+    model: gpu_model.GpuModel,
 ) -> None:
     for profile in model.profiles:
         for start in profile.starts:
@@ -273,7 +273,7 @@ def test_capability_minors_follow_the_driver_layout_and_need_the_instance() -> N
     data=st.data(),
 )
 def test_a_create_succeeds_exactly_when_the_catalog_says_the_set_is_valid(
-    model: catalog.GpuModel, data: st.DataObject
+    model: gpu_model.GpuModel, data: st.DataObject
 ) -> None:
     backend = SimulatedBackend([model], mig_enabled=True)
     present: list[catalog.Placement] = []
@@ -301,7 +301,7 @@ class SliceLifecycle(RuleBasedStateMachine):
         self.next_pid = 100
 
     @initialize(model=st.sampled_from(catalog.MODELS))
-    def choose_model(self, model: catalog.GpuModel) -> None:
+    def choose_model(self, model: gpu_model.GpuModel) -> None:
         self.model = model
         self.backend = SimulatedBackend([model], mig_enabled=True)
 
@@ -625,10 +625,10 @@ def test_concurrent_creates_never_overfill_a_gpu() -> None:
 
 # --- a node with MIG and non-MIG GPUs ----------------------------------------------------------
 
-L4 = catalog.whole_only_model(
+L4 = gpu_model.whole_only_model(
     "L4",
     product_name="NVIDIA L4",
-    memory_bytes=23034 * catalog.MIB,
+    memory_bytes=23034 * gpu_model.MIB,
     architecture="Ada Lovelace",
     cuda_compute_capability="8.9",
 )

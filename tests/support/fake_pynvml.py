@@ -21,7 +21,7 @@ from typing import Any
 
 import pynvml as real
 
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.simulated import placement_gi_id
 
 GI_ID_OFFSET = 100
@@ -31,7 +31,7 @@ CI_ID_OFFSET = 200
 _BYREF_TYPE = type(ctypes.byref(ctypes.c_uint()))
 
 
-def drifted(model: catalog.GpuModel) -> catalog.GpuModel:
+def drifted(model: gpu_model.GpuModel) -> gpu_model.GpuModel:
     """``model`` as a GPU whose driver reports other figures than the catalog's.
 
     Every profile gets 128 MiB more memory per memory slice and one multiprocessor fewer per
@@ -40,7 +40,7 @@ def drifted(model: catalog.GpuModel) -> catalog.GpuModel:
     profiles = tuple(
         replace(
             p,
-            memory_bytes=p.memory_bytes + 128 * catalog.MIB * p.memory_slices,
+            memory_bytes=p.memory_bytes + 128 * gpu_model.MIB * p.memory_slices,
             multiprocessors=p.multiprocessors - p.compute_slices,
         )
         for p in model.profiles
@@ -57,7 +57,7 @@ class FakeGpu:
 
     model: str
     """Catalog key of the GPU (or any label when ``hardware`` describes it)."""
-    hardware: catalog.GpuModel | None = None
+    hardware: gpu_model.GpuModel | None = None
     """The profile facts the GPU reports; default: the catalog model, :func:`drifted`."""
     mig_current: bool = True
     mig_pending: bool = True
@@ -91,7 +91,7 @@ class _Ci:
 class _Gi:
     gi_id: int
     handle: int
-    profile: catalog.Profile
+    profile: gpu_model.Profile
     start: int
     cis: dict[int, _Ci] = field(default_factory=dict)
 
@@ -213,18 +213,18 @@ class FakeNvml:
             raise TypeError(f"expected byref({ctype.__name__}(...)), got {arg!r}")
         return target
 
-    def _model(self, index: int) -> catalog.GpuModel:
+    def _model(self, index: int) -> gpu_model.GpuModel:
         model = self.gpus[index].hardware
         assert model is not None
         return model
 
-    def _gi_profile_by_value(self, index: int, value: int) -> catalog.Profile:
+    def _gi_profile_by_value(self, index: int, value: int) -> gpu_model.Profile:
         for profile in self._model(index).profiles:
             if getattr(real, profile.nvml_constant) == value:
                 return profile
         raise _fails(real.NVML_ERROR_NOT_SUPPORTED)
 
-    def _gi_profile_by_id(self, index: int, profile_id: int) -> catalog.Profile:
+    def _gi_profile_by_id(self, index: int, profile_id: int) -> gpu_model.Profile:
         return self._gi_profile_by_value(index, profile_id - GI_ID_OFFSET)
 
     @staticmethod
@@ -382,7 +382,7 @@ class FakeNvml:
         info.encoderCount = prof.engines.encoders
         info.jpegCount = prof.engines.jpeg
         info.ofaCount = prof.engines.ofa
-        info.memorySizeMB = prof.memory_bytes // catalog.MIB
+        info.memorySizeMB = prof.memory_bytes // gpu_model.MIB
         info.name = f"MIG {prof.name}".encode()
         return info
 

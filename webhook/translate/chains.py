@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 from kube.quantity import QuantityError, format_bytes, parse_bytes
-from slicer import catalog
+from slicer import catalog, gpu_model
 from slicer.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
 from webhook.claims import Alternative
 from webhook.errors import Denied
@@ -196,7 +196,7 @@ def _not_offered(names: Sequence[str], models: tuple[str, ...]) -> str:
     return f"profile {quoted} is not offered by the cluster's GPU models{_models_note(models)}"
 
 
-def _gpu_models(models: tuple[str, ...]) -> tuple[catalog.GpuModel, ...]:
+def _gpu_models(models: tuple[str, ...]) -> tuple[gpu_model.GpuModel, ...]:
     return tuple(m for m in catalog.MODELS if m.key in models)
 
 
@@ -276,7 +276,7 @@ def _memory_entries(wanted: int, models: tuple[str, ...]) -> tuple[Entry, ...] |
 MEMORY_CHAINS = BoundedCache("memory chains", _memory_entries, maxsize=256)
 
 
-def _tiers(found: list[tuple[catalog.GpuModel, catalog.Profile]]) -> list[tuple[str, ...]]:
+def _tiers(found: list[tuple[gpu_model.GpuModel, gpu_model.Profile]]) -> list[tuple[str, ...]]:
     """Profile names in tiers: a name's tier is one more than the longest run of smaller
     fitting profiles before it on any model, so each model's profiles fall in strictly
     increasing tiers and a tier holds at most one fitting profile of each model. Two models
