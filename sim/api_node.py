@@ -16,12 +16,17 @@ from sim.kubelet_client import KubeletClient, RunningClaim
 from sim.node import NodeBase, SimClock
 from sim.pools import Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
+from slicer.checkpoint import PreparedDevice
 from slicer.identity import DRIVER, RESOURCE_API
 from slicer.ordering import order_fingerprint
 
 
 class ApiNode(NodeBase):
-    """A node whose slices are published through the apiserver and prepared over gRPC."""
+    """A node whose slices are published through the apiserver and prepared over gRPC.
+
+    Every part is the agent's, built by :func:`slicer.assembly.assemble` and paced by the
+    simulated clock: the publisher with its republish limiter, and the reconciler's publishing
+    path, which the node calls when the limiter says a new device order is due."""
 
     def __init__(
         self,
@@ -35,37 +40,45 @@ class ApiNode(NodeBase):
     ) -> None:
         super().__init__(node, device_order=device_order, scenario=scenario, clock=clock)
         self.api = api
+        self._generation = 0
+        """The pool generation last compiled: a new one is a publication."""
         self._start_services(root)
         self.pool = self._publish()
-        self.limiter.published(order_fingerprint(self.current_order()))
 
     def _start_services(self, root: Path) -> None:
         """The agent's parts for this node, wired by the agent's own factory."""
         from slicer.assembly import AgentConfig, assemble
         from slicer.clock import Clock
-        from slicer.publisher import SlicePublisher
 
         base = root / self.name
-        self._publisher = SlicePublisher(
-            self.api,
-            self.name,
-            device_order=self.device_order,
-            server_version=self.scenario.kubernetes,
-            clock=Clock(sleep=lambda _s: None),
-            report_scaling=False,  # the simulation's report says what a real scheduler would do
-        )
         parts = assemble(
-            AgentConfig(node=self.name, checkpoint_dir=base / "checkpoint", cdi_dir=base / "cdi"),
+            AgentConfig(
+                node=self.name,
+                checkpoint_dir=base / "checkpoint",
+                cdi_dir=base / "cdi",
+                device_order=self.device_order.name,
+                republish_interval_s=self.scenario.republish_min_interval_s,
+                republish_quiet_s=self.scenario.republish_quiet_s,
+                reprobe_interval_s=0,  # the in-memory apiserver's version and counters stay
+                report_scaling=False,  # the simulation's report says what a real scheduler would do
+            ),
             backend=self.backend,
             api=self.api,
             modes=dict(self.modes),
-            republish=lambda _view: None,  # the simulator publishes through self._publisher
-            clock=Clock(time=self.clock),
+            clock=Clock(monotonic=self.clock, time=self.clock, sleep=lambda _s: None),
             max_parallel=1,
         )
+        assert parts.publisher is not None and parts.limiter is not None
+        assert parts.reconciler.republish is not None
         self.state = parts.state
         self.driver = parts.driver
+        self.publisher = parts.publisher
+        self.limiter = parts.limiter
+        self._republish = parts.reconciler.republish
         self._kubelet = KubeletClient(self.driver, base)
+
+    def prepared_devices(self) -> list[PreparedDevice]:
+        return [d for e in self.state.entries().values() for d in e.devices]
 
     def ensure_pool(self, *, fresh: bool = True) -> Pool:
         """The pool compiled from the slices last published (always fresh)."""
@@ -76,27 +89,30 @@ class ApiNode(NodeBase):
 
     def best_order(self) -> list[str]:
         """The order the device order would publish now."""
-        return list(
-            self._publisher.plan(self.gpu_states(), allocated=list(self.allocated.values())).order
-        )
+        view = self.view()
+        return list(self.publisher.plan(view.gpus, allocated=view.allocated).order)
 
     def _publish(self) -> Pool:
-        """Publish through the apiserver; returns the pool the scheduler compiles from it."""
-        self._publisher.publish(self.gpu_states(), allocated=list(self.allocated.values()))
-        self.publishes += 1
+        """Publish through the agent's publishing path; returns the pool the scheduler compiles
+        from what the apiserver then lists (the one it had when nothing was written)."""
+        self._republish(self.view())
         listed = self.api.list(
             RESOURCE_API, "ResourceSlice", field_selector=f"spec.nodeName={self.name}"
         ).items
         pool = compile_pool(DRIVER, self.name, listed)
         if pool is None:
             raise AllocationError(f"the pool of {self.name} is incomplete after publishing")
+        if pool.generation != self._generation:
+            self.publishes += 1
+            self._generation = pool.generation
         return pool
 
     def before_change(self) -> None:
         """Nothing to settle: republishes happen when due (:meth:`republish`)."""
 
     def allocation_changed(self) -> float | None:
-        """Tell the limiter; returns the time to call :meth:`republish`."""
+        """Tell the publisher's limiter the best order now; returns the time to call
+        :meth:`republish`."""
         if not self.dynamic:
             return None
         self.limiter.observe(order_fingerprint(self.best_order()))
@@ -104,15 +120,10 @@ class ApiNode(NodeBase):
         return None if due is None else self.clock.now + due
 
     def republish(self) -> bool:
-        """Publish the best order now (the limiter said it is due); True when it changed."""
-        order = self.best_order()
-        fingerprint = order_fingerprint(order)
-        if fingerprint == order_fingerprint(self.current_order()):
-            self.limiter.published(fingerprint)
-            return False
+        """Publish now (the limiter said the best order is due); True when the order changed."""
+        before = self.current_order()
         self.pool = self._publish()
-        self.limiter.published(fingerprint)
-        return True
+        return self.current_order() != before
 
     def prepare(self, prepared: RunningClaim) -> str:
         return self._kubelet.prepare(prepared)

@@ -4,9 +4,12 @@ What runs for real (the project's own code):
 
 * the webhook's translation (``webhook.translate.translate_pod``) and its JSON Patch, applied with
   ``jsonpatch``; the ResourceClaimTemplates it asks for;
-* per node, the agent's inventory and device-order policy (``slicer.inventory``,
-  ``slicer.ordering``) on a ``SimulatedBackend``, published by ``slicer.publisher``, republished
-  through the agent's ``RepublishLimiter`` on the simulated clock;
+* per node, the agent's parts as ``slicer.assembly`` builds them, on the simulated clock: the
+  node observed as the agent observes it (``slicer.observe``: only the instances its checkpoint
+  holds are its own), its inventory and device-order policy (``slicer.inventory``,
+  ``slicer.ordering``) on a ``SimulatedBackend``, published by its ``slicer.publisher`` through
+  the reconciler's publishing path, republished when that publisher's ``RepublishLimiter`` says
+  a new order is due;
 * the kubelet side: ``NodePrepareResources``/``NodeUnprepareResources`` over the agent's gRPC
   services on unix sockets (``slicer.plugin``), backed by its ``DeviceState`` (checkpoint, CDI,
   MIG instances created at exactly the allocated placement).

@@ -17,11 +17,12 @@ from sim.node import NodeBase, SimClock, parse_device_name
 from sim.pools import Device, Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
 from slicer.catalog import Placement
+from slicer.checkpoint import PreparedDevice
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
 from slicer.gpu_model import GpuModel
 from slicer.identity import DRIVER
 from slicer.inventory import plan_pool
-from slicer.ordering import Candidate, Occupancy, OrderPolicy
+from slicer.ordering import Candidate, Occupancy, OrderPolicy, RepublishLimiter
 
 GpuKey = tuple[int, tuple[Placement, ...], bool]
 """What the order of one GPU depends on: its index, the placements in use on it (sorted) and
@@ -115,6 +116,13 @@ class FastNode(NodeBase):
         templates: Templates,
     ) -> None:
         super().__init__(node, device_order=device_order, scenario=scenario, clock=clock)
+        self.limiter = RepublishLimiter(
+            min_interval_s=scenario.republish_min_interval_s,
+            quiet_s=min(scenario.republish_quiet_s, scenario.republish_min_interval_s),
+            clock=clock,
+        )
+        """The agent's limiter as :func:`slicer.assembly.assemble` sets it up, told allocation
+        versions instead of orders."""
         self.templates = templates
         self.gpu_keys: dict[int, GpuKey] = {i: (i, (), False) for i in range(len(node.models))}
         """Per GPU, what its order depends on (kept up to date with ``allocated``)."""
@@ -131,8 +139,9 @@ class FastNode(NodeBase):
         self._ranked: list[Block] = []
         """Per GPU (by index), its rank and block in the state ``_materialized``."""
         self._mig_enabled: list[bool] | None = None
-        self._instances: dict[str, list[tuple[int, int, int]]] = {}
-        """Per prepared claim (uid), the (gpu, gi id, ci id) made for it."""
+        self._instances: dict[str, list[PreparedDevice]] = {}
+        """Per prepared claim (uid), its MIG devices and the instances made for them (what the
+        agent's checkpoint would hold)."""
         self.limiter.published("v0")
 
     def ensure_pool(self, *, fresh: bool = True) -> Pool:
@@ -164,7 +173,7 @@ class FastNode(NodeBase):
         if template is None:
             plan = plan_pool(
                 self.name,
-                self.gpu_states(),
+                self.view().gpus,
                 server_version=self.scenario.kubernetes,
                 policy=self.device_order,
             )
@@ -263,14 +272,28 @@ class FastNode(NodeBase):
                 ci = self.backend.create_compute_instance(spec.gpu_index, gi)
                 assert ci.ci_id is not None
                 made = self._instances.setdefault(prepared.uid, [])
-                made.append((spec.gpu_index, gi, ci.ci_id))
+                made.append(
+                    PreparedDevice(
+                        (),
+                        device.name,
+                        spec.gpu_index,
+                        spec.profile,
+                        spec.start,
+                        gi_id=gi,
+                        ci_id=ci.ci_id,
+                    )
+                )
         return ""
 
     def unprepare(self, prepared: RunningClaim) -> str:
-        for gpu, gi, ci in self._instances.pop(prepared.uid, ()):
-            self.backend.destroy_compute_instance(gpu, gi, ci)
-            self.backend.destroy_gpu_instance(gpu, gi)
+        for made in self._instances.pop(prepared.uid, ()):
+            assert made.gi_id is not None and made.ci_id is not None
+            self.backend.destroy_compute_instance(made.gpu_index, made.gi_id, made.ci_id)
+            self.backend.destroy_gpu_instance(made.gpu_index, made.gi_id)
         return ""
+
+    def prepared_devices(self) -> list[PreparedDevice]:
+        return [d for made in self._instances.values() for d in made]
 
     def problems(self) -> list[str]:
         return self.leaks()

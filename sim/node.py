@@ -3,12 +3,14 @@
 :class:`SimNode` is all the strategy and the scheduler use; :class:`sim.api_node.ApiNode` (the
 agent's real parts on the in-memory apiserver) and :class:`sim.fast_node.FastNode` (slices
 compiled once and reordered in place) implement it and decide the same. :class:`NodeBase` holds
-what both keep: the simulated GPUs, the allocations and the agent's republish limiter.
+what both keep: the simulated GPUs, the allocations, and the view of them the agent's
+publisher plans from (:func:`slicer.observe.observe_node`).
 """
 
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -16,10 +18,12 @@ from sim.kubelet_client import RunningClaim
 from sim.pools import Device, Pool
 from sim.scenario import NodeSpec, Scenario
 from slicer.catalog import Placement
+from slicer.checkpoint import PreparedDevice
 from slicer.devices import DeviceSpec
 from slicer.devices import parse_device_name as _parse_device_name
-from slicer.inventory import GpuState, Mode, effective_mode
-from slicer.ordering import DYNAMIC_POLICIES, RepublishLimiter, get_policy
+from slicer.inventory import Mode, effective_mode
+from slicer.observe import NodeView, ObservedGpu, observe_node
+from slicer.ordering import DYNAMIC_POLICIES, get_policy
 from slicer.simulated import SimulatedBackend
 
 parse_device_name = functools.lru_cache(maxsize=8192)(_parse_device_name)
@@ -87,8 +91,8 @@ class SimNode(Protocol):
     def close(self) -> None: ...
 
 
-class NodeBase:
-    """The state both kinds of node keep: simulated GPUs, allocations and the limiter."""
+class NodeBase(ABC):
+    """The state both kinds of node keep: simulated GPUs, allocations and the agent's view."""
 
     def __init__(
         self, node: NodeSpec, *, device_order: str, scenario: Scenario, clock: SimClock
@@ -103,11 +107,6 @@ class NodeBase:
             list(node.models), node_name=node.name, sleep=lambda _s: None
         )
         self.modes = {i: effective_mode(node.mode, m) for i, m in enumerate(node.models)}
-        self.limiter = RepublishLimiter(
-            min_interval_s=scenario.republish_min_interval_s,
-            quiet_s=scenario.republish_quiet_s,
-            clock=clock,
-        )
         self.allocated: dict[str, DeviceSpec] = {}
         self.publishes = 0
 
@@ -134,20 +133,22 @@ class NodeBase:
                 gpus.add(spec.gpu_index)
         return gpus
 
-    def gpu_states(self) -> list[GpuState]:
-        """The inventory's view of the GPUs, as the agent reads it from its backend."""
-        states = []
-        for info in self.backend.gpus():
-            instances = tuple(self.backend.instances(info.index)) if info.mig_enabled else ()
-            states.append(
-                GpuState(
-                    info=info,
-                    mode=self.modes[info.index],
-                    instances=instances,
-                    owned=frozenset(i.spec for i in instances),
-                )
+    def view(self) -> NodeView:
+        """The node as its agent observes it (:func:`slicer.observe.observe_node`): only the
+        instances its checkpoint holds are its own, and the devices allocated here."""
+        observed = [
+            ObservedGpu(
+                info,
+                mode=self.modes[info.index],
+                instances=tuple(self.backend.instances(info.index)) if info.mig_enabled else (),
             )
-        return states
+            for info in self.backend.gpus()
+        ]
+        return observe_node(observed, self.prepared_devices(), self.allocated.values())
+
+    @abstractmethod
+    def prepared_devices(self) -> list[PreparedDevice]:
+        """The devices the node's agent holds prepared: what its checkpoint says."""
 
     def instance_placements(self, gpu: int) -> list[Placement]:
         return sorted((i.profile, i.start) for i in self.backend.instances(gpu))

@@ -80,6 +80,9 @@ class AgentConfig:
     """``partitionable``: every slice the GPUs could host, with counters (falling back to the
     static layout on its own when the apiserver drops counters); ``static``: always the static
     layout, for releases whose scheduler does not scale with counters (:mod:`slicer.scaling`)."""
+    report_scaling: bool = True
+    """Warn (log, gauge) when counters go to a release whose scheduler pays for them with the
+    square of the node count; False where no real scheduler reads the pool (the simulator)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ class AgentParts:
     publisher: SlicePublisher | None
     """The ResourceSlice writer (with its republish limiter); None when the caller gave its own
     ``republish``."""
+    limiter: RepublishLimiter | None = None
+    """The publisher's limiter on device-order-only rewrites (paced by the clock's
+    ``monotonic``); None without a publisher."""
 
 
 def assemble(
@@ -153,6 +159,7 @@ def assemble(
         prepared=lambda: [d.device_name for e in state.entries().values() for d in e.devices],
     )
     publisher: SlicePublisher | None = None
+    limiter: RepublishLimiter | None = None
     if republish is None:
         limiter = RepublishLimiter(
             min_interval_s=config.republish_interval_s,
@@ -170,6 +177,7 @@ def assemble(
             static_layout=config.static_layout,
             profiles=config.profiles,
             clock=clock,
+            report_scaling=config.report_scaling,
         )
         republish = _publishing(publisher, feed)
     reconciler = Reconciler(
@@ -183,7 +191,7 @@ def assemble(
         wake=wake,
     )
     driver = DraDriver(state, claims, pool=config.node, max_parallel=max_parallel)
-    return AgentParts(metrics, state, claims, health, feed, reconciler, driver, publisher)
+    return AgentParts(metrics, state, claims, health, feed, reconciler, driver, publisher, limiter)
 
 
 def kubelet_plugin(config: AgentConfig, parts: AgentParts, *, workers: int = 8) -> PluginServer:

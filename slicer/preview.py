@@ -1,16 +1,17 @@
 """The pool an agent would publish for simulated GPUs, without a cluster or a GPU.
 
 ``gpu-slicer slices`` prints it, and the scheduler benchmark's hollow nodes publish it: the same
-path as the agent's (simulated backend -> GPU states -> :func:`slicer.inventory.plan_pool`), so
-what they show is what an agent on such a node writes.
+path as the agent's (simulated backend -> :func:`slicer.observe.observe_node` with a checkpoint
+that holds nothing yet -> :func:`slicer.inventory.plan_pool`), so what they show is what a
+freshly started agent on such a node writes.
 """
 
 from __future__ import annotations
 
 from slicer import catalog
-from slicer.devices import SliceSpec
-from slicer.inventory import GpuState, Mode, PoolPlan, default_mode, plan_pool
+from slicer.inventory import Mode, PoolPlan, default_mode, plan_pool
 from slicer.layout import StaticLayout
+from slicer.observe import ObservedGpu, observe_node
 from slicer.profile_filter import ProfileFilter
 from slicer.simulated import SimulatedBackend
 
@@ -35,23 +36,22 @@ def preview_pool(
     backend = SimulatedBackend(gpus, node_name=node)
     infos = backend.gpus()
     models = [catalog.get_model(info.model) for info in infos]
-    owned: dict[int, frozenset[SliceSpec]] = {}
     if static_layout is not None:
         static_layout.check(models)
-        owned = _create_layout(backend, static_layout, len(infos))
+        _create_layout(backend, static_layout, len(infos))
         infos = backend.gpus()
-    states = [
-        GpuState(
+    observed = [
+        ObservedGpu(
             info,
             mode=mode or default_mode(models[info.index]),
             instances=tuple(backend.instances(info.index)),
-            owned=owned.get(info.index, frozenset()),
         )
         for info in infos
     ]
+    view = observe_node(observed, prepared=())  # the layout's instances are no claim's
     return plan_pool(
         node,
-        states,
+        view.gpus,
         server_version=server_version,
         generation=generation,
         policy=order,
@@ -61,20 +61,14 @@ def preview_pool(
     )
 
 
-def _create_layout(
-    backend: SimulatedBackend, layout: StaticLayout, count: int
-) -> dict[int, frozenset[SliceSpec]]:
-    """Create the configured instances on the simulated GPUs, as the agent would at start-up."""
-    owned: dict[int, frozenset[SliceSpec]] = {}
+def _create_layout(backend: SimulatedBackend, layout: StaticLayout, count: int) -> None:
+    """Create the configured instances on the simulated GPUs, as mig-parted would before the
+    agent starts."""
     for index in range(count):
         wanted = layout.for_gpu(index)
         if not wanted:
             continue
         backend.set_mig_mode(index, True)
-        made: set[SliceSpec] = set()
         for profile, start in wanted:
             gi = backend.create_gpu_instance(index, profile, start)
             backend.create_compute_instance(index, gi)
-            made.add(SliceSpec(index, profile, start))
-        owned[index] = frozenset(made)
-    return owned

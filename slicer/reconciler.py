@@ -31,8 +31,6 @@ retried on the next pass.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 import time
@@ -43,10 +41,10 @@ from kube import errors as kerrors
 from slicer.backend import GpuInfo, model_of
 from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry, PreparedDevice
 from slicer.claim_cache import ClaimCache, our_results
-from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
+from slicer.devices import DeviceSpec, MigInstance, parse_device_name
 from slicer.errors import BackendError, DeviceNameError, GpuLost, SlicerError
 from slicer.health import HealthTracker
-from slicer.inventory import GpuState
+from slicer.observe import NodeView, ObservedGpu, observe_node
 from slicer.state import (
     STALE_PREPARE,
     VANISHED_CLAIM,
@@ -56,31 +54,6 @@ from slicer.state import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """What the publisher needs to build the pool's ResourceSlices."""
-
-    gpus: tuple[GpuState, ...]
-    allocated: tuple[DeviceSpec, ...]
-
-    def fingerprint(self) -> str:
-        def gpu_key(g: GpuState) -> list[object]:
-            return [
-                g.info.index,
-                g.info.mig_enabled,
-                g.mode,
-                sorted((i.profile, i.start, i.ci_id is not None) for i in g.instances),
-                sorted((s.profile, s.start) for s in g.owned),
-                [t.render() for t in g.taints],
-            ]
-
-        data = [
-            [gpu_key(g) for g in self.gpus],
-            sorted(repr(a) for a in self.allocated),
-        ]
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 Republish = Callable[[NodeView], float | None]
@@ -266,8 +239,9 @@ class Reconciler:
         return True
 
     def _observe(self, report: ReconcileReport) -> NodeView:
-        """The node as it is now (GPU by GPU, setting the instance metrics on the way) and the
-        devices the API allocated here."""
+        """The node as it is now (:func:`slicer.observe.observe_node`: the checkpoint's devices
+        decide which instances are the agent's), setting the instance metrics on the way, and
+        the devices the API allocated here."""
         metrics = self.state.metrics
         entries = self.state.entries()
         try:
@@ -275,49 +249,44 @@ class Reconciler:
         except BackendError as exc:
             report.errors.append(f"gpus: {exc}")
             infos = []
+        observed = [self._observe_gpu(info, entries, report) for info in infos]
+        prepared = [d for e in entries.values() for d in e.devices]
+        view = observe_node(observed, prepared, self._allocated())
         metrics.instances.clear()
         counts: dict[tuple[str, str], int] = {}
-        states = [self._observe_gpu(info, entries, counts, report) for info in infos]
+        for gpu in view.gpus:
+            for inst in gpu.instances:
+                owner = "agent" if inst.spec in gpu.owned else "foreign"
+                if owner == "foreign":
+                    report.foreign.append(inst)
+                counts[(inst.profile, owner)] = counts.get((inst.profile, owner), 0) + 1
         for (profile, owner), n in counts.items():
             metrics.instances.labels(profile, owner).set(n)
-        return NodeView(tuple(states), self._allocated())
+        return view
 
     def _observe_gpu(
-        self,
-        info: GpuInfo,
-        entries: dict[str, ClaimEntry],
-        counts: dict[tuple[str, str], int],
-        report: ReconcileReport,
-    ) -> GpuState:
-        """One GPU: its instances, which of them back an entry (the agent's), its taints;
-        ``counts`` gains its instances by (profile, owner)."""
-        devices = [
-            d for e in entries.values() for d in e.devices if d.gpu_index == info.index and d.is_mig
-        ]
+        self, info: GpuInfo, entries: dict[str, ClaimEntry], report: ReconcileReport
+    ) -> ObservedGpu:
+        """One GPU: its instances (drift when an entry's is missing), its mode, its taints."""
         listed = self._instances(info, report)
         instances = listed or []
-        owned: set[SliceSpec] = set()
-        for device in devices:
-            inst = instance_at(instances, device)
-            if inst is not None:
-                owned.add(inst.spec)
         if listed is not None:
+            devices = [
+                d
+                for e in entries.values()
+                for d in e.devices
+                if d.gpu_index == info.index and d.is_mig
+            ]
             self._report_missing(devices, entries, listed, report)
-        for inst in instances:
-            owner = "agent" if inst.spec in owned else "foreign"
-            if owner == "foreign":
-                report.foreign.append(inst)
-            counts[(inst.profile, owner)] = counts.get((inst.profile, owner), 0) + 1
         self.state.metrics.free_memory_slices.labels(str(info.index)).set(
             _free_memory_slices(info, instances)
         )
         taints = self.health.taints(info.index) if self.health is not None else ()
         taints += self.state.taints(info.index)
-        return GpuState(
+        return ObservedGpu(
             info=info,
             mode=self.state.mig.mode(info.index),
             instances=tuple(instances),
-            owned=frozenset(owned),
             taints=taints,
         )
 

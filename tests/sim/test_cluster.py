@@ -10,6 +10,7 @@ from sim.compare import compare
 from sim.demand import DemandBook
 from sim.event_loop import Engine
 from sim.scenario import Scenario, load_scenario, parse_scenario
+from slicer.devices import SliceSpec
 
 SMALL: dict[str, Any] = {
     "name": "small",
@@ -122,6 +123,45 @@ def test_the_api_path_leaves_no_claim_instance_or_checkpoint_entry(small: Scenar
         assert all(
             not agent.backend.instances(g.index) for g in agent.backend.gpus() if g.mig_enabled
         )
+
+
+@pytest.mark.parametrize("through_api", [True, False], ids=["api", "fast"])
+def test_a_node_owns_exactly_the_instances_its_checkpoint_holds(
+    small: Scenario, through_api: bool
+) -> None:
+    """As the reconciler does: the simulator's instances are all its agent's (they coincide),
+    and one made behind the agent's back is foreign, so the slices stop offering it."""
+    from sim.cluster import GpuSlicerStrategy
+    from sim.node import NodeBase
+
+    strategy = GpuSlicerStrategy(
+        small, DemandBook(small), device_order="best-fit", through_api=through_api
+    )
+    nodes = [n for n in strategy.nodes.values() if isinstance(n, NodeBase)]
+    assert len(nodes) == len(strategy.nodes)
+    owned_seen = 0
+    release = strategy.release
+
+    def checked_release(pod: Any, held: Any, now: float) -> None:
+        nonlocal owned_seen
+        for node in nodes:
+            gpus = node.view().gpus
+            assert all(g.foreign == () for g in gpus)
+            owned = sum(len(g.owned) for g in gpus)
+            assert owned == sum(1 for d in node.allocated if "-mig-" in d)
+            owned_seen += owned
+        release(pod, held, now)
+
+    strategy.release = checked_release  # type: ignore[method-assign]
+    engine = Engine(small, strategy)
+    engine.run()
+    assert engine.drain() == []
+    assert owned_seen > 0  # the check saw instances
+    node = nodes[0]
+    node.backend.set_mig_mode(0, True)
+    gi = node.backend.create_gpu_instance(0, "1g.10gb", 0)
+    node.backend.create_compute_instance(0, gi)
+    assert [i.spec for i in node.view().gpus[0].foreign] == [SliceSpec(0, "1g.10gb", 0)]
 
 
 def test_noon_burst_serves_the_whole_burst_at_noon_where_the_static_layout_serves_two() -> None:

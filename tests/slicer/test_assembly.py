@@ -3,6 +3,7 @@ through the slice publisher unless the caller takes it over, GPUs start in their
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import pytest
 from kube.memory import InMemoryKubeApi
 from slicer.assembly import Advertise, AgentConfig, AgentParts, assemble, discover_modes
 from slicer.claim_cache import AllocatedDevice
+from slicer.clock import Clock
 from slicer.profile_filter import ProfileFilter
 from slicer.reconciler import NodeView
 from slicer.simulated import SimulatedBackend
@@ -129,3 +131,40 @@ def test_the_profiles_setting_reaches_the_published_pool(
     names = [d["name"] for s in api.objects(*SLICES) for d in s["spec"].get("devices", ())]
     assert names and not any(name.endswith(tuple(f"me-{i}" for i in range(8))) for name in names)
     assert any("-mig-1g" in name for name in names)
+
+
+def test_the_exposed_limiter_is_the_publishers_and_runs_on_the_assemblys_clock(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    now = [100.0]
+    config = AgentConfig(
+        node=NODE,
+        checkpoint_dir=tmp_path / "c",
+        cdi_dir=tmp_path / "d",
+        republish_interval_s=10.0,
+        republish_quiet_s=2.0,
+    )
+    parts = assemble(
+        config, backend=backend, api=api, clock=Clock(monotonic=lambda: now[0], time=time.time)
+    )
+    assert parts.limiter is not None
+    parts.claims.sync_once()
+    assert parts.reconciler.reconcile_once().republished  # the publisher wrote at 100
+    now[0] = 103.0
+    parts.limiter.observe("another order")
+    assert parts.limiter.due_in() == pytest.approx(7.0)  # 10 s after the publisher's write
+
+
+@pytest.mark.parametrize("report", [True, False])
+def test_report_scaling_decides_whether_the_agent_warns_of_quadratic_scheduling(
+    backend: SimulatedBackend, tmp_path: Path, caplog: pytest.LogCaptureFixture, report: bool
+) -> None:
+    api = InMemoryKubeApi(server_version=(1, 36))
+    config = AgentConfig(
+        node=NODE, checkpoint_dir=tmp_path / "c", cdi_dir=tmp_path / "d", report_scaling=report
+    )
+    parts = assemble(config, backend=backend, api=api)
+    parts.claims.sync_once()
+    with caplog.at_level(logging.WARNING, logger="slicer.publisher"):
+        parts.reconciler.reconcile_once()
+    assert any("square" in r.getMessage() for r in caplog.records) == report
