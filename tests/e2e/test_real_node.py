@@ -261,8 +261,7 @@ def _health_trouble(kubelet_log: str) -> list[str]:
 
 
 def _resource_status(box: Sandbox, pod: Obj) -> list[Obj]:
-    """The pod's ``allocatedResourcesStatus`` as the real kubelet wrote it, without the optional
-    message of a Healthy device."""
+    """The pod's ``allocatedResourcesStatus`` as the real kubelet last wrote it."""
     return resource_health(box.pod(ENABLED, pod["metadata"]["name"]))
 
 
@@ -295,56 +294,6 @@ def test_the_real_kubelet_watches_the_agents_resource_health_without_an_error(
         timeout_s=120,
     )
     assert _health_trouble(real.log(f"kubelet-{NODE}")) == []
-
-
-def test_an_injected_fault_reaches_the_pod_status_the_real_kubelet_writes(
-    real: Sandbox, two_pods: list[Obj]
-) -> None:
-    specs = [_claim_spec(real, pod) for pod in two_pods]
-    for pod, spec in zip(two_pods, specs, strict=True):
-        [claim] = real.claims_of(pod)
-        [result] = claim["status"]["allocation"]["devices"]["results"]
-        assert parse_device_name(result["device"]).gpu_index == 0  # the node's one GPU
-        real.wait(
-            lambda p=pod, s=spec: _resource_status(real, p) == _status_of(p, s, "Healthy"),
-            what=f"{pod['metadata']['name']}'s device reported Healthy",
-            timeout_s=120,
-        )
-
-    real.simulate_event(NODE, "--gpu", "0", "--xid", "79")
-    try:
-        for pod, spec in zip(two_pods, specs, strict=True):
-
-            def unhealthy(p: Obj = pod) -> list[Obj]:
-                found = _resource_status(real, p)
-                resources = [r for entry in found for r in entry["resources"]]
-                return (
-                    found
-                    if resources and all(r["health"] == "Unhealthy" for r in resources)
-                    else []
-                )
-
-            found = real.wait(
-                unhealthy,
-                what=f"the Xid in {pod['metadata']['name']}'s allocatedResourcesStatus",
-                timeout_s=120,
-            )
-            [[resource]] = [entry["resources"] for entry in found]
-            message = resource.pop("message", "")
-            assert found == _status_of(pod, spec, "Unhealthy")
-            assert "GPU 0 is unhealthy (xid-79)" in message
-        assert "Sending health update notification for pods" in real.log(f"kubelet-{NODE}")
-    finally:
-        real.simulate_event(NODE, "--gpu", "0", "--recovered")
-    for pod, spec in zip(two_pods, specs, strict=True):
-        real.wait(
-            lambda p=pod, s=spec: _resource_status(real, p) == _status_of(p, s, "Healthy"),
-            what=f"{pod['metadata']['name']}'s device Healthy again after the GPU recovered",
-            timeout_s=120,
-        )
-    assert _health_trouble(real.log(f"kubelet-{NODE}")) == []
-    for pod in two_pods:
-        assert real.pod(ENABLED, pod["metadata"]["name"])["status"]["phase"] == "Running"
 
 
 def test_the_agent_restarted_under_running_containers_loses_nothing(
@@ -418,6 +367,55 @@ def test_deleting_a_pod_unprepares_and_destroys_its_instance(
         cdi = real.dir / "nodes" / NODE / "cdi"
         assert not any(claim["metadata"]["uid"] in p.name for p in cdi.iterdir())
     assert real.instances(NODE) == []
+
+
+def test_an_injected_fault_reaches_the_pod_status_the_real_kubelet_writes(real: Sandbox) -> None:
+    # After the other pods are gone: the GPU's recovery is a reset, which empties it.
+    real.create_pod(ENABLED, _pod("faulty"))
+    pod = real.wait_running(ENABLED, "faulty", timeout_s=150)
+    [claim] = real.claims_of(pod)
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert parse_device_name(result["device"]).gpu_index == 0  # the node's one GPU
+    spec = _claim_spec(real, pod)
+    real.wait(
+        lambda: _resource_status(real, pod) == _status_of(pod, spec, "Healthy"),
+        what="the pod's device reported Healthy",
+        timeout_s=120,
+    )
+
+    real.simulate_event(NODE, "--gpu", "0", "--xid", "79")
+
+    def unhealthy() -> list[Obj]:
+        found = _resource_status(real, pod)
+        resources = [r for entry in found for r in entry["resources"]]
+        return found if resources and all(r["health"] == "Unhealthy" for r in resources) else []
+
+    try:
+        found = real.wait(
+            unhealthy, what="the Xid in the pod's allocatedResourcesStatus", timeout_s=120
+        )
+        [[resource]] = [entry["resources"] for entry in found]
+        message = resource.pop("message", "")
+        assert found == _status_of(pod, spec, "Unhealthy")
+        assert "GPU 0 is unhealthy (xid-79)" in message
+        assert "Sending health update notification for pods" in real.log(f"kubelet-{NODE}")
+        assert real.pod(ENABLED, "faulty")["status"]["phase"] == "Running"
+        real.delete_pod(ENABLED, "faulty")
+    finally:
+        real.simulate_event(NODE, "--gpu", "0", "--recovered")
+    assert _health_trouble(real.log(f"kubelet-{NODE}")) == []
+
+    real.create_pod(ENABLED, _pod("recovered"))
+    after = real.wait_running(ENABLED, "recovered", timeout_s=150)
+    real.wait(
+        lambda: (
+            _resource_status(real, after) == _status_of(after, _claim_spec(real, after), "Healthy")
+        ),
+        what="a new pod's device Healthy on the recovered GPU",
+        timeout_s=120,
+    )
+    real.delete_pod(ENABLED, "recovered")
+    real.wait(lambda: real.instances(NODE) == [], what="the recovered GPU's instance destroyed")
 
 
 def test_the_other_nodes_keep_the_kubelet_stand_in(real: Sandbox) -> None:
