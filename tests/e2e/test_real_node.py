@@ -250,13 +250,22 @@ HEALTH_WORDS = ("WatchResources", "health stream", "health info", "health update
 """What the kubelet's lines about the DRA resource-health service say (pkg/kubelet/cm/dra)."""
 
 
+OWN_CANCEL = "code = Canceled desc = context canceled"
+"""A stopping kubelet cancels its own stream and logs that as an error (1.36.3's
+HandleWatchResourcesStream checks for context.Canceled, not the gRPC status): not the driver's."""
+
+
 def _health_trouble(kubelet_log: str) -> list[str]:
     """The kubelet's error lines (klog ``E``) about resource health, and any Unimplemented."""
     return [
         line
         for line in kubelet_log.splitlines()
         if "Unimplemented" in line
-        or (line.startswith("E") and any(word in line for word in HEALTH_WORDS))
+        or (
+            line.startswith("E")
+            and any(word in line for word in HEALTH_WORDS)
+            and OWN_CANCEL not in line
+        )
     ]
 
 
