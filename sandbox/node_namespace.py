@@ -15,6 +15,11 @@ keeps alive (``python -m sandbox.node_namespace SPEC``). Inside it, and only the
   ``/var/lib/kubelet/device-plugins`` and ``/var/log/containers``) lands there; the host's
   folders are neither read nor created. (Container logs go to the state folder: the kubelet's
   ``podLogsDir``.)
+* the node's folders (the sandbox's ``nodes/<node>/...``) are bound where a GPU node has them and
+  the chart's DaemonSet mounts them (``/var/lib/kubelet``, ``/var/run/cdi``,
+  ``/var/lib/gpu-slicer``): the kubelet, containerd and the agent all run in here and use those
+  paths, as on a node. A bind's target must lie in one of the empty tmpfs above, so making its
+  mount point never creates a folder on the host.
 * the kernel settings the kubelet writes at start (``vm.overcommit_memory``,
   ``kernel.panic``, ...) are regular files bound over their ``/proc/sys`` entries, holding the
   host's values: the kubelet reads and writes them as usual, the host keeps its own.
@@ -76,6 +81,25 @@ def nvidia_device_nodes(gpu_count: int, capability_minors: Iterable[int]) -> lis
 
 
 @dataclass(frozen=True)
+class Bind:
+    """A host folder (``source``) seen at ``target`` inside the namespace."""
+
+    source: str
+    target: str
+
+
+def shadowing(target: str, shadowed: Iterable[str]) -> str | None:
+    """The shadowed folder ``target`` lies in, links followed (``/var/run`` is ``/run``), or
+    ``None`` (pure but for reading the links)."""
+    real = os.path.realpath(target)
+    for folder in shadowed:
+        root = os.path.realpath(folder)
+        if real == root or real.startswith(root.rstrip("/") + "/"):
+            return folder
+    return None
+
+
+@dataclass(frozen=True)
 class NamespaceSpec:
     """What the holder sets up; written as JSON for ``python -m sandbox.node_namespace``."""
 
@@ -85,6 +109,7 @@ class NamespaceSpec:
     devices: list[DeviceNode]
     shadowed: tuple[str, ...] = SHADOWED
     sysctls: tuple[str, ...] = KUBELET_SYSCTLS
+    binds: tuple[Bind, ...] = ()
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -99,6 +124,7 @@ class NamespaceSpec:
             devices=[DeviceNode(**d) for d in data["devices"]],
             shadowed=tuple(data["shadowed"]),
             sysctls=tuple(data["sysctls"]),
+            binds=tuple(Bind(**b) for b in data.get("binds") or ()),
         )
 
 
@@ -200,6 +226,12 @@ def set_up(spec: NamespaceSpec) -> None:
     for folder in spec.shadowed:
         if Path(folder).is_dir():
             _mount("-t", "tmpfs", "-o", "mode=755", "tmpfs", folder)
+    for bind in spec.binds:
+        if shadowing(bind.target, spec.shadowed) is None:
+            raise OSError(f"{bind.target} is outside {', '.join(spec.shadowed)}: not bound")
+        target = os.path.realpath(bind.target)
+        os.makedirs(target, exist_ok=True)
+        _mount("--bind", bind.source, target)
     _shadow_sysctls(work, spec.sysctls)
 
 

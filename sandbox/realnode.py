@@ -7,18 +7,24 @@ agent run`` on the simulated backend; the kubelet registers it, calls NodePrepar
 containerd injects the claim's CDI devices into real containers. The other nodes keep the
 kubelet stand-in.
 
-Both run in a private mount namespace (:mod:`sandbox.node_namespace`) with fake NVIDIA device
-nodes. Settings this needs on a machine like the project's (cgroup v1, no systemd, root without
-``CAP_SYS_RESOURCE``): the kubelet's ``failCgroupV1: false``, ``cgroupDriver: cgroupfs`` and a
-``cgroupRoot`` of its own in every hierarchy; containerd's ``restrict_oom_score_adj``. Nothing is
-pulled: the pause image (compiled from the release's ``build/pause/linux/pause.c``) and a busybox
-image (``busybox:sandbox``) are written locally and imported; every registry resolves to a closed
-local port. Pods get addresses on a bridge without a gateway: no traffic leaves the machine.
-The kubelet runs without iptables on its PATH, so it leaves the host's firewall alone.
+Both, and the node's agent, run in a private mount namespace (:mod:`sandbox.node_namespace`) with
+fake NVIDIA device nodes and the node's folders bound where the chart's DaemonSet mounts them
+(:data:`NODE_PATHS`): the kubelet's root ``/var/lib/kubelet`` (the agent's plugin and registration
+sockets), the claims' CDI specs in ``/var/run/cdi``, the agent's checkpoint in
+``/var/lib/gpu-slicer``. Settings this needs on a machine like the project's (cgroup v1, no systemd,
+root without ``CAP_SYS_RESOURCE``): the kubelet's ``failCgroupV1: false``, ``cgroupDriver:
+cgroupfs`` and a ``cgroupRoot`` of its own in every hierarchy; containerd's
+``restrict_oom_score_adj``. Nothing is pulled: the pause image (compiled from the release's
+``build/pause/linux/pause.c``) and a busybox image (``busybox:sandbox``) are written locally and
+imported; every registry resolves to a closed local port. Pods get addresses on a bridge without a
+gateway: no traffic leaves the machine. The kubelet runs without iptables on its PATH, so it leaves
+the host's firewall alone.
 
 Layout under ``nodes/<node>/``::
 
-    kubelet/                 the kubelet's --root-dir (plugins_registry, plugins: the agent's)
+    kubelet/                 /var/lib/kubelet in the namespace (plugins_registry, plugins)
+    cdi/                     /var/run/cdi in the namespace: the claims' CDI specs
+    checkpoint/              /var/lib/gpu-slicer in the namespace: the agent's checkpoint
     containerd/              containerd's config, root, state and socket
     pod-logs/                the containers' logs (the kubelet's podLogsDir)
     cni/                     the CNI configuration and IP leases
@@ -42,7 +48,13 @@ import yaml
 
 from sandbox import binaries, node_host, oci_image
 from sandbox.errors import BuildError, StartupError
-from sandbox.node_namespace import NamespaceSpec, enter_argv, holder_argv, nvidia_device_nodes
+from sandbox.node_namespace import (
+    Bind,
+    NamespaceSpec,
+    enter_argv,
+    holder_argv,
+    nvidia_device_nodes,
+)
 from sandbox.process import Component, free_port
 from slicer.gpuspec import parse_gpu_spec
 from slicer.simulated import capability_minor_range
@@ -50,6 +62,12 @@ from slicer.simulated import capability_minor_range
 PAUSE_IMAGE = "gpu-slicer.local/pause:{release}"
 BUSYBOX_IMAGE = "docker.io/library/busybox:sandbox"
 """``image: busybox:sandbox`` in a pod on the real node (with any pull policy but Always)."""
+KUBELET_ROOT = "/var/lib/kubelet"
+CDI_DIR = "/var/run/cdi"
+CHECKPOINT_DIR = "/var/lib/gpu-slicer"
+NODE_PATHS = {"kubelet": KUBELET_ROOT, "cdi": CDI_DIR, "checkpoint": CHECKPOINT_DIR}
+"""``nodes/<node>/<folder>`` -> where the node's processes see it: the chart's hostPaths
+(deploy/base/agent-daemonset.yaml) and the kubelet's default root."""
 CLOSED_REGISTRY = "http://127.0.0.1:9"
 """Where every image pull is sent: nothing listens, so a pull fails here and goes nowhere."""
 
@@ -378,18 +396,22 @@ class RealNode:
         self._cgroups_made = False
         self.healthz_port = 0
 
-    # paths the agent and the tests use
-    @property
-    def kubelet_root(self) -> Path:
-        return self.folder / "kubelet"
-
+    # paths inside the namespace, for the agent (its hostPaths in the chart)
     @property
     def registry_dir(self) -> Path:
-        return self.kubelet_root / "plugins_registry"
+        return Path(KUBELET_ROOT) / "plugins_registry"
 
     @property
     def plugins_dir(self) -> Path:
-        return self.kubelet_root / "plugins"
+        return Path(KUBELET_ROOT) / "plugins"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return Path(CDI_DIR)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(CHECKPOINT_DIR)
 
     @property
     def pod_logs(self) -> Path:
@@ -410,16 +432,24 @@ class RealNode:
         """What the sandbox restarts when it exits (as systemd would on a node)."""
         return [c for c in (self.containerd, self.kubelet) if c is not None]
 
-    def start(self, cdi_dirs: list[Path]) -> None:
-        """The namespace, containerd (with the images imported), then the kubelet."""
-        for sub in ("kubelet/plugins_registry", "kubelet/plugins", "pod-logs", "cni/net.d"):
+    def start(self, toolkit_cdi_dir: Path) -> None:
+        """The namespace, containerd (with the images imported), then the kubelet. containerd
+        reads CDI specs from ``toolkit_cdi_dir`` (the toolkit's, on the host) and
+        :data:`CDI_DIR` (the agent's)."""
+        for sub in (
+            *NODE_PATHS,
+            "kubelet/plugins_registry",
+            "kubelet/plugins",
+            "pod-logs",
+            "cni/net.d",
+        ):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         self.progress(f"real node {self.name}: cgroup /{self.cgroup_root}, containerd, kubelet")
         self._clear_leftovers()  # of a sandbox in this folder that was killed, not stopped
         node_host.create_cgroup_root(self.cgroup_root)
         self._cgroups_made = True
         self._start_namespace()
-        self._start_containerd(cdi_dirs)
+        self._start_containerd([toolkit_cdi_dir, self.cdi_dir])
         for archive in ("pause.tar", "busybox.tar"):
             oci_image.import_archive(self.ctr, self.address, self.parts.images_dir / archive)
         self._start_kubelet()
@@ -435,6 +465,7 @@ class RealNode:
             work_dir=str(work),
             ready_file=str(ready),
             devices=nvidia_device_nodes(gpu_count, minors),
+            binds=tuple(Bind(str(self.folder / sub), path) for sub, path in NODE_PATHS.items()),
         )
         self.holder = Component(
             f"namespace-{self.name}",
@@ -444,7 +475,9 @@ class RealNode:
         self.holder.start()
         self.holder.wait_ready(ready.exists, timeout_s=30, what="its mount namespace")
 
-    def _inside(self, argv: list[str]) -> list[str]:
+    def inside(self, argv: list[str]) -> list[str]:
+        """``argv`` run in the node's namespace (the agent's, like containerd's and the
+        kubelet's)."""
         assert self.holder is not None and self.holder.pid is not None
         return enter_argv(self.holder.pid, argv)
 
@@ -479,7 +512,7 @@ class RealNode:
         path = f"{self.parts.containerd_dir}{os.pathsep}{os.environ.get('PATH', '')}"
         self.containerd = Component(
             f"containerd-{self.name}",
-            self._inside([str(binary), "--config", str(config)]),
+            self.inside([str(binary), "--config", str(config)]),
             log_dir=self.state_dir / "logs",
             env={"PATH": path},
         )
@@ -524,7 +557,7 @@ class RealNode:
             str(self.parts.kubelet),
             f"--config={config}",
             f"--kubeconfig={self.kubeconfig}",
-            f"--root-dir={self.kubelet_root}",
+            f"--root-dir={KUBELET_ROOT}",
             f"--cert-dir={self.folder / 'kubelet-pki'}",
             f"--hostname-override={self.name}",
             f"--node-ip={ip}",
@@ -536,7 +569,7 @@ class RealNode:
         path = node_host.path_without(os.environ.get("PATH", ""), ("iptables", "ip6tables"))
         self.kubelet = Component(
             f"kubelet-{self.name}",
-            self._inside(argv),
+            self.inside(argv),
             log_dir=self.state_dir / "logs",
             env={"PATH": path},
         )

@@ -103,11 +103,8 @@ def check_state_dir(folder: Path, nodes: list[NodeSpec], real_node: str | None =
         )
     root = folder.resolve() / "nodes"
     sockets = [root / n.name / "plugins" / "gpu-slicer.io" / "dra.sock" for n in nodes]
-    if real_node is not None:  # the agent's sockets are in the kubelet's root folder
-        sockets += [
-            root / real_node / "kubelet" / "plugins" / "gpu-slicer.io" / "dra.sock",
-            root / real_node / "containerd" / "containerd.sock.ttrpc",
-        ]
+    if real_node is not None:  # its agent's sockets are at /var/lib/kubelet in its namespace
+        sockets.append(root / real_node / "containerd" / "containerd.sock.ttrpc")
     sock = max(sockets, key=lambda path: len(str(path).encode()))
     if len(str(sock).encode()) > SOCKET_LIMIT:
         raise UsageError(
@@ -341,13 +338,15 @@ class Sandbox:
             (folder / sub).mkdir(parents=True, exist_ok=True)
         toolkit = folder / "etc-cdi" / "nvidia.yaml"
         registry_dir, plugins_dir = folder / "plugins_registry", folder / "plugins"
+        checkpoint_dir, cdi_dir = folder / "checkpoint", folder / "cdi"
+        real_node: RealNode | None = None
         if real:
             spec = yaml.safe_load(TOOLKIT_CDI_SPEC.read_text())
             toolkit.write_text(yaml.safe_dump(runtime_toolkit_spec(spec), sort_keys=False))
-            real_node = self._start_real_node(
-                admin, credentials, node, [folder / "etc-cdi", folder / "cdi"]
-            )
+            real_node = self._start_real_node(admin, credentials, node, folder / "etc-cdi")
+            # The agent's folders where the chart mounts them, inside the node's namespace.
             registry_dir, plugins_dir = real_node.registry_dir, real_node.plugins_dir
+            checkpoint_dir, cdi_dir = real_node.checkpoint_dir, real_node.cdi_dir
         else:
             admin.create_node(node.name, gpu_feature_labels(node.gpus))
             shutil.copyfile(TOOLKIT_CDI_SPEC, toolkit)
@@ -375,9 +374,9 @@ class Sandbox:
             "--kubeconfig",
             str(agent_config),
             "--checkpoint-dir",
-            str(folder / "checkpoint"),
+            str(checkpoint_dir),
             "--cdi-dir",
-            str(folder / "cdi"),
+            str(cdi_dir),
             "--plugins-dir",
             str(plugins_dir),
             "--registry-dir",
@@ -391,10 +390,12 @@ class Sandbox:
         )
         if self.settings.static_layout is not None:
             argv += ["--static-layout", str(self.settings.static_layout)]
+        if real_node is not None:
+            argv = real_node.inside(argv)
         agent = Component(f"agent-{node.name}", argv, log_dir=self.dir / "logs")
         agent.start()
         self.agents[node.name] = agent
-        if real:
+        if real_node is not None:
             return
         kubelet_config = self._node_kubeconfig(credentials, node.name)
         client = api_client(kubelet_config)
@@ -425,7 +426,7 @@ class Sandbox:
         )
 
     def _start_real_node(
-        self, admin: ClusterSetup, credentials: pki.Pki, node: NodeSpec, cdi_dirs: list[Path]
+        self, admin: ClusterSetup, credentials: pki.Pki, node: NodeSpec, toolkit_cdi_dir: Path
     ) -> RealNode:
         """containerd and the kubelet, which registers the Node itself (before the agent, whose
         ResourceSlices belong to the Node)."""
@@ -443,7 +444,7 @@ class Sandbox:
             progress=self.progress,
         )
         self.real_nodes[node.name] = real_node
-        real_node.start(cdi_dirs)
+        real_node.start(toolkit_cdi_dir)
         admin.wait_for_node(node.name)
         return real_node
 

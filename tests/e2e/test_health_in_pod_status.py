@@ -5,31 +5,13 @@ of the pod on the other GPU; the ResourceSlices taint the GPU's devices until it
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 from slicer.devices import parse_device_name
-from tests.support.e2e_sandbox import ENABLED, Sandbox, pod_manifest
+from tests.support.e2e_sandbox import ENABLED, Sandbox, pod_manifest, resource_health
 
 NODE = "health"
 Obj = dict[str, Any]
-
-
-def _health(pod: Obj) -> list[Obj]:
-    [status] = pod["status"].get("containerStatuses") or [{}]
-    return status.get("allocatedResourcesStatus") or []
-
-
-def _simulate(box: Sandbox, *flags: str) -> None:
-    state = box.ready["nodes"][NODE]["gpuState"]
-    done = subprocess.run(
-        [sys.executable, "-m", "cli.main", "agent", "simulate-event", "--simulate-state", state]
-        + list(flags),
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
 
 
 def _tainted(box: Sandbox) -> set[str]:
@@ -54,7 +36,7 @@ def test_a_critical_xid_reaches_the_status_of_the_pod_on_that_gpu_only(sandbox: 
 
     def healthy(pod: Obj) -> list[Obj]:
         current = sandbox.pod(ENABLED, pod["metadata"]["name"])
-        entries = _health(current)
+        entries = resource_health(current)
         ok = entries and all(r["health"] == "Healthy" for e in entries for r in e["resources"])
         return entries if ok else []
 
@@ -70,10 +52,10 @@ def test_a_critical_xid_reaches_the_status_of_the_pod_on_that_gpu_only(sandbox: 
     ]
     sandbox.wait(lambda: healthy(spared), what="the other pod's device reported Healthy")
 
-    _simulate(sandbox, "--gpu", "0", "--xid", "79")
+    sandbox.simulate_event(NODE, "--gpu", "0", "--xid", "79")
 
     def unhealthy() -> Obj | None:
-        [current] = _health(sandbox.pod(ENABLED, hit["metadata"]["name"]))
+        [current] = resource_health(sandbox.pod(ENABLED, hit["metadata"]["name"]))
         [resource] = current["resources"]
         return resource if resource["health"] == "Unhealthy" else None
 
@@ -85,5 +67,5 @@ def test_a_critical_xid_reaches_the_status_of_the_pod_on_that_gpu_only(sandbox: 
 
     for pod in pods.values():
         sandbox.delete_pod(ENABLED, pod["metadata"]["name"])
-    _simulate(sandbox, "--gpu", "0", "--recovered")
+    sandbox.simulate_event(NODE, "--gpu", "0", "--recovered")
     sandbox.wait(lambda: not _tainted(sandbox), what="the GPU's taints gone after recovery")

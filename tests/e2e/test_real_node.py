@@ -29,10 +29,12 @@ import pytest
 from sandbox import binaries, node_host, oci_image, realnode
 from sandbox.errors import BuildError
 from sandbox.node_namespace import KUBELET_SYSCTLS
+from slicer.devices import parse_device_name
 from tests.support.e2e_sandbox import (
     ENABLED,
     Sandbox,
     pod_manifest,
+    resource_health,
     start_sandbox,
     stop_sandbox,
     wait_webhook_knows,
@@ -244,6 +246,65 @@ def test_two_pods_on_one_gpu_see_different_capability_nodes_and_not_each_others(
     assert len(real.instances(NODE)) == 2
 
 
+HEALTH_WORDS = ("WatchResources", "health stream", "health info", "health update", "dra-healthinfo")
+"""What the kubelet's lines about the DRA resource-health service say (pkg/kubelet/cm/dra)."""
+
+
+OWN_CANCEL = "code = Canceled desc = context canceled"
+"""A stopping kubelet cancels its own stream and logs that as an error (1.36.3's
+HandleWatchResourcesStream checks for context.Canceled, not the gRPC status): not the driver's."""
+
+
+def _health_trouble(kubelet_log: str) -> list[str]:
+    """The kubelet's error lines (klog ``E``) about resource health, and any Unimplemented."""
+    return [
+        line
+        for line in kubelet_log.splitlines()
+        if "Unimplemented" in line
+        or (
+            line.startswith("E")
+            and any(word in line for word in HEALTH_WORDS)
+            and OWN_CANCEL not in line
+        )
+    ]
+
+
+def _resource_status(box: Sandbox, pod: Obj) -> list[Obj]:
+    """The pod's ``allocatedResourcesStatus`` as the real kubelet last wrote it."""
+    return resource_health(box.pod(ENABLED, pod["metadata"]["name"]))
+
+
+def _status_of(pod: Obj, spec: Obj, health: str) -> list[Obj]:
+    """What the kubelet writes for the pod's one claim: the entry named for the container's claim
+    reference, its resource the claim's CDI device (the kubelet's ``resourceID``)."""
+    [reference] = pod["spec"]["containers"][0]["resources"]["claims"]
+    request = f"/{reference['request']}" if reference.get("request") else ""
+    [device] = spec["devices"]
+    resource = {"resourceID": f"{spec['kind']}={device['name']}", "health": health}
+    return [{"name": f"claim:{reference['name']}{request}", "resources": [resource]}]
+
+
+def test_the_real_kubelet_watches_the_agents_resource_health_without_an_error(
+    real: Sandbox, two_pods: list[Obj]
+) -> None:
+    real.wait(
+        lambda: "Successfully started WatchResources health stream" in real.log(f"kubelet-{NODE}"),
+        what="the real kubelet opening the resource-health stream",
+        timeout_s=90,
+    )
+    real.wait(
+        lambda: "kubelet watches device health" in real.log(f"agent-{NODE}"),
+        what="the agent serving the kubelet's NodeWatchResources stream",
+    )
+    spec = _claim_spec(real, two_pods[0])
+    real.wait(
+        lambda: _resource_status(real, two_pods[0]) == _status_of(two_pods[0], spec, "Healthy"),
+        what="the real kubelet reporting the pod's device Healthy",
+        timeout_s=120,
+    )
+    assert _health_trouble(real.log(f"kubelet-{NODE}")) == []
+
+
 def test_the_agent_restarted_under_running_containers_loses_nothing(
     real: Sandbox, two_pods: list[Obj]
 ) -> None:
@@ -315,6 +376,55 @@ def test_deleting_a_pod_unprepares_and_destroys_its_instance(
         cdi = real.dir / "nodes" / NODE / "cdi"
         assert not any(claim["metadata"]["uid"] in p.name for p in cdi.iterdir())
     assert real.instances(NODE) == []
+
+
+def test_an_injected_fault_reaches_the_pod_status_the_real_kubelet_writes(real: Sandbox) -> None:
+    # After the other pods are gone: the GPU's recovery is a reset, which empties it.
+    real.create_pod(ENABLED, _pod("faulty"))
+    pod = real.wait_running(ENABLED, "faulty", timeout_s=150)
+    [claim] = real.claims_of(pod)
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert parse_device_name(result["device"]).gpu_index == 0  # the node's one GPU
+    spec = _claim_spec(real, pod)
+    real.wait(
+        lambda: _resource_status(real, pod) == _status_of(pod, spec, "Healthy"),
+        what="the pod's device reported Healthy",
+        timeout_s=120,
+    )
+
+    real.simulate_event(NODE, "--gpu", "0", "--xid", "79")
+
+    def unhealthy() -> list[Obj]:
+        found = _resource_status(real, pod)
+        resources = [r for entry in found for r in entry["resources"]]
+        return found if resources and all(r["health"] == "Unhealthy" for r in resources) else []
+
+    try:
+        found = real.wait(
+            unhealthy, what="the Xid in the pod's allocatedResourcesStatus", timeout_s=120
+        )
+        [[resource]] = [entry["resources"] for entry in found]
+        message = resource.pop("message", "")
+        assert found == _status_of(pod, spec, "Unhealthy")
+        assert "GPU 0 is unhealthy (xid-79)" in message
+        assert "Sending health update notification for pods" in real.log(f"kubelet-{NODE}")
+        assert real.pod(ENABLED, "faulty")["status"]["phase"] == "Running"
+        real.delete_pod(ENABLED, "faulty")
+    finally:
+        real.simulate_event(NODE, "--gpu", "0", "--recovered")
+    assert _health_trouble(real.log(f"kubelet-{NODE}")) == []
+
+    real.create_pod(ENABLED, _pod("recovered"))
+    after = real.wait_running(ENABLED, "recovered", timeout_s=150)
+    real.wait(
+        lambda: (
+            _resource_status(real, after) == _status_of(after, _claim_spec(real, after), "Healthy")
+        ),
+        what="a new pod's device Healthy on the recovered GPU",
+        timeout_s=120,
+    )
+    real.delete_pod(ENABLED, "recovered")
+    real.wait(lambda: real.instances(NODE) == [], what="the recovered GPU's instance destroyed")
 
 
 def test_the_other_nodes_keep_the_kubelet_stand_in(real: Sandbox) -> None:

@@ -177,11 +177,31 @@ class Sandbox:
     def log(self, component: str) -> str:
         return (self.dir / "logs" / f"{component}.log").read_text(errors="replace")
 
+    def simulate_event(self, node: str, *flags: str) -> None:
+        """``gpu-slicer agent simulate-event`` on the node's simulated GPUs, as an operator would
+        inject a fault (``--gpu 0 --xid 79``) or its recovery (``--gpu 0 --recovered``)."""
+        state = self.ready["nodes"][node]["gpuState"]
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "agent", "simulate-event", "--simulate-state", state]
+            + list(flags),
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+
     def diagnose(self) -> str:
         """The tail of the sandbox's own output, for a failing wait."""
         out = launch.output_of(self.dir)
         text = out.read_text(errors="replace") if out.exists() else ""
         return "sandbox output (tail):\n" + "\n".join(text.splitlines()[-15:])
+
+
+def resource_health(pod: Obj) -> list[Obj]:
+    """The single container's ``allocatedResourcesStatus``: what the kubelet heard from the
+    drivers' resource-health streams (empty until it first reports)."""
+    [status] = pod["status"].get("containerStatuses") or [{}]
+    entries: list[Obj] = status.get("allocatedResourcesStatus") or []
+    return entries
 
 
 def pod_manifest(
