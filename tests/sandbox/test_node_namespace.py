@@ -27,6 +27,16 @@ NEEDS_ROOT = pytest.mark.skipif(
 )
 
 
+def _inside(pid: int, script: str) -> subprocess.CompletedProcess[str]:
+    """Run a shell script in the mount namespace the holder ``pid`` keeps."""
+    return subprocess.run(
+        ["nsenter", f"--target={pid}", "--mount", "--", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
 def _spec(tmp_path: Path, binds: tuple[Bind, ...] = ()) -> Path:
     spec = NamespaceSpec(
         work_dir=str(tmp_path / "ns"),
@@ -75,20 +85,10 @@ def test_inside_the_namespace_the_device_nodes_exist_and_the_host_keeps_its_dev_
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == b"node namespace ready"
-        inside = subprocess.run(
-            [
-                "nsenter",
-                f"--target={holder.pid}",
-                "--mount",
-                "--",
-                "sh",
-                "-c",
-                "stat -c '%n %t:%T' /dev/nvidia0 /dev/nvidia-caps/nvidia-cap4; "
-                "echo 10 > /proc/sys/kernel/panic; cat /proc/sys/kernel/panic; ls /var/lib",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
+        inside = _inside(
+            holder.pid,
+            "stat -c '%n %t:%T' /dev/nvidia0 /dev/nvidia-caps/nvidia-cap4; "
+            "echo 10 > /proc/sys/kernel/panic; cat /proc/sys/kernel/panic; ls /var/lib",
         )
         assert inside.returncode == 0, inside.stderr
         lines = inside.stdout.splitlines()
@@ -117,20 +117,7 @@ def test_a_node_folder_is_seen_at_the_chart_s_path_inside_and_nowhere_new_on_the
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == b"node namespace ready"
-        inside = subprocess.run(
-            [
-                "nsenter",
-                f"--target={holder.pid}",
-                "--mount",
-                "--",
-                "sh",
-                "-c",
-                "echo x > /var/run/cdi/spec.json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        inside = _inside(holder.pid, "echo x > /var/run/cdi/spec.json")
         assert inside.returncode == 0, inside.stderr
         assert (source / "spec.json").read_text() == "x\n"
     finally:
