@@ -123,6 +123,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "kubelet and containerd built with Go into the cache on first use)",
     )
     up.add_argument(
+        "--agent-pod",
+        action="store_true",
+        help="with --real-node and --install helm: the real node runs the chart's agent "
+        "DaemonSet from the project's image (built into the cache on first use, imported, "
+        "never pulled) instead of the agent process",
+    )
+    up.add_argument(
         "--deploy-dir",
         type=Path,
         default=DEPLOY_DIR,
@@ -168,6 +175,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         static_layout=args.static_layout,
         gpu_slicer=args.gpu_slicer.resolve() if args.gpu_slicer else None,
         real_node=args.real_node,
+        agent_pod=args.agent_pod,
     )
 
 

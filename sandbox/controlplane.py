@@ -4,7 +4,8 @@ The flags follow what the Kubernetes integration tests and ``hack/local-up-clust
 
 * the apiserver serves TLS with the sandbox CA, authenticates client certificates and
   ServiceAccount tokens, authorizes with RBAC (and the Node authorizer, which costs nothing);
-  ``ServiceAccount`` admission is off because no pod of the sandbox mounts a token, and
+  ``ServiceAccount`` admission is off because no pod of the sandbox mounts a token (on with
+  ``service_account_tokens``: the real node's agent pod mounts its projected token), and
   ``TaintNodesByCondition`` is off because no kubelet would ever clear the taint;
 * the controller manager runs every default controller except node lifecycle (without a kubelet
   it would mark every node NotReady and evict its pods), each with its own ServiceAccount
@@ -72,6 +73,9 @@ class ControlPlane:
     scheduler_qps: float | None = None
     """The scheduler's client rate (``clientConnection.qps``; burst twice that); None: the
     release's default (50)."""
+    service_account_tokens: bool = False
+    """``ServiceAccount`` admission on: pods get the projected token their in-cluster clients
+    read (the chart's agent pod on the real node); off, no pod mounts one."""
     components: list[Component] = field(default_factory=list)
     scheduler_port: int = 0
 
@@ -236,7 +240,9 @@ class ControlPlane:
             "--authorization-mode=Node,RBAC",
             "--service-cluster-ip-range=10.96.0.0/24",
             "--endpoint-reconciler-type=none",
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--disable-admission-plugins="
+            + ("" if self.service_account_tokens else "ServiceAccount,")
+            + "TaintNodesByCondition",
             "--allow-privileged=true",
             "--profiling=false",
             *runtime,

@@ -374,6 +374,7 @@ class RealNode:
         client_ca: Path,
         gates: dict[str, bool],
         labels: dict[str, str],
+        images: tuple[Path, ...] = (),
         progress: binaries.Progress = print,
     ) -> None:
         self.name = name
@@ -385,6 +386,8 @@ class RealNode:
         self.client_ca = client_ca
         self.gates = gates
         self.labels = labels
+        self.images = images
+        """Image archives imported besides the pause and busybox images (the agent's)."""
         self.progress = progress
         self.id = short_id(state_dir, name)
         self.cgroup_root = f"gpu-slicer-{name}-{self.id}"[:60]
@@ -452,6 +455,8 @@ class RealNode:
         self._start_containerd([toolkit_cdi_dir, self.cdi_dir])
         for archive in ("pause.tar", "busybox.tar"):
             oci_image.import_archive(self.ctr, self.address, self.parts.images_dir / archive)
+        for path in self.images:
+            oci_image.import_archive(self.ctr, self.address, path)
         self._start_kubelet()
 
     def _start_namespace(self) -> None:

@@ -39,11 +39,13 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from sandbox import binaries, pki
 from sandbox.cluster import (
     AGENT_SA,
     APPLIED_KINDS,
+    NAMESPACE,
     WEBHOOK_SA,
     ClusterSetup,
     api_client,
@@ -55,7 +57,7 @@ from sandbox.errors import StartupError, UsageError
 from sandbox.kubelet import KubeletStandIn
 from sandbox.nodes import DEPLOY_DIR, NodeSpec
 from sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
-from sandbox.realnode import Parts, RealNode, runtime_toolkit_spec
+from sandbox.realnode import CHECKPOINT_DIR, Parts, RealNode, runtime_toolkit_spec
 from slicer.gpuspec import parse_gpu_spec
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,9 @@ TOOLKIT_CDI_SPEC = Path(__file__).with_name("toolkit-cdi.yaml")
 MARKER = ".gpu-slicer-sandbox"
 HEALTH_FROM_MINOR = 36
 """The first release whose kubelet calls the drivers' resource-health service by default."""
+AGENT_POD_GPU_STATE = f"{CHECKPOINT_DIR}/gpus.json"
+"""The agent pod's simulated GPUs (``--simulate-state``): in its checkpoint hostPath."""
+AGENT_POD_SELECTOR = "app.kubernetes.io/name=gpu-slicer,app.kubernetes.io/component=agent"
 SOCKET_LIMIT = 107
 """Bytes in a unix socket path (sun_path is 108 with the terminating NUL)."""
 
@@ -90,6 +95,10 @@ class Settings:
     of the package, :mod:`sandbox.install`); None: this interpreter with this tree's code."""
     real_node: str | None = None
     """The node that gets the real kubelet and containerd (:mod:`sandbox.realnode`)."""
+    agent_pod: bool = False
+    """The real node runs the chart's agent DaemonSet from the project's image
+    (:mod:`sandbox.image`) instead of the agent process; needs ``real_node`` and the chart
+    (``install="helm"``)."""
 
 
 def check_state_dir(folder: Path, nodes: list[NodeSpec], real_node: str | None = None) -> None:
@@ -142,6 +151,8 @@ class Sandbox:
         self.kubelets: dict[str, KubeletStandIn] = {}
         self.real_nodes: dict[str, RealNode] = {}
         self.node_parts: Parts | None = None
+        self.agent_image: Path | None = None
+        """The image's OCI archive, imported into the real node (``agent_pod``)."""
         self._clients: list[k8s.ApiClient] = []
         self.bins: binaries.Binaries | None = None
         self.helm: Path | None = None
@@ -156,6 +167,8 @@ class Sandbox:
         settings = self.settings
         if settings.real_node is not None:
             check_real_node(settings.real_node, settings.nodes, self.dir)
+        if settings.agent_pod:
+            check_agent_pod(settings)
         check_state_dir(self.dir, settings.nodes, settings.real_node)
         self._ports = (
             check_port_free(settings.apiserver_port, "--apiserver-port"),
@@ -189,6 +202,10 @@ class Sandbox:
             from sandbox.realnode import ensure_parts
 
             self.node_parts = ensure_parts(settings.k8s_version, progress=self.progress)
+        if settings.agent_pod:
+            from sandbox import image
+
+            self.agent_image = image.ensure(progress=self.progress)
         self._fresh_state_dir()
         started = time.monotonic()
         credentials = pki.create(self.dir / "pki")
@@ -198,6 +215,7 @@ class Sandbox:
             self.dir,
             apiserver_port,
             gates=feature_gates(partitionable=settings.partitionable),
+            service_account_tokens=settings.agent_pod,
         )
         self.progress(f"starting etcd and Kubernetes {self.bins.release} control plane")
         self.control_plane.start()
@@ -218,7 +236,8 @@ class Sandbox:
                 self._start_node(admin, credentials, node)
         finally:
             admin.close()
-        self._wait_nodes_ready()
+        # The agent pod: its image unpacked and Python started in a container first.
+        self._wait_nodes_ready(240 if settings.agent_pod else 90)
         ready = self._ready_record(webhook_port, time.monotonic() - started)
         (self.dir / "ready").write_text(json.dumps(ready, indent=2) + "\n")
         return ready
@@ -270,14 +289,20 @@ class Sandbox:
         assert self.control_plane is not None and self.helm is not None
         chart = self.settings.deploy_dir / "helm" / "gpu-slicer"
         self.progress(f"helm install gpu-slicer {chart}")
-        values = {
-            "certificates.mode": "external",
-            "webhook.enabled": "false",
-            "webhook.url": url,
-            "webhook.caBundle": base64.b64encode(ca_bundle).decode(),
-            "agent.enabled": "false",
-            "networkPolicies.enabled": "false",
+        values: dict[str, Any] = {
+            "certificates": {"mode": "external"},
+            "webhook": {
+                "enabled": False,
+                "url": url,
+                "caBundle": base64.b64encode(ca_bundle).decode(),
+            },
+            "agent": {"enabled": False},
+            "networkPolicies": {"enabled": False},
         }
+        if self.settings.agent_pod:
+            values |= self._agent_pod_values()
+        values_file = self.dir / "helm-values.yaml"
+        values_file.write_text(yaml.safe_dump(values, sort_keys=False))
         command = [
             str(self.helm),
             "install",
@@ -287,12 +312,40 @@ class Sandbox:
             "gpu-slicer",
             "--kubeconfig",
             str(self.control_plane.admin_kubeconfig()),
+            "--values",
+            str(values_file),
         ]
-        for key, value in values.items():
-            command += ["--set", f"{key}={value}"]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
             raise StartupError(f"helm install failed: {result.stderr.strip()[-2000:]}")
+
+    def _agent_pod_values(self) -> dict[str, Any]:
+        """The chart's agent on the real node, as a cluster without kube-proxy runs it: on the
+        node's network with the apiserver's address (127.0.0.1 here), the image imported (never
+        pulled), the simulated backend with the node's GPUs, its state in the checkpoint
+        folder."""
+        from sandbox import image
+
+        assert self.control_plane is not None
+        node = next(n for n in self.settings.nodes if n.name == self.settings.real_node)
+        repository, tag = image.image_name().rsplit(":", 1)
+        return {
+            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+            "agent": {
+                "enabled": True,
+                "backend": "simulated",
+                "hostNetwork": True,
+                "k8sServiceHost": "127.0.0.1",
+                "k8sServicePort": str(self.control_plane.apiserver_port),
+                "metricsPort": free_port(),
+                "toolkitCdiDir": str((self.dir / "nodes" / node.name / "etc-cdi").resolve()),
+                "extraArgs": [
+                    f"--simulate-gpus={node.gpus}",
+                    f"--simulate-state={AGENT_POD_GPU_STATE}",
+                    "--reconcile-interval=5",
+                ],
+            },
+        }
 
     def _start_webhook(self, admin: ClusterSetup, credentials: pki.Pki, port: int) -> None:
         assert self.control_plane is not None
@@ -345,6 +398,8 @@ class Sandbox:
             toolkit.write_text(yaml.safe_dump(runtime_toolkit_spec(spec), sort_keys=False))
             real_node = self._start_real_node(admin, credentials, node, folder / "etc-cdi")
             # The agent's folders where the chart mounts them, inside the node's namespace.
+            if self.settings.agent_pod:
+                return  # the chart's DaemonSet runs its agent (_agent_pod_values)
             registry_dir, plugins_dir = real_node.registry_dir, real_node.plugins_dir
             checkpoint_dir, cdi_dir = real_node.checkpoint_dir, real_node.cdi_dir
         else:
@@ -432,6 +487,9 @@ class Sandbox:
         ResourceSlices belong to the Node)."""
         assert self.control_plane is not None and self.node_parts is not None
         kubeconfig = self._node_kubeconfig(credentials, node.name)
+        labels = gpu_feature_labels(node.gpus)
+        if self.settings.agent_pod:  # the chart's agent nodeSelector (docs/migration-guide.md)
+            labels["gpu-slicer.io/agent"] = "enabled"
         real_node = RealNode(
             node.name,
             node.gpus,
@@ -440,7 +498,8 @@ class Sandbox:
             kubeconfig=kubeconfig,
             client_ca=credentials.ca_cert,
             gates=self.control_plane.gates,
-            labels=gpu_feature_labels(node.gpus),
+            labels=labels,
+            images=(self.agent_image,) if self.agent_image is not None else (),
             progress=self.progress,
         )
         self.real_nodes[node.name] = real_node
@@ -485,17 +544,30 @@ class Sandbox:
     def _wait_real_node(self, admin: k8s.ApiClient, name: str, deadline: float) -> None:
         """Until the kubelet reports its Node Ready, has registered the agent, and the agent has
         published its ResourceSlices."""
-        real_node, agent = self.real_nodes[name], self.agents[name]
+        real_node, agent = self.real_nodes[name], self.agents.get(name)
         core, resource = k8s.CoreV1Api(admin), k8s.ResourceV1Api(admin)
         assert real_node.kubelet is not None
+        kubelet = real_node.kubelet
 
         def node_ready() -> bool:
             status = core.read_node(name).status
             conditions = (status.conditions if status else None) or []
             return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
+        def agent_log() -> str:
+            if agent is not None:
+                return agent.log_tail(400)
+            pods = core.list_namespaced_pod(
+                NAMESPACE, label_selector=AGENT_POD_SELECTOR, field_selector=f"spec.nodeName={name}"
+            ).items
+            names = [str(p.metadata.name) for p in pods if p.metadata is not None]
+            try:
+                return "".join(str(core.read_namespaced_pod_log(n, NAMESPACE)) for n in names)
+            except ApiException:  # its container not started yet
+                return ""
+
         def registered() -> bool:
-            return "registered with the kubelet" in agent.log_tail(400)
+            return "registered with the kubelet" in agent_log()
 
         def published() -> bool:
             return bool(resource.list_resource_slice(field_selector=f"spec.nodeName={name}").items)
@@ -503,9 +575,10 @@ class Sandbox:
         def remaining() -> float:
             return max(1.0, deadline - time.monotonic())
 
-        real_node.kubelet.wait_ready(node_ready, timeout_s=remaining(), what="a Ready Node")
-        agent.wait_ready(registered, timeout_s=remaining(), what="registration with the kubelet")
-        agent.wait_ready(published, timeout_s=remaining(), what="ResourceSlices")
+        kubelet.wait_ready(node_ready, timeout_s=remaining(), what="a Ready Node")
+        waiter = kubelet if agent is None else agent  # the agent pod lives while its kubelet does
+        waiter.wait_ready(registered, timeout_s=remaining(), what="the agent's registration")
+        waiter.wait_ready(published, timeout_s=remaining(), what="the agent's ResourceSlices")
 
     def _ready_record(self, webhook_port: int, seconds: float) -> dict[str, Any]:
         assert self.control_plane is not None and self.bins is not None
@@ -520,14 +593,20 @@ class Sandbox:
             "nodes": {
                 name: {
                     "gpus": next(n.gpus for n in self.settings.nodes if n.name == name),
-                    "gpuState": str((self.dir / "nodes" / name / "gpus.json").resolve()),
+                    "gpuState": str(self._gpu_state(name).resolve()),
                     "runtime": str((self.dir / "nodes" / name / "runtime").resolve()),
                     "cdi": str((self.dir / "nodes" / name / "cdi").resolve()),
                     **self._real_node_record(name),
                 }
-                for name in self.agents
+                for name in (n.name for n in self.settings.nodes)
             },
         }
+
+    def _gpu_state(self, name: str) -> Path:
+        folder = self.dir / "nodes" / name
+        if self.settings.agent_pod and name == self.settings.real_node:
+            return folder / "checkpoint" / Path(AGENT_POD_GPU_STATE).name
+        return folder / "gpus.json"
 
     def _real_node_record(self, name: str) -> dict[str, Any]:
         real_node = self.real_nodes.get(name)
@@ -620,6 +699,14 @@ def check_real_node(name: str, nodes: list[NodeSpec], state_dir: Path) -> None:
             f"--real-node {name}: this machine cannot run containers: {'; '.join(problems)} "
             f"(Debian packages: {DEBIAN_PACKAGES})"
         )
+
+
+def check_agent_pod(settings: Settings) -> None:
+    """``--agent-pod`` runs the chart's DaemonSet on the real node: both are needed."""
+    if settings.real_node is None or settings.install != "helm":
+        raise UsageError("--agent-pod needs --real-node NAME and --install helm")
+    if settings.static_layout is not None:
+        raise UsageError("--agent-pod: the agent pod cannot read --static-layout's file")
 
 
 def check_layout(layout_file: Path, nodes: list[NodeSpec]) -> None:

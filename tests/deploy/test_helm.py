@@ -162,7 +162,16 @@ def _all_renders() -> list[Obj]:
     for mode in MODES:
         objects += template([f"certificates.mode={mode}", "namespace.create=true", *MONITORING])
     objects += template(EQUIVALENT["overlays/extended-resources"])
+    objects += template(NODE_NETWORK)
     return objects
+
+
+NODE_NETWORK = [
+    "agent.hostNetwork=true",
+    "agent.k8sServiceHost=10.0.0.1",
+    "agent.k8sServicePort=6443",
+    "agent.toolkitCdiDir=/var/run/cdi",
+]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -285,6 +294,20 @@ def test_agent_values_reach_the_daemonset_and_the_policy_values_are_a_valid_poli
     text = find(objects, "ConfigMap", "gpu-slicer-policy")["data"]["policy.yaml"]
     loaded = webhook_policy.load_policy(text)
     assert (loaded.nvlink, loaded.mig_fallback.mode) == ("strict", "larger")
+
+
+def test_an_agent_without_kube_proxy_reaches_the_apiserver_it_is_given() -> None:
+    spec = find(template(NODE_NETWORK), "DaemonSet", "gpu-slicer-agent")["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.0.0.1", "6443")
+    assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    [etc_cdi] = [v for v in spec["volumes"] if v["name"] == "etc-cdi"]
+    assert etc_cdi["hostPath"]["path"] == "/var/run/cdi"
+    default = find(template([]), "DaemonSet", "gpu-slicer-agent")["spec"]["template"]["spec"]
+    assert "hostNetwork" not in default
+    assert not {"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} & {
+        e["name"] for e in default["containers"][0]["env"]
+    }
 
 
 def test_a_policy_value_the_webhook_would_refuse_is_refused_by_its_loader() -> None:

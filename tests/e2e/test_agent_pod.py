@@ -1,0 +1,167 @@
+"""The chart's agent DaemonSet, from the project's image, on the real node.
+
+A sandbox of its own with one node, ``real``, started with ``--real-node real --install helm
+--agent-pod``: the image built from the Dockerfile (``sandbox.image``) is imported into the node's
+containerd, and the real kubelet runs the chart's agent pod from it (simulated backend, host
+network, the apiserver's address through ``agent.k8sServiceHost``/``k8sServicePort``, its
+projected ServiceAccount token). A converted pod then gets its MIG slice from that pod and sees it
+from inside its container. The webhook stays the sandbox's process on 127.0.0.1: the chart's
+webhook Service would need kube-proxy and cluster DNS, which the sandbox has not.
+
+Skipped with the reason where the machine cannot run containers or the kubelet, containerd or the
+image cannot be built; under ``CI=true`` that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox import binaries, image, node_host, realnode
+from sandbox.errors import BuildError
+from tests.support.e2e_sandbox import (
+    ENABLED,
+    Obj,
+    Sandbox,
+    pod_manifest,
+    start_sandbox,
+    stop_sandbox,
+    wait_webhook_knows,
+)
+
+NODE = "real"
+GPUS = "A100-80GB:1"
+HOST_FOLDERS = ("/etc/cdi", "/var/run/cdi", "/var/lib/gpu-slicer", "/var/lib/kubelet")
+"""The agent pod's hostPaths: the kubelet makes them in the node's namespace, not on the host."""
+REPORT = r"""
+for f in /dev/nvidia* /dev/nvidia-caps/*; do
+  if [ -c "$f" ]; then echo "DEV $f"; fi
+done
+echo "ENV NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
+echo END
+exec sleep 2147483647
+"""
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"the agent pod cannot run here: {reason}")
+    pytest.skip(f"no agent pod on a real node: {reason}")
+
+
+@pytest.fixture(scope="module")
+def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
+    folder = Path(tempfile.mkdtemp(prefix="gs-agentpod-")) / "sb"
+    problems = node_host.preflight(folder)
+    if problems:
+        _unavailable("; ".join(problems))
+    progress = lambda m: print(f"[e2e] {m}", file=sys.__stderr__, flush=True)  # noqa: E731
+    try:
+        realnode.ensure_parts(binaries.DEFAULT_MINOR, progress=progress)
+        image.ensure(progress=progress)
+    except (BuildError, image.ImageToolsMissing) as exc:
+        _unavailable(str(exc))
+    host_folders = {p: Path(p).exists() for p in HOST_FOLDERS}
+    running = start_sandbox(
+        folder, {NODE: GPUS}, "--real-node", NODE, "--install", "helm", "--agent-pod"
+    )
+    try:
+        running.core.create_namespace(
+            {"metadata": {"name": ENABLED, "labels": {"gpu-slicer.io/migration": "enabled"}}}
+        )
+        # ServiceAccount admission is on in this sandbox: pods wait for the namespace's default.
+        running.wait(
+            lambda: running.core.read_namespaced_service_account("default", ENABLED),
+            what="the namespace's default ServiceAccount",
+        )
+        wait_webhook_knows(running)
+        yield running
+    finally:
+        running.client.close()
+        code = stop_sandbox(running.process)
+    assert code == 0, f"sandbox up exited {code}"
+    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
+    assert {p: Path(p).exists() for p in HOST_FOLDERS} == host_folders
+    shutil.rmtree(folder.parent)
+
+
+def _agent_pod(box: Sandbox) -> Obj:
+    [pod] = box.core.list_namespaced_pod(
+        "gpu-slicer", label_selector="app.kubernetes.io/component=agent"
+    ).items
+    return box.obj(pod)
+
+
+def test_the_agent_pod_from_the_image_registers_with_the_real_kubelet_and_publishes(
+    box: Sandbox,
+) -> None:
+    pod = _agent_pod(box)
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet"
+    assert pod["spec"]["nodeName"] == NODE
+    assert pod["status"]["phase"] == "Running"
+    [container] = pod["spec"]["containers"]
+    assert container["image"] == image.image_name()
+    assert f"agent-{NODE}" not in box.ready["pids"]  # no agent process beside the pod
+    log = str(box.core.read_namespaced_pod_log(pod["metadata"]["name"], "gpu-slicer"))
+    assert "registered with the kubelet" in log
+    slices = box.resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
+    assert slices and {s.spec.driver for s in slices} == {"gpu-slicer.io"}
+
+
+def _seen(box: Sandbox, name: str) -> Obj:
+    def report() -> str | None:
+        text = str(box.core.read_namespaced_pod_log(name, ENABLED))
+        return text if "END" in text.split() else None
+
+    text: str = box.wait(report, what=f"{name}'s report from inside its container", timeout_s=90)
+    lines = text.splitlines()
+    return {
+        "devices": {line.split()[1] for line in lines if line.startswith("DEV ")},
+        "env": next(line.split(" ", 1)[1] for line in lines if line.startswith("ENV ")),
+    }
+
+
+def test_a_converted_pod_gets_its_slice_from_the_agent_pod_and_sees_it_inside(
+    box: Sandbox,
+) -> None:
+    pod = pod_manifest("converted", node=NODE, limits={"nvidia.com/mig-1g.10gb": "1"})
+    pod["spec"]["containers"][0] |= {
+        "image": "busybox:sandbox",
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", REPORT],
+    }
+    box.create_pod(ENABLED, pod)
+    running = box.wait_running(ENABLED, "converted", timeout_s=150)
+    [claim] = box.claims_of(running)
+    path = (
+        box.dir
+        / "nodes"
+        / NODE
+        / "cdi"
+        / f"k8s.gpu-slicer.io-claim_{claim['metadata']['uid']}.json"
+    )
+    [device] = json.loads(path.read_text())["devices"]
+    [visible] = [e for e in device["containerEdits"]["env"] if "NVIDIA_VISIBLE_DEVICES" in e]
+    seen = _seen(box, "converted")
+    assert seen["env"] == visible
+    assert re.fullmatch(r"NVIDIA_VISIBLE_DEVICES=MIG-[0-9a-f-]{36}", seen["env"])
+    assert "/dev/nvidia0" in seen["devices"]
+    assert len({d for d in seen["devices"] if d.startswith("/dev/nvidia-caps/")}) == 2
+    assert len(box.instances(NODE)) == 1  # made by the agent pod in the node's GPU state
+    agent_log = str(
+        box.core.read_namespaced_pod_log(_agent_pod(box)["metadata"]["name"], "gpu-slicer")
+    )
+    assert claim["metadata"]["uid"] in agent_log
+
+    box.delete_pod(ENABLED, "converted")
+    box.wait(lambda: box.instances(NODE) == [], what="the agent pod destroying the instance")
