@@ -26,6 +26,7 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
         (["--gpu-slicer", "/nonexistent/bin/gpu-slicer"], "is not an executable file"),
         (["--gpu-slicer", "/"], "--gpu-slicer / is not an executable file"),
         (["--node", "a=H100-80GB:1", "--real-node", "b"], "--real-node b: no such --node"),
+        (["--install", "helm", "--agent-pod"], "--agent-pod needs --real-node NAME and --install"),
     ],
     ids=[
         "no spec",
@@ -36,6 +37,7 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
         "no such command",
         "a folder as command",
         "real",
+        "agent pod without a real node",
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
