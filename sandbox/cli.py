@@ -130,6 +130,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "never pulled) instead of the agent process",
     )
     up.add_argument(
+        "--webhook-pod",
+        action="store_true",
+        help="with --real-node and --install helm: the real node runs the chart's webhook "
+        "Deployment from the project's image on its network (at --webhook-port), which the "
+        "apiserver calls through the Service's endpoint (aggregator routing), instead of the "
+        "webhook process",
+    )
+    up.add_argument(
         "--deploy-dir",
         type=Path,
         default=DEPLOY_DIR,
@@ -176,6 +184,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         gpu_slicer=args.gpu_slicer.resolve() if args.gpu_slicer else None,
         real_node=args.real_node,
         agent_pod=args.agent_pod,
+        webhook_pod=args.webhook_pod,
     )
 
 

@@ -76,6 +76,10 @@ class ControlPlane:
     service_account_tokens: bool = False
     """``ServiceAccount`` admission on: pods get the projected token their in-cluster clients
     read (the chart's agent pod on the real node); off, no pod mounts one."""
+    aggregator_routing: bool = False
+    """``--enable-aggregator-routing``: the apiserver calls a Service by one of its endpoints
+    (pod IP and port), for webhooks too, not by its ClusterIP, which nothing here routes (no
+    kube-proxy); the chart's webhook pod on the real node's network is then reachable."""
     components: list[Component] = field(default_factory=list)
     scheduler_port: int = 0
 
@@ -245,6 +249,7 @@ class ControlPlane:
             + "TaintNodesByCondition",
             "--allow-privileged=true",
             "--profiling=false",
+            *(["--enable-aggregator-routing=true"] if self.aggregator_routing else []),
             *runtime,
             *_gates_flag(self.gates),
         ]

@@ -70,6 +70,9 @@ HEALTH_FROM_MINOR = 36
 AGENT_POD_GPU_STATE = f"{CHECKPOINT_DIR}/gpus.json"
 """The agent pod's simulated GPUs (``--simulate-state``): in its checkpoint hostPath."""
 AGENT_POD_SELECTOR = "app.kubernetes.io/name=gpu-slicer,app.kubernetes.io/component=agent"
+WEBHOOK_POD_SELECTOR = "app.kubernetes.io/name=gpu-slicer,app.kubernetes.io/component=webhook"
+WEBHOOK_TLS_SECRET = "gpu-slicer-webhook-tls"
+"""The chart's ``certificates.mode: external`` Secret: the sandbox's certificate."""
 SOCKET_LIMIT = 107
 """Bytes in a unix socket path (sun_path is 108 with the terminating NUL)."""
 
@@ -99,6 +102,10 @@ class Settings:
     """The real node runs the chart's agent DaemonSet from the project's image
     (:mod:`sandbox.image`) instead of the agent process; needs ``real_node`` and the chart
     (``install="helm"``)."""
+    webhook_pod: bool = False
+    """The real node runs the chart's webhook Deployment from the image on its network, called
+    by the apiserver through the Service's endpoint, instead of the webhook process; needs
+    ``real_node`` and the chart."""
 
 
 def check_state_dir(folder: Path, nodes: list[NodeSpec], real_node: str | None = None) -> None:
@@ -152,7 +159,8 @@ class Sandbox:
         self.real_nodes: dict[str, RealNode] = {}
         self.node_parts: Parts | None = None
         self.agent_image: Path | None = None
-        """The image's OCI archive, imported into the real node (``agent_pod``)."""
+        """The image's OCI archive, imported into the real node (``agent_pod``,
+        ``webhook_pod``)."""
         self._clients: list[k8s.ApiClient] = []
         self.bins: binaries.Binaries | None = None
         self.helm: Path | None = None
@@ -165,10 +173,12 @@ class Sandbox:
     def check(self) -> None:
         """Every usage problem, found before anything is built, started or written."""
         settings = self.settings
-        if settings.real_node is not None:
-            check_real_node(settings.real_node, settings.nodes, self.dir)
         if settings.agent_pod:
             check_agent_pod(settings)
+        if settings.webhook_pod:
+            check_webhook_pod(settings)
+        if settings.real_node is not None:
+            check_real_node(settings.real_node, settings.nodes, self.dir)
         check_state_dir(self.dir, settings.nodes, settings.real_node)
         self._ports = (
             check_port_free(settings.apiserver_port, "--apiserver-port"),
@@ -202,7 +212,7 @@ class Sandbox:
             from sandbox.realnode import ensure_parts
 
             self.node_parts = ensure_parts(settings.k8s_version, progress=self.progress)
-        if settings.agent_pod:
+        if settings.agent_pod or settings.webhook_pod:
             from sandbox import image
 
             self.agent_image = image.ensure(progress=self.progress)
@@ -215,7 +225,8 @@ class Sandbox:
             self.dir,
             apiserver_port,
             gates=feature_gates(partitionable=settings.partitionable),
-            service_account_tokens=settings.agent_pod,
+            service_account_tokens=settings.agent_pod or settings.webhook_pod,
+            aggregator_routing=settings.webhook_pod,
         )
         self.progress(f"starting etcd and Kubernetes {self.bins.release} control plane")
         self.control_plane.start()
@@ -226,10 +237,13 @@ class Sandbox:
             ca_bundle = self._issue_webhook_tls()
             if settings.install == "helm":
                 admin.apply(o for o in objects if o.get("kind") == "Namespace")
-                self._helm_install(url, ca_bundle)
+                if settings.webhook_pod:
+                    admin.apply([self._webhook_tls_secret()])
+                self._helm_install(url, ca_bundle, webhook_port)
             else:
                 admin.apply(o for o in objects if o.get("kind") in APPLIED_KINDS)
-            self._start_webhook(admin, credentials, webhook_port)
+            if not settings.webhook_pod:
+                self._start_webhook(admin, credentials, webhook_port)
             if settings.install != "helm":
                 admin.apply([webhook_configuration(objects, url=url, ca_bundle=ca_bundle)])
             for node in settings.nodes:
@@ -237,7 +251,9 @@ class Sandbox:
         finally:
             admin.close()
         # The agent pod: its image unpacked and Python started in a container first.
-        self._wait_nodes_ready(240 if settings.agent_pod else 90)
+        self._wait_nodes_ready(240 if settings.agent_pod or settings.webhook_pod else 90)
+        if settings.webhook_pod:
+            self._wait_webhook_pod(240)
         ready = self._ready_record(webhook_port, time.monotonic() - started)
         (self.dir / "ready").write_text(json.dumps(ready, indent=2) + "\n")
         return ready
@@ -283,9 +299,10 @@ class Sandbox:
             raise StartupError(f"gpu-slicer certs issue failed: {issued.stderr.strip()}")
         return (tls / "ca.crt").read_bytes()
 
-    def _helm_install(self, url: str, ca_bundle: bytes) -> None:
+    def _helm_install(self, url: str, ca_bundle: bytes, webhook_port: int) -> None:
         """The chart instead of deploy/base: RBAC, policies, DeviceClasses, the webhook
-        configuration pointing at the local webhook; its workloads stay off (they run here)."""
+        configuration pointing at the local webhook; its workloads stay off (they run here)
+        unless ``agent_pod``/``webhook_pod`` put them on the real node."""
         assert self.control_plane is not None and self.helm is not None
         chart = self.settings.deploy_dir / "helm" / "gpu-slicer"
         self.progress(f"helm install gpu-slicer {chart}")
@@ -299,8 +316,12 @@ class Sandbox:
             "agent": {"enabled": False},
             "networkPolicies": {"enabled": False},
         }
+        if self.settings.agent_pod or self.settings.webhook_pod:
+            values |= self._image_values()
         if self.settings.agent_pod:
             values |= self._agent_pod_values()
+        if self.settings.webhook_pod:
+            values["webhook"] = self._webhook_pod_values(ca_bundle, webhook_port)
         values_file = self.dir / "helm-values.yaml"
         values_file.write_text(yaml.safe_dump(values, sort_keys=False))
         command = [
@@ -319,18 +340,87 @@ class Sandbox:
         if result.returncode != 0:
             raise StartupError(f"helm install failed: {result.stderr.strip()[-2000:]}")
 
-    def _agent_pod_values(self) -> dict[str, Any]:
-        """The chart's agent on the real node, as a cluster without kube-proxy runs it: on the
-        node's network with the apiserver's address (127.0.0.1 here), the image imported (never
-        pulled), the simulated backend with the node's GPUs, its state in the checkpoint
-        folder."""
+    def _image_values(self) -> dict[str, Any]:
+        """The project's image, imported into the real node: never pulled."""
         from sandbox import image
 
+        repository, tag = image.image_name().rsplit(":", 1)
+        return {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"}}
+
+    def _webhook_pod_values(self, ca_bundle: bytes, port: int) -> dict[str, Any]:
+        """The chart's webhook on the real node, as a cluster without kube-proxy can run it:
+        one replica on the node's network at ``port`` (the apiserver, routing to the Service's
+        endpoint, calls the node's address), the apiserver's address for its client, the
+        sandbox's certificate (mode external, :meth:`_webhook_tls_secret`)."""
+        assert self.control_plane is not None
+        return {
+            "enabled": True,
+            "replicas": 1,
+            "caBundle": base64.b64encode(ca_bundle).decode(),
+            "port": port,
+            "hostNetwork": True,
+            "k8sServiceHost": "127.0.0.1",
+            "k8sServicePort": str(self.control_plane.apiserver_port),
+            "nodeSelector": {"kubernetes.io/hostname": self.settings.real_node},
+        }
+
+    def _webhook_tls_secret(self) -> dict[str, Any]:
+        """The certificate ``certs issue`` made, for the Service's DNS name the apiserver
+        checks, as the chart's external mode expects it."""
+        tls = self.dir / "webhook-tls"
+        data = {
+            key: base64.b64encode((tls / key).read_bytes()).decode()
+            for key in ("tls.crt", "tls.key", "ca.crt")
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": WEBHOOK_TLS_SECRET, "namespace": NAMESPACE},
+            "type": "kubernetes.io/tls",
+            "data": data,
+        }
+
+    def _wait_webhook_pod(self, timeout_s: float) -> None:
+        """Until the webhook pod is Ready and listed as its Service's endpoint: the
+        apiserver calls nothing else."""
+        assert self.control_plane is not None
+        admin = api_client(self.control_plane.admin_kubeconfig())
+        core, discovery = k8s.CoreV1Api(admin), k8s.DiscoveryV1Api(admin)
+
+        def ready() -> bool:
+            slices = discovery.list_namespaced_endpoint_slice(
+                NAMESPACE, label_selector="kubernetes.io/service-name=gpu-slicer-webhook"
+            ).items
+            return any(
+                e.conditions is not None and e.conditions.ready
+                for s in slices
+                for e in (s.endpoints or [])
+            )
+
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not ready():
+                if time.monotonic() > deadline:
+                    pods = core.list_namespaced_pod(
+                        NAMESPACE, label_selector=WEBHOOK_POD_SELECTOR
+                    ).items
+                    serialize = admin.sanitize_for_serialization
+                    states = [json.dumps(serialize(p.status)) for p in pods]  # type: ignore[no-untyped-call]
+                    raise StartupError(
+                        f"the webhook pod is not a ready endpoint after {timeout_s:.0f} s: "
+                        + ("; ".join(states) or "no pod")
+                    )
+                time.sleep(1)
+        finally:
+            admin.close()  # type: ignore[no-untyped-call]
+
+    def _agent_pod_values(self) -> dict[str, Any]:
+        """The chart's agent on the real node, as a cluster without kube-proxy runs it: on the
+        node's network with the apiserver's address (127.0.0.1 here), the simulated backend with
+        the node's GPUs, its state in the checkpoint folder."""
         assert self.control_plane is not None
         node = next(n for n in self.settings.nodes if n.name == self.settings.real_node)
-        repository, tag = image.image_name().rsplit(":", 1)
         return {
-            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
             "agent": {
                 "enabled": True,
                 "backend": "simulated",
@@ -707,6 +797,16 @@ def check_agent_pod(settings: Settings) -> None:
         raise UsageError("--agent-pod needs --real-node NAME and --install helm")
     if settings.static_layout is not None:
         raise UsageError("--agent-pod: the agent pod cannot read --static-layout's file")
+
+
+def check_webhook_pod(settings: Settings) -> None:
+    """``--webhook-pod`` runs the chart's Deployment on the real node: both are needed."""
+    if settings.real_node is None or settings.install != "helm":
+        raise UsageError("--webhook-pod needs --real-node NAME and --install helm")
+    if settings.webhook_policy is not None:
+        raise UsageError(
+            "--webhook-pod: the webhook pod reads the chart's policy value, not --webhook-policy"
+        )
 
 
 def check_layout(layout_file: Path, nodes: list[NodeSpec]) -> None:

@@ -171,6 +171,10 @@ NODE_NETWORK = [
     "agent.k8sServiceHost=10.0.0.1",
     "agent.k8sServicePort=6443",
     "agent.toolkitCdiDir=/var/run/cdi",
+    "webhook.hostNetwork=true",
+    "webhook.port=9443",
+    "webhook.k8sServiceHost=10.0.0.1",
+    "webhook.k8sServicePort=6443",
 ]
 
 
@@ -305,6 +309,26 @@ def test_an_agent_without_kube_proxy_reaches_the_apiserver_it_is_given() -> None
     assert etc_cdi["hostPath"]["path"] == "/var/run/cdi"
     default = find(template([]), "DaemonSet", "gpu-slicer-agent")["spec"]["template"]["spec"]
     assert "hostNetwork" not in default
+    assert not {"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} & {
+        e["name"] for e in default["containers"][0]["env"]
+    }
+
+
+def test_a_webhook_on_the_node_network_listens_where_its_service_sends() -> None:
+    objects = template(NODE_NETWORK)
+    spec = find(objects, "Deployment", "gpu-slicer-webhook")["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    assert "--bind=0.0.0.0:9443" in container["args"]
+    [port] = container["ports"]
+    assert (port["name"], port["containerPort"]) == ("https", 9443)
+    [service_port] = find(objects, "Service", "gpu-slicer-webhook")["spec"]["ports"]
+    assert (service_port["port"], service_port["targetPort"]) == (443, "https")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.0.0.1", "6443")
+    default = find(template([]), "Deployment", "gpu-slicer-webhook")["spec"]["template"]["spec"]
+    assert "hostNetwork" not in default
+    assert "--bind=0.0.0.0:8443" in default["containers"][0]["args"]
     assert not {"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} & {
         e["name"] for e in default["containers"][0]["env"]
     }

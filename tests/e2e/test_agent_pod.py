@@ -1,12 +1,14 @@
-"""The chart's agent DaemonSet, from the project's image, on the real node.
+"""The chart's agent DaemonSet and webhook Deployment, from the project's image, on the real node.
 
 A sandbox of its own with one node, ``real``, started with ``--real-node real --install helm
---agent-pod``: the image built from the Dockerfile (``sandbox.image``) is imported into the node's
-containerd, and the real kubelet runs the chart's agent pod from it (simulated backend, host
-network, the apiserver's address through ``agent.k8sServiceHost``/``k8sServicePort``, its
-projected ServiceAccount token). A converted pod then gets its MIG slice from that pod and sees it
-from inside its container. The webhook stays the sandbox's process on 127.0.0.1: the chart's
-webhook Service would need kube-proxy and cluster DNS, which the sandbox has not.
+--agent-pod --webhook-pod``: the image built from the Dockerfile (``sandbox.image``) is imported
+into the node's containerd, and the real kubelet runs the chart's agent pod from it (simulated
+backend, host network, the apiserver's address through ``agent.k8sServiceHost``/``k8sServicePort``,
+its projected ServiceAccount token) and the chart's webhook pod (host network, the same apiserver
+address values). The apiserver calls the webhook through the chart's Service by its endpoint
+(``--enable-aggregator-routing``: no kube-proxy here), checking the certificate against the
+Service's name. A pod converted by that webhook pod then gets its MIG slice from the agent pod and
+sees it from inside its container.
 
 Skipped with the reason where the machine cannot run containers or the kubelet, containerd or the
 image cannot be built; under ``CI=true`` that is a failure.
@@ -25,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 
 from sandbox import binaries, image, node_host, realnode
 from sandbox.errors import BuildError
@@ -72,7 +75,14 @@ def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
         _unavailable(str(exc))
     host_folders = {p: Path(p).exists() for p in HOST_FOLDERS}
     running = start_sandbox(
-        folder, {NODE: GPUS}, "--real-node", NODE, "--install", "helm", "--agent-pod"
+        folder,
+        {NODE: GPUS},
+        "--real-node",
+        NODE,
+        "--install",
+        "helm",
+        "--agent-pod",
+        "--webhook-pod",
     )
     try:
         running.core.create_namespace(
@@ -95,11 +105,19 @@ def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
     shutil.rmtree(folder.parent)
 
 
-def _agent_pod(box: Sandbox) -> Obj:
+def _chart_pod(box: Sandbox, component: str) -> Obj:
     [pod] = box.core.list_namespaced_pod(
-        "gpu-slicer", label_selector="app.kubernetes.io/component=agent"
+        "gpu-slicer", label_selector=f"app.kubernetes.io/component={component}"
     ).items
     return box.obj(pod)
+
+
+def _agent_pod(box: Sandbox) -> Obj:
+    return _chart_pod(box, "agent")
+
+
+def _log(box: Sandbox, pod: Obj) -> str:
+    return str(box.core.read_namespaced_pod_log(pod["metadata"]["name"], "gpu-slicer"))
 
 
 def test_the_agent_pod_from_the_image_registers_with_the_real_kubelet_and_publishes(
@@ -112,10 +130,27 @@ def test_the_agent_pod_from_the_image_registers_with_the_real_kubelet_and_publis
     [container] = pod["spec"]["containers"]
     assert container["image"] == image.image_name()
     assert f"agent-{NODE}" not in box.ready["pids"]  # no agent process beside the pod
-    log = str(box.core.read_namespaced_pod_log(pod["metadata"]["name"], "gpu-slicer"))
-    assert "registered with the kubelet" in log
+    assert "registered with the kubelet" in _log(box, pod)
     slices = box.resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
     assert slices and {s.spec.driver for s in slices} == {"gpu-slicer.io"}
+
+
+def test_the_webhook_pod_from_the_image_is_what_the_apiserver_calls_through_its_service(
+    box: Sandbox,
+) -> None:
+    pod = _chart_pod(box, "webhook")
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
+    assert (pod["spec"]["nodeName"], pod["spec"]["hostNetwork"]) == (NODE, True)
+    assert pod["status"]["phase"] == "Running"
+    [container] = pod["spec"]["containers"]
+    assert container["image"] == image.image_name()
+    assert "webhook" not in box.ready["pids"]  # no webhook process beside the pod
+    configuration = box.obj(
+        k8s.AdmissionregistrationV1Api(box.client).read_mutating_webhook_configuration("gpu-slicer")
+    )
+    [webhook] = configuration["webhooks"]
+    assert "url" not in webhook["clientConfig"]
+    assert webhook["clientConfig"]["service"]["name"] == "gpu-slicer-webhook"
 
 
 def _seen(box: Sandbox, name: str) -> Obj:
@@ -158,10 +193,10 @@ def test_a_converted_pod_gets_its_slice_from_the_agent_pod_and_sees_it_inside(
     assert "/dev/nvidia0" in seen["devices"]
     assert len({d for d in seen["devices"] if d.startswith("/dev/nvidia-caps/")}) == 2
     assert len(box.instances(NODE)) == 1  # made by the agent pod in the node's GPU state
-    agent_log = str(
-        box.core.read_namespaced_pod_log(_agent_pod(box)["metadata"]["name"], "gpu-slicer")
-    )
-    assert claim["metadata"]["uid"] in agent_log
+    assert claim["metadata"]["uid"] in _log(box, _agent_pod(box))
+    # The webhook pod converted it: it made the pod's ResourceClaimTemplate.
+    [template] = {c["resourceClaimTemplateName"] for c in running["spec"]["resourceClaims"]}
+    assert f"{ENABLED}/{template}" in _log(box, _chart_pod(box, "webhook"))
 
     box.delete_pod(ENABLED, "converted")
     box.wait(lambda: box.instances(NODE) == [], what="the agent pod destroying the instance")

@@ -27,6 +27,15 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
         (["--gpu-slicer", "/"], "--gpu-slicer / is not an executable file"),
         (["--node", "a=H100-80GB:1", "--real-node", "b"], "--real-node b: no such --node"),
         (["--install", "helm", "--agent-pod"], "--agent-pod needs --real-node NAME and --install"),
+        (
+            ["--webhook-pod"],
+            "--webhook-pod needs --real-node NAME and --install helm",
+        ),
+        (
+            ["--node", "a=H100-80GB:1", "--real-node", "a", "--install", "helm", "--webhook-pod"]
+            + ["--webhook-policy", "/dev/null"],
+            "--webhook-pod: the webhook pod reads the chart's policy value",
+        ),
     ],
     ids=[
         "no spec",
@@ -38,6 +47,8 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
         "a folder as command",
         "real",
         "agent pod without a real node",
+        "webhook pod without a real node",
+        "webhook pod with a policy file",
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
