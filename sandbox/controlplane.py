@@ -6,7 +6,8 @@ The flags follow what the Kubernetes integration tests and ``hack/local-up-clust
   ServiceAccount tokens, authorizes with RBAC (and the Node authorizer, which costs nothing);
   ``ServiceAccount`` admission is off because no pod of the sandbox mounts a token (on with
   ``service_account_tokens``: the real node's agent pod mounts its projected token), and
-  ``TaintNodesByCondition`` is off because no kubelet would ever clear the taint;
+  ``TaintNodesByCondition`` is off because no kubelet would ever clear the taint; with
+  ``aggregator_routing`` it calls Services (the chart's webhook) by endpoint, not ClusterIP;
 * the controller manager runs every default controller except node lifecycle (without a kubelet
   it would mark every node NotReady and evict its pods), each with its own ServiceAccount
   credentials, as kubeadm sets it up;
