@@ -99,7 +99,14 @@ class Sandbox:
             if n
         ]
 
-    def wait(self, check: Callable[[], Any], *, what: str, timeout_s: float = 60) -> Any:
+    def wait(
+        self,
+        check: Callable[[], Any],
+        *,
+        what: str,
+        timeout_s: float = 60,
+        explain: Callable[[], str] | None = None,
+    ) -> Any:
         deadline = time.monotonic() + timeout_s
         last: Any = None
         while time.monotonic() < deadline:
@@ -112,8 +119,9 @@ class Sandbox:
             if last:
                 return last
             time.sleep(0.25)
+        detail = explain() if explain is not None else ""
         raise AssertionError(
-            f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.diagnose()}"
+            f"timed out after {timeout_s:.0f} s waiting for {what}\n{detail}{self.diagnose()}"
         )
 
     def wait_running(self, namespace: str, name: str, timeout_s: float = 60) -> Obj:
@@ -121,8 +129,32 @@ class Sandbox:
             lambda: (p := self.pod(namespace, name))["status"].get("phase") == "Running" and p,
             what=f"pod {namespace}/{name} to run",
             timeout_s=timeout_s,
+            explain=lambda: self.pod_report(namespace, name),
         )
         return pod
+
+    def pod_report(self, namespace: str, name: str) -> str:
+        """Where a pod stands and what happened to it (its status and events), for a failing
+        wait."""
+        try:
+            pod = self.pod(namespace, name)
+        except ApiException as exc:
+            pod = {"status": {"error": f"cannot read the pod: {exc.status} {exc.reason}"}}
+        status, node = pod.get("status", {}), pod.get("spec", {}).get("nodeName")
+        events = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        ).items
+        lines = [
+            f"{e.type} {e.reason} ({e.source.component if e.source else ''}): {e.message}"
+            for e in events
+        ]
+        report = f"pod status: {json.dumps(status)[-3000:]}\nevents:\n  " + "\n  ".join(lines[-20:])
+        for component in ("kubelet", "agent"):  # a real node's logs, where the pod was bound
+            path = self.dir / "logs" / f"{component}-{node}.log"
+            if node and path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-25:]
+                report += f"\n{path.name} (tail):\n  " + "\n  ".join(tail)
+        return report + "\n"
 
     def wait_gone(self, namespace: str, name: str, timeout_s: float = 60) -> None:
         def gone() -> bool:
