@@ -26,7 +26,6 @@ import base64
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -41,7 +40,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sandbox import binaries, pki
+from sandbox import binaries, chart_pods, node_gpus, pki
 from sandbox.cluster import (
     AGENT_SA,
     APPLIED_KINDS,
@@ -57,8 +56,7 @@ from sandbox.errors import StartupError, UsageError
 from sandbox.kubelet import KubeletStandIn
 from sandbox.nodes import DEPLOY_DIR, NodeSpec
 from sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
-from sandbox.realnode import CHECKPOINT_DIR, Parts, RealNode, runtime_toolkit_spec
-from slicer.gpuspec import parse_gpu_spec
+from sandbox.realnode import Parts, RealNode, runtime_toolkit_spec
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +65,6 @@ TOOLKIT_CDI_SPEC = Path(__file__).with_name("toolkit-cdi.yaml")
 MARKER = ".gpu-slicer-sandbox"
 HEALTH_FROM_MINOR = 36
 """The first release whose kubelet calls the drivers' resource-health service by default."""
-AGENT_POD_GPU_STATE = f"{CHECKPOINT_DIR}/gpus.json"
-"""The agent pod's simulated GPUs (``--simulate-state``): in its checkpoint hostPath."""
-AGENT_POD_SELECTOR = "app.kubernetes.io/name=gpu-slicer,app.kubernetes.io/component=agent"
-WEBHOOK_POD_SELECTOR = "app.kubernetes.io/name=gpu-slicer,app.kubernetes.io/component=webhook"
-WEBHOOK_TLS_SECRET = "gpu-slicer-webhook-tls"
-"""The chart's ``certificates.mode: external`` Secret: the sandbox's certificate."""
 SOCKET_LIMIT = 107
 """Bytes in a unix socket path (sun_path is 108 with the terminating NUL)."""
 
@@ -174,9 +166,9 @@ class Sandbox:
         """Every usage problem, found before anything is built, started or written."""
         settings = self.settings
         if settings.agent_pod:
-            check_agent_pod(settings)
+            chart_pods.check_agent_pod(settings)
         if settings.webhook_pod:
-            check_webhook_pod(settings)
+            chart_pods.check_webhook_pod(settings)
         if settings.real_node is not None:
             check_real_node(settings.real_node, settings.nodes, self.dir)
         check_state_dir(self.dir, settings.nodes, settings.real_node)
@@ -191,7 +183,7 @@ class Sandbox:
             if path is not None and not path.is_file():
                 raise UsageError(f"{flag} {path}: no such file")
         if settings.static_layout is not None:
-            check_layout(settings.static_layout, settings.nodes)
+            node_gpus.check_layout(settings.static_layout, settings.nodes)
         self._objects = deploy_objects(
             settings.deploy_dir, extended_resources=settings.extended_resources
         )
@@ -238,7 +230,7 @@ class Sandbox:
             if settings.install == "helm":
                 admin.apply(o for o in objects if o.get("kind") == "Namespace")
                 if settings.webhook_pod:
-                    admin.apply([self._webhook_tls_secret()])
+                    admin.apply([chart_pods.webhook_tls_secret(self.dir / "webhook-tls")])
                 self._helm_install(url, ca_bundle, webhook_port)
             else:
                 admin.apply(o for o in objects if o.get("kind") in APPLIED_KINDS)
@@ -253,7 +245,7 @@ class Sandbox:
         # The agent pod: its image unpacked and Python started in a container first.
         self._wait_nodes_ready(240 if settings.agent_pod or settings.webhook_pod else 90)
         if settings.webhook_pod:
-            self._wait_webhook_pod(240)
+            chart_pods.wait_webhook_pod(self.control_plane.admin_kubeconfig(), 240)
         ready = self._ready_record(webhook_port, time.monotonic() - started)
         (self.dir / "ready").write_text(json.dumps(ready, indent=2) + "\n")
         return ready
@@ -317,11 +309,18 @@ class Sandbox:
             "networkPolicies": {"enabled": False},
         }
         if self.settings.agent_pod or self.settings.webhook_pod:
-            values |= self._image_values()
+            values |= chart_pods.image_values()
         if self.settings.agent_pod:
-            values |= self._agent_pod_values()
+            values |= chart_pods.agent_pod_values(
+                self._real_node_spec(), self.dir, self.control_plane.apiserver_port
+            )
         if self.settings.webhook_pod:
-            values["webhook"] = self._webhook_pod_values(ca_bundle, webhook_port)
+            values["webhook"] = chart_pods.webhook_pod_values(
+                ca_bundle,
+                webhook_port,
+                self.control_plane.apiserver_port,
+                self._real_node_spec().name,
+            )
         values_file = self.dir / "helm-values.yaml"
         values_file.write_text(yaml.safe_dump(values, sort_keys=False))
         command = [
@@ -340,102 +339,8 @@ class Sandbox:
         if result.returncode != 0:
             raise StartupError(f"helm install failed: {result.stderr.strip()[-2000:]}")
 
-    def _image_values(self) -> dict[str, Any]:
-        """The project's image, imported into the real node: never pulled."""
-        from sandbox import image
-
-        repository, tag = image.image_name().rsplit(":", 1)
-        return {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"}}
-
-    def _webhook_pod_values(self, ca_bundle: bytes, port: int) -> dict[str, Any]:
-        """The chart's webhook on the real node, as a cluster without kube-proxy can run it:
-        one replica on the node's network at ``port`` (the apiserver, routing to the Service's
-        endpoint, calls the node's address), the apiserver's address for its client, the
-        sandbox's certificate (mode external, :meth:`_webhook_tls_secret`)."""
-        assert self.control_plane is not None
-        return {
-            "enabled": True,
-            "replicas": 1,
-            "caBundle": base64.b64encode(ca_bundle).decode(),
-            "port": port,
-            "hostNetwork": True,
-            "k8sServiceHost": "127.0.0.1",
-            "k8sServicePort": str(self.control_plane.apiserver_port),
-            "nodeSelector": {"kubernetes.io/hostname": self.settings.real_node},
-        }
-
-    def _webhook_tls_secret(self) -> dict[str, Any]:
-        """The certificate ``certs issue`` made, for the Service's DNS name the apiserver
-        checks, as the chart's external mode expects it."""
-        tls = self.dir / "webhook-tls"
-        data = {
-            key: base64.b64encode((tls / key).read_bytes()).decode()
-            for key in ("tls.crt", "tls.key", "ca.crt")
-        }
-        return {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": WEBHOOK_TLS_SECRET, "namespace": NAMESPACE},
-            "type": "kubernetes.io/tls",
-            "data": data,
-        }
-
-    def _wait_webhook_pod(self, timeout_s: float) -> None:
-        """Until the webhook pod is Ready and listed as its Service's endpoint: the
-        apiserver calls nothing else."""
-        assert self.control_plane is not None
-        admin = api_client(self.control_plane.admin_kubeconfig())
-        core, discovery = k8s.CoreV1Api(admin), k8s.DiscoveryV1Api(admin)
-
-        def ready() -> bool:
-            slices = discovery.list_namespaced_endpoint_slice(
-                NAMESPACE, label_selector="kubernetes.io/service-name=gpu-slicer-webhook"
-            ).items
-            return any(
-                e.conditions is not None and e.conditions.ready
-                for s in slices
-                for e in (s.endpoints or [])
-            )
-
-        deadline = time.monotonic() + timeout_s
-        try:
-            while not ready():
-                if time.monotonic() > deadline:
-                    pods = core.list_namespaced_pod(
-                        NAMESPACE, label_selector=WEBHOOK_POD_SELECTOR
-                    ).items
-                    serialize = admin.sanitize_for_serialization
-                    states = [json.dumps(serialize(p.status)) for p in pods]  # type: ignore[no-untyped-call]
-                    raise StartupError(
-                        f"the webhook pod is not a ready endpoint after {timeout_s:.0f} s: "
-                        + ("; ".join(states) or "no pod")
-                    )
-                time.sleep(1)
-        finally:
-            admin.close()  # type: ignore[no-untyped-call]
-
-    def _agent_pod_values(self) -> dict[str, Any]:
-        """The chart's agent on the real node, as a cluster without kube-proxy runs it: on the
-        node's network with the apiserver's address (127.0.0.1 here), the simulated backend with
-        the node's GPUs, its state in the checkpoint folder."""
-        assert self.control_plane is not None
-        node = next(n for n in self.settings.nodes if n.name == self.settings.real_node)
-        return {
-            "agent": {
-                "enabled": True,
-                "backend": "simulated",
-                "hostNetwork": True,
-                "k8sServiceHost": "127.0.0.1",
-                "k8sServicePort": str(self.control_plane.apiserver_port),
-                "metricsPort": free_port(),
-                "toolkitCdiDir": str((self.dir / "nodes" / node.name / "etc-cdi").resolve()),
-                "extraArgs": [
-                    f"--simulate-gpus={node.gpus}",
-                    f"--simulate-state={AGENT_POD_GPU_STATE}",
-                    "--reconcile-interval=5",
-                ],
-            },
-        }
+    def _real_node_spec(self) -> NodeSpec:
+        return next(n for n in self.settings.nodes if n.name == self.settings.real_node)
 
     def _start_webhook(self, admin: ClusterSetup, credentials: pki.Pki, port: int) -> None:
         assert self.control_plane is not None
@@ -489,14 +394,14 @@ class Sandbox:
             real_node = self._start_real_node(admin, credentials, node, folder / "etc-cdi")
             # The agent's folders where the chart mounts them, inside the node's namespace.
             if self.settings.agent_pod:
-                return  # the chart's DaemonSet runs its agent (_agent_pod_values)
+                return  # the chart's DaemonSet runs its agent (chart_pods.agent_pod_values)
             registry_dir, plugins_dir = real_node.registry_dir, real_node.plugins_dir
             checkpoint_dir, cdi_dir = real_node.checkpoint_dir, real_node.cdi_dir
         else:
-            admin.create_node(node.name, gpu_feature_labels(node.gpus))
+            admin.create_node(node.name, node_gpus.gpu_feature_labels(node.gpus))
             shutil.copyfile(TOOLKIT_CDI_SPEC, toolkit)
         if self.settings.static_layout is not None:
-            make_layout(node, folder / "gpus.json", self.settings.static_layout)
+            node_gpus.make_layout(node, folder / "gpus.json", self.settings.static_layout)
         pod = admin.agent_pod(node.name, runnable=real)
         agent_config = pki.token_kubeconfig(
             credentials,
@@ -577,7 +482,7 @@ class Sandbox:
         ResourceSlices belong to the Node)."""
         assert self.control_plane is not None and self.node_parts is not None
         kubeconfig = self._node_kubeconfig(credentials, node.name)
-        labels = gpu_feature_labels(node.gpus)
+        labels = node_gpus.gpu_feature_labels(node.gpus)
         if self.settings.agent_pod:  # the chart's agent nodeSelector (docs/migration-guide.md)
             labels["gpu-slicer.io/agent"] = "enabled"
         real_node = RealNode(
@@ -648,7 +553,9 @@ class Sandbox:
             if agent is not None:
                 return agent.log_tail(400)
             pods = core.list_namespaced_pod(
-                NAMESPACE, label_selector=AGENT_POD_SELECTOR, field_selector=f"spec.nodeName={name}"
+                NAMESPACE,
+                label_selector=chart_pods.AGENT_POD_SELECTOR,
+                field_selector=f"spec.nodeName={name}",
             ).items
             names = [str(p.metadata.name) for p in pods if p.metadata is not None]
             try:
@@ -695,7 +602,7 @@ class Sandbox:
     def _gpu_state(self, name: str) -> Path:
         folder = self.dir / "nodes" / name
         if self.settings.agent_pod and name == self.settings.real_node:
-            return folder / "checkpoint" / Path(AGENT_POD_GPU_STATE).name
+            return folder / "checkpoint" / Path(chart_pods.AGENT_POD_GPU_STATE).name
         return folder / "gpus.json"
 
     def _real_node_record(self, name: str) -> dict[str, Any]:
@@ -789,75 +696,3 @@ def check_real_node(name: str, nodes: list[NodeSpec], state_dir: Path) -> None:
             f"--real-node {name}: this machine cannot run containers: {'; '.join(problems)} "
             f"(Debian packages: {DEBIAN_PACKAGES})"
         )
-
-
-def check_agent_pod(settings: Settings) -> None:
-    """``--agent-pod`` runs the chart's DaemonSet on the real node: both are needed."""
-    if settings.real_node is None or settings.install != "helm":
-        raise UsageError("--agent-pod needs --real-node NAME and --install helm")
-    if settings.static_layout is not None:
-        raise UsageError("--agent-pod: the agent pod cannot read --static-layout's file")
-
-
-def check_webhook_pod(settings: Settings) -> None:
-    """``--webhook-pod`` runs the chart's Deployment on the real node: both are needed."""
-    if settings.real_node is None or settings.install != "helm":
-        raise UsageError("--webhook-pod needs --real-node NAME and --install helm")
-    if settings.webhook_policy is not None:
-        raise UsageError(
-            "--webhook-pod: the webhook pod reads the chart's policy value, not --webhook-policy"
-        )
-
-
-def check_layout(layout_file: Path, nodes: list[NodeSpec]) -> None:
-    """The layout file loads and fits every node's GPUs (a usage error names what does not)."""
-    from slicer.layout import LayoutError, StaticLayout
-
-    try:
-        layout = StaticLayout.load(layout_file)
-        for node in nodes:
-            layout.check(parse_gpu_spec(node.gpus))
-    except LayoutError as exc:
-        raise UsageError(f"--static-layout {layout_file}: {exc}") from exc
-
-
-def make_layout(node: NodeSpec, state_file: Path, layout_file: Path) -> None:
-    """Plays mig-parted: the layout's MIG instances made on the node's GPUs before its agent
-    starts. The agent advertises them only while it is on the static layout, and, as instances
-    it did not create, never destroys them."""
-    from slicer.errors import SlicerError
-    from slicer.layout import LayoutError, StaticLayout
-    from slicer.simulated import SimulatedBackend
-    from slicer.simulated_store import PersistedBackend
-
-    try:
-        layout = StaticLayout.load(layout_file)
-        gpus = PersistedBackend(SimulatedBackend(node.gpus, node_name=node.name), state_file)
-        for gpu in gpus.gpus():
-            placements = layout.for_gpu(gpu.index) or ()
-            if placements:
-                gpus.set_mig_mode(gpu.index, True)
-            for profile, start in placements:
-                gpus.create_compute_instance(
-                    gpu.index, gpus.create_gpu_instance(gpu.index, profile, start)
-                )
-    except (LayoutError, SlicerError) as exc:
-        raise UsageError(f"--static-layout {layout_file}: {exc}") from exc
-
-
-def gpu_feature_labels(spec: str) -> dict[str, str]:
-    """The labels NVIDIA's GPU Feature Discovery puts on a node with these GPUs.
-
-    Tools that find GPU nodes by them (``gpu-slicer plan``, node selectors in manifests) see
-    the sandbox's nodes as they would see a cluster's. A node of mixed models is labelled with
-    its first GPU's product, as GFD labels one product per node.
-    """
-    models = parse_gpu_spec(spec)
-    first = models[0]
-    return {
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": re.sub(r"\s+", "-", first.product_names[0]),
-        "nvidia.com/gpu.count": str(len(models)),
-        "nvidia.com/gpu.memory": str(first.memory_bytes // 2**20),
-        "nvidia.com/mig.capable": "true",
-    }
