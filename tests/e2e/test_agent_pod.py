@@ -35,24 +35,16 @@ from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,
     Sandbox,
-    pod_manifest,
     start_sandbox,
     stop_sandbox,
     wait_webhook_knows,
 )
+from tests.support.real_node_probe import container_report, probe_pod
 
 NODE = "real"
 GPUS = "A100-80GB:1"
 HOST_FOLDERS = ("/etc/cdi", "/var/run/cdi", "/var/lib/gpu-slicer", "/var/lib/kubelet")
 """The agent pod's hostPaths: the kubelet makes them in the node's namespace, not on the host."""
-REPORT = r"""
-for f in /dev/nvidia* /dev/nvidia-caps/*; do
-  if [ -c "$f" ]; then echo "DEV $f"; fi
-done
-echo "ENV NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
-echo END
-exec sleep 2147483647
-"""
 
 
 def _unavailable(reason: str) -> None:
@@ -153,29 +145,10 @@ def test_the_webhook_pod_from_the_image_is_what_the_apiserver_calls_through_its_
     assert webhook["clientConfig"]["service"]["name"] == "gpu-slicer-webhook"
 
 
-def _seen(box: Sandbox, name: str) -> Obj:
-    def report() -> str | None:
-        text = str(box.core.read_namespaced_pod_log(name, ENABLED))
-        return text if "END" in text.split() else None
-
-    text: str = box.wait(report, what=f"{name}'s report from inside its container", timeout_s=90)
-    lines = text.splitlines()
-    return {
-        "devices": {line.split()[1] for line in lines if line.startswith("DEV ")},
-        "env": next(line.split(" ", 1)[1] for line in lines if line.startswith("ENV ")),
-    }
-
-
 def test_a_converted_pod_gets_its_slice_from_the_agent_pod_and_sees_it_inside(
     box: Sandbox,
 ) -> None:
-    pod = pod_manifest("converted", node=NODE, limits={"nvidia.com/mig-1g.10gb": "1"})
-    pod["spec"]["containers"][0] |= {
-        "image": "busybox:sandbox",
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", REPORT],
-    }
-    box.create_pod(ENABLED, pod)
+    box.create_pod(ENABLED, probe_pod("converted", NODE, {"nvidia.com/mig-1g.10gb": "1"}))
     running = box.wait_running(ENABLED, "converted", timeout_s=150)
     [claim] = box.claims_of(running)
     path = (
@@ -187,7 +160,7 @@ def test_a_converted_pod_gets_its_slice_from_the_agent_pod_and_sees_it_inside(
     )
     [device] = json.loads(path.read_text())["devices"]
     [visible] = [e for e in device["containerEdits"]["env"] if "NVIDIA_VISIBLE_DEVICES" in e]
-    seen = _seen(box, "converted")
+    seen = container_report(box, "converted")
     assert seen["env"] == visible
     assert re.fullmatch(r"NVIDIA_VISIBLE_DEVICES=MIG-[0-9a-f-]{36}", seen["env"])
     assert "/dev/nvidia0" in seen["devices"]

@@ -39,23 +39,13 @@ from tests.support.e2e_sandbox import (
     stop_sandbox,
     wait_webhook_knows,
 )
+from tests.support.real_node_probe import container_report, probe_pod
 
 NODE = "real"
 GPUS = "A100-80GB:1"
 STAND_IN = "beside"
 """A node of the same sandbox that keeps the kubelet stand-in."""
 LIMITS = {"nvidia.com/mig-1g.10gb": "1"}
-SCRIPT = r"""
-for f in /dev/nvidia* /dev/nvidia-caps/*; do
-  if [ -c "$f" ]; then echo "DEV $f"; fi
-done
-echo "ENV NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
-if [ -r /sys/fs/cgroup/devices/devices.list ]; then
-  sed 's/^/CGROUP /' /sys/fs/cgroup/devices/devices.list
-fi
-echo END
-exec sleep 2147483647
-"""
 Obj = dict[str, Any]
 
 
@@ -127,30 +117,7 @@ def real(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
 
 
 def _pod(name: str) -> Obj:
-    """A converted-to-be pod whose busybox reports what it sees, then sleeps."""
-    pod = pod_manifest(name, node=NODE, limits=LIMITS)
-    pod["spec"]["containers"][0] |= {
-        "image": "busybox:sandbox",
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", SCRIPT],
-    }
-    return pod
-
-
-def _seen(box: Sandbox, name: str) -> Obj:
-    """What the container reported from inside: its device nodes, env, device cgroup."""
-
-    def report() -> str | None:
-        text = str(box.core.read_namespaced_pod_log(name, ENABLED))
-        return text if "END" in text.split() else None
-
-    text: str = box.wait(report, what=f"{name}'s report from inside its container", timeout_s=90)
-    lines = text.splitlines()
-    return {
-        "devices": {line.split()[1] for line in lines if line.startswith("DEV ")},
-        "env": next(line.split(" ", 1)[1] for line in lines if line.startswith("ENV ")),
-        "cgroup": {line.split(" ", 1)[1] for line in lines if line.startswith("CGROUP ")},
-    }
+    return probe_pod(name, NODE, LIMITS)
 
 
 def _claim_spec(box: Sandbox, pod: Obj) -> Obj:
@@ -219,7 +186,7 @@ def test_a_converted_pod_sees_exactly_its_devices_from_inside_its_container(
 ) -> None:
     pod = two_pods[0]
     assert pod["spec"]["resourceClaims"], "the webhook converted the pod"
-    seen = _seen(real, "first")
+    seen = container_report(real, "first")
     nodes, visible = _expected(_claim_spec(real, pod))
     assert seen["devices"] == nodes
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} <= seen["devices"]
@@ -238,7 +205,7 @@ def test_a_converted_pod_sees_exactly_its_devices_from_inside_its_container(
 def test_two_pods_on_one_gpu_see_different_capability_nodes_and_not_each_others(
     real: Sandbox, two_pods: list[Obj]
 ) -> None:
-    first, second = _seen(real, "first"), _seen(real, "second")
+    first, second = container_report(real, "first"), container_report(real, "second")
     assert "/dev/nvidia0" in first["devices"] and "/dev/nvidia0" in second["devices"]
     assert _caps(first["devices"]).isdisjoint(_caps(second["devices"]))
     assert len(_caps(first["devices"])) == len(_caps(second["devices"])) == 2
