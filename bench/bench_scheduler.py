@@ -16,7 +16,9 @@ in that one run, one after the other on the same nodes:
 5. with ``--static``: the same nodes in the static layout (the agent's ``--publish static``
    mode: the layout's instances only, no counters), ``plain-static`` and the shapes again;
 6. with ``--profiles LIST``: the partitionable layout again with only those profiles (the
-   agent's ``--profiles``), ``plain-profiles`` and the shapes again (``single-profiles``...).
+   agent's ``--profiles``), ``plain-profiles`` and the shapes again (``single-profiles``...);
+7. with ``--minimal-attributes``: the partitionable layout again with the agent's
+   ``--attributes minimal``, ``plain-minimal`` and the shapes again (``single-minimal``...).
 
 Each run creates its pods held by a scheduling gate, each with its own ResourceClaim, releases
 them together and times until every pod is bound (or ``--timeout`` passed: pods/s is then what
@@ -25,7 +27,7 @@ next (pods deleted, claims deallocated by the controller manager). Ratios within
 figures to trust on a shared machine; absolute rates move with the host.
 
     python bench/bench_scheduler.py [--versions 1.36,1.37] [--nodes 20,100,250] [--pods 100]
-        [--gpus A100-80GB:8] [--timeout 60] [--static] [--profiles LIST]
+        [--gpus A100-80GB:8] [--timeout 60] [--static] [--profiles LIST] [--minimal-attributes]
         [--workloads plain,single,...] [--json FILE]
 
 On 1.35 the DRAPartitionableDevices gate (alpha, off by default) is turned on for the run.
@@ -195,6 +197,19 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             for shape in ("single", "fallback", "memory"):
                 resources, annotations = SHAPES[shape]
                 run(shape, claim_spec_for([resources], annotations=annotations), f"{shape}-static")
+        if args.minimal_attributes:
+            cluster.delete_slices(DRIVER)
+            minimal = [
+                s
+                for n in names
+                for s in gpu_slicer_slices(n, args.gpus, server, attributes="minimal")
+            ]
+            cluster.create_all(minimal)
+            time.sleep(2)
+            run("plain", plain, "plain-minimal")
+            for shape, (resources, annotations) in SHAPES.items():
+                spec = claim_spec_for([resources], annotations=annotations)
+                run(shape, spec, f"{shape}-minimal")
         if args.profiles:
             cluster.delete_slices(DRIVER)
             kept = ProfileFilter.parse(args.profiles)
@@ -254,6 +269,11 @@ def main() -> int:
         metavar="LIST",
         help="also measure the partitionable layout with only these profiles "
         "(the agent's --profiles, e.g. 1g.10gb,2g.20gb,3g.40gb,7g.80gb)",
+    )
+    parser.add_argument(
+        "--minimal-attributes",
+        action="store_true",
+        help="also measure the partitionable layout with the agent's --attributes minimal",
     )
     parser.add_argument("--workloads", default="", help="only these runs (comma-separated)")
     parser.add_argument(

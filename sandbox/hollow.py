@@ -34,6 +34,7 @@ from sandbox import binaries, pki
 from sandbox.cluster import ClusterSetup
 from sandbox.controlplane import ControlPlane, feature_gates
 from sandbox.process import free_port
+from slicer.device_attributes import DeviceAttributes
 from slicer.identity import RESOURCE_API
 from slicer.layout import StaticLayout
 from slicer.preview import preview_pool
@@ -111,11 +112,18 @@ def gpu_slicer_slices(
     *,
     static_layout: StaticLayout | None = None,
     profiles: ProfileFilter | None = None,
+    attributes: DeviceAttributes = "full",
 ) -> list[Obj]:
     """The ResourceSlices gpu-slicer's agent publishes on ``node`` (partitionable, or the static
-    layout when one is given; only ``profiles`` when given, as the agent's ``--profiles``)."""
+    layout when one is given; only ``profiles`` when given, as the agent's ``--profiles``; each
+    device with the agent's ``--attributes``)."""
     plan = preview_pool(
-        node, gpus, server_version=server_version, static_layout=static_layout, profiles=profiles
+        node,
+        gpus,
+        server_version=server_version,
+        static_layout=static_layout,
+        profiles=profiles,
+        attributes=attributes,
     )
     return [dict(s) for s in plan.slices]
 

@@ -25,6 +25,7 @@ from slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
 from slicer.checkpoint import CheckpointStore
 from slicer.claim_cache import ClaimCache
 from slicer.clock import SYSTEM_CLOCK, Clock
+from slicer.device_attributes import DeviceAttributes
 from slicer.device_health import HealthFeed
 from slicer.health import HealthTracker
 from slicer.inventory import default_mode
@@ -76,6 +77,8 @@ class AgentConfig:
     """Which existing instances the static layout (no counters) advertises besides the agent's."""
     profiles: ProfileFilter | None = None
     """The MIG profiles advertised in the partitionable layout; None: every profile."""
+    attributes: DeviceAttributes = "full"
+    """Which attributes and capacities each device carries (:mod:`slicer.device_attributes`)."""
     advertise: Advertise = "partitionable"
     """``partitionable``: every slice the GPUs could host, with counters (falling back to the
     static layout on its own when the apiserver drops counters); ``static``: always the static
@@ -176,6 +179,7 @@ def assemble(
             static=config.advertise == "static",
             static_layout=config.static_layout,
             profiles=config.profiles,
+            attributes=config.attributes,
             clock=clock,
             report_scaling=config.report_scaling,
         )

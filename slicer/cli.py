@@ -36,6 +36,7 @@ from slicer.cdi import (
     load_toolkit_spec,
     toolkit_spec_from_ctk,
 )
+from slicer.device_attributes import ATTRIBUTES_CHOICES
 from slicer.deviceclasses import device_classes
 from slicer.errors import BackendError, CatalogError, GpuSpecError, SlicerError
 from slicer.inventory import KUBERNETES_VERSIONS, MODES, InventoryError
@@ -188,6 +189,12 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         metavar="LIST",
         help="only these MIG profiles (the agent's --profiles), e.g. 1g.10gb,3g.40gb or -*+me",
     )
+    p.add_argument(
+        "--attributes",
+        default="full",
+        choices=ATTRIBUTES_CHOICES,
+        help="the attributes each device carries (the agent's --attributes; default full)",
+    )
     p.add_argument("--generation", type=int, default=1, help="pool generation (default 1)")
     p.add_argument("--device-classes", action="store_true", help="also print the DeviceClasses")
     p.add_argument(
@@ -221,6 +228,7 @@ def run_slices(args: argparse.Namespace) -> int:
             order=args.order,
             static_layout=layout,
             profiles=profiles,
+            attributes=args.attributes,
             generation=args.generation,
         )
     except (SlicerError, BackendError, InventoryError) as exc:
@@ -354,6 +362,14 @@ _AGENT_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
             "stays): names or patterns, '-' excludes, e.g. 1g.10gb,2g.20gb,3g.40gb,7g.80gb or "
             "-*+me,-1g.20gb; fewer devices per node cost the scheduler less for every DRA pod "
             "(docs/agent.md); empty: all",
+        },
+    ),
+    (
+        "--attributes",
+        {
+            "help": "full: every attribute and capacity the agent knows of a device; minimal: "
+            "only those gpu-slicer's classes, claims and status read, which costs the "
+            "scheduler less for every DRA pod of every driver (docs/agent.md)",
         },
     ),
     (
@@ -521,6 +537,7 @@ def _agent_config(settings: AgentSettings) -> AgentConfig:
         static_layout=layout,
         advertise=settings.advertise,
         profiles=profiles,
+        attributes=settings.attributes,
     )
 
 

@@ -49,6 +49,7 @@ from slicer.counters import (
     render_counters,
     whole_gpu_consumption,
 )
+from slicer.device_attributes import DeviceAttributes, device_body
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, WholeGpu
 from slicer.errors import SlicerError
 from slicer.gpu_model import GpuModel, Profile
@@ -522,8 +523,10 @@ def plan_pool(
     static: bool = False,
     static_layout: StaticLayout | None = None,
     profiles: ProfileFilter | None = None,
+    attributes: DeviceAttributes = "full",
 ) -> PoolPlan:
-    """Build the ResourceSlices of ``node``'s pool: advertise, order, pack, render."""
+    """Build the ResourceSlices of ``node``'s pool: advertise, order, pack, render (each device
+    with the ``attributes`` the agent's ``--attributes`` chose)."""
     layout = slice_layout(server_version)
     limits = limits_for(server_version)
     order_policy = get_policy(policy) if isinstance(policy, str) else policy
@@ -558,7 +561,7 @@ def plan_pool(
                 {"name": s.name, "counters": render_counters(s.values)} for s in sets
             ]
         if devices:
-            spec["devices"] = [d.body for d in devices]
+            spec["devices"] = [device_body(d.body, attributes) for d in devices]
         slices.append(
             {
                 "apiVersion": RESOURCE_API,

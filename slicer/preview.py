@@ -9,6 +9,7 @@ freshly started agent on such a node writes.
 from __future__ import annotations
 
 from slicer import catalog
+from slicer.device_attributes import DeviceAttributes
 from slicer.inventory import Mode, PoolPlan, default_mode, plan_pool
 from slicer.layout import StaticLayout
 from slicer.observe import ObservedGpu, observe_node
@@ -26,10 +27,12 @@ def preview_pool(
     static_layout: StaticLayout | None = None,
     generation: int = 1,
     profiles: ProfileFilter | None = None,
+    attributes: DeviceAttributes = "full",
 ) -> PoolPlan:
     """The pool of ``node`` with simulated ``gpus`` (``A100-80GB:8``). With ``static_layout``
     the layout's instances are created first and only they are advertised, without counters;
-    ``profiles`` keeps only the MIG profiles the agent's ``--profiles`` would.
+    ``profiles`` keeps only the MIG profiles the agent's ``--profiles`` would, ``attributes``
+    is the agent's ``--attributes``.
 
     Raises :class:`slicer.errors.SlicerError` (bad spec, a layout the GPUs cannot hold) or
     :class:`slicer.inventory.InventoryError`."""
@@ -58,6 +61,7 @@ def preview_pool(
         static=static_layout is not None,
         static_layout=static_layout,
         profiles=profiles,
+        attributes=attributes,
     )
 
 

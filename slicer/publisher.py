@@ -48,6 +48,7 @@ from kube.api import KubeApi, event_for
 from slicer import scaling
 from slicer.agent_metrics import PublisherMetrics
 from slicer.clock import SYSTEM_CLOCK, Clock
+from slicer.device_attributes import DeviceAttributes
 from slicer.devices import DeviceSpec
 from slicer.errors import PublishError
 from slicer.identity import DRIVER, RESOURCE_API
@@ -143,6 +144,7 @@ class SlicePublisher:
         static: bool = False,
         static_layout: StaticLayout | None = None,
         profiles: ProfileFilter | None = None,
+        attributes: DeviceAttributes = "full",
         metrics: PublisherMetrics | None = None,
         retry: RetrySettings | None = None,
         limiter: RepublishLimiter | None = None,
@@ -156,6 +158,7 @@ class SlicePublisher:
         self._version = server_version
         self._static_layout = static_layout
         self._profiles = profiles
+        self._attributes: DeviceAttributes = attributes
         self.metrics = metrics or PublisherMetrics()
         self._retry = retry or RetrySettings()
         self._limiter = limiter
@@ -225,6 +228,7 @@ class SlicePublisher:
             static=self._state.static,
             static_layout=self._static_layout,
             profiles=self._profiles,
+            attributes=self._attributes,
         )
 
     def publish(
@@ -637,6 +641,7 @@ class SlicePublisher:
                 static=False,
                 static_layout=self._static_layout,
                 profiles=self._profiles,
+                attributes=self._attributes,
             )
         except PublishError:
             return False

@@ -32,6 +32,7 @@ from slicer.assembly import (
     KUBELET_REGISTRY_DIR,
     Advertise,
 )
+from slicer.device_attributes import ATTRIBUTES_CHOICES, DeviceAttributes
 from slicer.errors import AgentSettingsError
 from slicer.ordering import POLICIES
 
@@ -99,6 +100,8 @@ class AgentSettings(Settings):
     profiles: str = ""
     """The MIG profiles the partitionable layout advertises (:mod:`slicer.profile_filter`);
     empty: all."""
+    attributes: DeviceAttributes = "full"
+    """Which attributes and capacities each device carries (:mod:`slicer.device_attributes`)."""
     lock_wait: float | str = 0.0
 
     @classmethod
@@ -165,6 +168,7 @@ class AgentSettings(Settings):
             ("--kube", self.kube, KUBE_CHOICES),
             ("--device-order", self.device_order, tuple(POLICIES)),
             ("--advertise", self.advertise, ADVERTISE_CHOICES),
+            ("--attributes", self.attributes, ATTRIBUTES_CHOICES),
         ):
             if value not in choices:
                 return f"{flag} {value!r} is not one of {', '.join(choices)}"

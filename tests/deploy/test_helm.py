@@ -278,12 +278,14 @@ def test_agent_values_reach_the_daemonset_and_the_policy_values_are_a_valid_poli
             "image.repository=registry.example/gpu-slicer",
             "image.tag=1.2.3",
             "agent.profiles=-*+me\\,-1g.20gb",
+            "agent.attributes=minimal",
         ]
     )
     daemonset = find(objects, "DaemonSet", "gpu-slicer-agent")
     spec = daemonset["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
     assert env["GPU_SLICER_PROFILES"] == "-*+me,-1g.20gb"
+    assert env["GPU_SLICER_ATTRIBUTES"] == "minimal"
     assert ProfileFilter.parse(env["GPU_SLICER_PROFILES"]) == ProfileFilter((), ("*+me", "1g.20gb"))
     assert spec["nodeSelector"] == {
         "gpu-slicer.io/agent": "enabled",

@@ -75,6 +75,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "GPU_SLICER_STATIC_LAYOUT": "/l.yaml",
         "GPU_SLICER_ADVERTISE": "static",
         "GPU_SLICER_PROFILES": "-*+me",
+        "GPU_SLICER_ATTRIBUTES": "minimal",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -102,7 +103,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "/usr/bin/nvidia-ctk",
         Path("/l.yaml"),
     )
-    assert (args.advertise, args.profiles) == ("static", "-*+me")
+    assert (args.advertise, args.profiles, args.attributes) == ("static", "-*+me", "minimal")
     monkeypatch.setenv("GPU_SLICER_NODE", "explicit")
     assert agent_settings(build_parser().parse_args(["agent", "run"])).node == "explicit"
     flags = build_parser().parse_args(["agent", "run", "--node", "flag", "--kube", "cluster"])
@@ -130,6 +131,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         ),
         (["--node", "n", "--static-layout", "/nonexistent/layout.yaml"], "--static-layout"),
         (["--node", "n", "--advertise", "counters"], "--advertise 'counters' is not one of"),
+        (["--node", "n", "--attributes", "lean"], "--attributes 'lean' is not one of full"),
         (["--node", "n", "--profiles", "1g.10gbb"], "did you mean 1g.10gb"),
         (
             ["--node", "n", "--simulate-gpus", "A100-80GB:1", "--profiles", "1g.12gb"],
@@ -149,6 +151,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         "two-toolkit-sources",
         "missing-layout",
         "bad-advertise",
+        "bad-attributes",
         "unknown-profile",
         "no-profile-of-the-model",
     ],

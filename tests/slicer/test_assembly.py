@@ -15,6 +15,7 @@ from kube.memory import InMemoryKubeApi
 from slicer.assembly import Advertise, AgentConfig, AgentParts, assemble, discover_modes
 from slicer.claim_cache import AllocatedDevice
 from slicer.clock import Clock
+from slicer.device_attributes import MINIMAL_ATTRIBUTES
 from slicer.profile_filter import ProfileFilter
 from slicer.reconciler import NodeView
 from slicer.simulated import SimulatedBackend
@@ -131,6 +132,21 @@ def test_the_profiles_setting_reaches_the_published_pool(
     names = [d["name"] for s in api.objects(*SLICES) for d in s["spec"].get("devices", ())]
     assert names and not any(name.endswith(tuple(f"me-{i}" for i in range(8))) for name in names)
     assert any("-mig-1g" in name for name in names)
+
+
+def test_the_attributes_setting_reaches_the_published_pool(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    config = AgentConfig(
+        node=NODE, checkpoint_dir=tmp_path / "c", cdi_dir=tmp_path / "d", attributes="minimal"
+    )
+    parts = assemble(config, backend=backend, api=api)
+    parts.claims.sync_once()
+    parts.reconciler.reconcile_once()
+    devices = [d for s in api.objects(*SLICES) for d in s["spec"].get("devices", ())]
+    assert devices
+    assert all(set(d["attributes"]) <= MINIMAL_ATTRIBUTES for d in devices)
+    assert all(set(d["capacity"]) == {"memory"} for d in devices)
 
 
 def test_the_exposed_limiter_is_the_publishers_and_runs_on_the_assemblys_clock(

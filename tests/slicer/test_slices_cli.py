@@ -204,7 +204,13 @@ def test_an_impossible_static_layout_exits_2_naming_the_gpu(
 
 
 @pytest.mark.parametrize(
-    "flag,value", [("--k8s-version", "1.33"), ("--order", "random"), ("--mode", "half")]
+    "flag,value",
+    [
+        ("--k8s-version", "1.33"),
+        ("--order", "random"),
+        ("--mode", "half"),
+        ("--attributes", "lean"),
+    ],
 )
 def test_a_bad_version_policy_or_mode_exits_2_with_usage(
     capsys: pytest.CaptureFixture[str], flag: str, value: str
@@ -213,6 +219,27 @@ def test_a_bad_version_policy_or_mode_exits_2_with_usage(
         run(["slices", "--node", "n", "--gpus", "H100-80GB", flag, value])
     assert exit_info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_minimal_attributes_print_the_same_pool_with_fewer_attributes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["slices", "--node", "n", "--gpus", "H100-80GB:1", "-o", "json"]
+    assert run(base) == 0
+    full = json.loads(capsys.readouterr().out)["items"]
+    assert run([*base, "--attributes", "minimal"]) == 0
+    minimal = json.loads(capsys.readouterr().out)["items"]
+    assert [s["metadata"]["name"] for s in minimal] == [s["metadata"]["name"] for s in full]
+    pairs = [
+        (f, m)
+        for fs, ms in zip(full, minimal, strict=True)
+        for f, m in zip(fs["spec"].get("devices", ()), ms["spec"].get("devices", ()), strict=True)
+    ]
+    assert pairs
+    for f, m in pairs:
+        assert m["name"] == f["name"] and m["consumesCounters"] == f["consumesCounters"]
+        assert "architecture" in f["attributes"] and "architecture" not in m["attributes"]
+        assert m["capacity"] == {"memory": f["capacity"]["memory"]}
 
 
 def test_profiles_lists_only_those_and_a_bad_list_exits_2_naming_it(
