@@ -9,7 +9,12 @@ import pytest
 
 from sim.agreement import mixed_pods
 from sim.allocator import allocate_on_node
-from slicer.device_attributes import MINIMAL_ATTRIBUTES, MINIMAL_CAPACITY, device_body
+from slicer.device_attributes import (
+    MINIMAL_ATTRIBUTES,
+    MINIMAL_CAPACITY,
+    DeviceAttributes,
+    device_body,
+)
 from slicer.deviceclasses import device_classes
 from slicer.inventory import Mode
 from slicer.preview import preview_pool
@@ -24,8 +29,10 @@ def _devices(slices: list[Obj]) -> list[Obj]:
     return [d for s in slices for d in s["spec"].get("devices", ())]
 
 
-def _pool(node: str, gpus: str, attributes: str, mode: Mode | None = None) -> list[Obj]:
-    plan = preview_pool(node, gpus, server_version=SERVER, mode=mode, attributes=attributes)  # type: ignore[arg-type]
+def _pool(
+    node: str, gpus: str, attributes: DeviceAttributes, mode: Mode | None = None
+) -> list[Obj]:
+    plan = preview_pool(node, gpus, server_version=SERVER, mode=mode, attributes=attributes)
     return [dict(s) for s in plan.slices]
 
 
@@ -71,11 +78,9 @@ def test_gpu_slicers_claims_get_the_same_devices_and_status_reads_the_same() -> 
     scheduler's allocator (the simulator's model of it, CEL included) picks the same devices
     from the minimal pool as from the full one, and ``gpu-slicer status`` shows the same."""
     classes = {c["metadata"]["name"]: c for c in device_classes()}
-    pools = {
-        attributes: {node: _pool(node, f"{model}:4", attributes) for node, model in NODES.items()}
-        for attributes in ("full", "minimal")
-    }
-    held: dict[str, list[tuple[float, Obj]]] = {"full": [], "minimal": []}
+    both: tuple[DeviceAttributes, ...] = ("full", "minimal")
+    pools = {a: {node: _pool(node, f"{model}:4", a) for node, model in NODES.items()} for a in both}
+    held: dict[DeviceAttributes, list[tuple[float, Obj]]] = {a: [] for a in both}
     chosen = 0
     for pod in sorted(mixed_pods(NODES, count=80), key=lambda p: p.arrival):
         picks = {}
@@ -100,7 +105,7 @@ def test_gpu_slicers_claims_get_the_same_devices_and_status_reads_the_same() -> 
         chosen += picks["full"] is not None
     assert chosen >= 50  # most pods found devices: the comparison covers real choices
 
-    def status(attributes: str) -> Any:
+    def status(attributes: DeviceAttributes) -> Any:
         slices = [s for node in NODES for s in pools[attributes][node]]
         return build_status(slices, [c for _, c in held[attributes]], [], [])
 
