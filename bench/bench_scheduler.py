@@ -18,7 +18,8 @@ in that one run, one after the other on the same nodes:
 6. with ``--profiles LIST``: the partitionable layout again with only those profiles (the
    agent's ``--profiles``), ``plain-profiles`` and the shapes again (``single-profiles``...);
 7. with ``--minimal-attributes``: the partitionable layout again with the agent's
-   ``--attributes minimal``, ``plain-minimal`` and the shapes again (``single-minimal``...).
+   ``--attributes minimal``, ``plain-minimal`` and the shapes again (``single-minimal``...);
+   with both, also the two settings together (``single-profiles-minimal``...).
 
 Each run creates its pods held by a scheduling gate, each with its own ResourceClaim, releases
 them together and times until every pod is bound (or ``--timeout`` passed: pods/s is then what
@@ -197,30 +198,27 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             for shape in ("single", "fallback", "memory"):
                 resources, annotations = SHAPES[shape]
                 run(shape, claim_spec_for([resources], annotations=annotations), f"{shape}-static")
+
+        def variant(suffix: str, **options: Any) -> None:
+            """gpu-slicer's slices again as the agent publishes them with ``options`` (its
+            ``--profiles``, ``--attributes``), then the plain pods and every shape."""
+            cluster.delete_slices(DRIVER)
+            pool = {n: gpu_slicer_slices(n, args.gpus, server, **options) for n in names}
+            cluster.create_all([s for n in names for s in pool[n]])
+            _say(f"  {suffix}: {device_count(pool[names[0]])} devices per node")
+            time.sleep(2)
+            run("plain", plain, f"plain-{suffix}")
+            for shape, (resources, annotations) in SHAPES.items():
+                spec = claim_spec_for([resources], annotations=annotations)
+                run(shape, spec, f"{shape}-{suffix}")
+
+        kept = ProfileFilter.parse(args.profiles) if args.profiles else None
         if args.minimal_attributes:
-            cluster.delete_slices(DRIVER)
-            minimal = [
-                s
-                for n in names
-                for s in gpu_slicer_slices(n, args.gpus, server, attributes="minimal")
-            ]
-            cluster.create_all(minimal)
-            time.sleep(2)
-            run("plain", plain, "plain-minimal")
-            for shape, (resources, annotations) in SHAPES.items():
-                spec = claim_spec_for([resources], annotations=annotations)
-                run(shape, spec, f"{shape}-minimal")
-        if args.profiles:
-            cluster.delete_slices(DRIVER)
-            kept = ProfileFilter.parse(args.profiles)
-            fewer = {n: gpu_slicer_slices(n, args.gpus, server, profiles=kept) for n in names}
-            cluster.create_all([s for n in names for s in fewer[n]])
-            _say(f"  profiles {args.profiles}: {device_count(fewer[names[0]])} devices per node")
-            time.sleep(2)
-            run("plain", plain, "plain-profiles")
-            for shape, (resources, annotations) in SHAPES.items():
-                spec = claim_spec_for([resources], annotations=annotations)
-                run(shape, spec, f"{shape}-profiles")
+            variant("minimal", attributes="minimal")
+        if kept is not None:
+            variant("profiles", profiles=kept)
+        if kept is not None and args.minimal_attributes:
+            variant("profiles-minimal", profiles=kept, attributes="minimal")
     finally:
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
