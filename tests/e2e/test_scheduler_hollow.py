@@ -99,3 +99,30 @@ def test_the_static_layout_serves_only_the_instances_it_names(cluster: HollowClu
     names = {name for _d, _p, name in _allocations(cluster, "bench-memory")}
     assert names == {"gpu-0-mig-3g40gb-0", "gpu-0-mig-3g40gb-4"}
     cluster.clear("bench-memory")
+
+
+def test_minimal_attributes_leave_the_real_schedulers_choices_unchanged(
+    cluster: HollowCluster,
+) -> None:
+    """The agent's ``--attributes minimal`` on the real scheduler: for each claim shape the
+    webhook writes, the same pods take the same devices as from the full pool (one node, so
+    that only the device choice can differ)."""
+    node = NODES[0]
+    shapes = {
+        "single": (claim_spec_for([{"nvidia.com/mig-1g.10gb": 1}]), 3),
+        "memory": (claim_spec_for([{}], annotations={"gpu-slicer.io/gpu-memory": "20Gi"}), 2),
+        "nvlink": (claim_spec_for([{"nvidia.com/gpu": 2}]), 1),
+    }
+    chosen: dict[str, dict[str, set[tuple[str, str, str]]]] = {}
+    for attributes in ("full", "minimal"):
+        cluster.delete_slices(DRIVER)
+        slices = gpu_slicer_slices(node, "A100-80GB:2", cluster.api_version, attributes=attributes)
+        cluster.create_all(slices)
+        for shape, (spec, pods) in shapes.items():
+            label = f"{shape}-{attributes}"
+            result = cluster.run(label, spec, pods=pods, timeout_s=60)
+            assert result.bound == pods, label
+            chosen.setdefault(shape, {})[attributes] = set(_allocations(cluster, f"bench-{label}"))
+            cluster.clear(f"bench-{label}")
+    for shape, by_attributes in chosen.items():
+        assert by_attributes["full"] and by_attributes["full"] == by_attributes["minimal"], shape
