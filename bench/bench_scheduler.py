@@ -19,7 +19,8 @@ in that one run, one after the other on the same nodes:
    agent's ``--profiles``), ``plain-profiles`` and the shapes again (``single-profiles``...);
 7. with ``--minimal-attributes``: the partitionable layout again with the agent's
    ``--attributes minimal``, ``plain-minimal`` and the shapes again (``single-minimal``...);
-   with both, also the two settings together (``single-profiles-minimal``...).
+   with ``--profiles`` too, also the two settings together (``single-profiles-minimal``...),
+   with ``--static`` too, the static layout with minimal attributes (``single-static-minimal``...).
 
 Each run creates its pods held by a scheduling gate, each with its own ResourceClaim, releases
 them together and times until every pod is bound (or ``--timeout`` passed: pods/s is then what
@@ -100,7 +101,7 @@ STATIC_LAYOUT = StaticLayout.from_mapping(
 
 def pods_for(workload: str, pods: int, nodes: int) -> int:
     """Fewer pods where each takes whole GPUs, so that every run fits the free devices."""
-    if workload == "memory-static":
+    if workload.startswith("memory-static"):
         return min(pods, 2 * nodes)  # STATIC_LAYOUT holds four 3g.40gb per node
     shape = workload.partition("-")[0]
     if shape == "whole":
@@ -129,6 +130,28 @@ def without_quantity(spec: Obj) -> Obj:
                     raise ValueError("the memory claim no longer compares quantities here")
                 selector["cel"]["expression"] = selector["cel"]["expression"].split(cut)[0]
     return result
+
+
+def variants(args: argparse.Namespace) -> list[tuple[str, tuple[str, ...], dict[str, Any]]]:
+    """The publishing variants measured after the default pool: (suffix, shapes, the options
+    of :func:`sandbox.hollow.gpu_slicer_slices` that stand for the agent's settings)."""
+    static: dict[str, Any] = {"static_layout": STATIC_LAYOUT}
+    fitting_static = ("single", "fallback", "memory")  # whole GPUs: not in STATIC_LAYOUT
+    minimal: dict[str, Any] = {"attributes": "minimal"}
+    kept = ProfileFilter.parse(args.profiles) if args.profiles else None
+    profiles: dict[str, Any] = {"profiles": kept}
+    found: list[tuple[str, tuple[str, ...], dict[str, Any]]] = []
+    if args.static:
+        found.append(("static", fitting_static, static))
+        if args.minimal_attributes:
+            found.append(("static-minimal", fitting_static, static | minimal))
+    if args.minimal_attributes:
+        found.append(("minimal", tuple(SHAPES), minimal))
+    if kept is not None:
+        found.append(("profiles", tuple(SHAPES), profiles))
+        if args.minimal_attributes:
+            found.append(("profiles-minimal", tuple(SHAPES), profiles | minimal))
+    return found
 
 
 def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResult]:
@@ -185,40 +208,26 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             without_quantity(claim_spec_for([resources], annotations=annotations)),
             "memory-noquantity",
         )
-        if args.static:
-            cluster.delete_slices(DRIVER)
-            static = [
-                s
-                for n in names
-                for s in gpu_slicer_slices(n, args.gpus, server, static_layout=STATIC_LAYOUT)
-            ]
-            cluster.create_all(static)
-            time.sleep(2)
-            run("plain", plain, "plain-static")
-            for shape in ("single", "fallback", "memory"):
-                resources, annotations = SHAPES[shape]
-                run(shape, claim_spec_for([resources], annotations=annotations), f"{shape}-static")
 
-        def variant(suffix: str, **options: Any) -> None:
+        def variant(suffix: str, shapes: tuple[str, ...] = tuple(SHAPES), **options: Any) -> None:
             """gpu-slicer's slices again as the agent publishes them with ``options`` (its
-            ``--profiles``, ``--attributes``), then the plain pods and every shape."""
+            static layout, ``--profiles``, ``--attributes``), then the plain pods and ``shapes``."""
+            labels = {f"{shape}-{suffix}" for shape in ("plain", *shapes)}
+            if args.workloads and not labels & args.workloads:
+                return
             cluster.delete_slices(DRIVER)
             pool = {n: gpu_slicer_slices(n, args.gpus, server, **options) for n in names}
             cluster.create_all([s for n in names for s in pool[n]])
             _say(f"  {suffix}: {device_count(pool[names[0]])} devices per node")
             time.sleep(2)
             run("plain", plain, f"plain-{suffix}")
-            for shape, (resources, annotations) in SHAPES.items():
+            for shape in shapes:
+                resources, annotations = SHAPES[shape]
                 spec = claim_spec_for([resources], annotations=annotations)
                 run(shape, spec, f"{shape}-{suffix}")
 
-        kept = ProfileFilter.parse(args.profiles) if args.profiles else None
-        if args.minimal_attributes:
-            variant("minimal", attributes="minimal")
-        if kept is not None:
-            variant("profiles", profiles=kept)
-        if kept is not None and args.minimal_attributes:
-            variant("profiles-minimal", profiles=kept, attributes="minimal")
+        for suffix, shapes, options in variants(args):
+            variant(suffix, shapes, **options)
     finally:
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
