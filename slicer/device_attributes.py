@@ -19,7 +19,7 @@ device.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from slicer.identity import (
     MEMORY_CAPACITY,
@@ -31,7 +31,7 @@ from slicer.identity import (
 )
 
 DeviceAttributes = Literal["full", "minimal"]
-ATTRIBUTES_CHOICES: tuple[DeviceAttributes, ...] = ("full", "minimal")
+ATTRIBUTES_CHOICES: tuple[DeviceAttributes, ...] = get_args(DeviceAttributes)
 
 MINIMAL_ATTRIBUTES = frozenset(
     {
