@@ -41,8 +41,14 @@ from sandbox.errors import BuildError, UsageError
 
 Progress = Callable[[str], None]
 
-RELEASES = {"1.35": "v1.35.4", "1.36": "v1.36.3", "1.37": "v1.37.2"}
-"""The patch release built for each supported minor version."""
+RELEASES = {"1.35": "v1.35.4", "1.36": "v1.36.3", "1.37": "v1.37.2", "1.38": "v1.38.0-beta.0"}
+"""The release built for each minor version: the supported ones, and 1.38 as a preview (its
+newest release on the module proxy is a beta) for the scheduler benchmark and ``sandbox up``."""
+PREVIEW = frozenset({"1.38"})
+"""Minor versions built for measurement, not yet supported (no schemas, not in the test tiers)."""
+NEWER_GO = {"1.27": "go1.27.3"}
+"""The Go toolchain the go command fetches through the module proxy (``GOTOOLCHAIN``) when a
+release's go.mod needs a newer Go than the one installed (Kubernetes 1.38 needs Go 1.27)."""
 DEFAULT_MINOR = "1.36"
 PINNED = RELEASES[DEFAULT_MINOR]
 """The release ``sandbox/go/go.mod`` requires; others are re-pinned in the cache."""
@@ -60,6 +66,7 @@ CONTAINERD_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr")
 CONTAINERD_TAGS = "no_btrfs no_devmapper"
 """Leaves out the snapshotters that need C headers; the real node uses overlayfs."""
 _STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.M)
+_GO_LINE = re.compile(r"^go\s+(\d+\.\d+)(?:\.\d+)?\s*$", re.M)
 
 
 def cache_root() -> Path:
@@ -75,6 +82,8 @@ def release_for(version: str) -> str:
     text = version.strip().removeprefix("v")
     if text in RELEASES:
         return RELEASES[text]
+    if "v" + text in RELEASES.values():
+        return "v" + text
     if re.fullmatch(r"1\.\d+\.\d+", text):
         minor = text.rsplit(".", 1)[0]
         if minor in RELEASES:
@@ -83,8 +92,16 @@ def release_for(version: str) -> str:
     raise UsageError(f"--k8s-version {version!r} is not supported; use one of {supported}")
 
 
+def describe_releases() -> str:
+    """``1.35, 1.36, 1.37, 1.38 (preview: v1.38.0-beta.0)``: the choices, for help texts."""
+    return ", ".join(
+        f"{minor} (preview: {release})" if minor in PREVIEW else minor
+        for minor, release in RELEASES.items()
+    )
+
+
 def minor_of(release: str) -> int:
-    """``v1.36.3`` -> 36."""
+    """``v1.36.3`` -> 36 (``v1.38.0-beta.0`` -> 38)."""
     return int(release.removeprefix("v").split(".")[1])
 
 
@@ -200,7 +217,11 @@ def _build_kube_commands(
 ) -> None:
     """``k8s.io/kubernetes/cmd/<command>`` of ``release`` from our module (re-pinned if needed)."""
     work = target.parent / f".{release}.module"
-    module = KUBE_MODULE if release == PINNED else _repinned_module(go, release, work, progress)
+    env: dict[str, str] = {}
+    if release == PINNED:
+        module = KUBE_MODULE
+    else:
+        module, env = _repinned_module(go, release, commands, work, progress)
     _build(
         go,
         module,
@@ -210,6 +231,7 @@ def _build_kube_commands(
         what,
         progress,
         extra={"release": release},
+        env=env,
     )
     shutil.rmtree(work, ignore_errors=True)
 
@@ -251,7 +273,7 @@ def _sources_digest() -> str:
 
 
 def _version_ldflags(release: str) -> str:
-    major, minor, _ = release.removeprefix("v").split(".")
+    major, minor, _ = release.removeprefix("v").split(".", 2)
     prefix = "k8s.io/component-base/version"
     return " ".join(
         [
@@ -270,24 +292,58 @@ def staging_modules(go_mod_text: str) -> list[str]:
     return _STAGING.findall(go_mod_text)
 
 
-def _repinned_module(go: str, release: str, work: Path, progress: Progress) -> Path:
-    """A copy of our module requiring ``release`` with that release's staging replaces."""
+def _repinned_module(
+    go: str, release: str, commands: list[str], work: Path, progress: Progress
+) -> tuple[Path, dict[str, str]]:
+    """Our module requiring ``release`` with that release's staging replaces and only
+    ``commands`` imported (so one command's dependencies missing from the proxy never block
+    another's), and the environment its go commands need (a newer toolchain where the release
+    asks for one)."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     progress(f"resolving k8s.io/kubernetes@{release} through the Go module proxy")
-    info = _run_json([go, "mod", "download", "-json", f"k8s.io/kubernetes@{release}"], work)
+    command = [go, "mod", "download", "-json", f"k8s.io/kubernetes@{release}"]
+    info = _run_json(command, work, {"GOTOOLCHAIN": "local"})
+    env = toolchain_env(info.get("Error", ""), _go_version(go))
+    if env:
+        info = _run_json(command, work, env)
     if info.get("Error"):
         raise BuildError(f"the module proxy refused k8s.io/kubernetes@{release}: {info['Error']}")
-    staging = staging_modules(Path(info["GoMod"]).read_text())
+    go_mod = Path(info["GoMod"]).read_text()
+    staging = staging_modules(go_mod)
     staged = "v0." + release.removeprefix("v1.")
-    shutil.copy(KUBE_MODULE / "tools.go", work / "tools.go")
+    go_line = _GO_LINE.search(go_mod)
+    (work / "tools.go").write_text(
+        "//go:build tools\n\npackage tools\n\nimport (\n"
+        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"\n' for c in commands)
+        + ")\n"
+    )
     (work / "go.mod").write_text(
-        "module gpu-slicer.local/sandbox\n\ngo 1.26.0\n\n"
+        f"module gpu-slicer.local/sandbox\n\ngo {go_line.group(1) if go_line else '1.26'}.0\n\n"
         f"require k8s.io/kubernetes {release}\n\n"
         + "".join(f"replace {m} => {m} {staged}\n" for m in staging)
     )
-    _run([go, "mod", "tidy"], work, f"go mod tidy for {release}")
-    return work
+    _run([go, "mod", "tidy"], work, f"go mod tidy for {release}", env)
+    return work, env
+
+
+_NEEDS_GO = re.compile(r"requires go >= (\d+\.\d+)")
+
+
+def toolchain_env(error: str, installed: str) -> dict[str, str]:
+    """``GOTOOLCHAIN`` for a module the installed Go refused as too new ("requires go >=
+    1.27.0"), from :data:`NEWER_GO`; empty when nothing was refused for that reason."""
+    needed = _NEEDS_GO.search(error)
+    if needed is None:
+        return {}
+    minor = needed.group(1)
+    toolchain = NEWER_GO.get(minor)
+    if toolchain is None:
+        raise BuildError(
+            f"this release needs Go {minor} or newer ({installed} is installed): install it,"
+            " or pass --kube-bin DIR with the release's binaries"
+        )
+    return {"GOTOOLCHAIN": toolchain}
 
 
 def _build(
@@ -301,6 +357,7 @@ def _build(
     *,
     extra: dict[str, str],
     tags: str = "",
+    env: dict[str, str] | None = None,
 ) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -323,22 +380,29 @@ def _build(
             command += ["-ldflags", ldflags]
         if tags:
             command += ["-tags", tags]
-        env = dict(os.environ, CGO_ENABLED="0")
-        _run_with_progress(command + packages, module, env, what, progress)
-        elapsed = install(go, staging, target, started, extra)
+        environment = _environ({"CGO_ENABLED": "0", **(env or {})})
+        _run_with_progress(command + packages, module, environment, what, progress)
+        elapsed = install(go, staging, target, started, extra, environment)
         progress(f"built {what} in {elapsed / 60:.1f} min")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def install(go: str, staging: Path, target: Path, started: float, extra: dict[str, str]) -> float:
+def install(
+    go: str,
+    staging: Path,
+    target: Path,
+    started: float,
+    extra: dict[str, str],
+    env: dict[str, str] | None = None,
+) -> float:
     """Mark a finished build complete (``build.json``) and move it into place; its seconds."""
     elapsed = time.monotonic() - started
     (staging / "build.json").write_text(
         json.dumps(
             {
                 **extra,
-                "go": _go_version(go),
+                "go": _go_version(go, env),
                 "seconds": round(elapsed, 1),
                 "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             },
@@ -386,15 +450,20 @@ def _run_with_progress(
         raise BuildError(f"building {what} failed (go build exit {code}):\n" + "\n".join(tail))
 
 
-def _run(command: list[str], cwd: Path, what: str) -> str:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+def _environ(env: dict[str, str] | None) -> dict[str, str]:
+    """This process's environment with ``env`` (a release's toolchain) on top."""
+    return dict(os.environ, **(env or {}))
+
+
+def _run(command: list[str], cwd: Path, what: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=_environ(env))
     if result.returncode != 0:
         raise BuildError(f"{what} failed: {result.stderr.strip()[-2000:]}")
     return result.stdout
 
 
-def _run_json(command: list[str], cwd: Path) -> dict[str, str]:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+def _run_json(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=_environ(env))
     try:
         data: dict[str, str] = json.loads(result.stdout)
     except json.JSONDecodeError as exc:
@@ -402,8 +471,11 @@ def _run_json(command: list[str], cwd: Path) -> dict[str, str]:
     return data
 
 
-def _go_version(go: str) -> str:
-    return subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+def _go_version(go: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [go, "env", "GOVERSION"], capture_output=True, text=True, env=_environ(env)
+    )
+    return result.stdout.strip()
 
 
 @contextmanager

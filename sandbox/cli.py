@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--k8s-version",
         default=binaries.DEFAULT_MINOR,
         metavar="V",
-        help=f"Kubernetes version: {', '.join(binaries.RELEASES)} "
+        help=f"Kubernetes version: {binaries.describe_releases()} "
         f"(default {binaries.DEFAULT_MINOR})",
     )
     up.add_argument(

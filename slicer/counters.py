@@ -1,16 +1,19 @@
 """The shared-counter model that lets the scheduler hand out MIG slices without overlap.
 
 Every GPU gets one counter set, ``gpu-<i>-counters``: one counter per memory slice (value 1) and
-one per budget the catalog knows (multiprocessors, copy engines, decoders, encoders, JPEG and OFA
-engines, memory bytes). A MIG device consumes the memory slices it covers and its profile's share
-of every budget; the whole GPU consumes everything. The scheduler allocates a set of devices only
-when, per counter, the consumptions add up to at most the counter's value.
+one per budget (multiprocessors, copy engines, decoders, encoders, JPEG and OFA engines, memory
+bytes) that can refuse something the memory slices allow (:func:`binding_counters`). A MIG
+device consumes the memory slices it covers and its profile's share of those budgets; the whole
+GPU consumes everything. The scheduler allocates a set of devices only when, per counter, the
+consumptions add up to at most the counter's value.
 
 Why that is exactly the catalog's validity (checked exhaustively for every model in the tests,
 argued in docs/resourceslices.md): memory-slice counters forbid overlap; every legal set of
 placements already respects the per-profile instance limits and, on the catalog's geometries,
 the compute-slice budget; the OFA counter has a value of 1 and every ``+me`` profile takes the
-OFA engine, so at most one ``+me`` instance fits; the other budgets never bind a legal set.
+OFA engine, so at most one ``+me`` instance fits; the other budgets never bind a legal set, so
+they are not published: each counter a device consumes costs the scheduler time on every node
+it filters, for every pod.
 
 Instances the agent did not create are already on the GPU and not in any claim, so their share
 is taken off the counter set (:func:`counter_values` with ``foreign``): the scheduler then
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 
 from kube.quantity import format_bytes
 from slicer.gpu_model import GpuModel, Profile
@@ -52,7 +56,75 @@ def memory_slice_counter(memory_slice: int) -> str:
 
 def counter_names(model: GpuModel) -> list[str]:
     """Every counter of a GPU of ``model``, in the order they are published."""
-    return [memory_slice_counter(i) for i in range(model.memory_slices)] + list(ENGINE_COUNTERS)
+    return list(binding_counters(model))
+
+
+BUDGETS_TRIED: tuple[str, ...] = (
+    "ofa-engines",
+    "jpeg-engines",
+    "decoders",
+    "encoders",
+    "copy-engines",
+    "multiprocessors",
+    "memory",
+)
+"""The order in which :func:`binding_counters` adds budgets: the OFA engine first, because
+every ``+me`` profile takes it and it has a value of 1, so it alone keeps ``+me`` instances to
+one (and then the JPEG engine and the decoders, which bind only through ``+me`` sets, do not)."""
+
+
+@cache
+def binding_counters(model: GpuModel) -> tuple[str, ...]:
+    """The counters worth publishing for ``model``: every memory slice, and the budgets without
+    which the counters would admit a set of non-overlapping placements that takes more of a
+    budget than the GPU has.
+
+    Budgets are added one at a time (:data:`BUDGETS_TRIED`) while some set that respects the
+    memory slices and the budgets added so far exceeds one; a budget no such set exceeds never
+    refuses anything the others admit, so leaving it out changes no allocation. Publishing it
+    would cost the scheduler's allocator, which checks every counter each device consumes on
+    every node it filters, for every pod (docs/resourceslices.md has the measurement).
+    """
+    totals = gpu_totals(model)
+    kept: list[str] = []
+    while True:
+        peaks = _peak_budgets(model, totals, kept)
+        exceeded = [n for n in BUDGETS_TRIED if n not in kept and peaks[n] > totals[n]]
+        if not exceeded:
+            break
+        kept.append(exceeded[0])
+    return tuple(
+        [memory_slice_counter(i) for i in range(model.memory_slices)]
+        + [name for name in ENGINE_COUNTERS if name in kept]
+    )
+
+
+def _peak_budgets(model: GpuModel, totals: Consumption, kept: list[str]) -> Consumption:
+    """Per budget, the most that any set of non-overlapping placements of ``model`` within the
+    ``kept`` budgets takes together."""
+    placements = [
+        (sum(1 << i for i in profile.covers(start)), _profile_budgets(profile))
+        for profile in model.profiles
+        for start in profile.starts
+    ]
+    peaks: Consumption = dict.fromkeys(ENGINE_COUNTERS, 0)
+    used: Consumption = dict.fromkeys(ENGINE_COUNTERS, 0)
+
+    def extend(first: int, occupied: int) -> None:
+        for name in ENGINE_COUNTERS:
+            peaks[name] = max(peaks[name], used[name])
+        for index in range(first, len(placements)):
+            mask, budgets = placements[index]
+            if occupied & mask or any(used[k] + budgets[k] > totals[k] for k in kept):
+                continue
+            for name, amount in budgets.items():
+                used[name] += amount
+            extend(index + 1, occupied | mask)
+            for name, amount in budgets.items():
+                used[name] -= amount
+
+    extend(0, 0)
+    return peaks
 
 
 def _budgets(
@@ -89,25 +161,23 @@ def gpu_totals(model: GpuModel) -> Consumption:
 
 def whole_gpu_consumption(model: GpuModel) -> Consumption:
     """The whole GPU takes every counter in full, so it excludes every MIG device and vice versa."""
-    return {name: value for name, value in gpu_totals(model).items() if value}
+    totals = gpu_totals(model)
+    return {name: totals[name] for name in binding_counters(model) if totals[name]}
 
 
-def profile_consumption(profile: Profile, start: int) -> Consumption:
-    """What one instance of ``profile`` at ``start`` takes; zero amounts are left out."""
-    used = {memory_slice_counter(i): 1 for i in profile.covers(start)}
+def _profile_budgets(profile: Profile) -> Consumption:
     e = profile.engines
-    used.update(
-        _budgets(
-            profile.multiprocessors,
-            e.copy,
-            e.decoders,
-            e.encoders,
-            e.jpeg,
-            e.ofa,
-            profile.memory_bytes,
-        )
+    return _budgets(
+        profile.multiprocessors, e.copy, e.decoders, e.encoders, e.jpeg, e.ofa, profile.memory_bytes
     )
-    return {name: value for name, value in used.items() if value}
+
+
+def profile_consumption(model: GpuModel, profile: Profile, start: int) -> Consumption:
+    """What one instance of ``profile`` at ``start`` takes of the published counters; zero
+    amounts are left out."""
+    used = {memory_slice_counter(i): 1 for i in profile.covers(start)}
+    used.update(_profile_budgets(profile))
+    return {name: used[name] for name in binding_counters(model) if used.get(name)}
 
 
 def counter_values(model: GpuModel, foreign: Iterable[tuple[Profile, int]] = ()) -> Consumption:
@@ -116,9 +186,10 @@ def counter_values(model: GpuModel, foreign: Iterable[tuple[Profile, int]] = ())
     Values never go below zero: a foreign set the catalog calls invalid (which NVML would not
     have let anyone create) still yields a publishable set, just an exhausted one.
     """
-    values = gpu_totals(model)
+    totals = gpu_totals(model)
+    values = {name: totals[name] for name in binding_counters(model)}
     for profile, start in foreign:
-        for name, amount in profile_consumption(profile, start).items():
+        for name, amount in profile_consumption(model, profile, start).items():
             values[name] = max(0, values[name] - amount)
     return values
 

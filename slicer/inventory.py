@@ -337,7 +337,14 @@ def advertise_gpu(
                 continue
             spec = SliceSpec(state.index, profile.name, start)
             devices.append(
-                _device(state, spec, model, profile, profile_consumption(profile, start), set_name)
+                _device(
+                    state,
+                    spec,
+                    model,
+                    profile,
+                    profile_consumption(model, profile, start),
+                    set_name,
+                )
             )
     return GpuAdvert(state.index, counters, tuple(devices))
 

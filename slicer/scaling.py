@@ -4,7 +4,8 @@ Partitionable devices put each GPU's counters in a ResourceSlice of their own. U
 1.36 the scheduler's allocator treated every slice with counters as relevant to every node: for
 each node it filters, it gathered the counter slices of every other node, found their pools
 incomplete there and rescanned all slices for each of them (upstream issue fixed by kubernetes PR
-#138917, in 1.37.0; the 1.36 patch releases up to 1.36.3 do not have it). Scheduler CPU per pod
+#138917, in 1.37.0; no 1.36 patch release has it: the newest, 1.36.5, still gathers every
+counter slice in ``k8s.io/dynamic-resource-allocation`` v0.36.5). Scheduler CPU per pod
 then grows with the square of the number of nodes that publish counters, and every DRA pod pays
 it, not only gpu-slicer's: with gpu-slicer's A100 x 8 pools at 100 nodes, a pod of another
 driver took about 3 s of scheduler CPU on 1.36.3 (``bench/bench_scheduler.py``).

@@ -33,6 +33,8 @@ replace (
         ("v1.35", binaries.RELEASES["1.35"]),
         ("1.37.2", "v1.37.2"),
         ("v1.36.1", "v1.36.1"),
+        ("1.38", "v1.38.0-beta.0"),
+        ("v1.38.0-beta.0", "v1.38.0-beta.0"),
     ],
 )
 def test_a_minor_version_names_its_pinned_patch_release(given: str, release: str) -> None:
@@ -41,8 +43,26 @@ def test_a_minor_version_names_its_pinned_patch_release(given: str, release: str
 
 @pytest.mark.parametrize("given", ["1.33", "2.0", "latest", "1.36.x", ""])
 def test_an_unsupported_version_is_a_usage_error_naming_the_choices(given: str) -> None:
-    with pytest.raises(UsageError, match="1.35, 1.36, 1.37"):
+    with pytest.raises(UsageError, match="1.35, 1.36, 1.37, 1.38"):
         binaries.release_for(given)
+
+
+def test_a_pre_release_keeps_its_minor_and_its_whole_version_in_the_binaries() -> None:
+    assert binaries.minor_of("v1.38.0-beta.0") == 38
+    flags = binaries._version_ldflags("v1.38.0-beta.0")
+    assert "gitVersion=v1.38.0-beta.0" in flags and "gitMinor=38" in flags
+
+
+def test_a_release_needing_a_newer_go_gets_the_pinned_toolchain() -> None:
+    refused = "k8s.io/kubernetes@v1.38.0-beta.0 requires go >= 1.27.0 (running go 1.26.8)"
+    assert binaries.toolchain_env(refused, "go1.26.8") == {"GOTOOLCHAIN": "go1.27.3"}
+    assert binaries.toolchain_env("", "go1.26.8") == {}
+    assert binaries.toolchain_env("not found: 404", "go1.26.8") == {}
+
+
+def test_a_release_needing_an_unknown_go_says_what_to_install() -> None:
+    with pytest.raises(binaries.BuildError, match=r"needs Go 1\.99 or newer \(go1.26.8"):
+        binaries.toolchain_env("requires go >= 1.99.0 (running go 1.26.8)", "go1.26.8")
 
 
 def test_the_staging_modules_come_from_the_release_go_mod() -> None:
