@@ -24,9 +24,10 @@ in that one run, one after the other on the same nodes:
 
 A warm-up run of plain pods comes first, unrecorded. Each run creates its pods held by a
 scheduling gate, each with its own ResourceClaim, releases them together and times until every
-pod is bound (or ``--timeout`` passed: pods/s is then what was bound in that time); scheduler CPU per pod is read from /proc. Runs are cleared before the
-next (pods deleted, claims deallocated by the controller manager). Ratios within one run are the
-figures to trust on a shared machine; absolute rates move with the host.
+pod is bound (or ``--timeout`` passed: pods/s is then what was bound in that time); scheduler
+CPU per pod is read from /proc. Runs are cleared before the next (pods deleted, claims
+deallocated by the controller manager). Ratios within one run are the figures to trust on a
+shared machine; absolute rates move with the host.
 
     python bench/bench_scheduler.py [--versions 1.36,1.37] [--nodes 20,100,250] [--pods 100]
         [--gpus A100-80GB:8] [--timeout 60] [--static] [--profiles LIST] [--minimal-attributes]
@@ -34,7 +35,7 @@ figures to trust on a shared machine; absolute rates move with the host.
 
 On 1.35 the DRAPartitionableDevices gate (alpha, off by default) is turned on for the run.
 Builds each release's binaries into the cache on first use (``sandbox.binaries``); loopback
-only; every control plane is stopped on exit, errors and Ctrl-C included.
+only; every control plane is stopped on exit, errors, Ctrl-C and SIGTERM included.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -238,6 +240,11 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
     return results
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the run's ``finally`` stops its control plane (else it outlives us)."""
+    raise KeyboardInterrupt
+
+
 def _say(text: str) -> None:
     print(text, flush=True)
 
@@ -323,6 +330,7 @@ def main() -> int:
         return 0
     args.workloads = {w for w in args.workloads.split(",") if w}
     rows: list[tuple[str, int, list[RunResult]]] = []
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         for version in args.versions.split(","):
             for nodes in (int(n) for n in args.nodes.split(",")):
