@@ -16,7 +16,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from kube.api import KubeApi
 from slicer.agent_metrics import AgentMetrics, PublisherMetrics
@@ -47,7 +47,7 @@ CHECKPOINT_DIR = "/var/lib/gpu-slicer"
 
 
 Advertise = Literal["partitionable", "static"]
-ADVERTISE_CHOICES: tuple[Advertise, ...] = ("partitionable", "static")
+ADVERTISE_CHOICES: tuple[Advertise, ...] = get_args(Advertise)
 
 
 @dataclass(frozen=True)
