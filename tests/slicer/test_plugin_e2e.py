@@ -60,10 +60,11 @@ class Node:
         return pb, pb_grpc.DRAPluginStub(self.channel(self.agent.plugin.dra_path))
 
     def close(self) -> None:
+        """The agent first: closing its API under it would fail its last republish."""
         for channel in self.channels:
             channel.close()
-        self.api.close()
         self.agent.stop()
+        self.api.close()
 
 
 @pytest.fixture
