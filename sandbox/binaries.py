@@ -304,7 +304,7 @@ def _repinned_module(
     progress(f"resolving k8s.io/kubernetes@{release} through the Go module proxy")
     command = [go, "mod", "download", "-json", f"k8s.io/kubernetes@{release}"]
     info = _run_json(command, work, {"GOTOOLCHAIN": "local"})
-    env = toolchain_env(info.get("Error", ""), _go_version(go))
+    env = toolchain_env(info.get("Error", ""))
     if env:
         info = _run_json(command, work, env)
     if info.get("Error"):
@@ -330,9 +330,10 @@ def _repinned_module(
 _NEEDS_GO = re.compile(r"requires go >= (\d+\.\d+)")
 
 
-def toolchain_env(error: str, installed: str) -> dict[str, str]:
+def toolchain_env(error: str) -> dict[str, str]:
     """``GOTOOLCHAIN`` for a module the installed Go refused as too new ("requires go >=
-    1.27.0"), from :data:`NEWER_GO`; empty when nothing was refused for that reason."""
+    1.27.0 (running go 1.26.8; ...)"), from :data:`NEWER_GO`; empty when nothing was refused
+    for that reason."""
     needed = _NEEDS_GO.search(error)
     if needed is None:
         return {}
@@ -340,8 +341,8 @@ def toolchain_env(error: str, installed: str) -> dict[str, str]:
     toolchain = NEWER_GO.get(minor)
     if toolchain is None:
         raise BuildError(
-            f"this release needs Go {minor} or newer ({installed} is installed): install it,"
-            " or pass --kube-bin DIR with the release's binaries"
+            f"this release needs Go {minor} or newer: install it, or pass --kube-bin DIR with"
+            f" the release's binaries (go: {error.strip()})"
         )
     return {"GOTOOLCHAIN": toolchain}
 

@@ -54,19 +54,9 @@ def memory_slice_counter(memory_slice: int) -> str:
     return f"memory-slice-{memory_slice}"
 
 
-def counter_names(model: GpuModel) -> list[str]:
-    """Every counter of a GPU of ``model``, in the order they are published."""
-    return list(binding_counters(model))
-
-
 BUDGETS_TRIED: tuple[str, ...] = (
     "ofa-engines",
-    "jpeg-engines",
-    "decoders",
-    "encoders",
-    "copy-engines",
-    "multiprocessors",
-    "memory",
+    *(name for name in ENGINE_COUNTERS if name != "ofa-engines"),
 )
 """The order in which :func:`binding_counters` adds budgets: the OFA engine first, because
 every ``+me`` profile takes it and it has a value of 1, so it alone keeps ``+me`` instances to
@@ -75,7 +65,7 @@ one (and then the JPEG engine and the decoders, which bind only through ``+me`` 
 
 @cache
 def binding_counters(model: GpuModel) -> tuple[str, ...]:
-    """The counters worth publishing for ``model``: every memory slice, and the budgets without
+    """The counters published for ``model``, in order: every memory slice, and the budgets without
     which the counters would admit a set of non-overlapping placements that takes more of a
     budget than the GPU has.
 

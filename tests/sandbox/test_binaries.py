@@ -55,14 +55,14 @@ def test_a_pre_release_keeps_its_minor_and_its_whole_version_in_the_binaries() -
 
 def test_a_release_needing_a_newer_go_gets_the_pinned_toolchain() -> None:
     refused = "k8s.io/kubernetes@v1.38.0-beta.0 requires go >= 1.27.0 (running go 1.26.8)"
-    assert binaries.toolchain_env(refused, "go1.26.8") == {"GOTOOLCHAIN": "go1.27.3"}
-    assert binaries.toolchain_env("", "go1.26.8") == {}
-    assert binaries.toolchain_env("not found: 404", "go1.26.8") == {}
+    assert binaries.toolchain_env(refused) == {"GOTOOLCHAIN": "go1.27.3"}
+    assert binaries.toolchain_env("") == {}
+    assert binaries.toolchain_env("not found: 404") == {}
 
 
 def test_a_release_needing_an_unknown_go_says_what_to_install() -> None:
-    with pytest.raises(binaries.BuildError, match=r"needs Go 1\.99 or newer \(go1.26.8"):
-        binaries.toolchain_env("requires go >= 1.99.0 (running go 1.26.8)", "go1.26.8")
+    with pytest.raises(binaries.BuildError, match=r"needs Go 1\.99 or newer.*running go 1\.26\.8"):
+        binaries.toolchain_env("requires go >= 1.99.0 (running go 1.26.8)")
 
 
 def test_the_staging_modules_come_from_the_release_go_mod() -> None:

@@ -10,7 +10,7 @@ import pytest
 from kubernetes.utils import quantity
 
 from slicer import catalog
-from slicer.counters import counter_names
+from slicer.counters import binding_counters
 from slicer.devices import SliceSpec
 from slicer.gpu_model import GpuModel
 from slicer.identity import DRIVER
@@ -288,7 +288,7 @@ def test_devices_carry_the_attributes_and_capacity_the_design_names(
     )
     assert memory == model.profile("3g.71gb").memory_bytes
     set_counters = view.available["gpu-0-counters"]
-    assert sorted(set_counters) == sorted(counter_names(model))
+    assert sorted(set_counters) == sorted(binding_counters(model))
     assert {c for _, cs in view.consumes["gpu-0"] for c in cs} == {
         c for c, v in set_counters.items() if v > 0
     }
