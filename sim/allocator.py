@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sim.cel_eval import matches
+from kube.device_cel import SelectorError, matches
 from sim.errors import AllocationError
 from sim.pools import (
     AllocatedDevices,
@@ -241,9 +241,7 @@ class Allocator:
                     # Most alternatives of a long chain match nothing on a given node kind.
                     chosen = [d for d in pool.devices if d.name in members] if members else []
                 else:
-                    chosen = [
-                        d for d in pool.devices if all(matches(e, d.view) for e in expressions)
-                    ]
+                    chosen = [d for d in pool.devices if _selected(expressions, d)]
                     pool.members[expressions] = frozenset(d.name for d in chosen)
                 cached = CandidateList.of(chosen, pool.needs.setdefault(expressions, {}))
                 pool.candidates[expressions] = cached
@@ -251,6 +249,15 @@ class Allocator:
         if len(found) == 1:
             return found[0]
         return CandidateList.of([d for c in found for d in c.devices])
+
+
+def _selected(expressions: tuple[str, ...], device: Device) -> bool:
+    """Whether every selector accepts ``device``; a selector the scheduler cannot run is the
+    claim's error, as in the scheduler."""
+    try:
+        return all(matches(e, device.view) for e in expressions)
+    except SelectorError as exc:
+        raise AllocationError(str(exc)) from exc
 
 
 class _Search:

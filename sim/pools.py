@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kube.quantity import exact_value
-from sim.cel_eval import DeviceView
+from kube.device_cel import DeviceView
 
 Obj = dict[str, Any]
 DeviceKey = tuple[str, str, str]

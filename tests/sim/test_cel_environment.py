@@ -1,4 +1,4 @@
-"""sim.cel_eval, the model of the scheduler's CEL environment, on ResourceSlice device entries."""
+"""kube.device_cel, the model of the scheduler's CEL environment, on ResourceSlice device entries."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sim.cel_eval import DeviceView, matches
-from sim.errors import AllocationError
+from kube.device_cel import DeviceView, matches
+from kube.device_cel import SelectorError
 
 DRIVER = "gpu-slicer.io"
 
@@ -45,7 +45,7 @@ def test_the_same_entry_under_another_driver_answers_in_that_drivers_domain() ->
 def test_an_unknown_domain_is_an_empty_map_and_an_unknown_attribute_an_error() -> None:
     view = DeviceView(DRIVER, device())
     assert not matches('"profile" in device.attributes["example.com"]', view)
-    with pytest.raises(AllocationError, match="runtime error"):
+    with pytest.raises(SelectorError, match="runtime error"):
         matches(f'device.attributes["{DRIVER}"].noSuchAttribute == "x"', view)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sim.cel_eval import DeviceView, matches
+from kube.device_cel import DeviceView, matches
 from slicer.deviceclasses import (
     EXTENDED_RESOURCE_NAME,
     GPU_CLASS,
@@ -22,7 +22,7 @@ VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 
 def selects(expression: str, device: dict[str, Any], driver: str = DRIVER) -> bool:
     """``expression`` on a ResourceSlice device entry, in the simulator's model of the
-    scheduler's CEL environment (``sim.cel_eval``)."""
+    scheduler's CEL environment (``kube.device_cel``)."""
     return matches(expression, DeviceView(driver, device))
 
 

@@ -4,8 +4,8 @@ The devices come from the agent's own inventory code (``slicer.inventory.build_s
 ``gpu-slicer slices`` prints) for a simulated node with one GPU of every catalog model, so the
 attribute names the webhook selects on are checked against the ones the agent publishes.
 
-Selectors are evaluated through ``sim.cel_eval``, the project's one model of the scheduler's
-CEL environment (the simulator's allocator uses it too). cel-python is slow; ``sim.cel_eval``
+Selectors are evaluated through ``kube.device_cel``, the project's one model of the scheduler's
+CEL environment (the simulator's allocator uses it too). cel-python is slow; ``kube.device_cel``
 compiles each expression once and, for the literal ``device.attributes["dom"].id`` form every
 generated selector has, evaluates it once per driver and *referenced* values: the slices of one
 profile share a verdict, and an expression that reads the placement gets one per placement.
@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kube.quantity import parse_bytes
-from sim.cel_eval import DeviceView, matches, program
+from kube.device_cel import DeviceView, matches, program
 from slicer import catalog
 from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.simulated import SimulatedBackend
@@ -34,7 +34,7 @@ from webhook.translate import translate_pod
 
 Device = DeviceView
 """A device as the simulator's model of the scheduler's CEL environment presents it
-(``sim.cel_eval``: one compiled program per expression, one verdict per driver and referenced
+(``kube.device_cel``: one compiled program per expression, one verdict per driver and referenced
 values)."""
 
 

@@ -31,7 +31,6 @@ import celpy
 from celpy import celtypes
 
 from kube.quantity import exact_value
-from sim.errors import AllocationError
 
 _REF = re.compile(
     r"""device\s*\.\s*(?P<map>attributes|capacity)\s*\[\s*"(?P<dom>[^"\\]*)"\s*\]"""
@@ -41,6 +40,13 @@ _IN_REF = re.compile(
     r""""(?P<id>[A-Za-z_][A-Za-z0-9_]*)"\s+in\s+device\s*\.\s*(?P<map>attributes|capacity)"""
     r"""\s*\[\s*"(?P<dom>[^"\\]*)"\s*\](?!\s*\.)"""
 )
+
+
+class SelectorError(ValueError):
+    """A device selector that does not compile, fails at run time or returns no bool: the
+    scheduler reports such a claim as unallocatable rather than skipping the device."""
+
+
 _MAP_USE = re.compile(r"\b(attributes|capacity)\b")
 Capacities = dict[str, dict[str, int | Fraction]]
 """Capacity by domain and id, exact (``int`` when whole)."""
@@ -147,14 +153,14 @@ _RESULTS: dict[tuple[Any, ...], bool] = {}
 
 
 def program(expression: str) -> CompiledSelector:
-    """Compile once; raises AllocationError when the expression does not parse."""
+    """Compile once; raises SelectorError when the expression does not parse."""
     found = _SELECTORS.get(expression)
     if found is not None:
         return found
     try:
         runner = _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
     except Exception as exc:  # celpy raises CELParseError and lark errors
-        raise AllocationError(f"CEL selector {expression!r} does not compile: {exc}") from exc
+        raise SelectorError(f"CEL selector {expression!r} does not compile: {exc}") from exc
     refs_found = [(m["map"], m["dom"], m["id"]) for m in _REF.finditer(expression)]
     refs_found += [(m["map"], m["dom"], m["id"]) for m in _IN_REF.finditer(expression)]
     uses = len(_MAP_USE.findall(expression))
@@ -245,7 +251,7 @@ def attribute_value(raw: Mapping[str, Any]) -> Any:
         return int(raw["int"])
     if "version" in raw:
         return Version(str(raw["version"]))
-    raise AllocationError(f"attribute value {dict(raw)!r} has none of string/int/bool/version")
+    raise SelectorError(f"attribute value {dict(raw)!r} has none of string/int/bool/version")
 
 
 def device_maps(
@@ -298,7 +304,7 @@ class Version:
 
 
 def matches(expression: str, device: DeviceView) -> bool:
-    """Whether ``device`` satisfies ``expression``; raises AllocationError on a runtime error."""
+    """Whether ``device`` satisfies ``expression``; raises SelectorError on a runtime error."""
     cached = device.results.get(expression)
     if cached is not None:
         return cached
@@ -324,9 +330,9 @@ def _evaluate(selector: CompiledSelector, device: DeviceView) -> bool:
         outcome = exc
     if isinstance(outcome, Exception):
         detail = outcome.args[0] if outcome.args else outcome
-        raise AllocationError(f"CEL runtime error in selector {selector.expression!r}: {detail}")
+        raise SelectorError(f"CEL runtime error in selector {selector.expression!r}: {detail}")
     if not isinstance(outcome, celtypes.BoolType | bool):
-        raise AllocationError(
+        raise SelectorError(
             f"CEL selector {selector.expression!r} returned {type(outcome).__name__}, not a bool"
         )
     return bool(outcome)
