@@ -9,19 +9,15 @@ a moment ago), and gives the reconciler its view of the API (:meth:`ClaimCache.a
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kube import errors as kerrors
 from kube.api import KubeApi, Obj
+from kube.watch_cache import WatchCache
 from slicer.identity import DRIVER, RESOURCE_API
 
 KIND = "ResourceClaim"
-
-log = logging.getLogger(__name__)
 
 
 class ClaimError(Exception):
@@ -49,13 +45,9 @@ def our_results(claim: Obj, *, pool: str, driver: str = DRIVER) -> list[Allocate
     ]
 
 
-def claim_key(claim: Obj) -> tuple[str, str]:
-    meta = claim.get("metadata", {})
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
-
-
 class ClaimCache:
-    """Every ResourceClaim, kept current by a watch; GET on a miss.
+    """Every ResourceClaim, kept current by a watch (:class:`kube.watch_cache.WatchCache`);
+    GET on a miss.
 
     ``synced`` is False until the first list succeeded and whenever the watch is broken; the
     reconciler only acts on "this claim is gone" while it is True (an apiserver that cannot be
@@ -76,24 +68,31 @@ class ClaimCache:
         self._api = api
         self._pool = pool
         self._driver = driver
-        self._on_change = on_change
-        self._on_error = on_error
-        self._backoff = backoff_s
-        self._watch_timeout = watch_timeout_s
-        self._lock = threading.Lock()
-        self._claims: dict[tuple[str, str], Obj] = {}
-        self._synced = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.api_failures = 0
-        """Consecutive failed list/watch attempts (0 while the API answers)."""
-        self.last_error: str | None = None
+        self._cache: WatchCache[Obj] = WatchCache(
+            api,
+            RESOURCE_API,
+            KIND,
+            lambda claim: claim,
+            watch_timeout_s=watch_timeout_s,
+            backoff_s=backoff_s,
+            on_change=on_change,
+            on_error=on_error,
+        )
 
     # --- reading --------------------------------------------------------------------------
 
     @property
     def synced(self) -> bool:
-        return self._synced
+        return self._cache.current
+
+    @property
+    def api_failures(self) -> int:
+        """Consecutive failed list/watch attempts (0 while the API answers)."""
+        return self._cache.failures
+
+    @property
+    def last_error(self) -> str | None:
+        return self._cache.last_error
 
     def get(self, namespace: str, name: str, uid: str) -> Obj:
         """The claim with this uid; a GET when the cache lacks it or holds an older object.
@@ -101,14 +100,13 @@ class ClaimCache:
         Raises ClaimError when the claim is gone or was replaced by another with a new uid,
         and kube.errors.Unavailable when the apiserver cannot be reached.
         """
-        with self._lock:
-            cached = self._claims.get((namespace, name))
+        cached = self._cache.get(name, namespace)
         usable = (
             cached is not None
             and cached["metadata"].get("uid") == uid
             and our_results(cached, pool=self._pool, driver=self._driver)
         )
-        if usable and self._synced:
+        if usable and self.synced:
             assert cached is not None
             return cached  # an unallocated cached copy may just lag behind: GET it
         try:
@@ -125,16 +123,17 @@ class ClaimCache:
                 f"ResourceClaim {namespace}/{name} has uid {claim['metadata'].get('uid')}, "
                 f"not {uid}: the claim the kubelet asked about was deleted and replaced"
             )
-        self._store(claim)
-        return claim
+        return self._cache.store(claim)
+
+    def claims(self) -> list[Obj]:
+        """Every claim the cache holds."""
+        return self._cache.values()
 
     def allocated(self) -> dict[str, Obj]:
         """Claims (by uid) with at least one allocation result for our driver in our pool."""
-        with self._lock:
-            claims = list(self._claims.values())
         return {
             str(c["metadata"]["uid"]): c
-            for c in claims
+            for c in self._cache.values()
             if our_results(c, pool=self._pool, driver=self._driver)
         }
 
@@ -151,97 +150,13 @@ class ClaimCache:
     # --- keeping current ------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="claim-watch", daemon=True)
-        self._thread.start()
+        self._cache.start()
 
     def stop(self) -> None:
         """Stop watching. The thread is a daemon blocked in a watch that may run for minutes:
         wait only briefly for it rather than hold up a shutdown."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1)
+        self._cache.stop(timeout_s=1)
 
-    def sync_once(self) -> str:
-        """List every claim and replace the cache; returns the list's resourceVersion."""
-        listed = self._api.list(RESOURCE_API, KIND)
-        with self._lock:
-            self._claims = {claim_key(c): c for c in listed.items}
-            self._synced = True
-        self.api_failures = 0
-        self.last_error = None
-        self._changed()
-        return listed.resource_version
-
-    def _run(self) -> None:
-        """List, then follow the watch from the list's resourceVersion until stopped. After a
-        failure, wait (twice as long each time, up to the cap) and list again: events missed
-        meanwhile are lost, a fresh list is not."""
-        delay = self._backoff[0]
-        rv: str | None = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    rv = self.sync_once()
-                rv = self._watch(rv)
-                if rv is None:
-                    return
-            except kerrors.KubeError as exc:
-                rv = None
-                if isinstance(exc, kerrors.ApiError) and exc.status == 410:
-                    continue  # history gone: list again
-                self._watch_failed(exc, delay)
-            except Exception:  # never let the watch thread die
-                log.exception("claim watch crashed; restarting")
-                self._synced = False
-                rv = None
-            else:
-                self.api_failures = 0
-                self.last_error = None
-                delay = self._backoff[0]
-                if self._stop.wait(0):
-                    return
-                time.sleep(0)
-                continue
-            if self._stop.wait(delay):
-                return
-            delay = min(delay * 2, self._backoff[1])
-
-    def _watch(self, rv: str) -> str | None:
-        """Apply the watch's events until it ends; the resourceVersion to resume from, or None
-        when told to stop meanwhile."""
-        for event in self._api.watch(
-            RESOURCE_API, KIND, resource_version=rv, timeout_s=self._watch_timeout
-        ):
-            if self._stop.is_set():
-                return None
-            rv = str(event.object.get("metadata", {}).get("resourceVersion") or rv)
-            if event.type == "DELETED":
-                with self._lock:
-                    self._claims.pop(claim_key(event.object), None)
-            elif event.type in ("ADDED", "MODIFIED"):
-                self._store(event.object)
-            self._changed()
-        return rv
-
-    def _watch_failed(self, exc: kerrors.KubeError, delay: float) -> None:
-        """The cache may be stale from now on: say so (synced, failures, metrics, log)."""
-        self._synced = False
-        self.api_failures += 1
-        self.last_error = str(exc)
-        if self._on_error is not None:
-            self._on_error(str(exc))
-        log.warning(
-            "claim watch failed; retrying",
-            extra={"error": str(exc), "retry_in_s": delay, "failures": self.api_failures},
-        )
-
-    def _store(self, claim: Obj) -> None:
-        with self._lock:
-            self._claims[claim_key(claim)] = claim
-
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            try:
-                self._on_change()
-            except Exception:
-                log.exception("claim change callback failed")
+    def sync_once(self) -> None:
+        """List every claim and replace the cache (without the watch thread)."""
+        self._cache.relist()

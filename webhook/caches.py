@@ -11,21 +11,21 @@ Admission must answer in milliseconds, so nothing that can be cached is fetched 
 - :class:`ExtendedResourceNames`: the legacy names (``nvidia.com/gpu``) that a DeviceClass already
   serves through ``spec.extendedResourceName`` (KEP-5004), which the policy may defer to.
 
-Both sit on :class:`WatchCache`: list, then watch from the list's resourceVersion, re-watch when
-a watch ends, list again on 410 Expired or any error (with backoff). ``synced`` turns true after
-the first successful list and feeds ``/readyz``. The ``Static*`` twins serve ``--dev`` and tests.
+Each sits on :class:`kube.watch_cache.WatchCache` (list, then watch; ``synced`` after the first
+list feeds ``/readyz``), with the OS lock of :mod:`webhook.locks`. The ``Static*`` twins serve
+``--dev`` and tests.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kube.api import KubeApi, Obj
-from kube.errors import ApiError, KubeError, NotFound
+from kube.errors import KubeError, NotFound
+from kube.watch_cache import WatchCache
 from slicer.identity import MIGRATION_LABEL, RESOURCE_API, NamespaceMode
 from webhook.errors import WebhookError
 from webhook.extended import ExtendedClass, extended_class
@@ -71,140 +71,6 @@ class ExtendedNameSource(Protocol):
     def synced(self) -> bool: ...
 
 
-class WatchCache(Generic[T]):
-    """Objects of one kind, reduced by ``extract`` and keyed by (namespace, name), kept current."""
-
-    def __init__(
-        self,
-        api: KubeApi,
-        api_version: str,
-        kind: str,
-        extract: Callable[[Obj], T],
-        *,
-        watch_timeout_s: float = 240.0,
-        backoff_s: tuple[float, float] = (0.5, 30.0),
-        on_change: Callable[[], None] | None = None,
-        absent_ok: bool = False,
-    ) -> None:
-        self.api = api
-        self._absent_ok = absent_ok
-        self.api_version = api_version
-        self.kind = kind
-        self._extract = extract
-        self._watch_timeout_s = watch_timeout_s
-        self._backoff = backoff_s
-        self._on_change = on_change
-        self._items: dict[tuple[str, str], T] = {}
-        self._lock = memory_lock()
-        self._synced = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._resource_version: str | None = None
-
-    @property
-    def synced(self) -> bool:
-        return self._synced.is_set()
-
-    def wait_synced(self, timeout_s: float) -> bool:
-        return self._synced.wait(timeout_s)
-
-    def get(self, name: str, namespace: str = "") -> T | None:
-        with self._lock:
-            return self._items.get((namespace, name))
-
-    def values(self) -> list[T]:
-        with self._lock:
-            return list(self._items.values())
-
-    # ------------------------------------------------------------------ running
-    def start(self) -> None:
-        """Lists and watches in a daemon thread until :meth:`stop`."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self.run, name=f"watch-{self.kind}", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout_s: float = 0.0) -> None:
-        """Ends the loop at its next event or watch timeout; waits ``timeout_s`` for it."""
-        self._stop.set()
-        if self._thread is not None and timeout_s > 0:
-            self._thread.join(timeout_s)
-
-    def run(self) -> None:
-        delay = self._backoff[0]
-        while not self._stop.is_set():
-            try:
-                if self._resource_version is None:
-                    self.relist()
-                self.follow()
-                delay = self._backoff[0]
-            except KubeError as exc:
-                if self._stop.is_set():
-                    return  # stopping: the API closing under the watch is not a failure
-                delay = self._after_failure(exc, delay)
-
-    def _after_failure(self, exc: KubeError, delay: float) -> float:
-        """What to do after a failed list or watch; the pause before the next try."""
-        if isinstance(exc, NotFound) and self._absent_ok:
-            # The API group is not served at all: nothing of this kind exists. Count as
-            # synced and empty, and look again much later (the cluster may be upgraded).
-            with self._lock:
-                self._items = {}
-            self._synced.set()
-            self._changed()
-            self._resource_version = None
-            self._stop.wait(self._backoff[1] * 10)
-            return delay
-        if isinstance(exc, ApiError) and exc.status == 410:
-            self._resource_version = None  # history gone: start again from a fresh list
-            return delay
-        return self._pause(delay, exc)
-
-    def _pause(self, delay: float, exc: Exception) -> float:
-        log.warning(
-            "watch failed; listing again after a pause",
-            extra={"kind": self.kind, "error": str(exc), "retry_in_s": delay},
-        )
-        self._resource_version = None
-        self._stop.wait(delay)
-        return min(delay * 2, self._backoff[1])
-
-    def relist(self) -> None:
-        """Replaces the contents with a fresh list (also usable without the thread)."""
-        listed = self.api.list(self.api_version, self.kind)
-        items = {_key(obj): self._extract(obj) for obj in listed.items}
-        with self._lock:
-            self._items = items
-        self._resource_version = listed.resource_version
-        self._synced.set()
-        self._changed()
-
-    def follow(self) -> None:
-        """Applies watch events until the watch ends (timeout, stop)."""
-        for event in self.api.watch(
-            self.api_version,
-            self.kind,
-            resource_version=self._resource_version,
-            timeout_s=self._watch_timeout_s,
-        ):
-            if self._stop.is_set():
-                return
-            rv = event.object.get("metadata", {}).get("resourceVersion")
-            if event.type == "BOOKMARK":
-                self._resource_version = rv or self._resource_version
-                continue
-            with self._lock:
-                if event.type == "DELETED":
-                    self._items.pop(_key(event.object), None)
-                else:
-                    self._items[_key(event.object)] = self._extract(event.object)
-            self._resource_version = rv or self._resource_version
-            self._changed()
-
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            self._on_change()
-
-
 class _OnWatchCache:
     """A source kept by one :class:`WatchCache`: ready once it listed, started and stopped
     with it."""
@@ -220,11 +86,6 @@ class _OnWatchCache:
 
     def stop(self) -> None:
         self.cache.stop()
-
-
-def _key(obj: Obj) -> tuple[str, str]:
-    meta = obj.get("metadata", {})
-    return (meta.get("namespace") or "", meta.get("name") or "")
 
 
 class NamespaceModes(_OnWatchCache):
@@ -250,6 +111,7 @@ class NamespaceModes(_OnWatchCache):
             "Namespace",
             lambda ns: mode_from_labels(ns.get("metadata", {}).get("labels")),
             watch_timeout_s=watch_timeout_s,
+            lock=memory_lock(),
         )
         self._miss_ttl_s = miss_ttl_s
         self._clock = clock
@@ -307,6 +169,7 @@ class ExtendedResourceNames(_OnWatchCache):
             watch_timeout_s=watch_timeout_s,
             on_change=self._recompute,
             absent_ok=True,
+            lock=memory_lock(),
         )
 
     def _recompute(self) -> None:
@@ -335,6 +198,7 @@ class NamespaceQuotas(_OnWatchCache):
             lambda q: (str(q.get("metadata", {}).get("namespace") or ""), q),
             watch_timeout_s=watch_timeout_s,
             on_change=self._recompute,
+            lock=memory_lock(),
         )
 
     def _recompute(self) -> None:

@@ -89,7 +89,7 @@ def test_an_unreachable_api_is_not_taken_for_vanished_claims(
     agent = build_agent(backend, api, tmp_path)
     claim = allocate_claim(api, ["gpu-0-mig-1g10gb-0"])
     agent.prepare(claim)
-    agent.claims._synced = False  # the watch broke
+    agent.claims._cache.failures = 1  # the watch broke
     api.fail_next("get", Unavailable("connection refused"), times=5)
     report = agent.reconciler.reconcile_once()
     assert not report.api_synced and report.vanished == []

@@ -25,7 +25,13 @@ from tests.support.deploy_cases import ROOT
 VERBS = frozenset({"get", "list", "watch", "create", "update", "apply", "patch", "delete"})
 RECEIVERS = frozenset({"api", "_api"})
 # Which packages hold each component's code, and the ServiceAccount it runs as.
-COMPONENTS: dict[str, tuple[str, ...]] = {"webhook": ("webhook",), "agent": ("slicer",)}
+# ``kube/watch_cache.py`` lists and watches for both: its calls on ``self.kind`` are declared per
+# component with the kinds that component's caches watch.
+WATCH_CACHE = "kube/watch_cache.py"
+COMPONENTS: dict[str, tuple[str, ...]] = {
+    "webhook": ("webhook", WATCH_CACHE),
+    "agent": ("slicer", WATCH_CACHE),
+}
 SERVICE_ACCOUNTS = {
     "webhook": "gpu-slicer-webhook",
     "agent": "gpu-slicer-agent",
@@ -59,13 +65,13 @@ RC = ("resource.k8s.io/v1", "ResourceClaim")
 
 DECLARED: dict[str, list[Declared]] = {
     "webhook": [
-        Declared("webhook/caches.py", "list", *NS, "WatchCache of Namespaces (migration label)"),
-        Declared("webhook/caches.py", "watch", *NS, "WatchCache of Namespaces"),
+        Declared(WATCH_CACHE, "list", *NS, "WatchCache of Namespaces (migration label)"),
+        Declared(WATCH_CACHE, "watch", *NS, "WatchCache of Namespaces"),
         Declared("webhook/caches.py", "get", *NS, "namespace the cache has not seen yet"),
-        Declared("webhook/caches.py", "list", *DC, "WatchCache of DeviceClasses (KEP-5004)"),
-        Declared("webhook/caches.py", "watch", *DC, "WatchCache of DeviceClasses"),
-        Declared("webhook/caches.py", "list", "v1", "ResourceQuota", "WatchCache of quotas"),
-        Declared("webhook/caches.py", "watch", "v1", "ResourceQuota", "WatchCache of quotas"),
+        Declared(WATCH_CACHE, "list", *DC, "WatchCache of DeviceClasses (KEP-5004)"),
+        Declared(WATCH_CACHE, "watch", *DC, "WatchCache of DeviceClasses"),
+        Declared(WATCH_CACHE, "list", "v1", "ResourceQuota", "WatchCache of quotas"),
+        Declared(WATCH_CACHE, "watch", "v1", "ResourceQuota", "WatchCache of quotas"),
         Declared("webhook/templates.py", "create", *RCT, "template a converted pod names"),
         Declared("webhook/templates.py", "patch", *RCT, "last-referenced stamp"),
         Declared("webhook/templates.py", "list", *RCT, "GC: managed templates"),
@@ -81,8 +87,8 @@ DECLARED: dict[str, list[Declared]] = {
         Declared("slicer/publisher.py", "get", "v1", "Node", "owner reference, Event subject"),
         Declared("slicer/publisher.py", "create", "events.k8s.io/v1", "Event", "problems"),
         Declared("slicer/claim_cache.py", "get", *RC, "claim the kubelet asks to prepare"),
-        Declared("slicer/claim_cache.py", "list", *RC, "claim cache"),
-        Declared("slicer/claim_cache.py", "watch", *RC, "claim cache"),
+        Declared(WATCH_CACHE, "list", *RC, "claim cache"),
+        Declared(WATCH_CACHE, "watch", *RC, "claim cache"),
     ],
 }
 
@@ -150,7 +156,8 @@ def _resolve_args(call: ast.Call, constants: dict[str, object]) -> list[object]:
 def call_sites(packages: tuple[str, ...]) -> tuple[Site, ...]:
     sites: list[Site] = []
     for package in packages:
-        for path in sorted((ROOT / package).rglob("*.py")):
+        root = ROOT / package
+        for path in [root] if root.is_file() else sorted(root.rglob("*.py")):
             if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))

@@ -10,13 +10,12 @@ from typing import Any
 import pytest
 
 from kube.api import Obj
-from kube.errors import ApiError, NotFound, Unavailable
+from kube.errors import NotFound, Unavailable
 from kube.memory import InMemoryKubeApi
 from webhook.caches import (
     CacheError,
     ExtendedResourceNames,
     NamespaceModes,
-    WatchCache,
     mode_from_labels,
 )
 
@@ -107,44 +106,6 @@ def test_an_unreachable_api_on_a_miss_is_a_cache_error(api: InMemoryKubeApi) -> 
     api.fail_next("get", Unavailable("timeout"))
     with pytest.raises(CacheError, match="timeout"):
         modes.mode("ml")
-
-
-def test_an_expired_watch_lists_again(api: InMemoryKubeApi) -> None:
-    api.create(namespace("ml", "enabled"))
-    cache: WatchCache[str] = WatchCache(
-        api,
-        "v1",
-        "Namespace",
-        lambda ns: ns["metadata"]["labels"].get("gpu-slicer.io/migration", "none"),
-        watch_timeout_s=0.2,
-    )
-    api.fail_next("watch", ApiError("too old resource version", status=410, reason="Expired"))
-    cache.start()
-    try:
-        eventually(lambda: cache.synced and cache.get("ml") == "enabled")
-        api.create(namespace("later", "audit"))
-        eventually(lambda: cache.get("later") == "audit")
-        lists = [c for c in api.calls if c.verb == "list"]
-        assert len(lists) >= 2  # the first list, and the one after 410
-    finally:
-        cache.stop()
-
-
-def test_errors_while_listing_are_retried_and_the_cache_is_not_synced_meanwhile(
-    api: InMemoryKubeApi,
-) -> None:
-    api.create(namespace("ml", "enabled"))
-    api.fail_next("list", Unavailable("connection refused"), times=2)
-    cache: WatchCache[str] = WatchCache(
-        api, "v1", "Namespace", lambda ns: "seen", backoff_s=(0.01, 0.02)
-    )
-    assert not cache.synced
-    cache.start()
-    try:
-        eventually(lambda: cache.synced)
-        assert cache.get("ml") == "seen"
-    finally:
-        cache.stop()
 
 
 def test_extended_resource_names_come_from_device_classes(api: InMemoryKubeApi) -> None:
