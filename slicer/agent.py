@@ -73,6 +73,7 @@ class NodeAgent:
         self.metrics = parts.metrics
         self.state = parts.state
         self.claims = parts.claims
+        self.demand = parts.demand
         self.health = parts.health
         self.publisher = parts.publisher
         self.reconciler = parts.reconciler
@@ -109,6 +110,8 @@ class NodeAgent:
             )
         self._report_facts()
         self.claims.start()
+        if self.demand is not None:
+            self.demand.start()
         self._spawn("health", lambda: self.health.run(self._stop))
         self._spawn(
             "reconciler", lambda: self.reconciler.run(self._stop, self.config.reconcile_interval_s)
@@ -134,6 +137,8 @@ class NodeAgent:
         self.plugin.stop()
         self.reconciler.nudge()
         self.claims.stop()
+        if self.demand is not None:
+            self.demand.stop()
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads.clear()

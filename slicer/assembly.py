@@ -25,6 +25,8 @@ from slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
 from slicer.checkpoint import CheckpointStore
 from slicer.claim_cache import ClaimCache
 from slicer.clock import SYSTEM_CLOCK, Clock
+from slicer.demand import DEFAULT_WITHDRAW_AFTER_S, AdvertisedProfiles, Demand, DeviceMenu
+from slicer.demand_watch import NodeDemand
 from slicer.device_attributes import DeviceAttributes
 from slicer.device_health import HealthFeed
 from slicer.health import HealthTracker
@@ -76,7 +78,14 @@ class AgentConfig:
     static_layout: StaticLayout | None = None
     """Which existing instances the static layout (no counters) advertises besides the agent's."""
     profiles: ProfileFilter | None = None
-    """The MIG profiles advertised in the partitionable layout; None: every profile."""
+    """The MIG profiles the partitionable layout may ever advertise; None: every profile."""
+    advertised_profiles: AdvertisedProfiles = "asked"
+    """``asked``: of those, the ones the cluster's claims and templates ask for, plus
+    ``always_advertise`` (:mod:`slicer.demand`); ``all``: every one, all the time."""
+    always_advertise: ProfileFilter | None = None
+    """Profiles advertised whether or not anyone asks (the admin's floor)."""
+    withdraw_after_s: float = DEFAULT_WITHDRAW_AFTER_S
+    """How long a profile nobody asks for any more stays advertised."""
     attributes: DeviceAttributes = "full"
     """Which attributes and capacities each device carries (:mod:`slicer.device_attributes`)."""
     advertise: Advertise = "partitionable"
@@ -107,6 +116,9 @@ class AgentParts:
     limiter: RepublishLimiter | None = None
     """The publisher's limiter on device-order-only rewrites (paced by the clock's
     ``monotonic``); None without a publisher."""
+    demand: NodeDemand | None = None
+    """What the cluster asks of this node (its template watch runs with the agent); None when
+    every profile is advertised, or without a publisher."""
 
 
 def assemble(
@@ -163,6 +175,7 @@ def assemble(
     )
     publisher: SlicePublisher | None = None
     limiter: RepublishLimiter | None = None
+    demand: NodeDemand | None = None
     if republish is None:
         limiter = RepublishLimiter(
             min_interval_s=config.republish_interval_s,
@@ -183,7 +196,23 @@ def assemble(
             clock=clock,
             report_scaling=config.report_scaling,
         )
-        republish = _publishing(publisher, feed)
+        if config.advertised_profiles == "asked" and config.advertise == "partitionable":
+            menu = DeviceMenu(backend.gpus(), config.attributes)
+            demand = NodeDemand(
+                api,
+                claims,
+                menu,
+                Demand(
+                    menu.profiles,
+                    floor=config.always_advertise,
+                    limit=config.profiles,
+                    withdraw_after_s=config.withdraw_after_s,
+                ),
+                clock,
+                on_change=wake.set,
+                on_error=lambda _error: metrics.api_errors.labels("watch-templates").inc(),
+            )
+        republish = _publishing(publisher, feed, demand)
     reconciler = Reconciler(
         state,
         claims,
@@ -193,9 +222,12 @@ def assemble(
         stale_after_s=config.stale_prepare_s,
         clock=clock.monotonic,
         wake=wake,
+        publish_key=demand.key if demand is not None else None,
     )
     driver = DraDriver(state, claims, pool=config.node, max_parallel=max_parallel)
-    return AgentParts(metrics, state, claims, health, feed, reconciler, driver, publisher, limiter)
+    return AgentParts(
+        metrics, state, claims, health, feed, reconciler, driver, publisher, limiter, demand
+    )
 
 
 def kubelet_plugin(config: AgentConfig, parts: AgentParts, *, workers: int = 8) -> PluginServer:
@@ -216,17 +248,33 @@ def discover_modes(backend: GpuBackend) -> dict[int, GpuMode]:
     return {info.index: default_mode(model_of(info)) for info in backend.gpus()}
 
 
-def _publishing(publisher: SlicePublisher, feed: HealthFeed) -> Republish:
-    """The reconciler's republish through ``publisher``: it answers when to publish again
-    although nothing changed (a held-back order change, the periodic version check). The
-    devices it planned are the ones the health stream reports."""
+def _publishing(
+    publisher: SlicePublisher, feed: HealthFeed, demand: NodeDemand | None
+) -> Republish:
+    """The reconciler's republish through ``publisher``, advertising what ``demand`` says the
+    cluster asks for: it answers when to publish again although nothing changed (a held-back
+    order change, the periodic version check, a profile due to be withdrawn). The devices it
+    planned are the ones the health stream reports."""
+    adopted = False
 
     def publish(view: NodeView) -> float | None:
-        result = publisher.publish(view.gpus, allocated=view.allocated)
+        nonlocal adopted
+        profiles = None
+        if demand is not None:
+            if not adopted:  # what an earlier run published stays until the delay passes
+                demand.adopt(publisher.published_profiles())
+                adopted = True
+            profiles = demand.advertised()
+        result = publisher.publish(view.gpus, allocated=view.allocated, profiles=profiles)
         feed.set_published(result.plan.order)
         if result.deferred_s is not None:
             log.debug("device order change held back", extra={"seconds": result.deferred_s})
-        waits = [w for w in (result.deferred_s, publisher.recheck_in()) if w is not None]
+        due = (
+            result.deferred_s,
+            publisher.recheck_in(),
+            demand.next_withdrawal_in() if demand is not None else None,
+        )
+        waits = [w for w in due if w is not None]
         return min(waits) if waits else None
 
     return publish

@@ -36,6 +36,7 @@ from slicer.cdi import (
     load_toolkit_spec,
     toolkit_spec_from_ctk,
 )
+from slicer.demand import asked_for
 from slicer.device_attributes import ATTRIBUTES_CHOICES
 from slicer.deviceclasses import device_classes
 from slicer.errors import BackendError, CatalogError, GpuSpecError, SlicerError
@@ -43,7 +44,7 @@ from slicer.inventory import KUBERNETES_VERSIONS, MODES, InventoryError
 from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
 from slicer.preview import preview_pool
-from slicer.profile_filter import ProfileFilter, ProfileFilterError
+from slicer.profile_filter import ProfileChoice, ProfileFilter, ProfileFilterError
 from slicer.scaling import DEGRADES_AT_NODES
 from slicer.settings import (
     BACKENDS,
@@ -190,6 +191,14 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="only these MIG profiles (the agent's --profiles), e.g. 1g.10gb,3g.40gb or -*+me",
     )
     p.add_argument(
+        "--demand",
+        default=None,
+        metavar="LIST",
+        help="what the node publishes when the cluster's claims ask for these MIG profiles "
+        "(the agent's default, --advertised-profiles asked), e.g. 1g.10gb,3g.40gb; without it, "
+        "every profile (--advertised-profiles all)",
+    )
+    p.add_argument(
         "--attributes",
         default="full",
         choices=ATTRIBUTES_CHOICES,
@@ -219,7 +228,11 @@ def run_slices(args: argparse.Namespace) -> int:
     major, minor = (int(x) for x in args.k8s_version.split("."))
     try:
         layout = StaticLayout.load(Path(args.static_layout)) if args.static_layout else None
-        profiles = _profile_filter(args.profiles, SimulatedBackend(args.gpus, node_name=args.node))
+        backend = SimulatedBackend(args.gpus, node_name=args.node)
+        limit = _profile_filter(args.profiles, backend)
+        profiles: ProfileChoice | None = limit
+        if args.demand is not None:
+            profiles = asked_for(args.demand, backend.gpus(), limit=limit)
         plan = preview_pool(
             args.node,
             args.gpus,
@@ -362,6 +375,30 @@ _AGENT_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
             "stays): names or patterns, '-' excludes, e.g. 1g.10gb,2g.20gb,3g.40gb,7g.80gb or "
             "-*+me,-1g.20gb; fewer devices per node cost the scheduler less for every DRA pod "
             "(docs/agent.md); empty: all",
+        },
+    ),
+    (
+        "--advertised-profiles",
+        {
+            "help": "asked: of those profiles, only the ones the cluster's claims and claim "
+            "templates ask for, plus --always-advertise (a new shape waits only for the "
+            "agents to republish); all: every one, all the time (docs/agent.md; default asked)",
+        },
+    ),
+    (
+        "--always-advertise",
+        {
+            "metavar": "LIST",
+            "help": "MIG profiles advertised whether or not anyone asks (the --profiles syntax), "
+            "e.g. 1g.10gb,3g.40gb; empty: none",
+        },
+    ),
+    (
+        "--withdraw-after",
+        {
+            "type": float_or_text,
+            "help": "seconds a profile nobody asks for any more stays advertised (default "
+            "1800); devices that are allocated or prepared stay whatever their profile",
         },
     ),
     (
@@ -518,10 +555,8 @@ def _agent_config(settings: AgentSettings) -> AgentConfig:
         layout = StaticLayout.load(settings.static_layout) if settings.static_layout else None
     except LayoutError as exc:
         raise _Refusal(f"--static-layout: {exc}") from exc
-    try:
-        profiles = ProfileFilter.parse(settings.profiles)
-    except ProfileFilterError as exc:
-        raise _Refusal(f"--profiles: {exc}") from exc
+    profiles = _parsed_profiles("--profiles", settings.profiles)
+    floor = _parsed_profiles("--always-advertise", settings.always_advertise)
     return AgentConfig(
         node=settings.node,
         checkpoint_dir=settings.checkpoint_dir,
@@ -537,8 +572,18 @@ def _agent_config(settings: AgentSettings) -> AgentConfig:
         static_layout=layout,
         advertise=settings.advertise,
         profiles=profiles,
+        advertised_profiles=settings.advertised_profiles,
+        always_advertise=floor,
+        withdraw_after_s=settings.seconds("withdraw_after"),
         attributes=settings.attributes,
     )
+
+
+def _parsed_profiles(flag: str, text: str) -> ProfileFilter | None:
+    try:
+        return ProfileFilter.parse(text)
+    except ProfileFilterError as exc:
+        raise _Refusal(f"{flag}: {exc}") from exc
 
 
 def _common_edits(settings: AgentSettings) -> CommonEdits:

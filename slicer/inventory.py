@@ -69,19 +69,23 @@ from slicer.identity import (
 )
 from slicer.layout import StaticLayout
 from slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
-from slicer.profile_filter import ProfileFilter
+from slicer.profile_filter import ProfileChoice
 
 Obj = dict[str, Any]
 
 LAYOUT_LABEL = "gpu-slicer.io/layout"
+ADVERTISED_ANNOTATION = "gpu-slicer.io/advertised-profiles"
+"""On each slice of a partitionable pool whose profiles were chosen: which, and why
+(``1g.10gb=asked,3g.40gb=floor``, or the admin's ``--profiles`` text). ``gpu-slicer status`` shows
+it; it is as of the pool's last write (a change of reason alone is not worth a write)."""
 
 Mode = Literal["dynamic", "mig", "full"]
 MODES: tuple[Mode, ...] = ("dynamic", "mig", "full")
 SliceLayout = Literal["combined", "split"]
 
-KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
-"""Kubernetes server versions whose layouts and limits this module knows; newer ones are
-treated like the newest."""
+KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37", "1.38")
+"""Kubernetes server versions whose layouts and limits this module knows (1.38: its beta, as
+the sandbox runs it); newer ones are treated like the newest."""
 
 
 class InventoryError(SlicerError, ValueError):
@@ -289,7 +293,7 @@ def advertise_gpu(
     *,
     static: bool = False,
     static_layout: StaticLayout | None = None,
-    profiles: ProfileFilter | None = None,
+    profiles: ProfileChoice | None = None,
     keep: frozenset[DeviceSpec] = frozenset(),
 ) -> GpuAdvert:
     """The counter set and devices of one GPU (before ordering and packing); ``profiles``
@@ -529,7 +533,7 @@ def plan_pool(
     allocated: Sequence[DeviceSpec] = (),
     static: bool = False,
     static_layout: StaticLayout | None = None,
-    profiles: ProfileFilter | None = None,
+    profiles: ProfileChoice | None = None,
     attributes: DeviceAttributes = "full",
 ) -> PoolPlan:
     """Build the ResourceSlices of ``node``'s pool: advertise, order, pack, render (each device
@@ -557,6 +561,7 @@ def plan_pool(
     width = max(3, len(str(max(len(packed) - 1, 0))))
     labels = {MANAGED_BY_LABEL: MANAGED_BY, LAYOUT_LABEL: "static" if static else "partitionable"}
     slices: list[Obj] = []
+    annotations = {} if static or profiles is None else {ADVERTISED_ANNOTATION: profiles.text()}
     for seq, (sets, devices) in enumerate(packed):
         spec: Obj = {
             "driver": DRIVER,
@@ -573,7 +578,11 @@ def plan_pool(
             {
                 "apiVersion": RESOURCE_API,
                 "kind": "ResourceSlice",
-                "metadata": {"name": slice_name(node, seq, width), "labels": dict(labels)},
+                "metadata": {
+                    "name": slice_name(node, seq, width),
+                    "labels": dict(labels),
+                    **({"annotations": dict(annotations)} if annotations else {}),
+                },
                 "spec": spec,
             }
         )

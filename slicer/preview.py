@@ -13,7 +13,7 @@ from slicer.device_attributes import DeviceAttributes
 from slicer.inventory import Mode, PoolPlan, default_mode, plan_pool
 from slicer.layout import StaticLayout
 from slicer.observe import ObservedGpu, observe_node
-from slicer.profile_filter import ProfileFilter
+from slicer.profile_filter import ProfileChoice
 from slicer.simulated import SimulatedBackend
 
 
@@ -26,7 +26,7 @@ def preview_pool(
     order: str = "best-fit",
     static_layout: StaticLayout | None = None,
     generation: int = 1,
-    profiles: ProfileFilter | None = None,
+    profiles: ProfileChoice | None = None,
     attributes: DeviceAttributes = "full",
 ) -> PoolPlan:
     """The pool of ``node`` with simulated ``gpus`` (``A100-80GB:8``). With ``static_layout``

@@ -25,10 +25,22 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Protocol
 
 from slicer import catalog
 from slicer.errors import SlicerError
 from slicer.gpu_model import GpuModel
+
+
+class ProfileChoice(Protocol):
+    """Which MIG profiles a node advertises: the admin's :class:`ProfileFilter`, or what the
+    cluster asks for (:class:`slicer.demand.Advertised`)."""
+
+    def allows(self, profile: str) -> bool: ...
+
+    def text(self) -> str:
+        """The choice in words, for the pool's ``gpu-slicer.io/advertised-profiles``."""
+        ...
 
 
 class ProfileFilterError(SlicerError, ValueError):

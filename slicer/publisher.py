@@ -49,8 +49,8 @@ from slicer import scaling
 from slicer.agent_metrics import PublisherMetrics
 from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.device_attributes import DeviceAttributes
-from slicer.devices import DeviceSpec
-from slicer.errors import PublishError
+from slicer.devices import DeviceSpec, SliceSpec, parse_device_name
+from slicer.errors import DeviceNameError, PublishError
 from slicer.identity import DRIVER, RESOURCE_API
 from slicer.inventory import (
     GpuState,
@@ -59,7 +59,7 @@ from slicer.inventory import (
 )
 from slicer.layout import StaticLayout
 from slicer.ordering import OrderPolicy, RepublishLimiter, order_fingerprint
-from slicer.profile_filter import ProfileFilter
+from slicer.profile_filter import ProfileChoice, ProfileFilter
 from slicer.retry import RetrySettings, retrying
 
 Obj = dict[str, Any]
@@ -178,6 +178,8 @@ class SlicePublisher:
         """The release last warned about for quadratic scheduling (once per release)."""
         self._report_scaling = report_scaling
         """False where no real scheduler reads the pool (the simulator)."""
+        self._chosen: ProfileChoice | None = None
+        """The profiles the current :meth:`publish` call advertises (None: ``profiles``)."""
         self.metrics.static_layout.set(1 if static else 0)
 
     @property
@@ -206,6 +208,17 @@ class SlicePublisher:
             return self._interval()
         return max(0.0, self._next_check - self._clock.monotonic())
 
+    def published_profiles(self) -> set[str]:
+        """The MIG profiles of the devices this node's pool holds in the API now."""
+        found: set[str] = set()
+        for obj in self._existing().values():
+            for device in obj.get("spec", {}).get("devices") or ():
+                with contextlib.suppress(DeviceNameError):
+                    spec = parse_device_name(str(device.get("name", "")))
+                    if isinstance(spec, SliceSpec):
+                        found.add(spec.profile)
+        return found
+
     def server_version(self) -> tuple[int, int]:
         if self._version is None:
             try:
@@ -215,9 +228,16 @@ class SlicePublisher:
         return self._version
 
     def plan(
-        self, gpus: Sequence[GpuState], *, allocated: Sequence[DeviceSpec] = (), generation: int = 1
+        self,
+        gpus: Sequence[GpuState],
+        *,
+        allocated: Sequence[DeviceSpec] = (),
+        generation: int = 1,
+        profiles: ProfileChoice | None = None,
     ) -> PoolPlan:
-        """The slices this publisher would write (pure apart from the cached server version)."""
+        """The slices this publisher would write (pure apart from the cached server version);
+        ``profiles``: this time, these profiles (what the cluster asks for) rather than the
+        admin's ``--profiles``."""
         return plan_pool(
             self._node,
             gpus,
@@ -227,14 +247,20 @@ class SlicePublisher:
             allocated=allocated,
             static=self._state.static,
             static_layout=self._static_layout,
-            profiles=self._profiles,
+            profiles=profiles or self._profiles,
             attributes=self._attributes,
         )
 
     def publish(
-        self, gpus: Sequence[GpuState], *, allocated: Sequence[DeviceSpec] = ()
+        self,
+        gpus: Sequence[GpuState],
+        *,
+        allocated: Sequence[DeviceSpec] = (),
+        profiles: ProfileChoice | None = None,
     ) -> PublishResult:
-        """Make the API hold this pool; see the module docstring for the steps."""
+        """Make the API hold this pool; see the module docstring for the steps. ``profiles``:
+        the MIG profiles to advertise this time (:class:`slicer.demand.Advertised`)."""
+        self._chosen = profiles
         try:
             return self._publish(gpus, allocated)
         except PublishError:
@@ -286,7 +312,9 @@ class SlicePublisher:
             (s["spec"]["pool"].get("generation", 0) for s in existing.values()),
             default=self._generation,
         )
-        plan = self.plan(gpus, allocated=allocated, generation=max(current, 1))
+        plan = self.plan(
+            gpus, allocated=allocated, generation=max(current, 1), profiles=self._chosen
+        )
         if self._same(existing, plan.slices):
             self.metrics.publishes.labels("unchanged").inc()
             self._record(plan, current)

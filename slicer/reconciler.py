@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from kube import errors as kerrors
@@ -97,16 +97,20 @@ class Reconciler:
         stale_after_s: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
         wake: threading.Event | None = None,
+        publish_key: Callable[[], Hashable] | None = None,
     ) -> None:
         """``wake`` is set by whatever wants a pass soon; given, it can be handed to the parts
-        before the reconciler exists (slicer.assembly)."""
+        before the reconciler exists (slicer.assembly). ``publish_key``: what else the pool
+        depends on besides the node's view (the profiles the cluster asks for): a republish is
+        due whenever it changes."""
         self.state = state
         self.claims = claims
         self.pool = pool
         self.health = health
         self.republish = republish
         self.stale_after_s = stale_after_s
-        self._published: str | None = None
+        self._published: tuple[str, Hashable] | None = None
+        self._publish_key = publish_key
         self.clock = clock
         """Monotonic clock for re-calls of the republish callable."""
         self._recall_at: float | None = None
@@ -336,7 +340,7 @@ class Reconciler:
     def _maybe_republish(self, view: NodeView, report: ReconcileReport) -> None:
         if self.republish is None:
             return
-        fingerprint = view.fingerprint()
+        fingerprint = (view.fingerprint(), self._publish_key() if self._publish_key else None)
         recall_due = self._recall_at is not None and self.clock() >= self._recall_at
         if fingerprint == self._published and not recall_due:
             return

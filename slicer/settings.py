@@ -32,6 +32,11 @@ from slicer.assembly import (
     KUBELET_REGISTRY_DIR,
     Advertise,
 )
+from slicer.demand import (
+    ADVERTISED_PROFILES_CHOICES,
+    DEFAULT_WITHDRAW_AFTER_S,
+    AdvertisedProfiles,
+)
 from slicer.device_attributes import ATTRIBUTES_CHOICES, DeviceAttributes
 from slicer.errors import AgentSettingsError
 from slicer.ordering import POLICIES
@@ -45,6 +50,7 @@ _SECONDS = {
     "republish_interval": False,
     "reprobe_interval": True,
     "lock_wait": True,
+    "withdraw_after": True,
 }
 """The settings that are seconds, and whether 0 is allowed (it turns the thing off)."""
 LEGACY_ORDER_ENV = "GPU_SLICER_POLICY"
@@ -98,8 +104,15 @@ class AgentSettings(Settings):
     static_layout: Path | None = None
     advertise: Advertise = "partitionable"
     profiles: str = ""
-    """The MIG profiles the partitionable layout advertises (:mod:`slicer.profile_filter`);
-    empty: all."""
+    """The MIG profiles the partitionable layout may ever advertise
+    (:mod:`slicer.profile_filter`); empty: all."""
+    advertised_profiles: AdvertisedProfiles = "asked"
+    """``asked``: the profiles the cluster's claims and templates ask for (:mod:`slicer.demand`);
+    ``all``: every profile, all the time."""
+    always_advertise: str = ""
+    """Profiles advertised whether or not anyone asks (same syntax as ``profiles``)."""
+    withdraw_after: float | str = DEFAULT_WITHDRAW_AFTER_S
+    """Seconds a profile nobody asks for any more stays advertised."""
     attributes: DeviceAttributes = "full"
     """Which attributes and capacities each device carries (:mod:`slicer.device_attributes`)."""
     lock_wait: float | str = 0.0
@@ -168,6 +181,7 @@ class AgentSettings(Settings):
             ("--kube", self.kube, KUBE_CHOICES),
             ("--device-order", self.device_order, tuple(POLICIES)),
             ("--advertise", self.advertise, ADVERTISE_CHOICES),
+            ("--advertised-profiles", self.advertised_profiles, ADVERTISED_PROFILES_CHOICES),
             ("--attributes", self.attributes, ATTRIBUTES_CHOICES),
         ):
             if value not in choices:

@@ -281,6 +281,8 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
             "0.5",
             "--toolkit-cdi-spec",
             str(TOOLKIT_SPEC),
+            "--always-advertise",
+            "1g.10gb",  # nothing asks on an empty API: the floor keeps a MIG device to watch
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,

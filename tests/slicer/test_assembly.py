@@ -124,7 +124,11 @@ def test_the_profiles_setting_reaches_the_published_pool(
     kept = ProfileFilter.parse("-*+me")
     assert kept is not None
     config = AgentConfig(
-        node=NODE, checkpoint_dir=tmp_path / "c", cdi_dir=tmp_path / "d", profiles=kept
+        node=NODE,
+        checkpoint_dir=tmp_path / "c",
+        cdi_dir=tmp_path / "d",
+        profiles=kept,
+        advertised_profiles="all",
     )
     parts = assemble(config, backend=backend, api=api)
     parts.claims.sync_once()

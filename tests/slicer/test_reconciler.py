@@ -218,7 +218,9 @@ def _agent(
     clock: Callable[[], float] = time.monotonic,
     **config: Any,
 ) -> NodeAgent:
-    # The agent's own reconcile interval: these tests drive the passes themselves.
+    # The agent's own reconcile interval: these tests drive the passes themselves. Every profile
+    # is advertised: they follow the device order as allocations come and go, whatever asks.
+    config.setdefault("advertised_profiles", "all")
     settings = agent_config(root, reconcile_interval_s=AgentConfig.reconcile_interval_s, **config)
     return NodeAgent(settings, backend=backend, api=api, clock=Clock(monotonic=clock))
 

@@ -45,14 +45,17 @@ def allocate_claim(
     namespace: str = "ml",
     pool: str = NODE,
     request: str = "gpu",
+    spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Create a ResourceClaim allocated to ``devices`` in ``pool``; returns the stored claim."""
+    """Create a ResourceClaim allocated to ``devices`` in ``pool``; returns the stored claim.
+    Its spec asks for any MIG slice unless ``spec`` says otherwise."""
     name = name or f"claim-{next(_uids)}"
     claim = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {
+        "spec": spec
+        or {
             "devices": {
                 "requests": [
                     {

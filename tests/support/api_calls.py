@@ -89,6 +89,8 @@ DECLARED: dict[str, list[Declared]] = {
         Declared("slicer/claim_cache.py", "get", *RC, "claim the kubelet asks to prepare"),
         Declared(WATCH_CACHE, "list", *RC, "claim cache"),
         Declared(WATCH_CACHE, "watch", *RC, "claim cache"),
+        Declared(WATCH_CACHE, "list", *RCT, "what templates ask for (advertised profiles)"),
+        Declared(WATCH_CACHE, "watch", *RCT, "what templates ask for"),
     ],
 }
 
