@@ -237,12 +237,15 @@ class Allocator:
             cached = pool.candidates.get(expressions)
             if cached is None:
                 members = pool.members.get(expressions)
-                if members is not None:
-                    # Most alternatives of a long chain match nothing on a given node kind.
-                    chosen = [d for d in pool.devices if d.name in members] if members else []
-                else:
-                    chosen = [d for d in pool.devices if _selected(expressions, d)]
-                    pool.members[expressions] = frozenset(d.name for d in chosen)
+                if members is None:
+                    # Over every device the pool's node could list, not only those listed now:
+                    # the answer then holds for every order and every subset it publishes.
+                    members = frozenset(
+                        d.name for d in pool.by_name.values() if _selected(expressions, d)
+                    )
+                    pool.members[expressions] = members
+                # Most alternatives of a long chain match nothing on a given node kind.
+                chosen = [d for d in pool.devices if d.name in members] if members else []
                 cached = CandidateList.of(chosen, pool.needs.setdefault(expressions, {}))
                 pool.candidates[expressions] = cached
             found.append(cached)

@@ -17,6 +17,7 @@ from sim.node import NodeBase, SimClock
 from sim.pools import Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
 from slicer.checkpoint import PreparedDevice
+from slicer.demand import Advertised
 from slicer.identity import DRIVER, RESOURCE_API
 from slicer.ordering import order_fingerprint
 
@@ -25,8 +26,8 @@ class ApiNode(NodeBase):
     """A node whose slices are published through the apiserver and prepared over gRPC.
 
     Every part is the agent's, built by :func:`slicer.assembly.assemble` and paced by the
-    simulated clock: the publisher with its republish limiter, and the reconciler's publishing
-    path, which the node calls when the limiter says a new device order is due."""
+    simulated clock: the publisher with its republish limiter, called when the limiter says a
+    new device order is due and when the cluster asks for other profiles."""
 
     def __init__(
         self,
@@ -61,6 +62,7 @@ class ApiNode(NodeBase):
                 republish_quiet_s=self.scenario.republish_quiet_s,
                 reprobe_interval_s=0,  # the in-memory apiserver's version and counters stay
                 report_scaling=False,  # the simulation's report says what a real scheduler would do
+                advertised_profiles="all",  # the strategy says what the cluster asks (sim.asked)
             ),
             backend=self.backend,
             api=self.api,
@@ -69,12 +71,10 @@ class ApiNode(NodeBase):
             max_parallel=1,
         )
         assert parts.publisher is not None and parts.limiter is not None
-        assert parts.reconciler.republish is not None
         self.state = parts.state
         self.driver = parts.driver
         self.publisher = parts.publisher
         self.limiter = parts.limiter
-        self._republish = parts.reconciler.republish
         self._kubelet = KubeletClient(self.driver, base)
 
     def prepared_devices(self) -> list[PreparedDevice]:
@@ -90,12 +90,19 @@ class ApiNode(NodeBase):
     def best_order(self) -> list[str]:
         """The order the device order would publish now."""
         view = self.view()
-        return list(self.publisher.plan(view.gpus, allocated=view.allocated).order)
+        plan = self.publisher.plan(view.gpus, allocated=view.allocated, profiles=self.choice)
+        return list(plan.order)
+
+    def advertise(self, choice: Advertised) -> None:
+        self.choice = choice
+        self.pool = self._publish()
 
     def _publish(self) -> Pool:
-        """Publish through the agent's publishing path; returns the pool the scheduler compiles
-        from what the apiserver then lists (the one it had when nothing was written)."""
-        self._republish(self.view())
+        """Publish through the agent's publisher, the profiles the cluster asks for; returns the
+        pool the scheduler compiles from what the apiserver then lists (the one it had when
+        nothing was written)."""
+        view = self.view()
+        self.publisher.publish(view.gpus, allocated=view.allocated, profiles=self.choice)
         listed = self.api.list(
             RESOURCE_API, "ResourceSlice", field_selector=f"spec.nodeName={self.name}"
         ).items

@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.allocator import Allocation
+from sim.asked import ClusterAsks
 from sim.demand import Demand, DemandBook, min_memory_slices
 from sim.errors import AllocationError
 from sim.event_loop import GpuLedger, Held, Slot, Strategy
@@ -98,6 +99,11 @@ class GpuSlicerStrategy(Strategy):
             else FastControlPlane(scenario, device_order=device_order, clock=self.clock)
         )
         self.nodes = self.plane.nodes
+        self.asks = ClusterAsks(
+            scenario.nodes,
+            every=scenario.advertised_profiles == "all",
+            latency_s=scenario.demand_latency_s,
+        )
         self.scheduler = Scheduler(self.nodes, scenario.node_rule)
         self.running: dict[str, tuple[Allocation, list[RunningClaim]]] = {}
         self.claims: dict[str, list[Obj]] = {}
@@ -131,6 +137,7 @@ class GpuSlicerStrategy(Strategy):
         if translated.claim_spec is None:
             self.claims[pod.name] = []
             return []
+        self.asks.admitted(id(translated), translated, self.clock.now)
         claims = self.plane.admit(pod, translated)
         self.claims[pod.name] = claims
         return claims
@@ -224,10 +231,17 @@ class GpuSlicerStrategy(Strategy):
             self.due[node.name] = due
 
     def wakeup(self) -> float | None:
-        return min(self.due.values()) if self.due else None
+        times = [*self.due.values(), *([self.asks.due] if self.asks.due is not None else [])]
+        return min(times) if times else None
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float) -> bool:
         self.clock.now = now
+        asked_more = self.asks.take_due(now)
+        if asked_more:  # every agent saw a template asking for a profile new to it
+            for node in self.nodes.values():
+                node.before_change()
+                node.advertise(self.asks.advertised(node.node, now))
+            self.scheduler.published_more()
         for name in [n for n, t in self.due.items() if t <= now]:
             node = self.nodes[name]
             del self.due[name]
@@ -236,6 +250,7 @@ class GpuSlicerStrategy(Strategy):
             later = node.allocation_changed()
             if later is not None and later > now:
                 self.due[name] = later
+        return asked_more
 
     # --- figures and the end ----------------------------------------------------------------
 
@@ -254,8 +269,11 @@ class GpuSlicerStrategy(Strategy):
             )
         problems.extend(self.plane.problems())
         publishes = sum(n.publishes for n in self.nodes.values())
+        asked = (
+            "" if self.asks.every else f" ({self.asks.changes} rounds for profiles newly asked for)"
+        )
         self.notes.append(
-            f"{publishes} slice publications, {self.scheduler.attempts} allocator runs"
+            f"{publishes} slice publications{asked}, {self.scheduler.attempts} allocator runs"
         )
         self.close()
         return problems

@@ -126,8 +126,9 @@ class Strategy:
         """Simulated time at which the strategy wants :meth:`tick` (e.g. a republish)."""
         return None
 
-    def tick(self, now: float) -> None:
-        """Time-driven work (republishing)."""
+    def tick(self, now: float) -> bool:
+        """Time-driven work (republishing); True when pods waiting may fit now."""
+        return False
 
     def finish(self, now: float) -> list[str]:
         """After every pod is gone: problems left behind (leaked instances, claims)."""
@@ -404,7 +405,8 @@ class Engine:
                 next_sample += scenario.sample_s
                 continue
             if wake is not None and now == wake and wake <= head:
-                self.strategy.tick(now)
+                if self.strategy.tick(now):
+                    self._retry_pending(now)
                 continue
             _, kind, _, name = heapq.heappop(self.queue)
             record = self.records[name]
@@ -419,13 +421,17 @@ class Engine:
                 self.strategy.release(record.pod, record.held, now)
                 self._drop(record)
                 record.end = now
-                self.epoch += 1
-                for waiting in list(self.pending):
-                    self._try(self.records[waiting], now)
+                self._retry_pending(now)
         self._advance(scenario.end)
         if self.progress:
             self.progress(1.0)
         return self._result()
+
+    def _retry_pending(self, now: float) -> None:
+        """Something was freed or published: every waiting pod is tried again."""
+        self.epoch += 1
+        for waiting in list(self.pending):
+            self._try(self.records[waiting], now)
 
     def drain(self) -> list[str]:
         """Release every running pod and ask the strategy what is left behind."""

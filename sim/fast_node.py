@@ -18,6 +18,7 @@ from sim.pools import Device, Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
 from slicer.catalog import Placement
 from slicer.checkpoint import PreparedDevice
+from slicer.demand import Advertised
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
 from slicer.gpu_model import GpuModel
 from slicer.identity import DRIVER
@@ -92,8 +93,9 @@ class GpuOrderCache:
         return [name for names in self.blocks(keys) for name in names]
 
 
-Template = tuple[Pool, GpuOrderCache | None]
-"""A kind of node's compiled pool, and its order cache when the policy reorders."""
+Template = tuple[Pool, GpuOrderCache | None, dict[str, str | None]]
+"""A kind of node's compiled pool (every device it could advertise), its order cache when the
+policy reorders, and each device's MIG profile (None: a whole GPU)."""
 
 Templates = dict[Any, Template]
 """Per kind of node (GPUs, mode): identical nodes share one inventory run; their slices differ
@@ -128,6 +130,14 @@ class FastNode(NodeBase):
         """Per GPU, what its order depends on (kept up to date with ``allocated``)."""
         self.pool: Pool | None = None
         self.orders: GpuOrderCache | None = None
+        self._profiles: dict[str, str | None] = {}
+        """Each device's MIG profile (None: a whole GPU), from the kind's template."""
+        self._base: list[str] = []
+        """Every device the kind could advertise, in the template's order."""
+        self._names: list[str] | None = None
+        """The devices the pool lists now, in its order (None: not published yet)."""
+        self._choice_stale = True
+        """The profiles to advertise changed since the pool was last built."""
         self.version = 0
         self._due: float | None = None
         self._snapshot: tuple[GpuKey, ...] = tuple(self.gpu_keys.values())
@@ -144,11 +154,18 @@ class FastNode(NodeBase):
         agent's checkpoint would hold)."""
         self.limiter.published("v0")
 
+    def advertise(self, choice: Advertised) -> None:
+        """The profiles to advertise from now on (the pool follows at the next look)."""
+        self.choice = choice
+        self._choice_stale = True
+
     def ensure_pool(self, *, fresh: bool = True) -> Pool:
-        """Built on first use, and reordered when a republish happened since the last look."""
+        """Built on first use, and reordered when a republish happened since the last look;
+        listing only the devices of the profiles the cluster asks for (and those allocated)."""
         if self.pool is None:
             self.pool = self._first_pool()
         self._settle()
+        reordered = False
         if fresh and self.orders is not None and self._materialized != self._snapshot:
             # Only the GPUs whose state changed are looked up again (their keys are new).
             before = self._materialized
@@ -159,12 +176,31 @@ class FastNode(NodeBase):
                 for i, (key, block) in enumerate(zip(self._snapshot, self._ranked, strict=True))
             ]
             blocks = [names for _, names in sorted(ranked)]
-            if blocks != self._blocks:
-                self.pool = self.pool.reordered([name for names in blocks for name in names])
-                self._blocks = blocks
-                self.publishes += 1
+            reordered = blocks != self._blocks
+            self._blocks = blocks
             self._materialized = self._snapshot
+        if reordered or self._choice_stale:
+            # A new choice is published whether or not the caller wants a fresh order.
+            self._choice_stale = False
+            order = [n for b in self._blocks for n in b] if self.orders is not None else self._base
+            names = self._shown(order)
+            if names != self._names:
+                self.pool = self.pool.reordered(names)
+                self._names = names
+                self.publishes += 1
         return self.pool
+
+    def _shown(self, order: Sequence[str]) -> list[str]:
+        """The devices of ``order`` the agent advertises: whole GPUs, the chosen profiles' and
+        every allocated device (never withdrawn from under a claim)."""
+        allows = self.choice.allows
+        profiles = self._profiles
+        allocated = self.allocated
+        return [
+            name
+            for name in order
+            if (profile := profiles[name]) is None or allows(profile) or name in allocated
+        ]
 
     def _first_pool(self) -> Pool:
         """The first publication: the kind's template, compiled once per kind of node."""
@@ -184,12 +220,19 @@ class FastNode(NodeBase):
                 if self.dynamic
                 else None
             )
-            template = (compiled, orders)
+            profiles = {
+                d.name: spec.profile
+                if isinstance(spec := parse_device_name(d.name), SliceSpec)
+                else None
+                for d in compiled.devices
+            }
+            template = (compiled, orders, profiles)
             self.templates[key] = template
             pool = compiled
         else:
             pool = template[0].clone(self.name, self.name)
-        self.publishes = 1
+        self._profiles = template[2]
+        self._base = [d.name for d in pool.devices]
         self._materialized = tuple((i, (), False) for i in range(len(self.node.models)))
         if template[1] is not None:
             self.orders = template[1]

@@ -19,6 +19,7 @@ from sim.pools import Device, Pool
 from sim.scenario import NodeSpec, Scenario
 from slicer.catalog import Placement
 from slicer.checkpoint import PreparedDevice
+from slicer.demand import EVERY_PROFILE, Advertised
 from slicer.devices import DeviceSpec
 from slicer.devices import parse_device_name as _parse_device_name
 from slicer.inventory import Mode, effective_mode
@@ -50,6 +51,11 @@ class SimNode(Protocol):
     allocated: dict[str, DeviceSpec]
     """Device name -> spec, for every device allocated on this node."""
     publishes: int
+    choice: Advertised
+
+    def advertise(self, choice: Advertised) -> None:
+        """The cluster asks for other profiles: publish ``choice`` from now on."""
+        ...
 
     def ensure_pool(self, *, fresh: bool = True) -> Pool:
         """The pool as the scheduler sees it now. ``fresh=False`` may return it in an older
@@ -109,6 +115,11 @@ class NodeBase(ABC):
         self.modes = {i: effective_mode(node.mode, m) for i, m in enumerate(node.models)}
         self.allocated: dict[str, DeviceSpec] = {}
         self.publishes = 0
+        self.choice: Advertised = (
+            EVERY_PROFILE if scenario.advertised_profiles == "all" else Advertised()
+        )
+        """The MIG profiles this node's agent advertises (set by the strategy as pods of new
+        shapes arrive, :mod:`sim.asked`)."""
 
     def allocate(self, devices: Iterable[Device]) -> None:
         """Record devices allocated on this node."""

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kube.quantity import exact_value
 from kube.device_cel import DeviceView
+from kube.quantity import exact_value
 
 Obj = dict[str, Any]
 DeviceKey = tuple[str, str, str]
@@ -199,8 +199,9 @@ class Pool:
     candidates: dict[tuple[str, ...], CandidateList] = field(default_factory=dict)
     """Devices passing a set of selectors, per set: valid as long as the pool is."""
     members: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict)
-    """Names of the devices passing each set of selectors: the same for every order of the
-    same devices, so shared (not copied) by every reordering of the pool."""
+    """Names of the devices passing each set of selectors, among every device of ``by_name``:
+    the same for every order and subset the node lists, so shared (not copied) by every
+    reordering of the pool."""
     needs: dict[tuple[str, ...], dict[Any, tuple[tuple[CounterKey, int], ...]]] = field(
         default_factory=dict
     )
@@ -226,8 +227,9 @@ class Pool:
         return pool
 
     def reordered(self, names: Sequence[str]) -> Pool:
-        """The same devices in a new order (a republish that only reorders), as the next
-        generation; selector results carry over (``members``, shared)."""
+        """Devices of this pool's node in a new order, all or some (a republish that reorders,
+        or lists only the profiles the cluster asks for), as the next generation; selector
+        results carry over (``members``, shared)."""
         by_name = self.by_name
         devices = [by_name[n] for n in names]
         pool = Pool(

@@ -20,11 +20,16 @@ from typing import Any, cast
 
 from kube import documents
 from sim.errors import ScenarioError, UnknownNameError
+from slicer.demand import ADVERTISED_PROFILES_CHOICES, AdvertisedProfiles
 from slicer.errors import SlicerError
 from slicer.gpu_model import GpuModel
 from slicer.gpuspec import parse_gpu_spec
 from slicer.inventory import Mode
 from slicer.layout import LayoutError, StaticLayout
+
+DEFAULT_DEMAND_LATENCY_S = 2.0
+"""From a pod of a new shape to its profile on every node, as the scheduler benchmark measures
+it on the real scheduler (``bench/bench_scheduler.py --new-shape``): well under this."""
 
 Obj = dict[str, Any]
 
@@ -143,6 +148,11 @@ class Scenario:
     layouts: Mapping[str, StaticLayoutSpec]
     pods: tuple[PodSpec, ...]
     seed: int
+    advertised_profiles: AdvertisedProfiles = "asked"
+    """The agents' ``--advertised-profiles``: what the cluster asks for, or every profile."""
+    demand_latency_s: float = DEFAULT_DEMAND_LATENCY_S
+    """From a pod of a new shape to its profile advertised on every node (the agents see the
+    template, republish; the scheduler tries the pod again)."""
 
     @property
     def gpu_count(self) -> int:
@@ -304,7 +314,17 @@ def parse_scenario(data: Any, *, seed: int | None = None, source: str = "<scenar
     if node_rule not in NODE_RULES:
         raise ScenarioError(f"scheduler.nodeRule: {node_rule!r} is not one of {NODE_RULES}")
     agent = _mapping(top.get("agent"), "agent")
-    _unknown(agent, ("republishMinInterval", "republishQuiet"), "agent")
+    _unknown(
+        agent,
+        ("republishMinInterval", "republishQuiet", "advertisedProfiles", "demandLatency"),
+        "agent",
+    )
+    advertised = str(agent.get("advertisedProfiles", "asked"))
+    if advertised not in ADVERTISED_PROFILES_CHOICES:
+        raise ScenarioError(
+            f"agent.advertisedProfiles: {advertised!r} is not one of "
+            f"{', '.join(ADVERTISED_PROFILES_CHOICES)}"
+        )
     version_text = str(top.get("kubernetes", "1.36"))
     match = re.match(r"^1\.(3[4-9])$", version_text)
     if not match:
@@ -353,6 +373,10 @@ def parse_scenario(data: Any, *, seed: int | None = None, source: str = "<scenar
         layouts=layouts,
         pods=tuple(pods),
         seed=used_seed,
+        advertised_profiles=advertised,
+        demand_latency_s=parse_duration(
+            agent.get("demandLatency", DEFAULT_DEMAND_LATENCY_S), "agent.demandLatency"
+        ),
     )
 
 

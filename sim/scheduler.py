@@ -75,6 +75,16 @@ class Scheduler:
         self.versions[node] += 1
         self.changes.append(node)
 
+    def published_more(self) -> None:
+        """The nodes advertise more devices (the cluster asked for a new profile): what was
+        proven unable to fit, or to score well, may now. Forget it; every node changed."""
+        for cache in (self._parsed, self._top, self._never, self.infeasible):
+            cache.clear()
+        self.failed_everywhere.clear()
+        self.scores.clear()
+        for node in self.nodes:
+            self.touch(node)
+
     def _nodes(self, shape: Any) -> list[str] | None:
         """Nodes worth trying: all (None) or, after a failure everywhere, the changed ones."""
         since = self.failed_everywhere.get(shape)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -171,9 +172,17 @@ def test_noon_burst_serves_the_whole_burst_at_noon_where_the_static_layout_serve
     static_waits = static.waits_by_workload["noon-burst"]
     assert static_waits[1] > 0
     assert slicer.served_by_workload["noon-burst"] == (7, 7)
-    assert slicer.waits_by_workload["noon-burst"] == (0.0, 0.0)
+    # The burst's profile is new at noon: its first pods wait for the agents to advertise it.
+    mean, p95 = slicer.waits_by_workload["noon-burst"]
+    assert 0 < mean < p95 <= load_scenario("noon-burst").demand_latency_s
     assert slicer.served_by_workload["training-3g"] == (1, 1)
     assert all(p == [] for p in comparison.problems.values())
+
+
+def test_with_every_profile_advertised_the_burst_waits_for_nothing() -> None:
+    scenario = replace(load_scenario("noon-burst"), advertised_profiles="all")
+    [slicer] = compare(scenario, ["gpu-slicer-best-fit"]).results
+    assert slicer.waits_by_workload["noon-burst"] == (0.0, 0.0)
 
 
 def test_a_pod_the_webhook_denies_is_counted_as_rejected_and_never_placed() -> None:

@@ -39,11 +39,12 @@ def test_the_device_plugin_holds_whole_gpus_but_its_pods_need_far_less(noon: obj
     lines = {line.label.split(" = ")[0]: line for line in timelines(noon)}  # type: ignore[arg-type]
     plugin = lines["device-plugin"]
     assert plugin.held_mean > 0.9 and plugin.needed_mean < 0.5 * plugin.held_mean
-    # 10 pods: the device plugin starts one on arrival; gpu-slicer starts nine and the
-    # training pod after a wait.
+    # 10 pods: the device plugin starts one on arrival; gpu-slicer starts six, the training pod
+    # after a wait, and the first pod of each of the three profiles the day asks for once the
+    # agents advertise it (the scenario's demandLatency, 2 s).
     assert (plugin.on_arrival, plugin.on_arrival + plugin.later + plugin.never) == (1, 10)
     [slicer] = [line for line in lines.values() if "gpu-slicer-best-fit" in line.label]
-    assert (slicer.on_arrival, slicer.later, slicer.never) == (9, 1, 0)
+    assert (slicer.on_arrival, slicer.later, slicer.never) == (6, 4, 0)
     # At 12:05 the burst waits under the device plugin and not under gpu-slicer.
     at = slicer.times_h.index(next(t for t in slicer.times_h if t >= 12 + 5 / 60))
     assert slicer.waiting[at] == 0 and plugin.waiting[at] >= 7
@@ -110,5 +111,6 @@ def test_per_workload_columns_stay_apart_whatever_the_names() -> None:
     assert header.split() == ["strategy", long_a, long_b]
     assert row.split()[:2] == ["gpu-slicer-best-fit", "1/1"]
     # every cell ends where its header ends, two spaces at least between columns
-    assert row.index("(0s)") + len("(0s)") == header.index(long_a) + len(long_a)
+    wait = row.split()[2]  # "(2s)": the profile waited for the agents to advertise it
+    assert row.index(wait) + len(wait) == header.index(long_a) + len(long_a)
     assert "  " + long_a in header

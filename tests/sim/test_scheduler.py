@@ -19,6 +19,8 @@ def _scenario(rule: str) -> Scenario:
     return parse_scenario(
         {
             "scheduler": {"nodeRule": rule},
+            # Every profile published from the start: these tests follow the scheduler alone.
+            "agent": {"advertisedProfiles": "all"},
             "nodes": [
                 {"name": "n-a", "gpus": "H100-80GB:1"},
                 {"name": "n-b", "gpus": "H100-80GB:1"},
