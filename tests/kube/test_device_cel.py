@@ -1,4 +1,4 @@
-"""kube.device_cel, the model of the scheduler's CEL environment, on ResourceSlice device entries."""
+"""kube.device_cel, the scheduler's CEL environment, on ResourceSlice device entries."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from kube.device_cel import DeviceView, matches
-from kube.device_cel import SelectorError
+from kube.device_cel import DeviceView, SelectorError, matches
 
 DRIVER = "gpu-slicer.io"
 
