@@ -21,8 +21,8 @@ from celpy import celtypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kube.quantity import parse_bytes
 from kube.device_cel import DeviceView, matches, program
+from kube.quantity import parse_bytes
 from slicer import catalog
 from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.simulated import SimulatedBackend
