@@ -328,7 +328,11 @@ def soak(
     clients: int = 4,
     kill_every_s: float = 2.0,
     restart_every_s: float = 3.0,
+    min_faults: int = 0,
+    max_seconds: float = 120.0,
 ) -> Figures:
+    """Run for ``seconds``, then on until each fault happened ``min_faults`` times (a loaded
+    machine restarts the agent more slowly than the schedule asks), ``max_seconds`` at most."""
     figures = Figures()
     folder = Path(tempfile.mkdtemp(prefix="gs-soak-", dir="/tmp"))  # short unix socket paths
     process: subprocess.Popen[bytes] | None = None
@@ -351,6 +355,12 @@ def soak(
         for thread in threads:
             thread.start()
         time.sleep(seconds)
+        deadline = started + max(seconds, max_seconds)
+        while (
+            min(figures.worker_kills, figures.agent_restarts) < min_faults
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
         stop.set()
         for thread in threads:
             thread.join(timeout=120)

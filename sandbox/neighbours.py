@@ -20,6 +20,7 @@ scheduler benchmark's hollow nodes and the end-to-end tier.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from slicer import catalog
@@ -77,6 +78,13 @@ def _attributes(info: GpuInfo, kind: str, profile: Profile | None) -> Obj:
     return attrs
 
 
+def _counters(budgets: dict[str, int], slices: range | tuple[int, ...]) -> Obj:
+    """Counter names are DNS labels (``copy-engines``), unlike capacity names (``copyEngines``)."""
+    kebab = {k: re.sub(r"([A-Z])", lambda m: "-" + m.group(1).lower(), k) for k in budgets}
+    counters = {kebab[k]: {"value": str(v)} for k, v in budgets.items()}
+    return counters | {f"memory-slice-{i}": {"value": "1"} for i in slices}
+
+
 def _capacity(budgets: dict[str, int]) -> Obj:
     return {name: {"value": str(value)} for name, value in budgets.items()}
 
@@ -92,8 +100,7 @@ def _device(info: GpuInfo, model: GpuModel, profile: Profile | None, start: int)
         slices = profile.covers(start)
         token = profile.name.replace(".", "").replace("+", "-")
         name = f"gpu-{info.minor}-mig-{token}-{profile.typical_id}-{start}"
-    consumed = {k: {"value": str(v)} for k, v in budgets.items()}
-    consumed |= {f"memory-slice-{i}": {"value": "1"} for i in slices}
+    consumed = _counters(budgets, slices)
     return {
         "name": name,
         "attributes": _attributes(info, "gpu" if profile is None else "mig", profile),
@@ -104,8 +111,7 @@ def _device(info: GpuInfo, model: GpuModel, profile: Profile | None, start: int)
 
 def _counter_set(info: GpuInfo, model: GpuModel) -> Obj:
     budgets = _budgets(model.multiprocessors, model.engines, model.memory_bytes)
-    counters = {k: {"value": str(v)} for k, v in budgets.items()}
-    counters |= {f"memory-slice-{i}": {"value": "1"} for i in range(model.memory_slices)}
+    counters = _counters(budgets, range(model.memory_slices))
     return {"name": f"gpu-{info.minor}-counter-set", "counters": counters}
 
 

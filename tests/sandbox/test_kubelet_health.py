@@ -172,7 +172,9 @@ def short_dir() -> Iterator[Path]:
 
 
 def _agent(root: Path, backend: SimulatedBackend) -> NodeAgent:
-    return NodeAgent(agent_config(root, "n"), backend=backend, api=InMemoryKubeApi())
+    # every profile published: the stream reports the devices a node advertises
+    config = agent_config(root, "n", advertised_profiles="all")
+    return NodeAgent(config, backend=backend, api=InMemoryKubeApi())
 
 
 def test_the_watch_follows_a_real_agents_stream_and_stops(short_dir: Path) -> None:
