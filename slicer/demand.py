@@ -57,6 +57,7 @@ DEFAULT_WITHDRAW_AFTER_S = 1800.0
 """How long a profile nobody asks for any more stays advertised (``--withdraw-after``)."""
 
 Reason = Literal["asked", "recent", "floor", "all"]
+REASONS: tuple[Reason, ...] = get_args(Reason)
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,19 @@ class Advertised:
             return "all"
         kept = {p: r for p, r in self.reasons.items() if self.allows(p)}
         return ",".join(f"{p}={r}" for p, r in sorted(kept.items()))
+
+    @classmethod
+    def parse(cls, text: str) -> Advertised:
+        """The annotation read back (``gpu-slicer status``); an entry it cannot read is left
+        out, since a newer agent may write reasons this release does not know."""
+        if text.strip() == "all":
+            return EVERY_PROFILE
+        reasons: dict[str, Reason] = {}
+        for entry in text.split(","):
+            profile, _, reason = entry.strip().partition("=")
+            if profile and reason in REASONS:
+                reasons[profile] = reason  # type: ignore[assignment]
+        return cls(reasons)
 
 
 EVERY_PROFILE = Advertised(every=True)

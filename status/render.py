@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from slicer.demand import Advertised
 from status.view import ClusterStatus, Gpu, Instance, Node
 
 Obj = dict[str, Any]
@@ -53,8 +54,15 @@ def _node_json(node: Node) -> Obj:
         "generation": node.generation,
         "memorySlices": node.memory_slices,
         "freeMemorySlices": node.free,
+        "advertised": _advertised_json(node.advertised),
         "gpus": [_gpu_json(g) for g in node.gpus],
     }
+
+
+def _advertised_json(advertised: Advertised | None) -> Obj | None:
+    if advertised is None:
+        return None
+    return {"everyProfile": advertised.every, "profiles": dict(sorted(advertised.reasons.items()))}
 
 
 def _gpu_json(gpu: Gpu) -> Obj:
@@ -128,6 +136,8 @@ def picture(nodes: Sequence[Node], *, width: int = 80) -> str:
     blocked = False
     for node in nodes:
         out.write(node_header(node, width=width) + "\n")
+        if node.advertised is not None:
+            out.write(advertised_line(node.advertised) + "\n")
         for gpu in node.gpus:
             head = "  " + str(gpu.index).rjust(index_width) + "  "
             if with_mode:
@@ -169,6 +179,19 @@ def node_header(node: Node, *, width: int = 80) -> str:
             f"{node.memory_slices} memory slices free"
         )
     return line
+
+
+def advertised_line(advertised: Advertised) -> str:
+    """``  advertises 1g.10gb (asked), 2g.20gb (recent), 3g.40gb (floor)``: what pods of which
+    shapes can be placed on the node now, and why each profile is there."""
+    if advertised.every:
+        return "  advertises every profile (--advertised-profiles all)"
+    if not advertised.reasons:
+        return (
+            "  advertises no MIG profile (no claim asks for one; --always-advertise sets a floor)"
+        )
+    shown = ", ".join(f"{p} ({r})" for p, r in sorted(advertised.reasons.items()))
+    return f"  advertises {shown}"
 
 
 def _product(gpu: Gpu) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from kube.quantity import parse_count
 from slicer import catalog, gpu_model
+from slicer.demand import Advertised
 from slicer.devices import SliceSpec, parse_device_name
 from slicer.errors import SlicerError
 from slicer.identity import (
@@ -35,6 +36,7 @@ from slicer.identity import (
     TYPE_ATTRIBUTE,
     UNHEALTHY_TAINT,
 )
+from slicer.inventory import ADVERTISED_ANNOTATION
 from slicer.scaling import partitionable_scales, quadratic_warning
 
 Obj = dict[str, Any]
@@ -128,6 +130,9 @@ class Node:
     generation: int
     """The pool generation shown (-1: the node publishes no slices)."""
     gpus: tuple[Gpu, ...]
+    advertised: Advertised | None = None
+    """The profiles the node's agent advertises and why (None: its slices do not say: the
+    static layout, or an agent before demand-driven advertising)."""
 
     @property
     def memory_slices(self) -> int:
@@ -497,13 +502,21 @@ def build_status(
             _gpu_view(name, index, facts[index], placed_here.get(index, []), by_ref, notes)
             for index in sorted(facts)
         ]
-        nodes.append(Node(name, generation, tuple(gpus)))
+        nodes.append(Node(name, generation, tuple(gpus), _advertised(pool_slices)))
         if not pool_slices:
             notes.append(
                 f"node {name} publishes no gpu-slicer.io ResourceSlices, but claims "
                 "hold devices there (is its agent running?)"
             )
     return ClusterStatus(tuple(nodes), _namespaces(namespaces, pod_list, held), tuple(notes))
+
+
+def _advertised(pool_slices: Sequence[Obj]) -> Advertised | None:
+    for obj in pool_slices:
+        text = ((obj.get("metadata") or {}).get("annotations") or {}).get(ADVERTISED_ANNOTATION)
+        if isinstance(text, str):
+            return Advertised.parse(text)
+    return None
 
 
 def parse_device_name_index(device: str) -> int | None:

@@ -8,7 +8,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from status.render import as_json, cell_width, picture, table
+from slicer.demand import EVERY_PROFILE, Advertised
+from status.render import advertised_line, as_json, cell_width, picture, table
 from status.view import ClusterStatus, build_status
 from tests.support.status_fixtures import INFER, STATUS_SCHEMA, claim, node_slices, sandbox_like
 
@@ -112,6 +113,24 @@ def test_cells_are_as_wide_as_the_width_allows_within_bounds() -> None:
     assert cell_width(8, 73) == 8  # 8 cells of 8 and 9 bars
     assert cell_width(8, 10) == 1
     assert cell_width(1, 500) == 24
+
+
+def test_each_node_says_which_profiles_it_advertises_and_why() -> None:
+    reasons = {"3g.40gb": "floor", "1g.10gb": "asked", "2g.20gb": "recent"}
+    assert (
+        advertised_line(Advertised(reasons))  # type: ignore[arg-type]
+        == "  advertises 1g.10gb (asked), 2g.20gb (recent), 3g.40gb (floor)"
+    )
+    assert "every profile" in advertised_line(EVERY_PROFILE)
+    assert "no MIG profile" in advertised_line(Advertised())
+    slices = node_slices("n", "A100-80GB:1", profiles=Advertised({"1g.10gb": "asked"}))
+    text = table(build_status(slices, [], [], []), width=80)
+    assert text.splitlines()[:2] == [
+        "n: 1 GPU A100-SXM4-80GB, 8 of 8 memory slices free",
+        "  advertises 1g.10gb (asked)",
+    ]
+    node = as_json(build_status(slices, [], [], []))["nodes"][0]
+    assert node["advertised"] == {"everyProfile": False, "profiles": {"1g.10gb": "asked"}}
 
 
 def test_the_json_document_follows_its_schema_in_every_mode() -> None:

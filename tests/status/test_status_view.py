@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from slicer.demand import EVERY_PROFILE, ClaimAsks, Demand
+from slicer.profile_filter import ProfileFilter
 from status.view import ClusterStatus, PodRef, build_status
 from tests.support.status_fixtures import (
     INFER,
@@ -113,6 +115,22 @@ def test_only_the_newest_generation_of_a_pool_counts() -> None:
     status = _status(slices=old + new)
     assert status.node("n").generation == 4
     assert status.node("n").gpus[0].blocked == (2, 3)
+
+
+def test_a_node_shows_the_profiles_it_advertises_and_why() -> None:
+    demand = Demand(
+        frozenset({"1g.10gb", "2g.20gb", "3g.40gb"}), floor=ProfileFilter.parse("3g.40gb")
+    )
+    demand.observe(ClaimAsks(frozenset({"2g.20gb"})), 0.0)
+    demand.observe(ClaimAsks(frozenset({"1g.10gb"})), 1.0)  # 2g.20gb: asked a moment ago
+    slices = node_slices("n", "A100-80GB:1", profiles=demand.advertised(2.0))
+    advertised = _status(slices=slices).node("n").advertised
+    assert advertised is not None
+    assert dict(advertised.reasons) == {"1g.10gb": "asked", "2g.20gb": "recent", "3g.40gb": "floor"}
+    every = node_slices("m", "A100-80GB:1", profiles=EVERY_PROFILE)
+    assert _status(slices=every).node("m").advertised == EVERY_PROFILE
+    # the static layout and agents before demand-driven advertising say nothing
+    assert _status(slices=node_slices("s", "A100-80GB:1")).node("s").advertised is None
 
 
 def test_slices_taken_by_an_instance_gpu_slicer_did_not_create_are_blocked_not_free() -> None:

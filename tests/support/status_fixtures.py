@@ -11,6 +11,7 @@ from typing import Any
 from slicer import catalog
 from slicer.devices import SliceSpec
 from slicer.inventory import DeviceTaint, GpuState, Mode, default_mode, plan_pool
+from slicer.profile_filter import ProfileChoice
 from slicer.simulated import SimulatedBackend
 
 Obj = dict[str, Any]
@@ -27,6 +28,7 @@ def node_slices(
     unhealthy: Sequence[int] = (),
     server_version: tuple[int, int] = (1, 36),
     generation: int = 1,
+    profiles: ProfileChoice | None = None,
 ) -> list[Obj]:
     """The ResourceSlices the agent publishes for ``node`` with simulated ``gpus``;
     ``foreign`` are MIG instances made behind the agent's back (on the GPU, in no claim),
@@ -63,6 +65,7 @@ def node_slices(
         generation=generation,
         policy="best-fit",
         static=static,
+        profiles=profiles,
     ).slices
 
 
@@ -223,12 +226,33 @@ STATUS_SCHEMA: Obj = {
             "items": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["name", "generation", "memorySlices", "freeMemorySlices", "gpus"],
+                "required": [
+                    "name",
+                    "generation",
+                    "memorySlices",
+                    "freeMemorySlices",
+                    "advertised",
+                    "gpus",
+                ],
                 "properties": {
                     "name": {"type": "string"},
                     "generation": {"type": "integer"},
                     "memorySlices": {"type": "integer", "minimum": 0},
                     "freeMemorySlices": {"type": "integer", "minimum": 0},
+                    "advertised": {
+                        "type": ["object", "null"],
+                        "additionalProperties": False,
+                        "required": ["everyProfile", "profiles"],
+                        "properties": {
+                            "everyProfile": {"type": "boolean"},
+                            "profiles": {
+                                "type": "object",
+                                "additionalProperties": {
+                                    "enum": ["asked", "recent", "floor", "all"]
+                                },
+                            },
+                        },
+                    },
                     "gpus": {
                         "type": "array",
                         "items": {
