@@ -201,7 +201,7 @@ class Advertised:
         for entry in text.split(","):
             profile, _, reason = entry.strip().partition("=")
             if profile and reason in REASONS:
-                reasons[profile] = reason  # type: ignore[assignment]
+                reasons[profile] = reason
         return cls(reasons)
 
 

@@ -7,9 +7,7 @@ from bench.soak import soak
 
 
 def test_killed_workers_and_a_restarted_agent_lose_nothing() -> None:
-    figures = soak(
-        5.0, workers=2, clients=2, kill_every_s=1.0, restart_every_s=1.5, min_faults=2
-    )
+    figures = soak(5.0, workers=2, clients=2, kill_every_s=1.0, restart_every_s=1.5, min_faults=2)
     assert figures.worker_kills >= 2 and figures.agent_restarts >= 2  # the faults happened
     assert figures.admissions_ok > 0 and figures.prepares_ok > 0
     assert figures.failed_other == 0, figures.problems
