@@ -5,13 +5,14 @@ agent per node on simulated GPUs, kubelet stand-ins) with nodes of several shape
 claims ONE AT A TIME through the real scheduler and, before each, asks ``sim.allocator`` the same
 question:
 
-1. wait until the node's ResourceSlices are settled (no write for ``--settle`` seconds, the pool
-   complete): the agent republishes a new device order (best-fit) shortly after every allocation
-   change, and the scheduler must see the slices this script reads;
-2. read every ResourceSlice, every DeviceClass and every allocated ResourceClaim back from the
-   apiserver;
-3. create the ResourceClaim (the spec the webhook's template gives the pod) and ask the model
-   (``sim.agreement.model_outcome``) what it would allocate on the node;
+1. create the ResourceClaim (the spec the webhook's template gives the pod): every claim counts
+   as demand, so a node that does not advertise its profile yet republishes first;
+2. wait until the node's ResourceSlices are settled (no write for ``--settle`` seconds, the pool
+   complete): the agent also republishes a new device order (best-fit) shortly after every
+   allocation change, and the scheduler must see the slices this script reads;
+3. read every ResourceSlice, every DeviceClass and every allocated ResourceClaim back from the
+   apiserver and ask the model (``sim.agreement.model_outcome``) what it would allocate on the
+   node (asked again if the pool still moved while the scheduler decided);
 4. create a pod that uses the claim (``resourceClaimName``), pinned to the node by a
    ``kubernetes.io/hostname`` nodeSelector (so the scheduler decides; ``spec.nodeName`` would
    bypass it), and wait until the claim is allocated or the pod is Unschedulable;
@@ -151,9 +152,9 @@ class Replay:
 
     def place(self, pod: ReplayPod, attempt: int) -> bool:
         name = f"{pod.name}-{attempt}"
-        slices = self.settled_slices(pod.node)
-        generation = _generation(slices, pod.node)
         allocated = self.allocated_claims()
+        # The claim first: every claim counts as demand, so a node that did not advertise its
+        # profile yet republishes (docs/agent.md) before the slices are read and the pod exists.
         claim = self.api.create(
             {
                 "apiVersion": RESOURCE,
@@ -166,6 +167,8 @@ class Replay:
                 "spec": pod.claim_spec,
             }
         )
+        slices = self.settled_slices(pod.node)
+        generation = _generation(slices, pod.node)
         model = model_outcome(
             claim,
             node=pod.node,
@@ -176,7 +179,20 @@ class Replay:
         self.api.create(_pod(name, pod.node, pod.claim_spec))
         real, note = self._decision(name, model)
         after = _generation(self.node_slices(pod.node), pod.node)
-        if after != generation and real.status != ALLOCATED:
+        if after != generation and model.status != ALLOCATED:
+            # The agent republished for the claim's new profile only after the slices were
+            # read (later than --settle): the model is asked again on the new pool.
+            model = model_outcome(
+                claim,
+                node=pod.node,
+                slices=self.settled_slices(pod.node),
+                device_classes=self.device_classes(),
+                allocated_claims=allocated,
+            )
+            note = _join(
+                note, f"republished for a new profile (generation {generation} -> {after})"
+            )
+        elif after != generation and real.status != ALLOCATED:
             note = _join(note, f"pool generation {generation} -> {after} during the step")
             self.slice_moves += 1
         step = Step(pod.workload, name, pod.node, real, model, note)

@@ -1,28 +1,34 @@
-"""gpu-slicer's claims on the real kube-scheduler at cluster size, against a plain-device baseline.
+"""gpu-slicer's claims on the real kube-scheduler at cluster size, against its baselines.
 
 For each Kubernetes release and node count, one control plane (built like the sandbox's) with
 hollow nodes (:mod:`sandbox.hollow`: Node objects and ResourceSlices, nothing behind them), and
-in that one run, one after the other on the same nodes:
+in that one run, one after the other on the same nodes. Every node has a NIC driver beside its GPUs (:mod:`sandbox.neighbours`: 8 RDMA virtual
+functions per node, as real GPU nodes have), whose pods are the measure of what a GPU driver's
+pools cost everyone else. One GPU driver's pools at a time:
 
-1. ``plain``: pods whose claim asks for one device of another driver that publishes as many
-   devices per node as gpu-slicer does, without counters (the baseline);
-2. gpu-slicer's slices are added to every node (what ``gpu-slicer slices --gpus SPEC`` prints);
-3. ``plain-gs``: the same plain pods again, now beside gpu-slicer's slices: what gpu-slicer
-   costs everyone else;
-4. gpu-slicer's claim shapes, as the webhook writes them for the default policy:
-   ``single`` (``nvidia.com/mig-1g.10gb: 1``), ``fallback`` (profiles annotation
-   ``1g.10gb,2g.20gb,3g.40gb``), ``memory`` (``gpu-slicer.io/gpu-memory: 20Gi``), ``whole``
-   (``nvidia.com/gpu: 1``), ``nvlink`` (``nvidia.com/gpu: 2``, NVLink first);
-5. with ``--static``: the same nodes in the static layout (the agent's ``--publish static``
-   mode: the layout's instances only, no counters), ``plain-static`` and the shapes again;
-6. with ``--profiles LIST``: the partitionable layout again with only those profiles (the
-   agent's ``--profiles``), ``plain-profiles`` and the shapes again (``single-profiles``...);
-7. with ``--minimal-attributes``: the partitionable layout again with the agent's
-   ``--attributes minimal``, ``plain-minimal`` and the shapes again (``single-minimal``...);
-   with ``--profiles`` too, also the two settings together (``single-profiles-minimal``...),
-   with ``--static`` too, the static layout with minimal attributes (``single-static-minimal``...).
+1. ``nic``: the NIC's pods alone (the baseline for ``nic-*``);
+2. ``plain``: a plain-device driver with as many devices per node as gpu-slicer publishes, no
+   counters: the baseline for gpu-slicer's own pods;
+3. NVIDIA's DynamicMIG layout for the same GPUs (the peer): ``nic-nvidia``, and the webhook's
+   NVIDIA target (claims for ``mig.nvidia.com``) in ``single-nvidia`` and ``memory-nvidia``;
+4. gpu-slicer advertising every profile: ``nic-gs`` and its claim shapes as the webhook writes
+   them for the default policy: ``single`` (``nvidia.com/mig-1g.10gb: 1``), ``fallback``
+   (profiles annotation ``1g.10gb,2g.20gb,3g.40gb``), ``memory`` (``gpu-slicer.io/gpu-memory:
+   20Gi``), ``whole`` (``nvidia.com/gpu: 1``), ``nvlink`` (``nvidia.com/gpu: 2``, NVLink first),
+   and the chains with ``--models`` (``fallback-models``, ``memory-models``);
+5. gpu-slicer advertising what is asked (``--demand``, the agent's default
+   ``--advertised-profiles asked``): ``nic-asked``, ``single-asked``, ``fallback-asked``,
+   ``memory-asked``;
+6. the same pools under a driver name that sorts after every other (``z.gpu-slicer.io``):
+   ``nic-last`` and the shapes (``single-last``...): where gpu-slicer's pools should sort;
+7. with ``--static``, ``--profiles LIST`` and ``--minimal-attributes`` (alone and together): the
+   agent's other publishing settings, ``nic-static``, ``single-static``... and so on.
 
-A warm-up run of plain pods comes first, unrecorded. Each run creates its pods held by a
+With ``--new-shape ROUNDS`` it measures instead how long a pod of a shape no node advertises yet
+waits, from its creation to its binding, with hollow agents publishing what is asked
+(:mod:`sandbox.hollow_agents`).
+
+A warm-up run of NIC pods comes first, unrecorded. Each run creates its pods held by a
 scheduling gate, each with its own ResourceClaim, releases them together and times until every
 pod is bound (or ``--timeout`` passed: pods/s is then what was bound in that time); scheduler
 CPU per pod is read from /proc. Runs are cleared before the next (pods deleted, claims
@@ -30,8 +36,9 @@ deallocated by the controller manager). Ratios within one run are the figures to
 shared machine; absolute rates move with the host.
 
     python bench/bench_scheduler.py [--versions 1.36,1.37] [--nodes 20,100,250] [--pods 100]
-        [--gpus A100-80GB:8] [--timeout 60] [--static] [--profiles LIST] [--minimal-attributes]
-        [--workloads plain,single,...] [--json FILE]
+        [--gpus A100-80GB:8] [--timeout 60] [--demand 1g.10gb,3g.40gb] [--static]
+        [--profiles LIST] [--minimal-attributes] [--workloads nic,single,...] [--json FILE]
+    python bench/bench_scheduler.py --new-shape 3 [--versions 1.37] [--nodes 100]
 
 On 1.35 the DRAPartitionableDevices gate (alpha, off by default) is turned on for the run.
 Builds each release's binaries into the cache on first use (``sandbox.binaries``); loopback
@@ -41,15 +48,18 @@ only; every control plane is stopped on exit, errors, Ctrl-C and SIGTERM include
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -60,18 +70,30 @@ from sandbox.hollow import (  # noqa: E402
     PLAIN_DRIVER,
     HollowCluster,
     RunResult,
+    as_driver,
     device_count,
     gpu_slicer_slices,
     plain_claim_spec,
     plain_device_class,
     plain_slices,
 )
+from sandbox.hollow_agents import HollowAgents  # noqa: E402
+from sandbox.neighbours import (  # noqa: E402
+    NVIDIA_DRIVER,
+    dynamic_mig_slices,
+    nic_claim_spec,
+    nic_device_class,
+    nic_slices,
+    nvidia_device_classes,
+)
 from sim import scheduler_cost  # noqa: E402
 from sim.agreement import claim_spec_for  # noqa: E402
+from slicer.demand import asked_for  # noqa: E402
 from slicer.deviceclasses import device_classes  # noqa: E402
-from slicer.identity import DRIVER  # noqa: E402
+from slicer.identity import DRIVER, RESOURCE_API  # noqa: E402
 from slicer.layout import StaticLayout  # noqa: E402
-from slicer.profile_filter import ProfileFilter  # noqa: E402
+from slicer.profile_filter import ProfileChoice, ProfileFilter  # noqa: E402
+from slicer.simulated import SimulatedBackend  # noqa: E402
 from webhook.policy import Policy  # noqa: E402
 
 Obj = dict[str, Any]
@@ -84,6 +106,12 @@ SHAPES: dict[str, tuple[Mapping[str, int], Mapping[str, str]]] = {
     "nvlink": ({"nvidia.com/gpu": 2}, {}),
 }
 """Each gpu-slicer workload: the container's legacy resources and the pod's annotations."""
+ASKED_SHAPES = ("single", "fallback", "memory")
+"""The shapes whose profiles the cluster's demand (``--demand``) holds."""
+LAST_DRIVER = "z.gpu-slicer.io"
+"""gpu-slicer's pools under a driver name that sorts after every other driver's."""
+NVIDIA_POLICY = dataclasses.replace(Policy.default(), target="nvidia")
+"""The webhook's NVIDIA target: claims for ``mig.nvidia.com``, selecting ``gpu.nvidia.com``."""
 STATIC_LAYOUT = StaticLayout.from_mapping(
     {
         # An A100-80GB node as a morning's mig-parted config might leave it: half the GPUs in
@@ -166,16 +194,21 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
     try:
         cluster.start()
         server = cluster.api_version
-        cluster.create_all([plain_device_class(args.plain_driver), *device_classes()])
+        classes = [
+            plain_device_class(args.plain_driver),
+            nic_device_class(),
+            *nvidia_device_classes(),
+            *device_classes(drivers=(DRIVER, LAST_DRIVER)),
+        ]
+        cluster.create_all(classes)
         names = [f"node-{i:04d}" for i in range(nodes)]
         cluster.add_nodes(names)
+        # Every node has its RDMA NICs, whatever GPU driver runs beside them.
+        cluster.create_all([s for n in names for s in nic_slices(n)])
         ours = {n: gpu_slicer_slices(n, args.gpus, server) for n in names}
         per_node = device_count(ours[names[0]])
-        cluster.create_all([s for n in names for s in plain_slices(n, per_node, args.plain_driver)])
-        _say(f"{nodes} nodes, {per_node} devices per node and driver; Kubernetes {cluster.release}")
+        _say(f"{nodes} nodes, {per_node} gpu-slicer devices per node; Kubernetes {cluster.release}")
         time.sleep(2)
-
-        plain = plain_claim_spec(args.plain_driver)
 
         def run(workload: str, spec: Obj, label: str | None = None) -> None:
             if args.workloads and (label or workload) not in args.workloads:
@@ -189,55 +222,83 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             )
             results.append(result)
             _say(
-                f"  {name:<14} {result.bound:>4}/{result.released} bound in {result.seconds:6.1f}"
+                f"  {name:<18} {result.bound:>4}/{result.released} bound in {result.seconds:6.1f}"
                 f" s: {result.pods_per_s:7.2f} pods/s, {result.cpu_ms_per_pod:8.1f} ms CPU/pod"
             )
             cluster.clear(f"bench-{name}")
 
-        # Unrecorded: a release's first pods take longer (caches filling, the heap growing),
-        # which would flatter every ratio to the plain baseline measured next.
-        cluster.run("warmup", plain, pods=args.pods, timeout_s=args.timeout)
-        cluster.clear("bench-warmup")
-        run("plain", plain)
-        cluster.create_all([s for n in names for s in ours[n]])
-        time.sleep(2)
-        run("plain", plain, "plain-gs")
-        for shape, (resources, annotations) in SHAPES.items():
-            run(shape, claim_spec_for([resources], annotations=annotations))
-        for shape in ("fallback", "memory"):
-            resources, annotations = SHAPES[shape]
-            spec = claim_spec_for([resources], annotations=annotations, policy=models_policy(args))
-            run(shape, spec, f"{shape}-models")
-        resources, annotations = SHAPES["memory"]
-        run(
-            "memory",
-            without_quantity(claim_spec_for([resources], annotations=annotations)),
-            "memory-noquantity",
-        )
-
-        def variant(suffix: str, shapes: tuple[str, ...] = tuple(SHAPES), **options: Any) -> None:
-            """gpu-slicer's slices again as the agent publishes them with ``options`` (its
-            static layout, ``--profiles``, ``--attributes``), then the plain pods and ``shapes``."""
-            labels = {f"{shape}-{suffix}" for shape in ("plain", *shapes)}
-            if args.workloads and not labels & args.workloads:
-                return
-            cluster.delete_slices(DRIVER)
-            pool = {n: gpu_slicer_slices(n, args.gpus, server, **options) for n in names}
-            cluster.create_all([s for n in names for s in pool[n]])
-            _say(f"  {suffix}: {device_count(pool[names[0]])} devices per node")
+        @contextlib.contextmanager
+        def pools(label: str, slices: dict[str, list[Obj]], driver: str) -> Iterator[None]:
+            """A GPU driver's pools on every node for the runs inside the block."""
+            cluster.create_all([s for n in names for s in slices[n]])
+            _say(f"  {label}: {device_count(slices[names[0]])} devices per node")
             time.sleep(2)
-            run("plain", plain, f"plain-{suffix}")
-            for shape in shapes:
+            try:
+                yield
+            finally:
+                cluster.delete_slices(driver)
+
+        nic = nic_claim_spec()
+        # Unrecorded: a release's first pods take longer (caches filling, the heap growing),
+        # which would flatter every ratio to the baselines measured next.
+        cluster.run("warmup", nic, pods=args.pods, timeout_s=args.timeout)
+        cluster.clear("bench-warmup")
+        run("nic", nic)
+        plain = plain_claim_spec(args.plain_driver)
+        plain_pool = {n: plain_slices(n, per_node, args.plain_driver) for n in names}
+        with pools("plain driver", plain_pool, args.plain_driver):
+            run("plain", plain)
+        nvidia = {n: dynamic_mig_slices(n, args.gpus, server) for n in names}
+        with pools("NVIDIA DynamicMIG", nvidia, NVIDIA_DRIVER):
+            run("nic", nic, "nic-nvidia")
+            for shape in ("single", "memory"):
                 resources, annotations = SHAPES[shape]
-                spec = claim_spec_for([resources], annotations=annotations)
-                run(shape, spec, f"{shape}-{suffix}")
+                spec = claim_spec_for([resources], annotations=annotations, policy=NVIDIA_POLICY)
+                run(shape, spec, f"{shape}-nvidia")
+        with pools("gpu-slicer, every profile", ours, DRIVER):
+            run("nic", nic, "nic-gs")
+            for shape, (resources, annotations) in SHAPES.items():
+                run(shape, claim_spec_for([resources], annotations=annotations))
+            for shape in ("fallback", "memory"):
+                resources, annotations = SHAPES[shape]
+                spec = claim_spec_for(
+                    [resources], annotations=annotations, policy=models_policy(args)
+                )
+                run(shape, spec, f"{shape}-models")
+        asked = {
+            n: gpu_slicer_slices(n, args.gpus, server, profiles=demand(args, n)) for n in names
+        }
+        for suffix, driver, pool in (
+            ("asked", DRIVER, asked),
+            ("last", LAST_DRIVER, {n: as_driver(asked[n], LAST_DRIVER) for n in names}),
+        ):
+            with pools(f"gpu-slicer, asked for {args.demand} ({driver})", pool, driver):
+                run("nic", nic, f"nic-{suffix}")
+                for shape in ASKED_SHAPES:
+                    resources, annotations = SHAPES[shape]
+                    spec = claim_spec_for([resources], annotations=annotations)
+                    run(shape, spec, f"{shape}-{suffix}")
 
         for suffix, shapes, options in variants(args):
-            variant(suffix, shapes, **options)
+            labels = {f"{shape}-{suffix}" for shape in ("nic", *shapes)}
+            if args.workloads and not labels & args.workloads:
+                continue
+            pool = {n: gpu_slicer_slices(n, args.gpus, server, **options) for n in names}
+            with pools(suffix, pool, DRIVER):
+                run("nic", nic, f"nic-{suffix}")
+                for shape in shapes:
+                    resources, annotations = SHAPES[shape]
+                    spec = claim_spec_for([resources], annotations=annotations)
+                    run(shape, spec, f"{shape}-{suffix}")
     finally:
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
     return results
+
+
+def demand(args: argparse.Namespace, node: str) -> ProfileChoice:
+    """What a node advertises when the cluster's claims ask for ``--demand``'s profiles."""
+    return asked_for(args.demand, SimulatedBackend(args.gpus, node_name=node).gpus())
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -250,25 +311,33 @@ def _say(text: str) -> None:
 
 
 def table(rows: list[tuple[str, int, list[RunResult]]]) -> str:
-    """One line per (release, nodes, workload): pods/s, CPU per pod, ratio to ``plain``."""
+    """One line per (release, nodes, workload): pods/s, CPU per pod, the ratio to its baseline
+    (``nic`` for the NIC's pods, ``plain`` for GPU pods), to ``single`` for the chains, and for
+    the NIC's pods the scheduler CPU each loses to the GPU driver's pools beside it."""
     out = [
-        f"{'release':<9} {'nodes':>5}  {'workload':<16} {'pods/s':>8} {'CPU ms/pod':>11}"
-        f" {'x plain':>8} {'x single':>9}"
+        f"{'release':<9} {'nodes':>5}  {'workload':<20} {'pods/s':>8} {'CPU ms/pod':>11}"
+        f" {'x base':>7} {'x single':>9} {'+ms/pod':>8}"
     ]
     for release, nodes, results in rows:
         rate = {r.workload: r.pods_per_s for r in results}
+        cpu = {r.workload: r.cpu_ms_per_pod for r in results}
         for r in results:
-            base = rate.get("plain")
             shape, dash, variant = r.workload.partition("-")
+            base = rate.get("nic" if shape == "nic" else "plain")
             single = rate.get(f"single{dash}{variant}") or rate.get("single")
-            vs_plain = f"{r.pods_per_s / base:.2f}" if base else "-"
+            vs_base = f"{r.pods_per_s / base:.2f}" if base else "-"
             vs_single = (
                 f"{r.pods_per_s / single:.2f}" if single and shape in ("memory", "fallback") else ""
             )
+            lost = (
+                f"{r.cpu_ms_per_pod - cpu['nic']:.1f}"
+                if shape == "nic" and variant and "nic" in cpu
+                else ""
+            )
             partial = "" if r.bound == r.released else f" ({r.bound}/{r.released})"
             out.append(
-                f"{release:<9} {nodes:>5}  {r.workload + partial:<16} {r.pods_per_s:>8.2f}"
-                f" {r.cpu_ms_per_pod:>11.1f} {vs_plain:>8} {vs_single:>9}"
+                f"{release:<9} {nodes:>5}  {r.workload + partial:<20} {r.pods_per_s:>8.2f}"
+                f" {r.cpu_ms_per_pod:>11.1f} {vs_base:>7} {vs_single:>9} {lost:>8}"
             )
     return "\n".join(out)
 
@@ -295,6 +364,13 @@ def main() -> int:
         action="store_true",
         help="also measure the partitionable layout with the agent's --attributes minimal",
     )
+    parser.add_argument(
+        "--demand",
+        default="1g.10gb,2g.20gb,3g.40gb",
+        metavar="LIST",
+        help="the profiles the cluster's claims ask for in the 'asked' and 'last' runs "
+        "(default 1g.10gb,2g.20gb,3g.40gb)",
+    )
     parser.add_argument("--workloads", default="", help="only these runs (comma-separated)")
     parser.add_argument(
         "--plain-driver",
@@ -314,6 +390,14 @@ def main() -> int:
         help="measure nothing: turn an earlier --json file into --cost-model",
     )
     parser.add_argument(
+        "--new-shape",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead: with agents advertising what is asked, how long a pod of a shape no "
+        "node advertises yet waits to be bound (ROUNDS rounds of seven profiles)",
+    )
+    parser.add_argument(
         "--template-pods",
         type=int,
         default=0,
@@ -323,6 +407,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.template_pods:
         return template_rates(args)
+    if args.new_shape:
+        return new_shape_waits(args)
     if args.from_json:
         if not args.cost_model:
             parser.error("--from-json needs --cost-model")
@@ -387,6 +473,64 @@ def template_rates(args: argparse.Namespace) -> int:
             flush=True,
         )
     return 0
+
+
+NEW_SHAPES = ("1g.10gb", "2g.20gb", "3g.40gb", "1g.20gb", "4g.40gb", "7g.80gb", "1g.10gb+me")
+"""The profiles asked for one after the other, each new to every node (A100/H100 80GB)."""
+
+
+def new_shape_waits(args: argparse.Namespace) -> int:
+    """How long a pod of a shape no node advertises yet waits for its node, with the agents
+    advertising what is asked (``--advertised-profiles asked``): from the pod's creation (its
+    template made a moment before, as the webhook does) to its binding, per profile, for
+    ``--new-shape`` rounds; every round starts with nothing asked."""
+    for version in args.versions.split(","):
+        for nodes in (int(n) for n in args.nodes.split(",")):
+            waits = _new_shape_round_trips(args, version, nodes)
+            waits.sort()
+            p95 = waits[max(0, math.ceil(0.95 * len(waits)) - 1)]
+            print(
+                f"Kubernetes {version}, {nodes} nodes: {len(waits)} pods of new shapes, waits"
+                f" median {statistics.median(waits):.2f} s, p95 {p95:.2f} s, max {waits[-1]:.2f} s",
+                flush=True,
+            )
+    return 0
+
+
+def _new_shape_round_trips(args: argparse.Namespace, version: str, nodes: int) -> list[float]:
+    folder = Path(tempfile.mkdtemp(prefix=f"bench-newshape-{version}-{nodes}-"))
+    cluster = HollowCluster(folder, k8s_version=version, progress=_say)
+    waits: list[float] = []
+    try:
+        cluster.start()
+        api = cluster.api
+        assert api is not None
+        cluster.create_all([nic_device_class(), *device_classes()])
+        names = [f"node-{i:04d}" for i in range(nodes)]
+        cluster.add_nodes(names)
+        cluster.create_all([s for n in names for s in nic_slices(n)])
+        for round_ in range(args.new_shape):
+            agents = HollowAgents(api, names, args.gpus, cluster.api_version)
+            agents.start()
+            namespace = f"new-shapes-{round_}"
+            cluster.namespace(namespace)
+            try:
+                for profile in NEW_SHAPES:
+                    spec = claim_spec_for([{f"nvidia.com/mig-{profile}": 1}])
+                    wait = cluster.templated_pod_wait(namespace, spec, timeout_s=args.timeout)
+                    waits.append(wait)
+                    _say(f"  round {round_} {profile:<11} bound {wait:6.2f} s after creation")
+            finally:
+                agents.stop()
+                cluster.clear(namespace)
+                kind = "ResourceClaimTemplate"
+                for template in api.list(RESOURCE_API, kind, namespace).items:
+                    api.delete(RESOURCE_API, kind, template["metadata"]["name"], namespace)
+                cluster.delete_slices(DRIVER)
+    finally:
+        cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    return waits
 
 
 def write_cost_model(path: Path, document: list[Obj]) -> None:

@@ -19,6 +19,8 @@ Two kinds of devices:
 
 from __future__ import annotations
 
+import copy
+import itertools
 import os
 import threading
 import time
@@ -35,13 +37,14 @@ from sandbox.cluster import ClusterSetup
 from sandbox.controlplane import ControlPlane, feature_gates
 from sandbox.process import free_port
 from slicer.device_attributes import DeviceAttributes
-from slicer.identity import RESOURCE_API
+from slicer.identity import DRIVER, RESOURCE_API
 from slicer.layout import StaticLayout
 from slicer.preview import preview_pool
-from slicer.profile_filter import ProfileFilter
+from slicer.profile_filter import ProfileChoice
 
 Obj = dict[str, Any]
 T = TypeVar("T")
+_counter = itertools.count()
 
 PLAIN_DRIVER = "plain.devices.example.com"
 """Another vendor's DRA driver, stood in: devices without counters (a NIC, an FPGA, a GPU
@@ -111,7 +114,7 @@ def gpu_slicer_slices(
     server_version: tuple[int, int],
     *,
     static_layout: StaticLayout | None = None,
-    profiles: ProfileFilter | None = None,
+    profiles: ProfileChoice | None = None,
     attributes: DeviceAttributes = "full",
 ) -> list[Obj]:
     """The ResourceSlices gpu-slicer's agent publishes on ``node`` (partitionable, or the static
@@ -126,6 +129,23 @@ def gpu_slicer_slices(
         attributes=attributes,
     )
     return [dict(s) for s in plan.slices]
+
+
+def as_driver(slices: Iterable[Obj], driver: str, domain: str = DRIVER) -> list[Obj]:
+    """The same pool published under another driver name: what a rename of gpu-slicer's
+    driver does to where its pools sort. Attributes and capacities keep their domain
+    (qualified, since it is no longer the driver's), so claims select them unchanged."""
+    out: list[Obj] = []
+    for original in slices:
+        obj = copy.deepcopy(original)
+        obj["metadata"]["name"] = obj["metadata"]["name"].replace(domain, driver)
+        obj["spec"]["driver"] = driver
+        for device in obj["spec"].get("devices") or ():
+            for key in ("attributes", "capacity"):
+                values = device.get(key) or {}
+                device[key] = {(k if "/" in k else f"{domain}/{k}"): v for k, v in values.items()}
+        out.append(obj)
+    return out
 
 
 def device_count(slices: Iterable[Obj]) -> int:
@@ -317,6 +337,30 @@ class HollowCluster:
                 break
         seconds = time.monotonic() - started
         return (claimed_at if claimed_at is not None else seconds), seconds, bound
+
+    def templated_pod_wait(self, namespace: str, claim_spec: Obj, *, timeout_s: float) -> float:
+        """Seconds from a pod's creation to its binding, the pod naming a template of
+        ``claim_spec`` made a moment before (as the webhook makes it); ``timeout_s`` when it
+        was not bound by then."""
+        api = self._api()
+        name = f"shape-{next(_counter)}"
+        api.create(
+            {
+                "apiVersion": RESOURCE_API,
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"spec": claim_spec},
+            }
+        )
+        pod = _templated_pod(namespace, name)
+        pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = name
+        started = time.monotonic()
+        api.create(pod)
+        while time.monotonic() - started < timeout_s:
+            if api.get("v1", "Pod", name, namespace)["spec"].get("nodeName"):
+                return time.monotonic() - started
+            time.sleep(0.05)
+        return timeout_s
 
     def _release(self, namespace: str, names: Sequence[str]) -> None:
         api = self._api()

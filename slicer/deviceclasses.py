@@ -35,12 +35,13 @@ Obj = dict[str, Any]
 EXTENDED_RESOURCE_NAME = LEGACY_GPU
 
 
-def type_selector(device_type: str) -> str:
-    """CEL that matches our driver's devices of one ``type`` attribute."""
-    return (
-        f'device.driver == "{DRIVER}" && '
-        f'device.attributes["{DRIVER}"].{TYPE_ATTRIBUTE} == "{device_type}"'
-    )
+def type_selector(device_type: str, drivers: tuple[str, ...] = (DRIVER,)) -> str:
+    """CEL that matches our devices of one ``type`` attribute, published under any of
+    ``drivers`` (a renamed driver's classes select the old name too, for the pools of agents
+    not yet upgraded)."""
+    names = " || ".join(f'device.driver == "{name}"' for name in drivers)
+    driver = names if len(drivers) == 1 else f"({names})"
+    return f'{driver} && device.attributes["{DRIVER}"].{TYPE_ATTRIBUTE} == "{device_type}"'
 
 
 GPU_SELECTOR = type_selector(GPU_TYPE)
@@ -59,13 +60,16 @@ def device_class(name: str, expression: str, *, extended_resource_name: str | No
     }
 
 
-def device_classes(*, extended_resources: bool = False) -> list[Obj]:
-    """Both classes; with ``extended_resources`` the GPU class serves ``nvidia.com/gpu``."""
+def device_classes(
+    *, extended_resources: bool = False, drivers: tuple[str, ...] = (DRIVER,)
+) -> list[Obj]:
+    """Both classes; with ``extended_resources`` the GPU class serves ``nvidia.com/gpu``;
+    ``drivers``: the driver names whose devices they select."""
     return [
         device_class(
             GPU_CLASS,
-            GPU_SELECTOR,
+            type_selector(GPU_TYPE, drivers),
             extended_resource_name=EXTENDED_RESOURCE_NAME if extended_resources else None,
         ),
-        device_class(MIG_CLASS, MIG_SELECTOR),
+        device_class(MIG_CLASS, type_selector(MIG_TYPE, drivers)),
     ]

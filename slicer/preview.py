@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from slicer import catalog
 from slicer.device_attributes import DeviceAttributes
-from slicer.inventory import Mode, PoolPlan, default_mode, plan_pool
+from slicer.inventory import GpuState, Mode, PoolPlan, default_mode, plan_pool
 from slicer.layout import StaticLayout
 from slicer.observe import ObservedGpu, observe_node
 from slicer.profile_filter import ProfileChoice
@@ -36,6 +36,24 @@ def preview_pool(
 
     Raises :class:`slicer.errors.SlicerError` (bad spec, a layout the GPUs cannot hold) or
     :class:`slicer.inventory.InventoryError`."""
+    return plan_pool(
+        node,
+        preview_gpus(node, gpus, mode=mode, static_layout=static_layout),
+        server_version=server_version,
+        generation=generation,
+        policy=order,
+        static=static_layout is not None,
+        static_layout=static_layout,
+        profiles=profiles,
+        attributes=attributes,
+    )
+
+
+def preview_gpus(
+    node: str, gpus: str, *, mode: Mode | None = None, static_layout: StaticLayout | None = None
+) -> list[GpuState]:
+    """The GPUs of ``node`` as a freshly started agent observes them (simulated ``gpus``; with
+    ``static_layout``, its instances made first, as mig-parted would)."""
     backend = SimulatedBackend(gpus, node_name=node)
     infos = backend.gpus()
     models = [catalog.get_model(info.model) for info in infos]
@@ -51,18 +69,7 @@ def preview_pool(
         )
         for info in infos
     ]
-    view = observe_node(observed, prepared=())  # the layout's instances are no claim's
-    return plan_pool(
-        node,
-        view.gpus,
-        server_version=server_version,
-        generation=generation,
-        policy=order,
-        static=static_layout is not None,
-        static_layout=static_layout,
-        profiles=profiles,
-        attributes=attributes,
-    )
+    return list(observe_node(observed, prepared=()).gpus)  # the layout's instances are no claim's
 
 
 def _create_layout(backend: SimulatedBackend, layout: StaticLayout, count: int) -> None:
