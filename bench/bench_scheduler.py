@@ -2,9 +2,10 @@
 
 For each Kubernetes release and node count, one control plane (built like the sandbox's) with
 hollow nodes (:mod:`sandbox.hollow`: Node objects and ResourceSlices, nothing behind them), and
-in that one run, one after the other on the same nodes. Every node has a NIC driver beside its GPUs (:mod:`sandbox.neighbours`: 8 RDMA virtual
-functions per node, as real GPU nodes have), whose pods are the measure of what a GPU driver's
-pools cost everyone else. One GPU driver's pools at a time:
+in that one run, one after the other on the same nodes. Every node has a NIC driver beside its
+GPUs (:mod:`sandbox.neighbours`: 8 RDMA virtual functions per node, as real GPU nodes have),
+whose pods are the measure of what a GPU driver's pools cost everyone else. One GPU driver's
+pools at a time:
 
 1. ``nic``: the NIC's pods alone (the baseline for ``nic-*``);
 2. ``plain``: a plain-device driver with as many devices per node as gpu-slicer publishes, no
