@@ -383,7 +383,8 @@ def main() -> int:
     parser.add_argument(
         "--cost-model",
         type=Path,
-        help="also write the simulator's cost model (sim/scheduler-cost.yaml's format)",
+        help="also write the simulator's cost model (sim/scheduler-cost.yaml's format); the "
+        "file's points these runs do not measure again are kept",
     )
     parser.add_argument(
         "--from-json",
@@ -548,7 +549,7 @@ def write_cost_model(path: Path, document: list[Obj]) -> None:
         f"bench/bench_scheduler.py, nodes of {', '.join(sorted(gpus))}, "
         f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs shared with other work"
     )
-    scheduler_cost.write(path, measured, runs)
+    scheduler_cost.write(path, measured, runs, merge=True)
 
 
 if __name__ == "__main__":

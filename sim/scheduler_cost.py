@@ -102,13 +102,26 @@ def load(path: Path = COST_FILE) -> CostModel:
         raise ScenarioError(f"scheduler cost model {path}: {type(exc).__name__}: {exc}") from exc
 
 
-def write(path: Path, measured: str, runs: Iterable[tuple[str, int, str, float]]) -> None:
-    """Write a cost model from benchmark runs: (release, nodes, shape, CPU ms per pod)."""
-    releases: dict[str, dict[str, list[list[float]]]] = {}
+def write(
+    path: Path, measured: str, runs: Iterable[tuple[str, int, str, float]], *, merge: bool = False
+) -> None:
+    """Write a cost model from benchmark runs: (release, nodes, shape, CPU ms per pod). With
+    ``merge``, the points of ``path`` that these runs do not measure again are kept (a run of
+    one release and size adds to the model instead of replacing it)."""
+    found: dict[tuple[str, str, int], float] = {}
+    if merge and path.exists():
+        old = load(path)
+        measured = f"{old.measured}; {measured}"
+        for release, shapes in old.releases.items():
+            for shape, points in shapes.items():
+                for point in points:
+                    found[(release, shape, point.nodes)] = point.cpu_ms
     for release, nodes, shape, cpu_ms in runs:
         if math.isfinite(cpu_ms):
-            points = releases.setdefault(release, {}).setdefault(shape, [])
-            points.append([nodes, round(cpu_ms, 1)])
+            found[(release, shape, nodes)] = round(cpu_ms, 1)
+    releases: dict[str, dict[str, list[list[float]]]] = {}
+    for (release, shape, nodes), cpu_ms in sorted(found.items()):
+        releases.setdefault(release, {}).setdefault(shape, []).append([nodes, cpu_ms])
     path.write_text(
         "# Scheduler CPU per pod [nodes, milliseconds], written by bench/bench_scheduler.py\n"
         + yaml.safe_dump(
@@ -153,6 +166,11 @@ class Outlook:
     peak_per_s: float
     """Pods arriving in the scenario's busiest minute, per second."""
     measured: str
+    advertised: str = "all"
+    """What the scenario's agents advertise (``asked`` or ``all``): whose measured costs apply."""
+    neighbour_ms: tuple[float, float] | None = None
+    """Another driver's pod (the benchmark's NIC): its CPU alone and beside gpu-slicer's
+    slices as advertised, when measured."""
 
     @property
     def per_core_per_s(self) -> float:
@@ -177,8 +195,14 @@ class Outlook:
             + f"; one scheduler core sustains about {_rate(self.per_core_per_s)} pods/s",
             f"  busiest minute of the trace: {self.peak_per_s:,.2f} pods/s arriving: "
             + self._verdict(),
-            f"  cost model: {self.measured}",
         ]
+        if self.neighbour_ms is not None:
+            alone, beside = self.neighbour_ms
+            out.append(
+                f"  another driver's pod (a NIC's): {alone:,.1f} ms alone, {beside:,.1f} ms"
+                f" beside gpu-slicer's slices (agents advertising {self.advertised})"
+            )
+        out.append(f"  cost model: {self.measured}")
         return out
 
     def _verdict(self) -> str:
@@ -197,6 +221,13 @@ class Outlook:
             "podsPerSecondPerCore": round(self.per_core_per_s, 3),
             "peakArrivalsPerSecond": round(self.peak_per_s, 3),
             "extrapolated": self.extrapolated,
+            "advertisedProfiles": self.advertised,
+            "neighbourCpuMsPerPod": None
+            if self.neighbour_ms is None
+            else {
+                "alone": round(self.neighbour_ms[0], 2),
+                "beside": round(self.neighbour_ms[1], 2),
+            },
         }
 
 
@@ -210,21 +241,34 @@ def outlook(
     nodes: int,
     mix: Mapping[str, int],
     arrivals: Iterable[float],
+    advertised: str = "all",
 ) -> Outlook | None:
-    """The outlook for ``mix`` (converted pods per shape) on ``nodes`` nodes; None when no pod
-    was converted."""
+    """The outlook for ``mix`` (converted pods per shape) on ``nodes`` nodes, with agents that
+    advertise ``advertised`` (the benchmark's ``-asked`` runs where measured); None when no
+    pod was converted."""
     total = sum(mix.values())
     if not total:
         return None
     release = model.release_for(version)
     shapes = model.releases[release]
+
+    def measured(shape: str) -> str | None:
+        names = ([f"{shape}-asked"] if advertised == "asked" else []) + [shape]
+        return next((n for n in names if n in shapes), None)
+
     cost, beyond = 0.0, False
     for shape, count in mix.items():
-        known = shape if shape in shapes else "single"
+        known = measured(shape) or measured("single") or "single"
         ms, extrapolated = model.cpu_ms(release, known, nodes)
         cost += ms * count
         beyond = beyond or extrapolated
     plain = model.cpu_ms(release, "plain", nodes)[0] if "plain" in shapes else None
+    beside = "nic-asked" if advertised == "asked" else "nic-gs"
+    neighbour = (
+        (model.cpu_ms(release, "nic", nodes)[0], model.cpu_ms(release, beside, nodes)[0])
+        if "nic" in shapes and beside in shapes
+        else None
+    )
     return Outlook(
         release=release,
         asked_release=f"{version[0]}.{version[1]}",
@@ -235,6 +279,8 @@ def outlook(
         extrapolated=beyond,
         peak_per_s=busiest_minute(arrivals) / 60.0,
         measured=model.measured,
+        advertised=advertised,
+        neighbour_ms=neighbour,
     )
 
 
@@ -262,5 +308,10 @@ def scenario_outlook(scenario: Scenario, model: CostModel | None = None) -> Outl
         shapes.append(shape_of(conversion.requests))
         arrivals.append(pod.arrival)
     return outlook(
-        model or load(), scenario.kubernetes, len(scenario.nodes), Counter(shapes), arrivals
+        model or load(),
+        scenario.kubernetes,
+        len(scenario.nodes),
+        Counter(shapes),
+        arrivals,
+        advertised=scenario.advertised_profiles,
     )

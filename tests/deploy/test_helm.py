@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from slicer.profile_filter import ProfileFilter
+from slicer.settings import AgentSettings
 from tests.support import go_tools
 from tests.support.deploy_cases import (
     DEPLOY,
@@ -279,6 +280,9 @@ def test_agent_values_reach_the_daemonset_and_the_policy_values_are_a_valid_poli
             "image.tag=1.2.3",
             "agent.profiles=-*+me\\,-1g.20gb",
             "agent.attributes=minimal",
+            "agent.advertisedProfiles=asked",
+            "agent.alwaysAdvertise=1g.10gb\\,3g.40gb",
+            "agent.withdrawAfter=600",
         ]
     )
     daemonset = find(objects, "DaemonSet", "gpu-slicer-agent")
@@ -287,6 +291,10 @@ def test_agent_values_reach_the_daemonset_and_the_policy_values_are_a_valid_poli
     assert env["GPU_SLICER_PROFILES"] == "-*+me,-1g.20gb"
     assert env["GPU_SLICER_ATTRIBUTES"] == "minimal"
     assert ProfileFilter.parse(env["GPU_SLICER_PROFILES"]) == ProfileFilter((), ("*+me", "1g.20gb"))
+    # the agent reads them as it reads its own environment
+    settings, _ = AgentSettings.from_sources({}, {k: v for k, v in env.items() if v is not None})
+    assert (settings.advertised_profiles, settings.always_advertise) == ("asked", "1g.10gb,3g.40gb")
+    assert float(settings.withdraw_after) == 600.0
     assert spec["nodeSelector"] == {
         "gpu-slicer.io/agent": "enabled",
         "nvidia.com/gpu.present": "true",

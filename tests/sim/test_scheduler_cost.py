@@ -117,6 +117,44 @@ def test_the_outlook_says_whether_one_core_keeps_up(model: scheduler_cost.CostMo
     assert scheduler_cost.outlook(model, (1, 37), 100, {}, []) is None
 
 
+def test_agents_advertising_what_is_asked_are_costed_by_the_asked_runs(tmp_path: Path) -> None:
+    path = tmp_path / "cost.yaml"
+    runs = [
+        ("1.37", 100, "single", 70.0),
+        ("1.37", 100, "single-asked", 40.0),
+        ("1.37", 100, "memory", 70.0),
+        ("1.37", 100, "nic", 7.0),
+        ("1.37", 100, "nic-gs", 380.0),
+        ("1.37", 100, "nic-asked", 200.0),
+    ]
+    scheduler_cost.write(path, "test figures", runs)
+    model = scheduler_cost.load(path)
+    mix = {"single": 2, "memory": 2}  # no memory-asked run: memory's own figure
+    asked = scheduler_cost.outlook(model, (1, 37), 100, mix, [0.0], advertised="asked")
+    every = scheduler_cost.outlook(model, (1, 37), 100, mix, [0.0])
+    assert asked is not None and every is not None
+    assert (asked.cpu_ms, every.cpu_ms) == (55.0, 70.0)
+    assert (asked.neighbour_ms, every.neighbour_ms) == ((7.0, 200.0), (7.0, 380.0))
+    assert "7.0 ms alone, 200.0 ms beside gpu-slicer's slices" in "\n".join(asked.lines())
+
+
+def test_a_new_run_adds_to_the_cost_model_and_replaces_only_what_it_measured(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "cost.yaml"
+    scheduler_cost.write(
+        path, "first", [("1.36", 100, "single", 9.0), ("1.37", 100, "single", 8.0)]
+    )
+    scheduler_cost.write(
+        path, "second", [("1.37", 100, "single", 5.0), ("1.37", 250, "nic", 3.0)], merge=True
+    )
+    model = scheduler_cost.load(path)
+    assert model.measured == "first; second"
+    assert model.cpu_ms("1.36", "single", 100) == (9.0, False)
+    assert model.cpu_ms("1.37", "single", 100) == (5.0, False)
+    assert model.cpu_ms("1.37", "nic", 250) == (3.0, False)
+
+
 def test_a_cost_model_that_cannot_be_read_is_a_scenario_error(tmp_path: Path) -> None:
     path = tmp_path / "cost.yaml"
     path.write_text("releases: [1, 2]\n")
