@@ -6,6 +6,7 @@ every device. bench/bench_scheduler.py prints the figures at cluster size."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +22,12 @@ from sandbox.hollow import (
     plain_device_class,
     plain_slices,
 )
+from sandbox.neighbours import NVIDIA_DRIVER, dynamic_mig_slices, nvidia_device_classes
 from sim.agreement import claim_spec_for
 from slicer.deviceclasses import device_classes
 from slicer.identity import DRIVER, RESOURCE_API
 from slicer.layout import StaticLayout
+from webhook.policy import Policy
 
 NODES = [f"hollow-{i}" for i in range(3)]
 
@@ -37,7 +40,7 @@ def cluster(
     hollow = HollowCluster(folder, kube_bin=kube_binaries.kube_dir, progress=lambda _m: None)
     try:
         hollow.start()
-        hollow.create_all([plain_device_class(), *device_classes()])
+        hollow.create_all([plain_device_class(), *device_classes(), *nvidia_device_classes()])
         hollow.add_nodes(NODES)
         hollow.create_all([s for n in NODES for s in plain_slices(n, 150)])
         yield hollow
@@ -126,3 +129,64 @@ def test_minimal_attributes_leave_the_real_schedulers_choices_unchanged(
             cluster.clear(f"bench-{label}")
     for shape, by_attributes in chosen.items():
         assert by_attributes["full"] and by_attributes["full"] == by_attributes["minimal"], shape
+
+
+def test_the_webhooks_nvidia_target_binds_to_the_devices_it_asks_for_in_nvidias_layout(
+    cluster: HollowCluster,
+) -> None:
+    """Claims the webhook writes in its NVIDIA target mode (``mig.nvidia.com`` and
+    ``gpu.nvidia.com``) on NVIDIA's DynamicMIG layout, through the real scheduler: each binds
+    to a device of the profile, memory or kind it asks for."""
+    cluster.delete_slices(DRIVER)
+    slices = [s for n in NODES for s in dynamic_mig_slices(n, "H100-80GB:2", cluster.api_version)]
+    cluster.create_all(slices)
+    devices = {
+        (s["spec"]["pool"]["name"], d["name"]): d
+        for s in slices
+        for d in s["spec"].get("devices", ())
+    }
+    nvidia = dataclasses.replace(Policy.default(), target="nvidia")
+    shapes = {
+        "nv-single": ([{"nvidia.com/mig-1g.10gb": 1}], {}),
+        "nv-memory": ([{}], {"gpu-slicer.io/gpu-memory": "20Gi"}),
+        "nv-whole": ([{"nvidia.com/gpu": 1}], {}),
+    }
+    try:
+        for label, (resources, annotations) in shapes.items():
+            spec = claim_spec_for(resources, annotations=annotations, policy=nvidia)
+            result = cluster.run(label, spec, pods=3, timeout_s=60)
+            assert result.bound == 3, label
+            allocated = _allocations(cluster, f"bench-{label}")
+            assert len(set(allocated)) == 3 and {d for d, _p, _n in allocated} == {NVIDIA_DRIVER}
+            for _driver, pool, name in allocated:
+                attributes = devices[(pool, name)]["attributes"]
+                memory = devices[(pool, name)]["capacity"]["memory"]["value"]
+                if label == "nv-single":
+                    assert attributes["profile"] == {"string": "1g.10gb"}, name
+                elif label == "nv-memory":
+                    assert attributes["type"] == {"string": "mig"}, name
+                    assert _gib(memory) >= 20, (name, memory)
+                    # the chain's first tier (the smallest profiles that fit) on an idle node
+                    assert _subrequests(cluster, f"bench-{label}") == {"c0/mig-fit"}
+                else:
+                    assert attributes["type"] == {"string": "gpu"}, name
+            cluster.clear(f"bench-{label}")
+    finally:
+        cluster.delete_slices(NVIDIA_DRIVER)
+
+
+def _subrequests(cluster: HollowCluster, namespace: str) -> set[str]:
+    assert cluster.api is not None
+    return {
+        r["request"]
+        for claim in cluster.api.list(RESOURCE_API, "ResourceClaim", namespace).items
+        for r in claim["status"]["allocation"]["devices"]["results"]
+    }
+
+
+def _gib(quantity: str) -> float:
+    units = {"Gi": 1.0, "Mi": 1 / 1024}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * factor
+    return int(quantity) / 2**30
