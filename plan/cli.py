@@ -17,6 +17,7 @@ from kube import documents
 from kube.api import KubeApi
 from kube.errors import KubeError
 from plan import cluster
+from plan.advertising import advertising_notes
 from plan.errors import PlanInputError
 from plan.render import table
 from plan.simulation import simulate
@@ -62,6 +63,7 @@ def build_plan(
     plan.notes += cluster.crd_notes(api, {(w.kind, w.api_group) for w in workloads}, kinds)
     version = api.server_version()
     plan.simulation = simulate(plan, raw, version)
+    plan.notes += advertising_notes(nodes, workloads)
     if nodes and not partitionable_scales(version):
         plan.notes.append(quadratic_warning(version, len(nodes)))
     if any(w.kind == "DaemonSet" for w in workloads):

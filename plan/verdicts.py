@@ -49,6 +49,9 @@ class WorkloadPlan:
     template: str = ""
     """Where the pod template is in an operator's object (``spec.tasks[1].template``)."""
     api_group: str = ""
+    claim_specs: list[Obj] = field(default_factory=list)
+    """The specs of the claim templates the webhook would write (what the agents read as the
+    cluster asking for profiles)."""
 
     @property
     def label(self) -> str:
@@ -266,6 +269,7 @@ def _plan_template(
         plan.becomes = [
             " | ".join(alt.label for alt in r.alternatives) for r in conversion.requests
         ]
+        plan.claim_specs = [t["spec"]["spec"] for t in conversion.templates]
     elif conversion.summary != "nothing to convert":
         plan.detail = conversion.summary  # skipped by label, already converted
     elif conversion.warnings:

@@ -384,3 +384,19 @@ def test_plan_says_when_the_release_schedules_counters_with_quadratic_cost(
     cluster.server_version = lambda: version  # type: ignore[method-assign]
     assert _run(cluster, ["-o", "json"]) == 0
     check_note(json.loads(capsys.readouterr().out)["notes"], warned=warned, nodes=2)
+
+
+def test_plan_says_which_profiles_the_nodes_would_advertise_for_the_converted_workloads(
+    cluster: InMemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # embed's chain asks for 1g.10gb then 2g.20gb (the namespace's right-sizing); nightly for
+    # 3g.40gb; the denied workload asks for nothing
+    assert _run(cluster, ["-o", "json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    advertised = [n for n in notes if "would advertise" in n]
+    assert len(advertised) == 1, notes
+    assert advertised[0].startswith(
+        "A100-80GB nodes would advertise 1g.10gb, 2g.20gb, 3g.40gb (3 of"
+    )
+    assert _run(cluster, ["-n", "web", "-o", "json"]) == 0  # nothing converted: nothing to say
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "would advertise" in n]
