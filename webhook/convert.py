@@ -23,7 +23,7 @@ import jsonpatch
 
 from kube import documents
 from slicer.identity import NamespaceMode
-from webhook.crd_schema import pruned_fields
+from webhook.crd_schema import pruned_fields, schema_of
 from webhook.errors import Denied, ManifestError
 from webhook.policy import Policy
 from webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape, read_quotas
@@ -284,6 +284,12 @@ def _not_convertible(workload: Workload, context: _Context) -> str | None:
         return workload.note or UNCHECKED
     crd = context.crds.get(workload.key)
     if crd is not None and not workload.built_in:
+        if schema_of(crd) is None:
+            return (
+                "its CustomResourceDefinition in this tree has no storage version with a "
+                "schema (spec.versions[].storage, .schema.openAPIV3Schema): whether it keeps "
+                "the claim cannot be told"
+            )
         pruned = pruned_fields(crd, workload)
         if pruned:
             return f"its CustomResourceDefinition in this tree would prune {pruned[0]}"
