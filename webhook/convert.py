@@ -175,7 +175,7 @@ def _convert_document(
         if not isinstance(obj["items"], list):
             result.problems.append(
                 f"{where} ({_describe(obj)}): items must be a list of objects, "
-                f"not {_yaml_type(obj['items'])}; left as it was"
+                f"not {yaml_type(obj['items'])}; left as it was"
             )
             return obj
         items = [
@@ -217,7 +217,7 @@ def _convert_object(
     when one of its pod templates cannot be converted (the object is then kept whole)."""
     if not isinstance(obj, dict):
         raise Denied(
-            f"a {_yaml_type(obj)}, not a Kubernetes object (a mapping with apiVersion and kind)"
+            f"a {yaml_type(obj)}, not a Kubernetes object (a mapping with apiVersion and kind)"
         )
     if "kind" in obj and not obj.get("apiVersion"):
         raise Denied(f"no apiVersion: which API group's {obj['kind']} is it?")
@@ -377,7 +377,7 @@ def _pod_template(template: Any, steps: tuple[Step, ...], built_in: bool) -> dic
             raise Denied(f"{where}: no pod template (a mapping with a spec)")
         raise Denied(
             f"{where + '.' if steps else ''}spec: must be a mapping with containers, "
-            f"not {_yaml_type(template.get('spec'))}"
+            f"not {yaml_type(template.get('spec'))}"
         )
     if steps:
         _check_metadata(template.get("metadata"), f"{where}.metadata")
@@ -392,10 +392,10 @@ def _check_containers(listed: Any, where: str) -> None:
     if listed is None:
         return
     if not isinstance(listed, list):
-        raise Denied(f"{where}: must be a list of containers, not {_yaml_type(listed)}")
+        raise Denied(f"{where}: must be a list of containers, not {yaml_type(listed)}")
     for i, item in enumerate(listed):
         if not isinstance(item, dict):
-            raise Denied(f"{where}[{i}]: must be a container (a mapping), not {_yaml_type(item)}")
+            raise Denied(f"{where}[{i}]: must be a container (a mapping), not {yaml_type(item)}")
         _check_resources(item.get("resources"), f"{where}[{i}].resources")
 
 
@@ -404,13 +404,13 @@ def _check_metadata(value: Any, where: str) -> None:
     if value is None:
         return
     if not isinstance(value, dict):
-        raise Denied(f"{where}: must be a mapping, not {_yaml_type(value)}")
+        raise Denied(f"{where}: must be a mapping, not {yaml_type(value)}")
     for key in ("name", "generateName", "namespace"):
         if key in value and not isinstance(value[key], str):
-            raise Denied(f"{where}.{key}: must be a string, not {_yaml_type(value[key])}")
+            raise Denied(f"{where}.{key}: must be a string, not {yaml_type(value[key])}")
     for key in ("labels", "annotations"):
         if value.get(key) is not None and not isinstance(value[key], dict):
-            raise Denied(f"{where}.{key}: must be a mapping, not {_yaml_type(value[key])}")
+            raise Denied(f"{where}.{key}: must be a mapping, not {yaml_type(value[key])}")
 
 
 def _check_resources(value: Any, where: str) -> None:
@@ -418,13 +418,13 @@ def _check_resources(value: Any, where: str) -> None:
     if value is None:
         return
     if not isinstance(value, dict):
-        raise Denied(f"{where}: must be a mapping, not {_yaml_type(value)}")
+        raise Denied(f"{where}: must be a mapping, not {yaml_type(value)}")
     for key in ("limits", "requests"):
         if value.get(key) is not None and not isinstance(value[key], dict):
-            raise Denied(f"{where}.{key}: must be a mapping, not {_yaml_type(value[key])}")
+            raise Denied(f"{where}.{key}: must be a mapping, not {yaml_type(value[key])}")
 
 
-def _yaml_type(value: Any) -> str:
+def yaml_type(value: Any) -> str:
     """How a YAML reader would call ``value``'s type."""
     if value is None:
         return "missing value"
