@@ -264,3 +264,19 @@ def test_an_out_dir_that_cannot_be_created_is_exit_2(
     assert err.startswith(
         f"gpu-slicer convert: --out-dir {tmp_path / 'file' / 'out'}: cannot create"
     )
+
+
+def test_audit_exits_0_on_what_it_would_deny_and_1_on_a_file_it_could_not_read(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    denied = DEPLOYMENT.replace("mig-1g.10gb", "mig-9g.999gb")
+    (repo / "apps" / "denied.yaml").write_text(denied)
+    assert main(["convert", str(repo), "--mode", "audit"]) == 0
+    captured = capsys.readouterr()
+    assert "gpu-slicer audit: would deny:" in captured.err
+    assert denied in captured.out  # printed unchanged
+    (repo / "apps" / "broken.yaml").write_text("kind: [unclosed\n")
+    assert main(["convert", str(repo), "--mode", "audit"]) == 1
+    captured = capsys.readouterr()
+    assert f"{repo / 'apps' / 'broken.yaml'}: not valid YAML" in captured.err
+    assert [d["kind"] for d in yaml.safe_load_all(captured.out) if d].count("Deployment") == 2
