@@ -280,3 +280,15 @@ def test_audit_exits_0_on_what_it_would_deny_and_1_on_a_file_it_could_not_read(
     captured = capsys.readouterr()
     assert f"{repo / 'apps' / 'broken.yaml'}: not valid YAML" in captured.err
     assert [d["kind"] for d in yaml.safe_load_all(captured.out) if d].count("Deployment") == 2
+
+
+def test_a_file_that_cannot_be_written_is_named_and_the_rest_written(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "apps" / "config.yml").mkdir(parents=True)  # a folder where the file goes
+    assert main(["convert", str(repo), "--out-dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{repo / 'apps' / 'config.yml'}: {out / 'apps' / 'config.yml'} is a folder" in err
+    assert "resourceClaims" in (out / "apps" / "infer" / "deployment.yaml").read_text()
+    assert (out / "README.md").exists()
