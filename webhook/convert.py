@@ -228,9 +228,14 @@ def _convert_object(
     if why is not None:
         return obj, [], "", _left_alone(obj, why, ())
     _check_metadata(obj.get("metadata"), "metadata")
-    raw = obj.get("metadata")
-    metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    namespace = str(metadata.get("namespace") or context.namespace or "")
+    namespace = _namespace(obj, workload, context)
+    if namespace is None:
+        why = (
+            f"a {workload.kind} is cluster-scoped and its pods run in the namespace of each "
+            f"{workload.runs_in} that uses it, where their claim template must be: give -n "
+            "NAMESPACE (once per namespace), or let the webhook convert the pods"
+        )
+        return obj, [], "", _left_alone(obj, why, ())
     found = _pod_paths(obj, workload)
     out: dict[str, Any] | None = None
     templates: list[dict[str, Any]] = []
@@ -264,17 +269,50 @@ def _convert_object(
         _apply(out, steps, inline, pod, conversion)
         templates += conversion.templates
         summaries.append(f"{conversion.summary}{at}")
-    covered = [show(s) for s, _ in found]
     reason = workload.note or "the GPU requests are outside the pod templates gpu-slicer reads"
-    warnings += _left_alone(out if out is not None else obj, reason, covered)
+    warnings += _left_alone(out if out is not None else obj, reason, _covered(found))
     if out is None:
         return obj, [], "", warnings
+    warnings += _converted_notes(workload, namespace, context)
+    return out, templates, "; ".join(summaries), warnings
+
+
+def _covered(found: list[tuple[tuple[Step, ...], bool]]) -> list[str]:
+    """The container lists translation read, as paths: GPU requests anywhere else in the object
+    are named (``_left_alone``)."""
+    return [
+        show((*steps, *(() if inline else ("spec",)), key))
+        for steps, inline in found
+        for key in ("initContainers", "containers")
+    ]
+
+
+def _converted_notes(workload: Workload, namespace: str, context: _Context) -> list[str]:
+    """What the user of a converted operator's object must know: where a cluster-scoped kind's
+    templates went, and that its CRD must keep the claim."""
+    notes = []
+    if workload.runs_in:
+        notes.append(
+            f"cluster-scoped: its claim templates are written for namespace {namespace} only; "
+            f"for {workload.runs_in}s in other namespaces, convert again with -n"
+        )
     if not workload.built_in and workload.key not in context.crds and workload.checked != "policy":
-        warnings.append(
+        notes.append(
             f"its CRD must keep the claim ({workload.checked}: checked); gpu-slicer plan "
             "checks the cluster's"
         )
-    return out, templates, "; ".join(summaries), warnings
+    return notes
+
+
+def _namespace(obj: dict[str, Any], workload: Workload, context: _Context) -> str | None:
+    """The namespace the object's pods run in ("" when none is named); None for a
+    cluster-scoped kind when ``convert`` was given no namespace (its pods run in the namespace
+    of whatever uses it, ``workload.runs_in``)."""
+    if workload.runs_in:
+        return context.namespace or None
+    raw = obj.get("metadata")
+    metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    return str(metadata.get("namespace") or context.namespace or "")
 
 
 def _not_convertible(workload: Workload, context: _Context) -> str | None:
@@ -357,10 +395,11 @@ def _apply(
 
 
 def _left_alone(obj: Any, reason: str, covered: Sequence[str]) -> list[str]:
-    """A warning per GPU request ``obj`` still has outside the pod templates it was read at."""
+    """A warning per GPU request ``obj`` still has outside the container lists translation
+    read (``covered``), whatever its kind."""
     out: list[str] = []
     for place, resource in gpu_requests(obj):
-        if any(place == c or place.startswith(f"{c}.") or not c for c in covered):
+        if any(place == c or place.startswith((f"{c}.", f"{c}[")) for c in covered):
             continue
         out.append(f"left alone: asks for {resource} at {place}: {reason}")
     return out
