@@ -94,7 +94,8 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--native-extended",
         default="",
         metavar="NAMES",
-        help="comma-separated legacy names a DeviceClass serves through extendedResourceName",
+        help="comma-separated legacy names a DeviceClass serves through extendedResourceName "
+        "(DeviceClasses in the input count without it)",
     )
     parser.set_defaults(func=_convert)
 

@@ -25,6 +25,7 @@ from kube import documents
 from slicer.identity import NamespaceMode
 from webhook.crd_schema import pruned_fields, schema_of
 from webhook.errors import Denied, ManifestError
+from webhook.extended import extended_class
 from webhook.policy import Policy
 from webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape, read_quotas
 from webhook.templates import ORIGIN_CONVERT, ORIGIN_LABEL
@@ -37,6 +38,7 @@ from webhook.workloads import (
     WorkloadTable,
     expand,
     gpu_requests,
+    group_of,
     show,
 )
 from webhook.workloads import lookup as node_at
@@ -106,16 +108,17 @@ def convert_objects(
     ``quiet_non_objects``: documents that are not objects (a kustomize JSON 6902 patch is a
     list) are kept without a problem. ``quotas``: the GPU quota lines per namespace (default:
     from the ResourceQuotas among ``objects``): a pod that would escape them is left as the
-    webhook leaves it. ``crds``: CustomResourceDefinitions by (group, kind) (default: those
-    among ``objects``): an operator's kind whose CRD would prune the claim is left alone
-    (webhook.crd_schema).
+    webhook leaves it. DeviceClasses among ``objects`` add the names they serve to
+    ``native_extended`` (:func:`tree_extended`). ``crds``: CustomResourceDefinitions by
+    (group, kind) (default: those among ``objects``): an operator's kind whose CRD would prune
+    the claim is left alone (webhook.crd_schema).
     """
     objects = list(objects)
     context = _Context(
         policy,
         mode,
         namespace,
-        native_extended,
+        native_extended | tree_extended(objects),
         table or policy_table(policy),
         tree_quotas(objects, namespace) if quotas is None else quotas,
         tree_crds(objects) if crds is None else crds,
@@ -144,6 +147,24 @@ def tree_quotas(objects: Iterable[Any], namespace: str | None) -> dict[str, Name
             grouped.setdefault(ns, []).append(obj)
     found = {ns: read_quotas(quotas) for ns, quotas in grouped.items()}
     return {ns: q for ns, q in found.items() if q.limits_gpus}
+
+
+def tree_extended(objects: Iterable[Any]) -> frozenset[str]:
+    """The extended resource names the DeviceClasses among ``objects`` serve (KEP-5004). The
+    webhook reads the cluster's classes and, under the policy's ``nativeExtendedResources:
+    defer``, leaves pods asking for such a name to the scheduler; ``convert`` reads the tree's
+    (with ``--native-extended``) so that both agree."""
+    names = set()
+    for obj in objects:
+        if (
+            isinstance(obj, dict)
+            and obj.get("kind") == "DeviceClass"
+            and group_of(obj.get("apiVersion")) == "resource.k8s.io"
+        ):
+            found = extended_class(obj)
+            if found is not None:
+                names.add(found.resource)
+    return frozenset(names)
 
 
 def tree_crds(objects: Iterable[Any]) -> dict[tuple[str, str], Any]:

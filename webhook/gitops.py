@@ -7,6 +7,9 @@
   ``gpu-slicer-templates.yaml`` beside the kustomization, which lists it under ``resources``.
 * CustomResourceDefinitions in the tree decide for their kinds: one that would prune the claim
   leaves its kind's objects alone (webhook.crd_schema).
+* DeviceClasses anywhere in the tree that serve a legacy name (``extendedResourceName``) leave
+  pods asking for it to the scheduler, as the webhook does under ``nativeExtendedResources:
+  defer``.
 * ResourceQuotas anywhere in the tree limit their namespace as on a cluster: a pod that would
   escape a legacy GPU quota is left as the webhook would leave it (webhook.quota).
 * One document that cannot be converted never blocks the tree: it is kept as it was and
@@ -32,6 +35,7 @@ from webhook.convert import (
     convert_objects,
     policy_table,
     tree_crds,
+    tree_extended,
     tree_quotas,
 )
 from webhook.errors import YamlTextError
@@ -105,6 +109,7 @@ def convert_tree(
             tree.problems.append(f"{file.relative}: {exc}{hint}; kept as it was")
     quotas = tree_quotas((v for f in files for c in f.chunks for v in c.values), namespace)
     crds = tree_crds(v for f in files for c in f.chunks for v in c.values)
+    native_extended |= tree_extended(v for f in files for c in f.chunks for v in c.values)
     for file in files:
         if file.error is not None:
             continue

@@ -292,3 +292,31 @@ def test_a_file_that_cannot_be_written_is_named_and_the_rest_written(
     assert f"{repo / 'apps' / 'config.yml'}: {out / 'apps' / 'config.yml'} is a folder" in err
     assert "resourceClaims" in (out / "apps" / "infer" / "deployment.yaml").read_text()
     assert (out / "README.md").exists()
+
+
+DEVICE_CLASS = """apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.nvidia.com}
+spec:
+  extendedResourceName: nvidia.com/gpu
+  selectors: [{cel: {expression: "device.driver == 'gpu.nvidia.com'"}}]
+"""
+
+
+def test_a_device_class_in_the_tree_decides_as_the_webhook_would(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (repo / "classes.yaml").write_text(DEVICE_CLASS)
+    whole = DEPLOYMENT.replace("name: infer,", "name: whole,").replace(
+        "nvidia.com/mig-1g.10gb", "nvidia.com/gpu"
+    )
+    (repo / "apps" / "whole.yaml").write_text(whole)
+    assert main(["convert", str(repo)]) == 0
+    captured = capsys.readouterr()
+    assert whole in captured.out  # left to the scheduler, byte for byte
+    assert "nvidia.com/gpu in main not converted: a DeviceClass serves it (KEP-5004" in (
+        captured.err
+    )
+    converted = [d for d in yaml.safe_load_all(captured.out) if d and d["kind"] == "Deployment"]
+    infer = next(d for d in converted if d["metadata"]["name"] == "infer")
+    assert "resourceClaims" in infer["spec"]["template"]["spec"]  # MIG is still converted
