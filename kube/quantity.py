@@ -26,6 +26,12 @@ class QuantityError(ValueError):
     """Not a Kubernetes quantity, or not the kind of quantity expected."""
 
 
+def _not_text(value: object) -> str:
+    if value is None:
+        return "no value (null) where a quantity is expected; examples: 1, 12Gi"
+    return f"{value!r} is not a quantity"
+
+
 def parse_quantity(value: object) -> Fraction:
     """The exact value of a quantity given as a string or a number (YAML gives either)."""
     if isinstance(value, bool):
@@ -40,7 +46,7 @@ def parse_quantity(value: object) -> Fraction:
             )
         return Fraction(str(value))
     if not isinstance(value, str):
-        raise QuantityError(f"{value!r} is not a quantity")
+        raise QuantityError(_not_text(value))
     text = value.strip()
     match = _QUANTITY.match(text)
     if not match or len(text) > 64:

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 from kube import documents
 
 if TYPE_CHECKING:
+    from webhook import tree_files
     from webhook.gitops import Tree
+    from webhook.policy import Policy
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,14 +52,16 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "file",
         metavar="FILE|DIR",
         help="YAML or JSON manifests; '-' reads stdin; a folder is read recursively (every "
-        ".yaml, .yml and .json file, hidden folders such as .git left out)",
+        ".yaml, .yml and .json file; hidden files and folders, a Helm chart's templates/ and "
+        "--beside outputs are not read, symlinks are not followed)",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--out-dir",
         metavar="DIR",
         help="with a folder: write the whole tree to DIR, converted files changed where they ask "
-        "for GPUs (same names and formats, comments kept), every other file copied",
+        "for GPUs (same names, formats and modes, comments kept), every other file copied "
+        "(.git left out), symlinks inside the tree recreated; each file written whole",
     )
     where.add_argument(
         "--beside",
@@ -90,7 +94,8 @@ def _register_convert(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--native-extended",
         default="",
         metavar="NAMES",
-        help="comma-separated legacy names a DeviceClass serves through extendedResourceName",
+        help="comma-separated legacy names a DeviceClass serves through extendedResourceName "
+        "(DeviceClasses in the input count without it)",
     )
     parser.set_defaults(func=_convert)
 
@@ -142,9 +147,10 @@ _CONVERT = "gpu-slicer convert"
 
 def _convert(args: argparse.Namespace) -> int:
     """Exit 0: every document converted or left with a stated reason; 1: some documents (or
-    files) could not be converted, each named, and the rest written; 2: bad flags or input."""
+    files) could not be converted, read or written, each named, and the rest written; 2: bad
+    flags, policy or input."""
     from webhook import gitops, krm
-    from webhook.errors import FunctionConfigError, PolicyError
+    from webhook.errors import FunctionConfigError, ManifestError, PolicyError
     from webhook.policy import Policy, load_policy_file
 
     try:
@@ -153,69 +159,97 @@ def _convert(args: argparse.Namespace) -> int:
         return _report(f"{_CONVERT}: invalid policy {exc.source}:", exc.problems)
     folder = Path(args.file) if args.file != "-" and Path(args.file).is_dir() else None
     problem = _convert_usage_problem(args, folder)
-    files: list[Path] = []
-    if problem is None:
-        out_dir = Path(args.out_dir) if args.out_dir else None
-        files = gitops.manifest_files(folder, out_dir) if folder is not None else [Path(args.file)]
-        if folder is not None and not files:
-            problem = f"{folder} holds no .yaml, .yml or .json files"
+    if problem is None and folder is not None:
+        return _convert_folder(args, folder, policy)
     if problem is not None:
         print(f"{_CONVERT}: {problem}", file=sys.stderr)
         return 2
     try:
-        sources = _read_sources(args, files, folder)
+        source = "<stdin>" if args.file == "-" else args.file
+        text = documents.read_text(args.file)
     except documents.DocumentError as exc:
-        print(f"{_CONVERT}: {exc}", file=sys.stderr)
+        print(f"{_CONVERT}: {source}: {exc}", file=sys.stderr)
         return 2
-    native = frozenset(n.strip() for n in args.native_extended.split(",") if n.strip())
-    if args.file == "-" and krm.is_resource_list(sources[0][1]):
+    native = _native(args)
+    if args.file == "-" and krm.is_resource_list(text):
         try:
-            sys.stdout.write(krm.run(sources[0][1], policy=policy, native_extended=native))
-        except FunctionConfigError as exc:
+            sys.stdout.write(krm.run(text, policy=policy, native_extended=native))
+        except (FunctionConfigError, ManifestError) as exc:
             print(f"{_CONVERT}: {exc}", file=sys.stderr)
             return 2
         return 0
+    name = "stdin.yaml" if args.file == "-" else Path(args.file).name
     tree = gitops.convert_tree(
-        sources,
+        [(PurePosixPath(name), text)],
         policy=policy,
         mode=args.mode,
         namespace=args.namespace,
         native_extended=native,
     )
     for note in tree.notes:
-        print(note if folder is not None else note.split(": ", 1)[1], file=sys.stderr)
+        print(note.split(": ", 1)[1], file=sys.stderr)
     for found in tree.problems:
-        print(f"{_CONVERT}: {_where(found, args, folder)}", file=sys.stderr)
-    _write_tree(args, folder, tree)
+        print(f"{_CONVERT}: {source}: {found.partition(': ')[2]}", file=sys.stderr)
+    _print_tree(args, tree)
     return 1 if tree.problems else 0
 
 
-def _where(found: str, args: argparse.Namespace, folder: Path | None) -> str:
-    """A problem of the tree, its file named as the user gave it."""
-    relative, _, rest = found.partition(": ")
-    if args.file == "-":
-        return f"<stdin>: {rest}"
-    path = folder / relative if folder is not None else Path(args.file)
-    return f"{path}: {rest}"
+def _native(args: argparse.Namespace) -> frozenset[str]:
+    return frozenset(n.strip() for n in args.native_extended.split(",") if n.strip())
 
 
-def _read_sources(
-    args: argparse.Namespace, files: list[Path], folder: Path | None
-) -> list[tuple[PurePosixPath, str]]:
-    """(path relative to the folder, text) of every input file; raises DocumentError."""
-    if args.file == "-":
-        files = [Path("-")]
-    out = []
-    for path in files:
-        relative = path.relative_to(folder) if folder is not None else Path(path.name)
+def _convert_folder(args: argparse.Namespace, folder: Path, policy: Policy) -> int:
+    """``convert DIR``: the tree walked without following symlinks (webhook.tree_files), each
+    manifest read, converted and printed or written; every file that cannot be read, converted
+    or written is named and the rest proceeds."""
+    from webhook import gitops, tree_files
+    from webhook.errors import TreeFileError
+
+    out = Path(args.out_dir) if args.out_dir else None
+    if out is not None:
         try:
-            text = documents.read_text(path)
-        except documents.DocumentError as exc:
-            where = "<stdin>" if path == Path("-") else path
-            raise documents.DocumentError(f"{where}: {exc}") from exc
-        name = "stdin.yaml" if args.file == "-" else relative.as_posix()
-        out.append((PurePosixPath(name), text))
-    return out
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"{_CONVERT}: --out-dir {out}: cannot create: {exc.strerror}", file=sys.stderr)
+            return 2
+        if not os.access(out, os.W_OK):
+            print(f"{_CONVERT}: --out-dir {out} is not writable", file=sys.stderr)
+            return 2
+    walked = tree_files.walk(folder, out)
+    if not walked.manifests:
+        print(f"{_CONVERT}: {folder} holds no .yaml, .yml or .json files", file=sys.stderr)
+        return 2
+    problems: list[str] = []
+    sources: list[tuple[PurePosixPath, str]] = []
+    modes: dict[PurePosixPath, int] = {}
+    for relative in walked.manifests:
+        try:
+            text, modes[relative] = tree_files.read_text(folder, relative)
+        except TreeFileError as exc:
+            problems.append(f"{folder / relative}: {exc.message}")
+            continue
+        sources.append((relative, text))
+    tree = gitops.convert_tree(
+        sources,
+        policy=policy,
+        mode=args.mode,
+        namespace=args.namespace,
+        native_extended=_native(args),
+    )
+    for line in [*walked.warnings, *walked.notes, *tree.notes]:
+        print(line, file=sys.stderr)
+    problems += [
+        f"{folder / r}: {rest}" for r, _, rest in (p.partition(": ") for p in tree.problems)
+    ]
+    if out is not None:
+        problems += _write_out_dir(out, folder, walked, tree, modes)
+    elif args.beside:
+        problems += _write_beside(args, folder, tree, modes)
+    else:
+        _print_tree(args, tree)
+    for found in problems:
+        print(f"{_CONVERT}: {found}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _convert_usage_problem(args: argparse.Namespace, folder: Path | None) -> str | None:
@@ -237,62 +271,112 @@ def _convert_usage_problem(args: argparse.Namespace, folder: Path | None) -> str
     return None
 
 
-def _write_tree(args: argparse.Namespace, folder: Path | None, tree: Tree) -> None:
-    """Standard output, the whole tree under --out-dir, or the changed files --beside."""
+def _print_tree(args: argparse.Namespace, tree: Tree) -> None:
+    """The converted stream on standard output: files that could not be read as YAML are left
+    out (they are named on stderr), so that the stream stays valid for kubectl apply."""
     from webhook import convert
 
-    if folder is None or not (args.out_dir or args.beside):
-        if args.output == "json":
-            items = [i for f in tree.files if f.result is not None for i in f.result.items]
-            sys.stdout.write(convert.dump_json_list(items))
-            return
-        texts = [f.output if f.output is not None else f.text for f in tree.files]
-        texts += list(tree.added.values())
-        sys.stdout.write(_join(texts))
+    readable = [f for f in tree.files if f.error is None]
+    if args.output == "json":
+        items = [i for f in readable if f.result is not None for i in f.result.items]
+        sys.stdout.write(convert.dump_json_list(items))
         return
-    if args.out_dir:
-        _write_out_dir(Path(args.out_dir), folder, tree)
-        return
-    changed = {f.relative: f.output for f in tree.changed() if f.output is not None}
+    texts = [f.output if f.output is not None else f.text for f in readable]
+    texts += list(tree.added.values())
+    sys.stdout.write(_join(texts))
+
+
+def _write_beside(
+    args: argparse.Namespace, folder: Path, tree: Tree, modes: dict[PurePosixPath, int]
+) -> list[str]:
+    """Each changed file's conversion next to it (``<name>.gpu-slicer.<ext>``); the problems."""
+    from webhook import convert, tree_files
+    from webhook.errors import TreeFileError
+
+    changed: dict[PurePosixPath, str] = {
+        f.relative: f.output for f in tree.changed() if f.output is not None
+    }
     if args.output == "json":
         changed = {
             f.relative.with_suffix(".json"): convert.dump_json_list(f.result.items)
             for f in tree.changed()
             if f.result is not None
         }
+    sources = {
+        f.relative.with_suffix(".json") if args.output == "json" else f.relative: f.relative
+        for f in tree.changed()
+    }
+    writer = tree_files.Writer(folder)
+    problems: list[str] = []
+    default = tree_files.default_mode()
     for relative, text in [*changed.items(), *tree.added.items()]:
-        target = folder / relative
-        target = target.with_name(f"{target.stem}.gpu-slicer{target.suffix}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        source = sources.get(relative)
+        try:
+            if source is not None:
+                tree_files.still_there(folder, source)
+            target = writer.write(
+                tree_files.beside_name(relative),
+                text.encode("utf-8"),
+                modes.get(source, default) if source is not None else default,
+            )
+        except TreeFileError as exc:
+            problems.append(f"{folder / (source or relative)}: {exc.message}")
+            continue
         print(f"wrote {target}", file=sys.stderr)
     for file in tree.files:
         if file.output is None and file.error is None:
             print(f"unchanged: {file.relative}", file=sys.stderr)
+    return problems
 
 
-def _write_out_dir(out: Path, folder: Path, tree: Tree) -> None:
-    """The whole tree under ``out``: converted files, the others copied, the added ones."""
-    from webhook import gitops
+def _write_out_dir(
+    out: Path,
+    folder: Path,
+    walked: tree_files.Walk,
+    tree: Tree,
+    modes: dict[PurePosixPath, int],
+) -> list[str]:
+    """The whole tree under ``out``: converted files, the others copied with their modes, the
+    symlinks that stay in the tree recreated, the added files; the problems."""
+    from webhook import tree_files
+    from webhook.errors import TreeFileError
 
     converted = {f.relative: f.output for f in tree.files if f.output is not None}
-    for source in gitops.tree_files(folder, out):
-        relative = PurePosixPath(source.relative_to(folder).as_posix())
-        target = out / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
+    read = {f.relative for f in tree.files}
+    writer = tree_files.Writer(out)
+    problems: list[str] = []
+    for relative in sorted([*walked.manifests, *walked.others]):
+        if relative in walked.manifests and relative not in read:
+            continue  # could not be read: named already
+        try:
+            if relative in converted:
+                tree_files.still_there(folder, relative)
+                data, mode = (converted[relative] or "").encode("utf-8"), modes[relative]
+            else:
+                data, mode = tree_files.read(folder, relative)
+            target = writer.write(relative, data, mode)
+        except TreeFileError as exc:
+            problems.append(f"{folder / relative}: {exc.message}")
+            continue
         if relative in converted:
-            target.write_text(converted[relative] or "", encoding="utf-8")
             print(f"wrote {target}", file=sys.stderr)
-        else:
-            target.write_bytes(source.read_bytes())
+    for relative, pointing_to in walked.links.items():
+        try:
+            writer.link(relative, pointing_to)
+        except TreeFileError as exc:
+            problems.append(f"{folder / relative}: {exc.message}")
+    default = tree_files.default_mode()
     for relative, text in tree.added.items():
-        target = out / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        try:
+            target = writer.write(relative, text.encode("utf-8"), default)
+        except TreeFileError as exc:
+            problems.append(f"{out / relative}: {exc.message}")
+            continue
         print(f"wrote {target}", file=sys.stderr)
-    unchanged = [f for f in tree.files if f.output is None and f.error is None]
-    for file in unchanged:
-        print(f"unchanged: {file.relative}", file=sys.stderr)
+    for file in tree.files:
+        if file.output is None and file.error is None:
+            print(f"unchanged: {file.relative}", file=sys.stderr)
+    return problems
 
 
 def _join(texts: list[str]) -> str:

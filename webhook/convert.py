@@ -23,8 +23,9 @@ import jsonpatch
 
 from kube import documents
 from slicer.identity import NamespaceMode
-from webhook.crd_schema import pruned_fields
+from webhook.crd_schema import pruned_fields, schema_of
 from webhook.errors import Denied, ManifestError
+from webhook.extended import extended_class
 from webhook.policy import Policy
 from webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape, read_quotas
 from webhook.templates import ORIGIN_CONVERT, ORIGIN_LABEL
@@ -37,6 +38,7 @@ from webhook.workloads import (
     WorkloadTable,
     expand,
     gpu_requests,
+    group_of,
     show,
 )
 from webhook.workloads import lookup as node_at
@@ -106,16 +108,17 @@ def convert_objects(
     ``quiet_non_objects``: documents that are not objects (a kustomize JSON 6902 patch is a
     list) are kept without a problem. ``quotas``: the GPU quota lines per namespace (default:
     from the ResourceQuotas among ``objects``): a pod that would escape them is left as the
-    webhook leaves it. ``crds``: CustomResourceDefinitions by (group, kind) (default: those
-    among ``objects``): an operator's kind whose CRD would prune the claim is left alone
-    (webhook.crd_schema).
+    webhook leaves it. DeviceClasses among ``objects`` add the names they serve to
+    ``native_extended`` (:func:`tree_extended`). ``crds``: CustomResourceDefinitions by
+    (group, kind) (default: those among ``objects``): an operator's kind whose CRD would prune
+    the claim is left alone (webhook.crd_schema).
     """
     objects = list(objects)
     context = _Context(
         policy,
         mode,
         namespace,
-        native_extended,
+        native_extended | tree_extended(objects),
         table or policy_table(policy),
         tree_quotas(objects, namespace) if quotas is None else quotas,
         tree_crds(objects) if crds is None else crds,
@@ -144,6 +147,24 @@ def tree_quotas(objects: Iterable[Any], namespace: str | None) -> dict[str, Name
             grouped.setdefault(ns, []).append(obj)
     found = {ns: read_quotas(quotas) for ns, quotas in grouped.items()}
     return {ns: q for ns, q in found.items() if q.limits_gpus}
+
+
+def tree_extended(objects: Iterable[Any]) -> frozenset[str]:
+    """The extended resource names the DeviceClasses among ``objects`` serve (KEP-5004). The
+    webhook reads the cluster's classes and, under the policy's ``nativeExtendedResources:
+    defer``, leaves pods asking for such a name to the scheduler; ``convert`` reads the tree's
+    (with ``--native-extended``) so that both agree."""
+    names = set()
+    for obj in objects:
+        if (
+            isinstance(obj, dict)
+            and obj.get("kind") == "DeviceClass"
+            and group_of(obj.get("apiVersion")) == "resource.k8s.io"
+        ):
+            found = extended_class(obj)
+            if found is not None:
+                names.add(found.resource)
+    return frozenset(names)
 
 
 def tree_crds(objects: Iterable[Any]) -> dict[tuple[str, str], Any]:
@@ -175,7 +196,7 @@ def _convert_document(
         if not isinstance(obj["items"], list):
             result.problems.append(
                 f"{where} ({_describe(obj)}): items must be a list of objects, "
-                f"not {_yaml_type(obj['items'])}; left as it was"
+                f"not {yaml_type(obj['items'])}; left as it was"
             )
             return obj
         items = [
@@ -217,7 +238,7 @@ def _convert_object(
     when one of its pod templates cannot be converted (the object is then kept whole)."""
     if not isinstance(obj, dict):
         raise Denied(
-            f"a {_yaml_type(obj)}, not a Kubernetes object (a mapping with apiVersion and kind)"
+            f"a {yaml_type(obj)}, not a Kubernetes object (a mapping with apiVersion and kind)"
         )
     if "kind" in obj and not obj.get("apiVersion"):
         raise Denied(f"no apiVersion: which API group's {obj['kind']} is it?")
@@ -228,9 +249,14 @@ def _convert_object(
     if why is not None:
         return obj, [], "", _left_alone(obj, why, ())
     _check_metadata(obj.get("metadata"), "metadata")
-    raw = obj.get("metadata")
-    metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    namespace = str(metadata.get("namespace") or context.namespace or "")
+    namespace = _namespace(obj, workload, context)
+    if namespace is None:
+        why = (
+            f"a {workload.kind} is cluster-scoped and its pods run in the namespace of each "
+            f"{workload.runs_in} that uses it, where their claim template must be: give -n "
+            "NAMESPACE (once per namespace), or let the webhook convert the pods"
+        )
+        return obj, [], "", _left_alone(obj, why, ())
     found = _pod_paths(obj, workload)
     out: dict[str, Any] | None = None
     templates: list[dict[str, Any]] = []
@@ -264,17 +290,50 @@ def _convert_object(
         _apply(out, steps, inline, pod, conversion)
         templates += conversion.templates
         summaries.append(f"{conversion.summary}{at}")
-    covered = [show(s) for s, _ in found]
     reason = workload.note or "the GPU requests are outside the pod templates gpu-slicer reads"
-    warnings += _left_alone(out if out is not None else obj, reason, covered)
+    warnings += _left_alone(out if out is not None else obj, reason, _covered(found))
     if out is None:
         return obj, [], "", warnings
+    warnings += _converted_notes(workload, namespace, context)
+    return out, templates, "; ".join(summaries), warnings
+
+
+def _covered(found: list[tuple[tuple[Step, ...], bool]]) -> list[str]:
+    """The container lists translation read, as paths: GPU requests anywhere else in the object
+    are named (``_left_alone``)."""
+    return [
+        show((*steps, *(() if inline else ("spec",)), key))
+        for steps, inline in found
+        for key in ("initContainers", "containers")
+    ]
+
+
+def _converted_notes(workload: Workload, namespace: str, context: _Context) -> list[str]:
+    """What the user of a converted operator's object must know: where a cluster-scoped kind's
+    templates went, and that its CRD must keep the claim."""
+    notes = []
+    if workload.runs_in:
+        notes.append(
+            f"cluster-scoped: its claim templates are written for namespace {namespace} only; "
+            f"for {workload.runs_in}s in other namespaces, convert again with -n"
+        )
     if not workload.built_in and workload.key not in context.crds and workload.checked != "policy":
-        warnings.append(
+        notes.append(
             f"its CRD must keep the claim ({workload.checked}: checked); gpu-slicer plan "
             "checks the cluster's"
         )
-    return out, templates, "; ".join(summaries), warnings
+    return notes
+
+
+def _namespace(obj: dict[str, Any], workload: Workload, context: _Context) -> str | None:
+    """The namespace the object's pods run in ("" when none is named); None for a
+    cluster-scoped kind when ``convert`` was given no namespace (its pods run in the namespace
+    of whatever uses it, ``workload.runs_in``)."""
+    if workload.runs_in:
+        return context.namespace or None
+    raw = obj.get("metadata")
+    metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    return str(metadata.get("namespace") or context.namespace or "")
 
 
 def _not_convertible(workload: Workload, context: _Context) -> str | None:
@@ -284,6 +343,12 @@ def _not_convertible(workload: Workload, context: _Context) -> str | None:
         return workload.note or UNCHECKED
     crd = context.crds.get(workload.key)
     if crd is not None and not workload.built_in:
+        if schema_of(crd) is None:
+            return (
+                "its CustomResourceDefinition in this tree has no storage version with a "
+                "schema (spec.versions[].storage, .schema.openAPIV3Schema): whether it keeps "
+                "the claim cannot be told"
+            )
         pruned = pruned_fields(crd, workload)
         if pruned:
             return f"its CustomResourceDefinition in this tree would prune {pruned[0]}"
@@ -351,10 +416,11 @@ def _apply(
 
 
 def _left_alone(obj: Any, reason: str, covered: Sequence[str]) -> list[str]:
-    """A warning per GPU request ``obj`` still has outside the pod templates it was read at."""
+    """A warning per GPU request ``obj`` still has outside the container lists translation
+    read (``covered``), whatever its kind."""
     out: list[str] = []
     for place, resource in gpu_requests(obj):
-        if any(place == c or place.startswith(f"{c}.") or not c for c in covered):
+        if any(place == c or place.startswith((f"{c}.", f"{c}[")) for c in covered):
             continue
         out.append(f"left alone: asks for {resource} at {place}: {reason}")
     return out
@@ -371,7 +437,7 @@ def _pod_template(template: Any, steps: tuple[Step, ...], built_in: bool) -> dic
             raise Denied(f"{where}: no pod template (a mapping with a spec)")
         raise Denied(
             f"{where + '.' if steps else ''}spec: must be a mapping with containers, "
-            f"not {_yaml_type(template.get('spec'))}"
+            f"not {yaml_type(template.get('spec'))}"
         )
     if steps:
         _check_metadata(template.get("metadata"), f"{where}.metadata")
@@ -386,10 +452,10 @@ def _check_containers(listed: Any, where: str) -> None:
     if listed is None:
         return
     if not isinstance(listed, list):
-        raise Denied(f"{where}: must be a list of containers, not {_yaml_type(listed)}")
+        raise Denied(f"{where}: must be a list of containers, not {yaml_type(listed)}")
     for i, item in enumerate(listed):
         if not isinstance(item, dict):
-            raise Denied(f"{where}[{i}]: must be a container (a mapping), not {_yaml_type(item)}")
+            raise Denied(f"{where}[{i}]: must be a container (a mapping), not {yaml_type(item)}")
         _check_resources(item.get("resources"), f"{where}[{i}].resources")
 
 
@@ -398,13 +464,13 @@ def _check_metadata(value: Any, where: str) -> None:
     if value is None:
         return
     if not isinstance(value, dict):
-        raise Denied(f"{where}: must be a mapping, not {_yaml_type(value)}")
+        raise Denied(f"{where}: must be a mapping, not {yaml_type(value)}")
     for key in ("name", "generateName", "namespace"):
         if key in value and not isinstance(value[key], str):
-            raise Denied(f"{where}.{key}: must be a string, not {_yaml_type(value[key])}")
+            raise Denied(f"{where}.{key}: must be a string, not {yaml_type(value[key])}")
     for key in ("labels", "annotations"):
         if value.get(key) is not None and not isinstance(value[key], dict):
-            raise Denied(f"{where}.{key}: must be a mapping, not {_yaml_type(value[key])}")
+            raise Denied(f"{where}.{key}: must be a mapping, not {yaml_type(value[key])}")
 
 
 def _check_resources(value: Any, where: str) -> None:
@@ -412,13 +478,13 @@ def _check_resources(value: Any, where: str) -> None:
     if value is None:
         return
     if not isinstance(value, dict):
-        raise Denied(f"{where}: must be a mapping, not {_yaml_type(value)}")
+        raise Denied(f"{where}: must be a mapping, not {yaml_type(value)}")
     for key in ("limits", "requests"):
         if value.get(key) is not None and not isinstance(value[key], dict):
-            raise Denied(f"{where}.{key}: must be a mapping, not {_yaml_type(value[key])}")
+            raise Denied(f"{where}.{key}: must be a mapping, not {yaml_type(value[key])}")
 
 
-def _yaml_type(value: Any) -> str:
+def yaml_type(value: Any) -> str:
     """How a YAML reader would call ``value``'s type."""
     if value is None:
         return "missing value"

@@ -26,10 +26,14 @@ _CONTAINER_CLAIM = ("containers", "[]", "resources", "claims", "[]", "request")
 
 def schema_of(crd: Mapping[str, Any], version: str | None = None) -> Mapping[str, Any] | None:
     """The openAPIV3Schema of ``version`` (default: the storage version)."""
-    spec = crd.get("spec") or {}
-    for entry in spec.get("versions") or []:
-        if (version is None and entry.get("storage")) or entry.get("name") == version:
-            schema = (entry.get("schema") or {}).get("openAPIV3Schema")
+    spec = crd.get("spec")
+    versions = spec.get("versions") if isinstance(spec, Mapping) else None
+    for entry in versions if isinstance(versions, list) else []:
+        if not isinstance(entry, Mapping):
+            continue  # a malformed entry describes no schema
+        if (version is None and entry.get("storage") is True) or entry.get("name") == version:
+            holder = entry.get("schema")
+            schema = holder.get("openAPIV3Schema") if isinstance(holder, Mapping) else None
             return schema if isinstance(schema, Mapping) else None
     return None
 

@@ -17,7 +17,10 @@ Each error exists because its caller must react differently to it:
     │                           that does not follow the syntax (the policy names the key).
     ├── YamlTextError           a changed document ruamel.yaml cannot load for editing: written
     │                           from its value instead, without its comments.
-    └── FunctionConfigError     the KRM function's config is not one gpu-slicer understands.
+    ├── FunctionConfigError     the KRM function's config is not one gpu-slicer understands.
+    └── TreeFileError(message)  a file of a converted tree that cannot be read or written
+                                safely (a symlink on the way, deleted during the run, an I/O
+                                error): named with its file; the rest of the tree proceeds.
 """
 
 from __future__ import annotations
@@ -80,3 +83,11 @@ class YamlTextError(WebhookError, ValueError):
 
 class FunctionConfigError(WebhookError, ValueError):
     """The KRM function's ``functionConfig.spec`` is not one gpu-slicer understands."""
+
+
+class TreeFileError(WebhookError):
+    """One file of a tree ``convert`` cannot read or write safely; the message says why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

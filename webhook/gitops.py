@@ -7,10 +7,16 @@
   ``gpu-slicer-templates.yaml`` beside the kustomization, which lists it under ``resources``.
 * CustomResourceDefinitions in the tree decide for their kinds: one that would prune the claim
   leaves its kind's objects alone (webhook.crd_schema).
+* DeviceClasses anywhere in the tree that serve a legacy name (``extendedResourceName``) leave
+  pods asking for it to the scheduler, as the webhook does under ``nativeExtendedResources:
+  defer``.
 * ResourceQuotas anywhere in the tree limit their namespace as on a cluster: a pod that would
   escape a legacy GPU quota is left as the webhook would leave it (webhook.quota).
 * One document that cannot be converted never blocks the tree: it is kept as it was and
   reported by file, kind and name; a file that is not valid YAML is kept as it was too.
+* A file that holds ``{{`` is a template (Helm, Go): it is never converted in place; one that
+  would change is kept as it was and named. Which files are read at all, and how they are
+  written, is :mod:`webhook.tree_files`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from kube import documents
@@ -29,6 +35,7 @@ from webhook.convert import (
     convert_objects,
     policy_table,
     tree_crds,
+    tree_extended,
     tree_quotas,
 )
 from webhook.errors import YamlTextError
@@ -37,7 +44,10 @@ from webhook.policy import Policy
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 TEMPLATES_FILE = "gpu-slicer-templates.yaml"
 """Where the templates a kustomization's patches need are written (listed in its resources)."""
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+TEMPLATE_MARK = "{{"
+"""A file that holds it is a template (Helm, Go): never converted in place."""
+_TEMPLATE_HINT = "a template? convert what it renders, e.g. through helm's --post-renderer"
 
 Format = Literal["yaml", "json"]
 
@@ -73,25 +83,6 @@ class Tree:
         return [f for f in self.files if f.output is not None]
 
 
-def manifest_files(folder: Path, exclude: Path | None = None) -> list[Path]:
-    """Every manifest under ``folder``, recursively, in a stable order; hidden folders (``.git``)
-    and ``exclude`` (an output folder inside the tree) are left out."""
-    return [f for f in tree_files(folder, exclude) if f.suffix.lower() in MANIFEST_SUFFIXES]
-
-
-def tree_files(folder: Path, exclude: Path | None = None) -> list[Path]:
-    """Every file under ``folder`` except under hidden folders and ``exclude``, in a stable
-    order."""
-    skip = exclude.resolve() if exclude is not None else None
-    return sorted(
-        f
-        for f in folder.rglob("*")
-        if f.is_file()
-        and not any(p.startswith(".") for p in f.relative_to(folder).parts)
-        and (skip is None or not f.resolve().is_relative_to(skip))
-    )
-
-
 def convert_tree(
     sources: Iterable[tuple[PurePosixPath, str]],
     *,
@@ -114,9 +105,11 @@ def convert_tree(
             file.chunks = yaml_text.split(file.text)
         except documents.DocumentError as exc:
             file.error = str(exc)
-            tree.problems.append(f"{file.relative}: {exc}; kept as it was")
+            hint = f" ({_TEMPLATE_HINT})" if TEMPLATE_MARK in file.text else ""
+            tree.problems.append(f"{file.relative}: {exc}{hint}; kept as it was")
     quotas = tree_quotas((v for f in files for c in f.chunks for v in c.values), namespace)
     crds = tree_crds(v for f in files for c in f.chunks for v in c.values)
+    native_extended |= tree_extended(v for f in files for c in f.chunks for v in c.values)
     for file in files:
         if file.error is not None:
             continue
@@ -125,6 +118,9 @@ def convert_tree(
             emitted, texts = per_kustomization.setdefault(file.patch_of, (set(), []))
         else:
             emitted, texts = seen, []
+        templated = TEMPLATE_MARK in file.text
+        if templated:  # its templates count only if it is converted, which it is not
+            emitted = set(emitted)
         result = convert_objects(
             values,
             policy=policy,
@@ -138,6 +134,12 @@ def convert_tree(
             crds=crds,
         )
         file.result = result
+        if templated and (any(result.changed) or result.templates):
+            tree.problems.append(
+                f"{file.relative}: holds {TEMPLATE_MARK!r} ({_TEMPLATE_HINT}): not converted in "
+                "place; kept as it was"
+            )
+            continue
         tree.problems += [f"{file.relative}: {p}" for p in result.problems]
         tree.notes += [f"{file.relative}: {n}" for n in [*result.summaries, *result.warnings]]
         if file.patch_of is not None:

@@ -17,9 +17,10 @@ from typing import Any
 import yaml
 
 from kube import documents
+from kube.names import DNS_LABEL_MAX, is_dns_label
 from slicer.identity import NamespaceMode
-from webhook.convert import convert_objects
-from webhook.errors import FunctionConfigError, PolicyError
+from webhook.convert import convert_objects, yaml_type
+from webhook.errors import FunctionConfigError, ManifestError, PolicyError
 from webhook.policy import Policy, load_policy
 
 API_VERSION = "config.kubernetes.io/v1"
@@ -48,11 +49,22 @@ def run(
     text: str, *, policy: Policy | None = None, native_extended: frozenset[str] = frozenset()
 ) -> str:
     """The ResourceList ``text`` converted; the function config's policy wins over ``policy``.
-    Raises FunctionConfigError for a bad config."""
-    (resource_list,) = documents.parse_all(text)
+    Raises FunctionConfigError for a bad config, ManifestError for a ResourceList that is not
+    one (or not valid YAML)."""
+    try:
+        docs = documents.parse_all(text)
+    except documents.DocumentError as exc:
+        raise ManifestError([str(exc)]) from exc
+    if len(docs) != 1 or not _is_list(docs[0]):
+        raise ManifestError([f"not one {API_VERSION} {KIND}"])
+    resource_list = docs[0]
     config = resource_list.get("functionConfig") or {}
     mode, namespace, configured = _settings(config)
-    items = resource_list.get("items") or []
+    items = resource_list.get("items")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise ManifestError([f"items: must be a list of objects, not {yaml_type(items)}"])
     result = convert_objects(
         items,
         policy=configured or policy or Policy.default(),
@@ -89,8 +101,12 @@ def _settings(config: Any) -> tuple[NamespaceMode, str | None, Policy | None]:
     if mode not in ("enabled", "audit"):
         raise FunctionConfigError(f"functionConfig.spec.mode: enabled or audit, not {mode!r}")
     namespace = spec.get("namespace")
-    if namespace is not None and not isinstance(namespace, str):
-        raise FunctionConfigError("functionConfig.spec.namespace must be a namespace name")
+    if namespace is not None and not (isinstance(namespace, str) and is_dns_label(namespace)):
+        raise FunctionConfigError(
+            f"functionConfig.spec.namespace: {namespace!r} is not a namespace name: at most "
+            f"{DNS_LABEL_MAX} lower-case letters, digits and '-', starting and ending with a "
+            "letter or digit"
+        )
     policy = None
     if "policy" in spec:
         try:
@@ -104,16 +120,18 @@ def _settings(config: Any) -> tuple[NamespaceMode, str | None, Policy | None]:
 
 def main() -> int:
     """``gpu-slicer-krm``: the KRM function's entry point (exit 1 with a message on bad input)."""
-    text = sys.stdin.read()
-    if not is_resource_list(text):
-        print(
-            "gpu-slicer-krm: standard input is not a config.kubernetes.io/v1 ResourceList "
-            "(run me as a kustomize exec function)",
-            file=sys.stderr,
-        )
-        return 1
     try:
+        text = documents.read_text("-")
+        if KIND not in text:
+            raise ManifestError([f"not a {API_VERSION} {KIND}"])
         sys.stdout.write(run(text))
+    except documents.DocumentError as exc:
+        print(f"gpu-slicer-krm: standard input: {exc}", file=sys.stderr)
+        return 1
+    except ManifestError as exc:
+        hint = " (run me as a kustomize exec function)" if str(exc).startswith("not ") else ""
+        print(f"gpu-slicer-krm: standard input: {exc}{hint}", file=sys.stderr)
+        return 1
     except FunctionConfigError as exc:
         print(f"gpu-slicer-krm: {exc}", file=sys.stderr)
         return 1

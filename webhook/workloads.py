@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slicer.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
@@ -62,7 +62,7 @@ class Workload:
     templates: tuple[tuple[str, ...], ...] = ()
     specs: tuple[tuple[str, ...], ...] = ()
     note: str = ""
-    """Why a kind with no paths is left alone."""
+    """Why a kind with no paths is left alone, or why GPU requests outside its paths are."""
     built_in: bool = False
     """A Kubernetes kind: its one template must be there (the API server requires it)."""
     checked: str = ""
@@ -70,6 +70,9 @@ class Workload:
     (tests/e2e/test_operator_crds.py), or ``policy`` when the policy opts the kind in. A CRD
     whose schema predates the DRA API prunes the claim and the pod runs without a GPU, so a
     kind not checked (or seen to prune: then ``note`` says so) is left alone."""
+    runs_in: str = ""
+    """For a cluster-scoped kind: the namespaced kind whose namespace its pods run in (a
+    ClusterTrainingRuntime's pods run in each TrainJob's), where the claim template must be."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -85,6 +88,7 @@ def _entry(
     *,
     built_in: bool = False,
     checked: str = "",
+    runs_in: str = "",
 ) -> Workload:
     return Workload(
         group,
@@ -94,6 +98,7 @@ def _entry(
         note,
         built_in,
         checked,
+        runs_in,
     )
 
 
@@ -121,6 +126,16 @@ _TRAINING_REPLICAS = {
 _ARGO_NOTE = (
     "Argo templates hold containers, not pod templates, so the pod's claim has nowhere to go; "
     "the webhook converts the workflow's pods at admission"
+)
+
+_RUNTIME_NOTE = (
+    "a KServe serving runtime's containers are merged into the pod of each InferenceService "
+    "that uses it, and its spec has no resourceClaims for the claim; the webhook converts "
+    "those pods at admission"
+)
+_KNATIVE_NOTE = (
+    "Knative Serving accepts only the PodSpec fields its feature flags allow and was not "
+    "checked to keep resourceClaims; the webhook converts the revision's pods at admission"
 )
 
 BUILT_IN: tuple[Workload, ...] = (
@@ -157,8 +172,9 @@ OPERATORS: tuple[Workload, ...] = (
             kind,
             ("spec.template.spec.replicatedJobs[].template.spec.template",),
             checked=TRAINER,
+            runs_in=runs_in,
         )
-        for kind in ("TrainingRuntime", "ClusterTrainingRuntime")
+        for kind, runs_in in (("TrainingRuntime", ""), ("ClusterTrainingRuntime", "TrainJob"))
     ),
     _entry(
         "trainer.kubeflow.org",
@@ -216,8 +232,22 @@ OPERATORS: tuple[Workload, ...] = (
         "serving.kserve.io",
         "InferenceService",
         specs=("spec.predictor", "spec.transformer", "spec.explainer"),
+        note=(
+            "KServe builds this container from a model or framework shortcut (or a serving "
+            "runtime), so its pod's claim is not in the object; the webhook converts the pod at "
+            "admission, or write the component's containers out"
+        ),
         checked=KSERVE,
     ),
+    # KServe serving runtimes (serving.kserve.io/v1alpha1): containers merged into each
+    # InferenceService's predictor pod; ServingRuntimePodSpec has no resourceClaims.
+    *(
+        _entry("serving.kserve.io", kind, note=_RUNTIME_NOTE)
+        for kind in ("ServingRuntime", "ClusterServingRuntime")
+    ),
+    # Knative Serving (serving.knative.dev/v1): a revision template's PodSpec, restricted to
+    # the fields Knative's feature flags allow.
+    _entry("serving.knative.dev", "Service", note=_KNATIVE_NOTE),
     # Volcano (batch.volcano.sh/v1alpha1 TaskSpec.Template).
     _entry("batch.volcano.sh", "Job", ("spec.tasks[].template",)),
     # Argo Workflows (argoproj.io/v1alpha1).
@@ -233,7 +263,14 @@ def opt_in(group: str, kind: str) -> Workload | None:
     """The table's entry for an operator's kind, opted in by the policy (None: not in it)."""
     for workload in OPERATORS:
         if workload.key == (group, kind) and (workload.templates or workload.specs):
-            return Workload(group, kind, workload.templates, workload.specs, checked="policy")
+            return Workload(
+                group,
+                kind,
+                workload.templates,
+                workload.specs,
+                checked="policy",
+                runs_in=workload.runs_in,
+            )
     return None
 
 
@@ -248,9 +285,11 @@ class WorkloadTable:
     """The built-in and operator kinds, plus the policy's; later entries win per kind."""
 
     def __init__(self, extra: tuple[Workload, ...] = ()) -> None:
-        self._by_key: dict[tuple[str, str], Workload] = {
-            w.key: w for w in (*BUILT_IN, *OPERATORS, *extra)
-        }
+        self._by_key: dict[tuple[str, str], Workload] = {w.key: w for w in (*BUILT_IN, *OPERATORS)}
+        for workload in extra:  # a policy's entry keeps what the kind's scope is
+            known = self._by_key.get(workload.key)
+            runs_in = known.runs_in if known is not None else ""
+            self._by_key[workload.key] = replace(workload, runs_in=runs_in)
 
     def convertible(self, workload: Workload) -> bool:
         """Kubernetes' kinds, and operators' kinds checked to keep claims (or opted in)."""

@@ -11,11 +11,14 @@ document used.
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
@@ -97,11 +100,24 @@ def sync(node: Any, value: Any) -> Any:
         else:
             del node[len(value) :]
         return node
+    if isinstance(value, str) and isinstance(node, (date, bytes)) and _same_scalar(node, value):
+        return node  # a timestamp or !!binary, which gpu-slicer reads as its text
     if type(node) is type(value) or (
         isinstance(node, str) and isinstance(value, str) and str(node) == value
     ):
         return node if node == value else value
     return value
+
+
+def _same_scalar(node: date | bytes, text: str) -> bool:
+    """Whether ``text`` is how the reader (kube.documents) gave the timestamp or binary
+    ``node`` that ruamel.yaml loaded."""
+    if isinstance(node, bytes):
+        return base64.b64encode(node).decode("ascii") == text
+    try:
+        return bool(yaml.safe_load(text) == node)
+    except yaml.YAMLError:
+        return False
 
 
 _DASH = re.compile(r"^( *)- ")

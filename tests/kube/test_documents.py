@@ -36,3 +36,62 @@ def test_unreadable_and_non_utf8_files_are_document_errors(tmp_path: Path) -> No
     latin1.write_bytes("name: caf\xe9\n".encode("latin-1"))
     with pytest.raises(documents.DocumentError, match="^not UTF-8 text"):
         documents.read_text(latin1)
+
+
+BOMB = "\n".join(
+    [
+        'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]',
+        *(
+            f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]"
+            for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+    ]
+)
+
+
+def test_an_alias_bomb_is_refused_quickly_with_its_line() -> None:
+    for parse in (documents.parse, documents.parse_all):
+        with pytest.raises(documents.DocumentError) as info:
+            parse(BOMB)
+        assert str(info.value).startswith("refused at line 1, column 1:")
+        assert "alias" in str(info.value)
+
+
+def test_aliases_within_the_bound_are_expanded_as_written() -> None:
+    text = "base: &base {image: x, env: [1, 2]}\nthe: {<<: *base, name: a}\nother: *base\n"
+    assert documents.parse(text) == {
+        "base": {"image": "x", "env": [1, 2]},
+        "the": {"image": "x", "env": [1, 2], "name": "a"},
+        "other": {"image": "x", "env": [1, 2]},
+    }
+
+
+def test_a_recursive_alias_is_refused() -> None:
+    with pytest.raises(documents.DocumentError, match="refers to a node that contains it"):
+        documents.parse("a: &a [1, *a]\n")
+
+
+def test_nesting_beyond_the_bound_is_refused_with_its_line() -> None:
+    deep = "a:\n  b: " + "[" * documents.MAX_DEPTH + "]" * documents.MAX_DEPTH + "\n"
+    with pytest.raises(documents.DocumentError) as info:
+        documents.parse(deep)
+    assert str(info.value).startswith("refused at line 2, column")
+    assert f"more than {documents.MAX_DEPTH} levels" in str(info.value)
+    fits = "[" * (documents.MAX_DEPTH - 1) + "]" * (documents.MAX_DEPTH - 1)
+    assert documents.parse(f"a: {fits}") is not None
+
+
+def test_timestamps_and_binary_are_text_as_kubernetes_reads_them() -> None:
+    text = "day: 2024-01-01\nat: 2024-01-01T10:00:00Z\nblob: !!binary |\n  aGVs\n  bG8=\n"
+    assert documents.parse(text) == {
+        "day": "2024-01-01",
+        "at": "2024-01-01T10:00:00Z",
+        "blob": "aGVsbG8=",
+    }
+
+
+def test_an_integer_too_long_to_convert_is_refused_with_its_line() -> None:
+    with pytest.raises(documents.DocumentError) as info:
+        documents.parse_all("a: 1\nb: " + "9" * 5000 + "\n")
+    assert str(info.value).startswith("refused at line 2, column 4: an integer of 5000")
+    assert documents.parse("a: 0x1F\nb: 1_000\n") == {"a": 31, "b": 1000}

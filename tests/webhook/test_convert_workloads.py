@@ -51,7 +51,7 @@ def _claims(spec: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("obj", OPERATORS, ids=[f"{o['kind']}" for o in OPERATORS])
 def test_every_pod_template_of_an_operators_object_is_converted(obj: dict[str, Any]) -> None:
-    result = convert_objects([obj], policy=OPT_IN)
+    result = convert_objects([obj], policy=OPT_IN, namespace="ml")
     assert result.problems == [] and result.changed == [True]
     (out,) = result.objects
     assert list(gpu_requests(out)) == [], "a GPU request was left behind"
@@ -78,7 +78,7 @@ def test_kinds_whose_crd_was_not_checked_are_left_alone_and_named_until_opted_in
 
 def test_checked_kinds_are_converted_by_default_with_a_note_on_their_crd() -> None:
     checked = [o for o in OPERATORS if o not in UNCHECKED]
-    result = convert_objects(checked, policy=Policy.default())
+    result = convert_objects(checked, policy=Policy.default(), namespace="ml")
     assert all(result.changed)
     pytorch = [w for w in result.warnings if w.startswith("PyTorchJob ml/bert-finetune:")]
     assert any(
@@ -252,3 +252,57 @@ def test_operators_objects_in_audit_mode_say_where_each_conversion_would_happen(
     assert "would convert nvidia.com/gpu in pytorch" in err
     assert "spec.pytorchReplicaSpecs.Worker.template" in err
     assert "Notebook ml/lab: left alone: asks for nvidia.com/mig-1g.10gb" in err
+
+
+SERVING = [d for d in yaml.safe_load_all((DATA / "serving.yaml").read_text()) if d]
+
+
+@pytest.mark.parametrize("namespace", [None, "ml"])
+def test_every_gpu_request_left_after_conversion_is_named_with_its_path(
+    namespace: str | None,
+) -> None:
+    for obj in [*OPERATORS, *SERVING]:
+        result = convert_objects([obj], policy=Policy.default(), namespace=namespace)
+        (out,) = result.objects
+        for place, resource in gpu_requests(out):
+            assert any(f"asks for {resource} at {place}:" in w for w in result.warnings), (
+                f"{obj['kind']} {obj['metadata']['name']}: {place} is neither converted nor named"
+            )
+
+
+def test_kserve_shortcuts_are_named_and_its_containers_converted() -> None:
+    service = next(o for o in SERVING if o["kind"] == "InferenceService")
+    result = convert_objects([service], policy=Policy.default())
+    (out,) = result.objects
+    assert "resourceClaims" in out["spec"]["transformer"]
+    assert "resourceClaims" in out["spec"]["explainer"]
+    model = [w for w in result.warnings if "spec.predictor.model.resources.limits" in w]
+    assert len(model) == 1 and "KServe builds this container from a model" in model[0]
+    assert out["spec"]["predictor"]["model"] == service["spec"]["predictor"]["model"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("ServingRuntime", "a KServe serving runtime's containers are merged"),
+        ("ClusterServingRuntime", "a KServe serving runtime's containers are merged"),
+        ("Service", "Knative Serving accepts only the PodSpec fields"),
+    ],
+)
+def test_serving_kinds_without_a_place_for_the_claim_are_named(kind: str, reason: str) -> None:
+    obj = next(o for o in SERVING if o["kind"] == kind)
+    result = convert_objects([obj], policy=Policy.default())
+    assert result.objects == [obj] and result.templates == []
+    assert result.warnings and all(reason in w for w in result.warnings)
+
+
+def test_a_cluster_scoped_runtime_needs_the_namespace_its_pods_run_in() -> None:
+    runtime = next(o for o in OPERATORS if o["kind"] == "ClusterTrainingRuntime")
+    alone = convert_objects([runtime], policy=Policy.default())
+    assert alone.objects == [runtime] and alone.templates == []
+    assert "cluster-scoped and its pods run in the namespace of each TrainJob" in alone.warnings[0]
+    assert "give -n NAMESPACE" in alone.warnings[0]
+    placed = convert_objects([runtime], policy=Policy.default(), namespace="ml")
+    assert placed.changed == [True]
+    assert [t["metadata"]["namespace"] for t in placed.templates] == ["ml"]
+    assert any("written for namespace ml only" in w for w in placed.warnings)

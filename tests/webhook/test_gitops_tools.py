@@ -162,3 +162,59 @@ def test_a_bad_function_config_is_named(
     monkeypatch.setattr("sys.stdin", io.StringIO(_resource_list([], spec)))
     assert krm.main() == 1
     assert message in capsys.readouterr().err
+
+
+def _stdin_bytes(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("items: 5\n", "standard input: items: must be a list of objects, not number 5"),
+        ("items: abc\n", "standard input: items: must be a list of objects, not string 'abc'"),
+        (
+            "items: []\nfunctionConfig: {spec: {namespace: Bad_NS}}\n",
+            "functionConfig.spec.namespace: 'Bad_NS' is not a namespace name",
+        ),
+        (
+            "items:\n- &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"- &{n} [{', '.join([f'*{p}'] * 10)}]\n"
+                for p, n in zip("abcdef", "bcdefg", strict=True)
+            ),
+            "standard input: refused at line 1, column 1: its aliases expand it",
+        ),
+    ],
+    ids=["items-number", "items-string", "namespace", "alias-bomb"],
+)
+def test_the_krm_function_validates_its_resource_list(
+    body: str, message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    head = f"apiVersion: {krm.API_VERSION}\nkind: {krm.KIND}\n"
+    _stdin_bytes(monkeypatch, (head + body).encode())
+    assert krm.main() == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"gpu-slicer-krm: {message}")
+    assert "Traceback" not in captured.err and captured.err.count("\n") == 1
+
+
+def test_the_krm_function_names_input_that_is_not_utf8(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _stdin_bytes(
+        monkeypatch, f"apiVersion: {krm.API_VERSION}\nkind: {krm.KIND}\n# \xe9\n".encode("latin-1")
+    )
+    assert krm.main() == 1
+    assert capsys.readouterr().err.startswith("gpu-slicer-krm: standard input: not UTF-8 text")
+
+
+def test_a_namespace_from_the_function_config_names_the_templates(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = yaml.safe_load(JOB.replace("{{ .Release.Name }}", "n").replace("{{ .Values.gpus }}", "1"))
+    _stdin_bytes(monkeypatch, _resource_list([job], {"namespace": "ml-2"}).encode())
+    assert krm.main() == 0
+    items = yaml.safe_load(capsys.readouterr().out)["items"]
+    assert items[-1]["metadata"]["namespace"] == "ml-2"
