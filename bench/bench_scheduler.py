@@ -519,9 +519,20 @@ def _new_shape_round_trips(args: argparse.Namespace, version: str, nodes: int) -
             try:
                 for profile in NEW_SHAPES:
                     spec = claim_spec_for([{f"nvidia.com/mig-{profile}": 1}])
-                    wait = cluster.templated_pod_wait(namespace, spec, timeout_s=args.timeout)
+                    created, wait = cluster.templated_pod_wait(
+                        namespace, spec, timeout_s=args.timeout
+                    )
                     waits.append(wait)
-                    _say(f"  round {round_} {profile:<11} bound {wait:6.2f} s after creation")
+                    # which part is the agents' (publishing) and which the scheduler's retry
+                    done = sorted(t - created for t in agents.published)
+                    first = f"{done[0]:6.2f}" if done else "     -"
+                    last = f"{done[-1]:6.2f}" if done else "     -"
+                    before = sum(1 for t in done if t <= wait)
+                    _say(
+                        f"  round {round_} {profile:<11} bound {wait:6.2f} s after creation;"
+                        f" first node published at {first} s, {before} before the binding,"
+                        f" {len(done)} by {last} s"
+                    )
             finally:
                 agents.stop()
                 cluster.clear(namespace)

@@ -62,6 +62,8 @@ class HollowAgents:
         }
         self._lock = threading.Lock()
         self._shown: frozenset[str] | None = None
+        self.published: list[float] = []
+        """When each node's publish of the latest change completed (monotonic seconds)."""
         self._pool = ThreadPoolExecutor(self.workers)
         self.templates: WatchCache[frozenset[str]] = WatchCache(
             self.api,
@@ -91,6 +93,7 @@ class HollowAgents:
             if shown == self._shown:
                 return
             self._shown = shown
+            self.published = []
         order = list(self.nodes)
         random.shuffle(order)  # no node is always first to publish
         for node in order:
@@ -99,5 +102,7 @@ class HollowAgents:
     def _publish(self, node: str, chosen: Advertised) -> None:
         try:
             self.publishers[node].publish(self.states[node], profiles=chosen)
+            with self._lock:
+                self.published.append(time.monotonic())
         except (KubeError, SlicerError) as exc:
             log.warning("hollow agent could not publish", extra={"node": node, "error": str(exc)})
