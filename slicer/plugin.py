@@ -9,6 +9,7 @@ Two sockets, as the kubelet expects them:
   :class:`~slicer.device_health.HealthFeed`, the resource-health service
   ``v1alpha1.DRAResourceHealth`` (KEP-4680): one long-lived ``NodeWatchResources`` stream per
   kubelet with every device's health. A kubelet that does not know the service never calls it.
+  Who else may watch, and who gives way when too many do, is :mod:`slicer.health_watchers`.
 
 :class:`DraDriver` holds the version-independent logic; each claim of a batch is handled on its
 own (in parallel, so claims on different GPUs do not wait for each other) and a failing claim
@@ -38,6 +39,7 @@ from slicer.checkpoint import PreparedDevice
 from slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_results
 from slicer.device_health import RESEND_S, TIMEOUT_S, DeviceHealth, HealthFeed
 from slicer.errors import BackendError, SlicerError
+from slicer.health_watchers import MAX_WATCHERS, HealthWatchers
 from slicer.identity import DRIVER
 from slicer.proto import (
     dra_health_v1alpha1_pb2,
@@ -57,8 +59,6 @@ DRA_SERVICES: dict[str, ModuleType] = {
 }
 REGISTRATION_SERVICE = "pluginregistration.Registration"
 HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
-MAX_HEALTH_STREAMS = 4
-"""Open health streams at most (a kubelet keeps one); each holds a server thread of its own."""
 
 
 def registration_socket(registry_dir: Path | str, driver: str = DRIVER) -> Path:
@@ -228,29 +228,36 @@ def health_handler(
     pool: str,
     closing: threading.Event,
     *,
+    watchers: HealthWatchers | None = None,
     resend_s: float = RESEND_S,
     clock: Callable[[], float] = time.time,
 ) -> grpc.GenericRpcHandler:
-    """The resource-health service: a stream that ends when the kubelet cancels it or the
-    server stops (``closing``), at most :data:`MAX_HEALTH_STREAMS` at a time."""
+    """The resource-health service: a stream that ends when the kubelet cancels it, the server
+    stops (``closing``) or ``watchers`` closes it (:mod:`slicer.health_watchers`: a newer
+    watcher needed its place, or it stopped reading)."""
     pb = dra_health_v1alpha1_pb2
+    registry = watchers if watchers is not None else HealthWatchers()
 
     def watch(request: Any, context: grpc.ServicerContext) -> Any:
-        if feed.streams >= MAX_HEALTH_STREAMS:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{MAX_HEALTH_STREAMS} health streams are open already; close one first",
-            )
-        wake = threading.Event()
-        context.add_callback(wake.set)  # the kubelet went away: stop waiting at once
+        watcher = registry.admit(context.cancel)
+        context.add_callback(watcher.wake.set)  # the client went away: stop waiting at once
 
         def alive() -> bool:
-            return context.is_active() and not closing.is_set()
+            return context.is_active() and not closing.is_set() and not watcher.closed
 
-        log.info("kubelet watches device health")
-        for devices in feed.stream(wake, alive, resend_s=resend_s):
-            yield health_response(pool, devices, now=int(clock()))
-        log.info("device health stream ended")
+        log.debug("a client watches device health", extra={"watcher": watcher.number})
+        try:
+            for devices in feed.stream(watcher.wake, alive, resend_s=resend_s):
+                if not registry.sending(watcher):
+                    break
+                yield health_response(pool, devices, now=int(clock()))
+                registry.sent(watcher)
+        finally:
+            registry.leave(watcher)
+        if watcher.closed:
+            context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
+            context.set_details(watcher.closed)
+        log.debug("device health stream ended", extra={"watcher": watcher.number})
 
     return grpc.method_handlers_generic_handler(
         HEALTH_SERVICE,
@@ -331,6 +338,7 @@ class PluginServer:
                     "Use a shorter --plugins-dir/--registry-dir"
                 )
         self.registration = RegistrationState()
+        self.health_watchers = HealthWatchers(limit=MAX_WATCHERS)
         self._workers = workers
         self._servers: list[grpc.Server] = []
 
@@ -339,8 +347,13 @@ class PluginServer:
         workers = self._workers
         if self.health is not None:
             self._closing.clear()
-            handlers.append(health_handler(self.health, self.driver.pool, self._closing))
-            workers += MAX_HEALTH_STREAMS  # open streams must not starve prepare calls
+            handlers.append(
+                health_handler(
+                    self.health, self.driver.pool, self._closing, watchers=self.health_watchers
+                )
+            )
+            # Open streams must not starve prepare calls; a closed watcher's thread ends at once.
+            workers += self.health_watchers.limit
         dra = grpc.server(futures.ThreadPoolExecutor(workers, thread_name_prefix="dra"))
         dra.add_generic_rpc_handlers(handlers)
         _bind(dra, self.dra_path)
