@@ -35,11 +35,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from kube.atomic_files import write_atomically
+from kube.atomic_files import ensure_dir, write_atomically
 from slicer.errors import CheckpointError
 
 VERSION = 1
 FILENAME = "checkpoint.json"
+DIR_MODE = 0o750
+"""The checkpoint folder's mode (the agent's alone; set whatever the umask)."""
+FILE_MODE = 0o600
 
 PrepareState = Literal["PrepareStarted", "PrepareCompleted"]
 PREPARE_STARTED: PrepareState = "PrepareStarted"
@@ -266,13 +269,13 @@ class CheckpointStore:
         """
         payload = encode(checkpoint, self._fragments)
         if not self._dir_ready:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.directory, DIR_MODE, own=True)
             self._dir_ready = True
         try:
-            write_atomically(self.path, payload, durable=durable)
+            write_atomically(self.path, payload, mode=FILE_MODE, durable=durable)
         except FileNotFoundError:  # the directory was removed under us: make it again, once
-            self.directory.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.path, payload, durable=durable)
+            ensure_dir(self.directory, DIR_MODE, own=True)
+            write_atomically(self.path, payload, mode=FILE_MODE, durable=durable)
 
 
 def _checksum(data: dict[str, Any]) -> str:

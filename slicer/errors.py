@@ -15,6 +15,8 @@ Every error a user can see says what went wrong and what would be valid instead.
     │   ├── ResetRequired           a MIG mode change waits for a GPU reset
     │   └── GpuLost                 the GPU fell off the bus
     ├── CheckpointError         unreadable or corrupt checkpoint
+    ├── ClaimReferenceError     a kubelet request names a claim by a uid, namespace or name
+    │                           that cannot be one (refused before it reaches a path)
     ├── PublishError            ResourceSlices could not be written
     └── AgentSettingsError      ``agent run``'s flags or environment cannot be used (also a
                                 ``kube.settings.SettingsError``: ``problems`` name each flag)
@@ -79,6 +81,11 @@ class GpuLost(BackendError):
 
 class CheckpointError(SlicerError):
     """The checkpoint file is unreadable, corrupt or from an unknown version."""
+
+
+class ClaimReferenceError(SlicerError, ValueError):
+    """A kubelet request's claim uid, namespace or name cannot be a claim's; the message names
+    the field and the rule."""
 
 
 class PublishError(SlicerError):

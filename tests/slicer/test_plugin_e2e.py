@@ -185,6 +185,45 @@ def test_unprepare_while_processes_run_returns_an_error_for_the_kubelet_to_retry
     assert done.claims[ref(claim)[0]].error == ""
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("uid", "abc\x00def", "claim uid 'abc\\x00def' is not a Kubernetes UID"),
+        ("uid", "../../etc/cron.d/x", "claim uid '../../etc/cron.d/x' is not a Kubernetes UID"),
+        ("uid", "a" * 5000, "(5000 characters) is not a Kubernetes UID"),
+        ("namespace", "ml/../kube-system", "namespace 'ml/../kube-system' is not a namespace"),
+        ("name", "x" * 300, "(300 characters) is not a ResourceClaim's name"),
+    ],
+)
+def test_a_claim_reference_that_cannot_be_a_claims_is_refused_as_invalid_argument(
+    node: Node, field: str, value: str, says: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    pb, stub = node.dra("v1")
+    claim = allocate_claim(node.api, ["gpu-0-mig-1g10gb-0"])
+    prepared = stub.NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30
+    )
+    assert prepared.claims[ref(claim)[0]].error == ""
+    cdi_before = sorted(p.name for p in node.config.cdi_dir.iterdir())
+    bad = {"namespace": "ml", "uid": "6f1c2d3e-0a4b-4c5d-8e9f-0123456789ab", "name": "c"}
+    bad[field] = value
+    batch = [claim_msg(pb, claim), pb.Claim(**bad)]  # a good claim beside it: refused too
+
+    for call, request in (
+        (stub.NodeUnprepareResources, pb.NodeUnprepareResourcesRequest(claims=batch)),
+        (stub.NodePrepareResources, pb.NodePrepareResourcesRequest(claims=batch)),
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            call(request, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "claim 2 of 2: " in refused.value.details()
+        assert says in refused.value.details()
+        assert len(refused.value.details()) < 400
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert sorted(p.name for p in node.config.cdi_dir.iterdir()) == cdi_before
+    assert ref(claim)[0] in node.agent.state.entries()  # the good claim was left alone
+
+
 def test_prepared_claims_keep_working_while_the_apiserver_is_unreachable(node: Node) -> None:
     pb, stub = node.dra("v1")
     claim = allocate_claim(node.api, ["gpu-0-mig-1g10gb-6"])
