@@ -282,6 +282,7 @@ def health_handler(
     def watch(request: Any, context: grpc.ServicerContext) -> Any:
         watcher = registry.admit(context.cancel)
         context.add_callback(watcher.wake.set)  # the client went away: stop waiting at once
+        context.add_callback(lambda: registry.leave(watcher))  # its place, whatever the thread does
 
         def alive() -> bool:
             return context.is_active() and not closing.is_set() and not watcher.closed
