@@ -5,6 +5,11 @@ certificates all rely on the same technique: write a temporary file in the same 
 its mode before any byte is written, flush it, and ``rename`` it over the old name (atomic on
 POSIX). ``durable`` adds the two fsyncs (the file, then its folder) that make the new content
 survive a power loss; without them the switch is still atomic for every reader.
+
+Modes never depend on the process's umask: :func:`write_atomically` gives each file its mode
+explicitly, and :func:`ensure_dir` sets the mode of each folder it creates (``mkdir``'s own
+mode is filtered through the umask; under ``umask 000`` a plain ``mkdir`` makes a folder anyone
+can write to).
 """
 
 from __future__ import annotations
@@ -37,6 +42,33 @@ def write_atomically(
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def ensure_dir(path: Path, mode: int, *, own: bool = False) -> None:
+    """Make ``path`` a folder: each missing folder on the way is created with exactly ``mode``.
+
+    ``own``: the folder is the caller's alone (the agent's checkpoint folder, its socket
+    folder), so an existing one gets ``mode`` too; a folder others share (the CDI folder, the
+    kubelet's registry) keeps the mode it has.
+    """
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, mode)
+        except FileExistsError:  # made meanwhile by someone else: theirs
+            continue
+        os.chmod(folder, mode)
+    if own and not missing and (os.stat(path).st_mode & 0o7777) != mode:
+        try:
+            os.chmod(path, mode)
+        except PermissionError:  # another user's folder after all: theirs to set
+            pass
 
 
 def fsync_dir(directory: Path) -> None:

@@ -21,9 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+from kube.atomic_files import ensure_dir
+from slicer.checkpoint import DIR_MODE
 from slicer.errors import SlicerError
 
 LOCK_FILE = "agent.lock"
+LOCK_MODE = 0o644
+"""Anyone on the node may read who holds the lock; only its owner writes (whatever the umask)."""
 
 
 class AgentLockHeld(SlicerError):
@@ -74,9 +78,11 @@ def acquire(
     ``on_wait`` is called once, with the holder, when the first try fails and waiting begins.
     Nothing but the lock file is created or changed.
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    ensure_dir(folder, DIR_MODE, own=True)
     path = folder / LOCK_FILE
-    file = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open while the agent runs
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, LOCK_MODE)
+    os.fchmod(fd, LOCK_MODE)  # open's mode is filtered through the umask; an old file too
+    file = open(fd, "a+", encoding="utf-8")  # noqa: SIM115 - held open while the agent runs
     deadline = clock() + wait_s
     told = False
     while True:

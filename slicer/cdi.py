@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kube import documents
-from kube.atomic_files import write_atomically
+from kube.atomic_files import ensure_dir, write_atomically
 from slicer.errors import SlicerError
 
 CDI_VERSION = "0.6.0"
@@ -67,8 +67,40 @@ TOOLKIT_SPEC_PATHS = (
 """Where the NVIDIA Container Toolkit keeps its generated spec (``nvidia-ctk cdi generate``)."""
 
 
+DIR_MODE = 0o755
+"""The CDI folder's mode when the agent creates it (the container runtime and CDI tools read it)."""
+SPEC_MODE = 0o644
+"""A claim's spec file: readable by CDI tools, as the toolkit's own specs are."""
+CLAIM_UID_MAX = 64
+"""A claim uid is at most this long (the apiserver's are 36-character UUIDs)."""
+_CLAIM_UID_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?$")
+
+
 class CdiError(SlicerError, ValueError):
     """A toolkit CDI spec that cannot be read or used; the message names the file and the fix."""
+
+
+def shown(value: str, limit: int = 60) -> str:
+    """``value`` quoted for a message: control characters escaped, a long one cut short."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def claim_uid_problem(uid: str) -> str | None:
+    """Why ``uid`` cannot be a claim's uid, or None when it can (pure).
+
+    The uid names the claim's CDI spec file and its CDI devices, so it is checked before it
+    reaches either: letters, digits and '-' (a UUID's characters), starting and ending with a
+    letter or digit, at most :data:`CLAIM_UID_MAX` characters. No '/', '.', NUL or space.
+    """
+    if len(uid) <= CLAIM_UID_MAX and _CLAIM_UID_RE.match(uid):
+        return None
+    return (
+        f"claim uid {shown(uid)} is not a Kubernetes UID: letters, digits and '-', starting and "
+        f"ending with a letter or digit, at most {CLAIM_UID_MAX} characters (the apiserver's are "
+        "UUIDs such as 6f1c2d3e-0a4b-4c5d-8e9f-0123456789ab)"
+    )
 
 
 @dataclass(frozen=True)
@@ -304,16 +336,20 @@ class CdiDirectory:
         self.common = common
 
     def path_for(self, claim_uid: str) -> Path:
+        """The claim's spec file; CdiError for a uid that is not one (it never names a path)."""
+        problem = claim_uid_problem(claim_uid)
+        if problem is not None:
+            raise CdiError(problem)
         return self.directory / f"{self.PREFIX}{claim_uid}.json"
 
     def write(self, claim_uid: str, devices: list[DeviceEdits]) -> Path:
         """Write (or replace) the claim's spec atomically and return its path."""
         spec = claim_spec(claim_uid, devices, self.common)
-        self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path_for(claim_uid)
+        ensure_dir(self.directory, DIR_MODE)
         # Atomic (the runtime never reads half a spec) but not fsynced: CDI specs live on tmpfs
         # on nodes, and after a power loss the boot id changes and every spec is rewritten.
-        write_atomically(path, json.dumps(spec, indent=2).encode(), durable=False)
+        write_atomically(path, json.dumps(spec, indent=2).encode(), mode=SPEC_MODE, durable=False)
         return path
 
     def remove(self, claim_uid: str) -> bool:
@@ -325,11 +361,13 @@ class CdiDirectory:
         return True
 
     def claim_uids(self) -> set[str]:
-        """Claims that have a spec file here (for the reconciler)."""
+        """Claims that have a spec file here (for the reconciler); a file whose name holds no
+        valid uid is not the agent's and is left out."""
         if not self.directory.is_dir():
             return set()
-        return {
+        found = (
             p.name[len(self.PREFIX) : -len(".json")]
             for p in self.directory.iterdir()
             if p.name.startswith(self.PREFIX) and p.name.endswith(".json")
-        }
+        )
+        return {uid for uid in found if claim_uid_problem(uid) is None}

@@ -5,7 +5,8 @@ GPU keeps instances across agent restarts (not across reboots). The checkpoint i
 agent answer those calls idempotently and tell its own instances from instances someone else
 made. One JSON file, ``checkpoint.json`` in the checkpoint directory::
 
-    {"version": 1,
+    {"version": 2,
+     "writer": "gpu-slicer <release>",
      "checksum": "sha256:<hex of the canonical JSON of data>",
      "data": {"bootId": "...",
               "claims": {"<claim uid>": {"namespace": "...", "name": "...",
@@ -23,6 +24,12 @@ changed since the last one (the others' text is reused). A file that
 cannot be read, fails its checksum or has an unknown version raises :class:`CheckpointError`
 from :meth:`CheckpointStore.load`; :meth:`CheckpointStore.load_or_recover` moves it aside and
 starts empty, and the reconciler then rebuilds state from the GPUs and the API.
+
+Format versions (:data:`VERSION`; docs/agent.md, "Checkpoint format versions"): the agent reads
+every version in :data:`READABLE_VERSIONS` and migrates it to the current one in memory (the next
+write is in the current format). A file of a *newer* version is never moved aside, since it is
+the only record of which MIG instances are the agent's: :class:`CheckpointTooNew` stops the agent
+with a message naming both versions, the release that wrote the file and the documented way out.
 """
 
 from __future__ import annotations
@@ -31,15 +38,30 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from kube.atomic_files import write_atomically
-from slicer.errors import CheckpointError
+from kube.atomic_files import ensure_dir, write_atomically
+from slicer.cdi import claim_uid_problem
+from slicer.errors import CheckpointError, CheckpointTooNew
 
-VERSION = 1
+VERSION = 2
+"""The format this agent writes.
+
+1. The envelope ``{version, checksum, data}`` (the first release).
+2. Adds ``writer``, the gpu-slicer release that wrote the file, so that an agent that cannot read
+   a newer file names the release that can. ``data`` is unchanged.
+"""
+READABLE_VERSIONS = (1, 2)
+"""Every format this agent reads (and migrates to :data:`VERSION` in memory)."""
+VERSIONS_DOC = "docs/agent.md, section 'Checkpoint format versions'"
 FILENAME = "checkpoint.json"
+DIR_MODE = 0o750
+"""The checkpoint folder's mode (the agent's alone; set whatever the umask)."""
+FILE_MODE = 0o600
 
 PrepareState = Literal["PrepareStarted", "PrepareCompleted"]
 PREPARE_STARTED: PrepareState = "PrepareStarted"
@@ -154,6 +176,10 @@ class Checkpoint:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Checkpoint:
+        for uid in raw["claims"]:
+            problem = claim_uid_problem(uid)
+            if problem is not None:
+                raise ValueError(problem)
         claims = {uid: ClaimEntry.from_json(uid, e) for uid, e in raw["claims"].items()}
         return cls(boot_id=str(raw["bootId"]), claims=claims)
 
@@ -191,30 +217,67 @@ def encode(
         + checksum.encode()
         + b'","data":'
         + canonical
-        + (b',"version":' + str(VERSION).encode() + b"}\n")
+        + (b',"version":' + str(VERSION).encode())
+        + (b',"writer":' + json.dumps(writer()).encode() + b"}\n")
     )
 
 
-def decode(raw: bytes) -> Checkpoint:
-    """Parse and verify a checkpoint file's bytes; CheckpointError says what is wrong."""
+@cache
+def writer() -> str:
+    """This agent's release, as the files it writes name it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"gpu-slicer {version('gpu-slicer')}"
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "gpu-slicer (not installed)"
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: lambda data: data,  # 1 -> 2: the envelope gained ``writer``; the data is the same
+}
+"""``MIGRATIONS[v]`` turns the data of format ``v`` into that of format ``v + 1``."""
+
+
+def decode(raw: bytes, *, where: str = "checkpoint") -> Checkpoint:
+    """Parse, verify and migrate a checkpoint file's bytes; CheckpointError says what is wrong,
+    CheckpointTooNew that a newer agent wrote them."""
     try:
         envelope = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"checkpoint is not valid JSON ({exc})") from exc
+        raise CheckpointError(f"{where} is not valid JSON ({exc})") from exc
     if not isinstance(envelope, dict):
-        raise CheckpointError("checkpoint is not a JSON object")
+        raise CheckpointError(f"{where} is not a JSON object")
     version = envelope.get("version")
-    if version != VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CheckpointError(f"{where} has no format version (version: {version!r})")
+    readable = f"format version{'s' if len(READABLE_VERSIONS) > 1 else ''} " + ", ".join(
+        map(str, READABLE_VERSIONS)
+    )
+    if version > VERSION:
+        written = envelope.get("writer")
+        by = written if isinstance(written, str) and written else "a newer gpu-slicer"
+        raise CheckpointTooNew(
+            f"{where} is format version {version}, written by {by}; this agent ({writer()}) "
+            f"reads {readable}. It is left as it is: it records which MIG instances are "
+            f"gpu-slicer's. Run {by} or newer on this node again, or roll back as "
+            f"{VERSIONS_DOC} describes",
+            version=version,
+            writer=written if isinstance(written, str) else None,
+        )
+    if version not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"checkpoint version {version!r} is not supported; this agent reads version {VERSION}"
+            f"{where} is format version {version}, which this agent no longer reads ({readable})"
         )
     data = envelope.get("data")
     if not isinstance(data, dict) or envelope.get("checksum") != _checksum(data):
-        raise CheckpointError("checkpoint checksum does not match its data (corrupt file)")
+        raise CheckpointError(f"{where}: checksum does not match its data (corrupt file)")
     try:
+        for step in range(version, VERSION):
+            data = MIGRATIONS[step](data)
         return Checkpoint.from_json(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint data is malformed ({exc!r})") from exc
+        raise CheckpointError(f"{where}: data is malformed ({exc!r})") from exc
 
 
 class CheckpointStore:
@@ -234,7 +297,7 @@ class CheckpointStore:
             return None
         except OSError as exc:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
-        return decode(raw)
+        return decode(raw, where=f"checkpoint {self.path}")
 
     def load_or_recover(self, boot_id: str) -> tuple[Checkpoint, str | None]:
         """Load, or start empty when the file is unusable; returns (checkpoint, problem).
@@ -244,6 +307,8 @@ class CheckpointStore:
         """
         try:
             found = self.load()
+        except CheckpointTooNew:
+            raise  # the newer agent's record: never moved aside, never overwritten
         except CheckpointError as exc:
             aside = self.path.with_name(f"{FILENAME}.corrupt-{int(time.time())}")
             try:
@@ -266,13 +331,13 @@ class CheckpointStore:
         """
         payload = encode(checkpoint, self._fragments)
         if not self._dir_ready:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.directory, DIR_MODE, own=True)
             self._dir_ready = True
         try:
-            write_atomically(self.path, payload, durable=durable)
+            write_atomically(self.path, payload, mode=FILE_MODE, durable=durable)
         except FileNotFoundError:  # the directory was removed under us: make it again, once
-            self.directory.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.path, payload, durable=durable)
+            ensure_dir(self.directory, DIR_MODE, own=True)
+            write_atomically(self.path, payload, mode=FILE_MODE, durable=durable)
 
 
 def _checksum(data: dict[str, Any]) -> str:

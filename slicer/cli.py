@@ -39,7 +39,13 @@ from slicer.cdi import (
 from slicer.demand import asked_for
 from slicer.device_attributes import ATTRIBUTES_CHOICES
 from slicer.deviceclasses import device_classes
-from slicer.errors import BackendError, CatalogError, GpuSpecError, SlicerError
+from slicer.errors import (
+    BackendError,
+    CatalogError,
+    CheckpointTooNew,
+    GpuSpecError,
+    SlicerError,
+)
 from slicer.inventory import KUBERNETES_VERSIONS, MODES, InventoryError
 from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
@@ -714,6 +720,8 @@ def _build_agent(config: AgentConfig, backend: GpuBackend, api: KubeApi) -> Node
     try:
         return NodeAgent(config, backend=backend, api=api)
     except (BackendError, OSError) as exc:
+        raise _Refusal(f"cannot start: {exc}", code=1) from exc
+    except CheckpointTooNew as exc:  # a newer agent's checkpoint: the node, not the flags
         raise _Refusal(f"cannot start: {exc}", code=1) from exc
     except SlicerError as exc:  # e.g. a socket path over the kernel's limit
         raise _Refusal(str(exc)) from exc

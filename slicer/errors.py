@@ -15,6 +15,9 @@ Every error a user can see says what went wrong and what would be valid instead.
     │   ├── ResetRequired           a MIG mode change waits for a GPU reset
     │   └── GpuLost                 the GPU fell off the bus
     ├── CheckpointError         unreadable or corrupt checkpoint
+    │   └── CheckpointTooNew        written by a newer agent in a format this one cannot read
+    ├── ClaimReferenceError     a kubelet request names a claim by a uid, namespace or name
+    │                           that cannot be one (refused before it reaches a path)
     ├── PublishError            ResourceSlices could not be written
     └── AgentSettingsError      ``agent run``'s flags or environment cannot be used (also a
                                 ``kube.settings.SettingsError``: ``problems`` name each flag)
@@ -79,6 +82,21 @@ class GpuLost(BackendError):
 
 class CheckpointError(SlicerError):
     """The checkpoint file is unreadable, corrupt or from an unknown version."""
+
+
+class CheckpointTooNew(CheckpointError):
+    """The checkpoint is in a newer format than this agent reads. Never moved aside: it still
+    says which MIG instances are the agent's; the message names the versions and the way out."""
+
+    def __init__(self, message: str, *, version: int, writer: str | None) -> None:
+        super().__init__(message)
+        self.version = version
+        self.writer = writer
+
+
+class ClaimReferenceError(SlicerError, ValueError):
+    """A kubelet request's claim uid, namespace or name cannot be a claim's; the message names
+    the field and the rule."""
 
 
 class PublishError(SlicerError):

@@ -9,6 +9,7 @@ Two sockets, as the kubelet expects them:
   :class:`~slicer.device_health.HealthFeed`, the resource-health service
   ``v1alpha1.DRAResourceHealth`` (KEP-4680): one long-lived ``NodeWatchResources`` stream per
   kubelet with every device's health. A kubelet that does not know the service never calls it.
+  Who else may watch, and who gives way when too many do, is :mod:`slicer.health_watchers`.
 
 :class:`DraDriver` holds the version-independent logic; each claim of a batch is handled on its
 own (in parallel, so claims on different GPUs do not wait for each other) and a failing claim
@@ -34,10 +35,14 @@ from typing import Any
 import grpc
 
 from kube import errors as kerrors
+from kube.atomic_files import ensure_dir
+from kube.names import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, is_dns_label, is_dns_subdomain
+from slicer.cdi import claim_uid_problem, shown
 from slicer.checkpoint import PreparedDevice
 from slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_results
 from slicer.device_health import RESEND_S, TIMEOUT_S, DeviceHealth, HealthFeed
-from slicer.errors import BackendError, SlicerError
+from slicer.errors import BackendError, ClaimReferenceError, SlicerError
+from slicer.health_watchers import MAX_WATCHERS, HealthWatchers
 from slicer.identity import DRIVER
 from slicer.proto import (
     dra_health_v1alpha1_pb2,
@@ -57,8 +62,11 @@ DRA_SERVICES: dict[str, ModuleType] = {
 }
 REGISTRATION_SERVICE = "pluginregistration.Registration"
 HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
-MAX_HEALTH_STREAMS = 4
-"""Open health streams at most (a kubelet keeps one); each holds a server thread of its own."""
+SOCKET_MODE = 0o600
+"""Both sockets: only their owner (root on a node, as the kubelet is) may connect."""
+SOCKET_DIR_MODE = 0o750
+"""The driver's own socket folder, and the registry folder when the agent has to create it."""
+_umask_lock = threading.Lock()
 
 
 def registration_socket(registry_dir: Path | str, driver: str = DRIVER) -> Path:
@@ -151,8 +159,41 @@ class DraDriver:
         return {uid: f.result() for uid, f in submitted.items()}
 
 
-def _refs(request: Any) -> list[ClaimRef]:
-    return [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
+def claim_refs(request: Any) -> list[ClaimRef]:
+    """The request's claims, each checked before its uid can reach a file path (the claim's CDI
+    spec) or its namespace and name an apiserver URL; ClaimReferenceError names the first bad
+    field. The kubelet sends a claim's ``metadata`` as it is, so only another client fails."""
+    refs = []
+    for i, claim in enumerate(request.claims):
+        ref = ClaimRef(claim.namespace, claim.uid, claim.name)
+        where = f"claim {i + 1} of {len(request.claims)}"
+        problem = claim_uid_problem(ref.uid)
+        if problem is None and not is_dns_label(ref.namespace):
+            problem = (
+                f"namespace {shown(ref.namespace)} is not a namespace's name: a DNS label "
+                f"(lower-case letters, digits and '-', at most {DNS_LABEL_MAX} characters)"
+            )
+        if problem is None and not is_dns_subdomain(ref.name):
+            problem = (
+                f"name {shown(ref.name)} is not a ResourceClaim's name: a DNS subdomain "
+                f"(lower-case letters, digits, '-' and '.', at most {DNS_SUBDOMAIN_MAX} "
+                "characters)"
+            )
+        if problem is not None:
+            raise ClaimReferenceError(f"{where}: {problem}")
+        refs.append(ref)
+    return refs
+
+
+def _checked_refs(request: Any, context: grpc.ServicerContext, method: str) -> list[ClaimRef]:
+    """:func:`claim_refs`, or the call ends with INVALID_ARGUMENT and the reason (logged once,
+    without a traceback: a bad request is the caller's mistake, not the agent's)."""
+    try:
+        return claim_refs(request)
+    except ClaimReferenceError as exc:
+        log.warning("refused a request", extra={"method": method, "error": str(exc)})
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {exc}")
+        raise  # abort raises; this keeps the type checker informed
 
 
 def _unary(
@@ -170,7 +211,7 @@ def dra_handler(service: str, pb: ModuleType, driver: DraDriver) -> grpc.Generic
     """The DRAPlugin service of one protocol version, backed by ``driver``."""
 
     def prepare(request: Any, context: grpc.ServicerContext) -> Any:
-        outcomes = driver.prepare(_refs(request))
+        outcomes = driver.prepare(_checked_refs(request, context, "NodePrepareResources"))
         response = pb.NodePrepareResourcesResponse()
         for uid, outcome in outcomes.items():
             entry = response.claims[uid]
@@ -187,7 +228,7 @@ def dra_handler(service: str, pb: ModuleType, driver: DraDriver) -> grpc.Generic
         return response
 
     def unprepare(request: Any, context: grpc.ServicerContext) -> Any:
-        errors = driver.unprepare(_refs(request))
+        errors = driver.unprepare(_checked_refs(request, context, "NodeUnprepareResources"))
         response = pb.NodeUnprepareResourcesResponse()
         for uid, error in errors.items():
             response.claims[uid].error = error
@@ -228,29 +269,37 @@ def health_handler(
     pool: str,
     closing: threading.Event,
     *,
+    watchers: HealthWatchers | None = None,
     resend_s: float = RESEND_S,
     clock: Callable[[], float] = time.time,
 ) -> grpc.GenericRpcHandler:
-    """The resource-health service: a stream that ends when the kubelet cancels it or the
-    server stops (``closing``), at most :data:`MAX_HEALTH_STREAMS` at a time."""
+    """The resource-health service: a stream that ends when the kubelet cancels it, the server
+    stops (``closing``) or ``watchers`` closes it (:mod:`slicer.health_watchers`: a newer
+    watcher needed its place, or it stopped reading)."""
     pb = dra_health_v1alpha1_pb2
+    registry = watchers if watchers is not None else HealthWatchers()
 
     def watch(request: Any, context: grpc.ServicerContext) -> Any:
-        if feed.streams >= MAX_HEALTH_STREAMS:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{MAX_HEALTH_STREAMS} health streams are open already; close one first",
-            )
-        wake = threading.Event()
-        context.add_callback(wake.set)  # the kubelet went away: stop waiting at once
+        watcher = registry.admit(context.cancel)
+        context.add_callback(watcher.wake.set)  # the client went away: stop waiting at once
+        context.add_callback(lambda: registry.leave(watcher))  # its place, whatever the thread does
 
         def alive() -> bool:
-            return context.is_active() and not closing.is_set()
+            return context.is_active() and not closing.is_set() and not watcher.closed
 
-        log.info("kubelet watches device health")
-        for devices in feed.stream(wake, alive, resend_s=resend_s):
-            yield health_response(pool, devices, now=int(clock()))
-        log.info("device health stream ended")
+        log.debug("a client watches device health", extra={"watcher": watcher.number})
+        try:
+            for devices in feed.stream(watcher.wake, alive, resend_s=resend_s):
+                if not registry.sending(watcher):
+                    break
+                yield health_response(pool, devices, now=int(clock()))
+                registry.sent(watcher)
+        finally:
+            registry.leave(watcher)
+        if watcher.closed:
+            context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
+            context.set_details(watcher.closed)
+        log.debug("device health stream ended", extra={"watcher": watcher.number})
 
     return grpc.method_handlers_generic_handler(
         HEALTH_SERVICE,
@@ -331,6 +380,7 @@ class PluginServer:
                     "Use a shorter --plugins-dir/--registry-dir"
                 )
         self.registration = RegistrationState()
+        self.health_watchers = HealthWatchers(limit=MAX_WATCHERS)
         self._workers = workers
         self._servers: list[grpc.Server] = []
 
@@ -339,11 +389,16 @@ class PluginServer:
         workers = self._workers
         if self.health is not None:
             self._closing.clear()
-            handlers.append(health_handler(self.health, self.driver.pool, self._closing))
-            workers += MAX_HEALTH_STREAMS  # open streams must not starve prepare calls
+            handlers.append(
+                health_handler(
+                    self.health, self.driver.pool, self._closing, watchers=self.health_watchers
+                )
+            )
+            # Open streams must not starve prepare calls; a closed watcher's thread ends at once.
+            workers += self.health_watchers.limit
         dra = grpc.server(futures.ThreadPoolExecutor(workers, thread_name_prefix="dra"))
         dra.add_generic_rpc_handlers(handlers)
-        _bind(dra, self.dra_path)
+        _bind(dra, self.dra_path, own_dir=True)
         reg = grpc.server(futures.ThreadPoolExecutor(2, thread_name_prefix="registration"))
         reg.add_generic_rpc_handlers(
             [registration_handler(str(self.dra_path), self.registration, self.driver.driver)]
@@ -351,7 +406,7 @@ class PluginServer:
         # The DRA socket must answer before the kubelet can find the registration socket.
         dra.start()
         self._servers.append(dra)
-        _bind(reg, self.registration_path)
+        _bind(reg, self.registration_path, own_dir=False)
         reg.start()
         self._servers.append(reg)
         log.info(
@@ -378,12 +433,23 @@ class PluginServer:
                 pass
 
 
-def _bind(server: grpc.Server, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _bind(server: grpc.Server, path: Path, *, own_dir: bool) -> None:
+    """Listen on ``path`` with mode :data:`SOCKET_MODE` from the first instant, whatever the
+    umask: the socket is made under a umask that leaves it no more than that (a socket's mode
+    comes from the umask alone), then set explicitly. The umask is the process's, so it is
+    narrowed only around the bind; anything another thread creates meanwhile can only come out
+    stricter, and every file and folder the agent makes sets its mode explicitly anyway."""
+    ensure_dir(path.parent, SOCKET_DIR_MODE, own=own_dir)
     try:
         os.unlink(path)  # a stale socket from a previous run refuses the bind
     except FileNotFoundError:
         pass
-    port = server.add_insecure_port(f"unix://{path}")
+    with _umask_lock:
+        previous = os.umask(0o777 & ~SOCKET_MODE)
+        try:
+            port = server.add_insecure_port(f"unix://{path}")
+        finally:
+            os.umask(previous)
     if port == 0:
         raise SlicerError(f"cannot listen on unix socket {path}")
+    os.chmod(path, SOCKET_MODE)

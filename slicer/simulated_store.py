@@ -10,7 +10,10 @@ Health faults come in from outside the agent process the same way: :func:`queue_
 agent simulate-event``) drops one file per event into ``<state file>.events/``, and the running
 agent's health thread takes them, oldest first, on its next poll (within a second), as if NVML had
 reported them: an Xid, a GPU that fell off the bus (``gpu-lost``), or its recovery (a reset:
-its instances are gone).
+its instances are gone). An entry that is not such an event (not a regular file, larger than
+:data:`MAX_EVENT_BYTES`, not JSON, nested too deeply, an unknown kind) is skipped with one
+warning and removed when it is a file; a folder or anything else that cannot be removed is
+remembered and not looked at again. Later events are played all the same.
 """
 
 from __future__ import annotations
@@ -18,17 +21,22 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any, get_args
 
-from kube.atomic_files import write_atomically
+from kube.atomic_files import ensure_dir, write_atomically
 from slicer.backend import GpuInfo, HealthEvent, HealthKind
 from slicer.devices import MigInstance
 from slicer.errors import SlicerError
 from slicer.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
+
+
+MAX_EVENT_BYTES = 4096
+"""An event file is a small JSON object; anything larger is not one."""
 
 
 class StateFileError(SlicerError):
@@ -46,7 +54,7 @@ def queue_event(state_path: Path, event: HealthEvent) -> Path:
     if event.kind == "xid" and event.xid is None:
         raise StateFileError("an xid event needs the Xid number")
     inbox = events_dir(state_path)
-    inbox.mkdir(parents=True, exist_ok=True)
+    ensure_dir(inbox, 0o750)
     record = {"gpu": event.gpu_index, "kind": event.kind, "xid": event.xid}
     path = inbox / f"{time.time_ns():020d}-{os.getpid()}.json"
     write_atomically(path, json.dumps(record).encode(), durable=False)
@@ -54,7 +62,23 @@ def queue_event(state_path: Path, event: HealthEvent) -> Path:
 
 
 def _read_event(path: Path) -> HealthEvent:
-    record = json.loads(path.read_text())
+    """The event in ``path``; ValueError (or OSError) says why it is not one. Opened without
+    following a link and without waiting on a pipe; only a regular file is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        raw = os.read(fd, MAX_EVENT_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_EVENT_BYTES:
+        raise ValueError(f"larger than {MAX_EVENT_BYTES} bytes")
+    try:
+        record = json.loads(raw)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
     kind = record["kind"]
     if kind not in get_args(HealthKind):
         raise ValueError(f"kind {kind!r} is not one of {', '.join(get_args(HealthKind))}")
@@ -67,6 +91,9 @@ class PersistedBackend:
     def __init__(self, inner: SimulatedBackend, path: Path) -> None:
         self.inner = inner
         self.path = path
+        self._skipped: set[str] = set()
+        """Inbox entries warned about once that could not be removed (a folder)."""
+        self._inbox_problem = ""
         if path.exists():
             try:
                 inner.restore(json.loads(path.read_text()))
@@ -78,7 +105,7 @@ class PersistedBackend:
         self._save()
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.path.parent, 0o750)
         payload = json.dumps(self.inner.snapshot(), indent=1).encode()
         write_atomically(self.path, payload, durable=False)  # a simulation: no power loss
 
@@ -104,13 +131,25 @@ class PersistedBackend:
         return self.inner.health_events(timeout_s)
 
     def _take_queued_events(self) -> None:
-        """Play the events :func:`queue_event` left in the inbox on the simulated GPUs."""
+        """Play the events :func:`queue_event` left in the inbox on the simulated GPUs; skip,
+        with one warning each, the entries that are not events."""
         inbox = events_dir(self.path)
         try:
-            queued = sorted(p for p in inbox.iterdir() if p.suffix == ".json")
+            names = sorted(p.name for p in inbox.iterdir() if p.suffix == ".json")
         except FileNotFoundError:
             return
-        for path in queued:
+        except OSError as exc:
+            if str(exc) != self._inbox_problem:
+                self._inbox_problem = str(exc)
+                log.warning("cannot read the health event inbox", extra={"error": str(exc)})
+            return
+        self._inbox_problem = ""
+        self._skipped &= set(names)  # forget what is gone; the set never outgrows the folder
+        played = False
+        for name in names:
+            if name in self._skipped:
+                continue
+            path = inbox / name
             try:
                 event = _read_event(path)
                 if event.kind == "xid":
@@ -119,13 +158,18 @@ class PersistedBackend:
                     self.inner.lose_gpu(event.gpu_index)
                 else:
                     self.inner.recover_gpu(event.gpu_index)
+                played = True
                 log.info("simulated health event", extra={"event": str(event)})
-            except (OSError, ValueError, KeyError, TypeError, SlicerError) as exc:
+            except Exception as exc:  # any entry whatever: skipped, the inbox goes on
                 log.warning(
-                    "ignored a queued health event", extra={"file": str(path), "error": str(exc)}
+                    "ignored an entry of the health event inbox that is not an event",
+                    extra={"file": str(path), "error": str(exc) or type(exc).__name__},
                 )
-            path.unlink(missing_ok=True)
-        if queued:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                self._skipped.add(name)  # a folder: left alone, and not warned about again
+        if played:
             self._save()
 
     def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:

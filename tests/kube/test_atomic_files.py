@@ -54,3 +54,19 @@ def test_a_failed_write_keeps_the_old_file_and_removes_the_temporary_one(
         atomic_files.write_atomically(target, b"new", mode=0o600)
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["tls.key"]
+
+
+def test_folders_get_their_mode_whatever_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0)
+    try:
+        atomic_files.ensure_dir(tmp_path / "a" / "b", 0o750)
+        shared = tmp_path / "shared"
+        shared.mkdir(0o777)
+        atomic_files.ensure_dir(shared, 0o755)
+        own = tmp_path / "own"
+        own.mkdir(0o777)
+        atomic_files.ensure_dir(own, 0o750, own=True)
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o7777 for p in tmp_path.rglob("*")}
+    assert modes == {"a": 0o750, "b": 0o750, "shared": 0o777, "own": 0o750}

@@ -30,6 +30,7 @@ from slicer.proto import (
     pluginregistration_pb2_grpc,
 )
 from tests.support.agent_fixtures import simulated_agent_args
+from tests.support.previous_formats import checkpoint_from_the_future
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLKIT_SPEC = Path(__file__).resolve().parent / "data" / "nvidia-toolkit-cdi.yaml"
@@ -185,6 +186,22 @@ def test_bad_input_exits_2_naming_the_problem(
     ]
     assert main([*base, *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_checkpoint_of_a_newer_format_stops_the_agent_with_the_way_out(
+    capsys: pytest.CaptureFixture[str], short_dir: Path
+) -> None:
+    (short_dir / "ckpt").mkdir()
+    checkpoint = short_dir / "ckpt" / "checkpoint.json"
+    checkpoint.write_bytes(checkpoint_from_the_future(3, writer="gpu-slicer 0.9.0"))
+    before = checkpoint.read_bytes()
+    assert main([*simulated_agent_args(short_dir), "--metrics-bind", ""]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-slicer agent run: cannot start: checkpoint ")
+    assert "is format version 3, written by gpu-slicer 0.9.0" in err
+    assert "docs/agent.md, section 'Checkpoint format versions'" in err
+    assert checkpoint.read_bytes() == before
+    assert not (short_dir / "plugins").exists()  # no socket was opened
 
 
 def test_a_static_layout_that_does_not_fit_the_gpus_exits_2(

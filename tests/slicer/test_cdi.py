@@ -228,3 +228,18 @@ def test_spec_files_are_written_atomically_one_per_claim_and_removed_idempotentl
     assert cdi.remove(UID) is True
     assert cdi.remove(UID) is False
     assert cdi.claim_uids() == {"other"}
+
+
+def test_a_uid_that_is_not_one_never_names_a_spec_file(tmp_path: Path) -> None:
+    cdi = CdiDirectory(tmp_path / "cdi")
+    for bad in ("../checkpoint", "a/b", "x\x00y", "u" * 65, "", "-lead", "a.b"):
+        with pytest.raises(CdiError, match="is not a Kubernetes UID"):
+            cdi.path_for(bad)
+    assert cdi.path_for("6f1c2d3e-0a4b-4c5d-8e9f-0123456789ab").parent == tmp_path / "cdi"
+
+
+def test_spec_files_whose_names_hold_no_uid_are_not_the_agents(tmp_path: Path) -> None:
+    cdi = CdiDirectory(tmp_path)
+    cdi.write("u-1", [DeviceEdits("gpu-0", 0, "GPU-0")])
+    (tmp_path / f"{CdiDirectory.PREFIX}not a uid.json").write_text("{}")
+    assert cdi.claim_uids() == {"u-1"}

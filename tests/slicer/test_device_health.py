@@ -127,3 +127,22 @@ def test_a_stream_ends_when_its_caller_goes_away() -> None:
     reader.join(30)
     assert ended == [True]
     assert feed.streams == 0
+
+
+def test_a_watcher_that_does_not_read_holds_one_message_not_a_backlog_of_changes() -> None:
+    inputs = Inputs()
+    feed = inputs.feed()
+    feed.set_published(["gpu-0", "gpu-1"])
+    stream = feed.stream(threading.Event(), lambda: True, resend_s=3600)
+    _next(stream)
+    for i in range(1000):  # faults and recoveries while the watcher reads nothing
+        inputs.unhealthy[i % 2] = f"xid-{i}"
+        feed.changed()
+    latest = _next(stream)
+    assert [(d.device, d.message.split("(")[1][:7]) for d in latest] == [
+        ("gpu-0", "xid-998"),
+        ("gpu-1", "xid-999"),
+    ]
+    inputs.unhealthy.clear()
+    feed.changed()
+    assert all(d.healthy for d in _next(stream))  # the next message is the state now, not xid-1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,6 +185,45 @@ def test_unprepare_while_processes_run_returns_an_error_for_the_kubelet_to_retry
     assert done.claims[ref(claim)[0]].error == ""
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("uid", "abc\x00def", "claim uid 'abc\\x00def' is not a Kubernetes UID"),
+        ("uid", "../../etc/cron.d/x", "claim uid '../../etc/cron.d/x' is not a Kubernetes UID"),
+        ("uid", "a" * 5000, "(5000 characters) is not a Kubernetes UID"),
+        ("namespace", "ml/../kube-system", "namespace 'ml/../kube-system' is not a namespace"),
+        ("name", "x" * 300, "(300 characters) is not a ResourceClaim's name"),
+    ],
+)
+def test_a_claim_reference_that_cannot_be_a_claims_is_refused_as_invalid_argument(
+    node: Node, field: str, value: str, says: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    pb, stub = node.dra("v1")
+    claim = allocate_claim(node.api, ["gpu-0-mig-1g10gb-0"])
+    prepared = stub.NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[claim_msg(pb, claim)]), timeout=30
+    )
+    assert prepared.claims[ref(claim)[0]].error == ""
+    cdi_before = sorted(p.name for p in node.config.cdi_dir.iterdir())
+    bad = {"namespace": "ml", "uid": "6f1c2d3e-0a4b-4c5d-8e9f-0123456789ab", "name": "c"}
+    bad[field] = value
+    batch = [claim_msg(pb, claim), pb.Claim(**bad)]  # a good claim beside it: refused too
+
+    for call, request in (
+        (stub.NodeUnprepareResources, pb.NodeUnprepareResourcesRequest(claims=batch)),
+        (stub.NodePrepareResources, pb.NodePrepareResourcesRequest(claims=batch)),
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            call(request, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "claim 2 of 2: " in refused.value.details()
+        assert says in refused.value.details()
+        assert len(refused.value.details()) < 400
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert sorted(p.name for p in node.config.cdi_dir.iterdir()) == cdi_before
+    assert ref(claim)[0] in node.agent.state.entries()  # the good claim was left alone
+
+
 def test_prepared_claims_keep_working_while_the_apiserver_is_unreachable(node: Node) -> None:
     pb, stub = node.dra("v1")
     claim = allocate_claim(node.api, ["gpu-0-mig-1g10gb-6"])
@@ -287,6 +327,94 @@ def test_the_health_stream_reports_every_device_and_a_critical_xid_on_its_gpu(no
     _health_until(stream, lambda seen: {h for h, _ in seen.values()} == {pb.HEALTHY})
     stream.cancel()
     _wait(lambda: node.agent.health_feed.streams == 0)
+
+
+def _first_message_within(stream: Any, limit_s: float) -> Any:
+    """The stream's first message, or AssertionError when none came within ``limit_s``."""
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.append(next(stream)), daemon=True)
+    reader.start()
+    reader.join(limit_s)
+    assert got, f"no health message within {limit_s} s"
+    return got[0]
+
+
+def test_a_thousand_watchers_that_never_read_leave_the_kubelets_stream_served(
+    node: Node,
+) -> None:
+    pb = dra_health_v1alpha1_pb2
+    health = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
+        node.channel(node.agent.plugin.dra_path)
+    )
+    watchers = node.agent.plugin.health_watchers
+    kubelet = health.NodeWatchResources(pb.NodeWatchResourcesRequest())
+    _health_until(kubelet, lambda seen: "gpu-1" in seen)
+
+    # A local client opens 1,000 streams on its own connection and never reads any of them.
+    hostile_channel = node.channel(node.agent.plugin.dra_path)
+    hostile = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
+        hostile_channel
+    )
+    streams = [hostile.NodeWatchResources(pb.NodeWatchResourcesRequest()) for _ in range(1000)]
+    _wait(lambda: watchers.admitted == 1001, limit_s=120)
+    assert watchers.count <= watchers.limit
+
+    # The kubelet's stream stayed open and still hears of a fault at once.
+    node.backend.inject_xid(1, 79)
+    hit = _health_until(kubelet, lambda seen: seen["gpu-1"][0] == pb.UNHEALTHY)
+    assert "xid-79" in hit["gpu-1"][1]
+
+    # A kubelet that dials again now is served within a second (a generous bound: the goal).
+    again = health.NodeWatchResources(pb.NodeWatchResourcesRequest())
+    first = _first_message_within(again, 1.0)
+    assert {d.device.device_name for d in first.devices} >= {"gpu-0", "gpu-1"}
+
+    # All but the newest few gave way; prepare calls went on meanwhile.
+    assert watchers.closed >= 1001 - watchers.limit
+    with pytest.raises(grpc.RpcError) as ended:
+        list(streams[500])  # its one message, then the end
+    assert ended.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED)
+    claim = allocate_claim(node.api, ["gpu-0-mig-1g10gb-0"])
+    pb1, dra = node.dra("v1")
+    prepared = dra.NodePrepareResources(
+        pb1.NodePrepareResourcesRequest(claims=[claim_msg(pb1, claim)]), timeout=30
+    )
+    assert prepared.claims[ref(claim)[0]].error == ""
+    for stream in streams:
+        stream.cancel()
+    kubelet.cancel()
+    again.cancel()
+    _wait(lambda: watchers.count == 0)
+
+
+def test_when_every_place_is_taken_the_newest_watcher_gives_way_and_is_told_why(
+    node: Node,
+) -> None:
+    pb = dra_health_v1alpha1_pb2
+    health = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
+        node.channel(node.agent.plugin.dra_path)
+    )
+    watchers = node.agent.plugin.health_watchers
+    streams = []
+    for _ in range(watchers.limit):
+        stream = health.NodeWatchResources(pb.NodeWatchResourcesRequest())
+        next(stream)
+        streams.append(stream)
+    newcomer = health.NodeWatchResources(pb.NodeWatchResourcesRequest())
+    assert next(newcomer).devices
+
+    with pytest.raises(grpc.RpcError) as ended:
+        list(streams[-1])
+    assert ended.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "the agent serves at most 4 at a time, and the newest gives way" in (
+        ended.value.details()
+    )
+    # The oldest (the kubelet's, opened first) is still served.
+    node.backend.inject_xid(0, 79)
+    _health_until(streams[0], lambda seen: seen["gpu-0"][0] == pb.UNHEALTHY)
+    for stream in [*streams, newcomer]:
+        stream.cancel()
+    _wait(lambda: watchers.count == 0)
 
 
 def test_the_health_stream_ends_cleanly_when_the_agent_stops(node: Node) -> None:
