@@ -5,9 +5,9 @@ scheduler decides. ``bench/bench_scheduler.py`` measures that on the real kube-s
 hollow nodes: scheduler CPU per pod for each of gpu-slicer's claim shapes at several node counts
 and releases. ``bench_scheduler.py --cost-model FILE`` writes those figures in the format of
 ``scheduler-cost.yaml`` beside this module, which ships with the measurements made for
-docs/performance.md. This module reads them and answers, for a scenario: at its node count and release, how
-much scheduler CPU its mix of pods costs, how many pods per second one scheduler core sustains,
-and whether that keeps up with the scenario's busiest minute.
+docs/performance.md. This module reads them and answers, for a scenario: at its node count and
+release, how much scheduler CPU its mix of pods costs, how many pods per second one scheduler
+core sustains, and whether that keeps up with the scenario's busiest minute.
 
 Between measured node counts the cost is interpolated on a log-log scale (a power law between
 two points); beyond the largest it is extrapolated with the last two points' exponent; below the

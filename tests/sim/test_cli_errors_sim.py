@@ -117,7 +117,7 @@ def test_a_scenario_nested_too_deeply_is_named(
     path.write_text("[" * 20000 + "]" * 20000)
     code, err = simulate(path, capsys)
     assert code == 2
-    assert f"{path}: the YAML is nested too deeply" in err
+    assert f"{path}: refused at line 1" in err and "nested too deeply" in err
 
 
 def test_a_bad_scenario_policy_is_bad_input_exit_2(
