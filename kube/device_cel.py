@@ -336,8 +336,3 @@ def _evaluate(selector: CompiledSelector, device: DeviceView) -> bool:
             f"CEL selector {selector.expression!r} returned {type(outcome).__name__}, not a bool"
         )
     return bool(outcome)
-
-
-def cache_sizes() -> dict[str, int]:
-    """How many programs and shared results are cached (for the benchmark's report)."""
-    return {"programs": len(_SELECTORS), "results": len(_RESULTS)}

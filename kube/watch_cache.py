@@ -80,9 +80,6 @@ class WatchCache(Generic[T]):
         evidence that an object does not exist (an apiserver out of reach is not)."""
         return self._synced.is_set() and self.failures == 0
 
-    def wait_synced(self, timeout_s: float) -> bool:
-        return self._synced.wait(timeout_s)
-
     def get(self, name: str, namespace: str = "") -> T | None:
         with self._lock:
             return self._items.get((namespace, name))

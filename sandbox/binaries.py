@@ -136,11 +136,6 @@ def ensure(
     return Binaries(kube_dir=kube_dir, tools_dir=tools_dir, release=release)
 
 
-def ensure_tools(*, cache: Path | None = None, progress: Progress = print) -> Path:
-    """Only our own helpers (etcd, cdi-inject): quick, and enough for the CDI checks."""
-    return _ensure_tools(cache or cache_root(), progress)
-
-
 def ensure_kubelet(
     version: str = DEFAULT_MINOR, *, cache: Path | None = None, progress: Progress = print
 ) -> Path:

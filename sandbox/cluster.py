@@ -286,7 +286,3 @@ class ClusterSetup:
 
     def close(self) -> None:
         self.client.close()  # type: ignore[no-untyped-call]
-
-
-def write_yaml(path: Path, obj: Obj) -> None:
-    path.write_text(yaml.safe_dump(obj, sort_keys=False))

@@ -78,7 +78,3 @@ def free_placements(model: GpuModel, present: tuple[Placement, ...]) -> tuple[Pl
 def fits_next_to(model: GpuModel, present: Sequence[Placement], profile: str) -> bool:
     """Whether one more ``profile`` can be created without moving what is ``present``."""
     return any(p[0] == profile for p in free_placements(model, tuple(sorted(present))))
-
-
-def memory_slices_of(model: GpuModel, placement: Placement) -> range:
-    return model.profile(placement[0]).covers(placement[1])

@@ -309,7 +309,3 @@ class ProgressBar:
         if percent >= 100:
             self.stream.write("\n")
         self.stream.flush()
-
-
-def summary_line(result: Result) -> str:
-    return f"{result.strategy}: served {result.served}/{result.total}"

@@ -654,11 +654,3 @@ def _generated(
                 )
             )
     return pods
-
-
-def model_keys_in(scenario: Scenario) -> list[str]:
-    return sorted({m.key for n in scenario.nodes for m in n.models})
-
-
-def total_memory_slices(scenario: Scenario) -> int:
-    return sum(m.memory_slices for n in scenario.nodes for m in n.models)

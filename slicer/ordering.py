@@ -110,13 +110,6 @@ class OrderPolicy(Protocol):
     def order(self, candidates: Sequence[Candidate], occupancy: Occupancy) -> list[Candidate]: ...
 
 
-class RanksGpus(Protocol):
-    """A policy that lists each GPU's devices together, GPUs sorted by a rank computed from the
-    GPU's own state: a caller can then recompute only the GPU that changed (the simulator)."""
-
-    def gpu_rank(self, gpu: int, model: GpuModel, occupancy: Occupancy) -> tuple[int, ...]: ...
-
-
 def _profile_rank(model: GpuModel, profile: Profile | None) -> tuple[int, int, int, int]:
     """Where a profile's devices stand among one GPU's: the whole GPU, then MIG profiles from
     small to large, media-extension (``+me``) variants last.

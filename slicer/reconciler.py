@@ -360,10 +360,6 @@ class Reconciler:
         report.republished = True
         self.state.metrics.republishes.labels("ok").inc()
 
-    def force_republish(self) -> None:
-        """Forget what was published, so the next pass republishes."""
-        self._published = None
-
 
 def _still_allocated(claim: dict[str, object], entry: ClaimEntry, pool: str) -> bool:
     meta = claim.get("metadata")

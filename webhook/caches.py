@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from kube.api import KubeApi, Obj
 from kube.errors import KubeError, NotFound
@@ -53,22 +53,6 @@ def mode_from_labels(labels: object) -> NamespaceMode:
     if value == "audit":
         return "audit"
     return "disabled"
-
-
-class NamespaceModeSource(Protocol):
-    def mode(self, namespace: str) -> NamespaceMode: ...
-
-    @property
-    def synced(self) -> bool: ...
-
-
-class ExtendedNameSource(Protocol):
-    def names(self) -> frozenset[str]: ...
-
-    def classes(self) -> tuple[ExtendedClass, ...]: ...
-
-    @property
-    def synced(self) -> bool: ...
 
 
 class _OnWatchCache:

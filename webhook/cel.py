@@ -79,15 +79,6 @@ def _memory_guard(target: TargetDriver, min_memory_bytes: int | None) -> str:
     return f' && "{MEMORY_CAPACITY}" in {capacity} && {memory}.compareTo(quantity({size})) >= 0'
 
 
-def profiles_selector(
-    target: TargetDriver, profiles: tuple[str, ...], *, min_memory_bytes: int | None = None
-) -> str:
-    """Select MIG devices whose profile is one of ``profiles`` (one alternative that stands for
-    "the instance that spans the GPU", or "a big enough instance", on whichever GPU model a node
-    has); a single profile gives exactly :func:`profile_selector`'s expression."""
-    return PROFILES_SELECTORS.call(target, profiles, min_memory_bytes)
-
-
 def _profiles_selector(
     target: TargetDriver, profiles: tuple[str, ...], min_memory_bytes: int | None
 ) -> str:
