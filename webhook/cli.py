@@ -385,6 +385,8 @@ def _join(texts: list[str]) -> str:
     for text in texts:
         if not text.strip():
             continue
+        if out:  # a byte-order mark belongs at the start of the stream only
+            text = text.removeprefix("\ufeff")
         if out and not out.endswith("\n"):
             out += "\n"
         if out and not text.lstrip().startswith("---"):
