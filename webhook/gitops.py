@@ -42,6 +42,7 @@ from webhook.convert import (
 from webhook.policy import Policy
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+CHART_FILE = "Chart.yaml"
 TEMPLATES_FILE = "gpu-slicer-templates.yaml"
 """Where the templates a kustomization's patches need are written (listed in its resources)."""
 
@@ -81,6 +82,26 @@ class Tree:
 
     def changed(self) -> list[ManifestFile]:
         return [f for f in self.files if f.output is not None]
+
+    def not_objects(self) -> dict[PurePosixPath, str]:
+        """The files that hold no Kubernetes objects for ``kubectl apply`` (a kustomization, a
+        Helm chart's ``Chart.yaml`` and values), and what each is: left out of a printed
+        stream."""
+        charts = {f.relative.parent for f in self.files if f.relative.name == CHART_FILE}
+        found = {}
+        for file in self.files:
+            name = file.relative.name
+            if name in KUSTOMIZATION_NAMES:
+                found[file.relative] = "a kustomization (kubectl kustomize builds it)"
+            elif name == CHART_FILE:
+                found[file.relative] = "a Helm chart's Chart.yaml"
+            elif (
+                file.relative.parent in charts
+                and name.startswith("values")
+                and (file.relative.suffix.lower() in (".yaml", ".yml"))
+            ):
+                found[file.relative] = "a Helm chart's values"
+        return found
 
 
 def convert_tree(
