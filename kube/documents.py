@@ -47,7 +47,7 @@ def read_text(path: str | os.PathLike[str]) -> str:
         if str(path) == "-":
             raw = getattr(sys.stdin, "buffer", None)
             return raw.read().decode("utf-8") if raw is not None else sys.stdin.read()
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_bytes().decode("utf-8")  # line endings kept as written
     except UnicodeDecodeError as exc:
         raise DocumentError(f"not UTF-8 text ({exc})") from exc
     except OSError as exc:
@@ -144,6 +144,18 @@ def parse(text: str) -> Any:
     """The one document in ``text`` (None when empty)."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        raise DocumentError(_describe(exc)) from exc
+    except RecursionError as exc:
+        raise DocumentError("the YAML is nested too deeply to read") from exc
+
+
+def compose_all(text: str) -> list[Node]:
+    """The node tree of every non-empty document of ``text``, with the positions (marks) where
+    each node starts and ends: what an editor that keeps the text needs. Bounded as
+    :func:`parse_all`; an alias is the node it names (the same object, found twice)."""
+    try:
+        return [node for node in yaml.compose_all(text, Loader=_Loader) if node is not None]
     except yaml.YAMLError as exc:
         raise DocumentError(_describe(exc)) from exc
     except RecursionError as exc:

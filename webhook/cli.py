@@ -246,7 +246,7 @@ def _convert_folder(args: argparse.Namespace, folder: Path, policy: Policy) -> i
     elif args.beside:
         problems += _write_beside(args, folder, tree, modes)
     else:
-        _print_tree(args, tree)
+        _print_tree(args, tree, folder=True)
     for found in problems:
         print(f"{_CONVERT}: {found}", file=sys.stderr)
     return 1 if problems else 0
@@ -271,12 +271,21 @@ def _convert_usage_problem(args: argparse.Namespace, folder: Path | None) -> str
     return None
 
 
-def _print_tree(args: argparse.Namespace, tree: Tree) -> None:
+def _print_tree(args: argparse.Namespace, tree: Tree, *, folder: bool = False) -> None:
     """The converted stream on standard output: files that could not be read as YAML are left
-    out (they are named on stderr), so that the stream stays valid for kubectl apply."""
+    out (they are named on stderr), and so are, from a folder, a kustomization and a Helm
+    chart's Chart.yaml and values (named too), so that the stream stays valid for kubectl
+    apply."""
     from webhook import convert
 
-    readable = [f for f in tree.files if f.error is None]
+    not_objects = tree.not_objects() if folder else {}
+    for relative, what in not_objects.items():
+        print(
+            f"{relative}: left out of the printed stream: {what}, not a Kubernetes object "
+            "(--out-dir writes it with the tree)",
+            file=sys.stderr,
+        )
+    readable = [f for f in tree.files if f.error is None and f.relative not in not_objects]
     if args.output == "json":
         items = [i for f in readable if f.result is not None for i in f.result.items]
         sys.stdout.write(convert.dump_json_list(items))
@@ -385,6 +394,8 @@ def _join(texts: list[str]) -> str:
     for text in texts:
         if not text.strip():
             continue
+        if out:  # a byte-order mark belongs at the start of the stream only
+            text = text.removeprefix("\ufeff")
         if out and not out.endswith("\n"):
             out += "\n"
         if out and not text.lstrip().startswith("---"):

@@ -1,7 +1,8 @@
 """``gpu-slicer convert`` over files: a GitOps tree (or one stream) converted as Git keeps it.
 
 * Every file keeps its name and format; documents conversion did not change are kept byte for
-  byte, changed ones keep their comments (:mod:`webhook.yaml_text`).
+  byte, changed ones are edited in place: only the GPU lines and the claim lines differ
+  (:mod:`webhook.yaml_text`); one that must be re-written whole is named in the notes.
 * A ResourceClaimTemplate is written once per tree: after the documents of the first file that
   needs it. Kustomize patches are not resources, so templates their conversion needs go into
   ``gpu-slicer-templates.yaml`` beside the kustomization, which lists it under ``resources``.
@@ -38,10 +39,10 @@ from webhook.convert import (
     tree_extended,
     tree_quotas,
 )
-from webhook.errors import YamlTextError
 from webhook.policy import Policy
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+CHART_FILE = "Chart.yaml"
 TEMPLATES_FILE = "gpu-slicer-templates.yaml"
 """Where the templates a kustomization's patches need are written (listed in its resources)."""
 
@@ -81,6 +82,26 @@ class Tree:
 
     def changed(self) -> list[ManifestFile]:
         return [f for f in self.files if f.output is not None]
+
+    def not_objects(self) -> dict[PurePosixPath, str]:
+        """The files that hold no Kubernetes objects for ``kubectl apply`` (a kustomization, a
+        Helm chart's ``Chart.yaml`` and values), and what each is: left out of a printed
+        stream."""
+        charts = {f.relative.parent for f in self.files if f.relative.name == CHART_FILE}
+        found = {}
+        for file in self.files:
+            name = file.relative.name
+            if name in KUSTOMIZATION_NAMES:
+                found[file.relative] = "a kustomization (kubectl kustomize builds it)"
+            elif name == CHART_FILE:
+                found[file.relative] = "a Helm chart's Chart.yaml"
+            elif (
+                file.relative.parent in charts
+                and name.startswith("values")
+                and (file.relative.suffix.lower() in (".yaml", ".yml"))
+            ):
+                found[file.relative] = "a Helm chart's values"
+        return found
 
 
 def convert_tree(
@@ -147,7 +168,7 @@ def convert_tree(
             result_templates: list[dict[str, Any]] = []
         else:
             result_templates = result.templates
-        file.output = _render(file, result, result_templates)
+        file.output = _render(file, result, result_templates, tree.notes)
     for kustomization, (_, texts) in per_kustomization.items():
         if texts:
             _add_templates_file(tree, kustomization, texts)
@@ -159,9 +180,11 @@ def _format(relative: PurePosixPath) -> Format:
 
 
 def _render(
-    file: ManifestFile, result: ConvertResult, templates: list[dict[str, Any]]
+    file: ManifestFile, result: ConvertResult, templates: list[dict[str, Any]], notes: list[str]
 ) -> str | None:
-    """The file's new text; None when conversion changed nothing in it."""
+    """The file's new text (None when conversion changed nothing in it): the changed documents
+    edited in place (webhook.yaml_text), the templates after them; a document that had to be
+    re-emitted whole is named in ``notes``."""
     if not any(result.changed) and not templates:
         return None
     if file.format == "json":
@@ -170,24 +193,41 @@ def _render(
         return json.dumps(value, indent=2) + "\n"
     parts: list[str] = []
     index = 0
-    for chunk in file.chunks:
+    for number, chunk in enumerate(file.chunks, start=1):
         count = len(chunk.values)
         changed = result.changed[index : index + count]
         converted = result.objects[index : index + count]
         index += count
         if not any(changed):
             parts.append(chunk.text)
-        elif count == 1:
-            try:
-                parts.append(yaml_text.rewrite(chunk, converted[0]))
-            except YamlTextError:  # e.g. a duplicate key, which only ruamel.yaml refuses
-                parts.append(yaml_text.dump(converted[0], start=chunk.text.startswith("---")))
-        else:
-            parts.append("".join(yaml_text.dump(v, start=i > 0) for i, v in enumerate(converted)))
+            continue
+        edited = yaml_text.edit(chunk, converted)
+        parts.append(edited.text)
+        if edited.whole is not None:
+            notes.append(
+                f"{file.relative}: {_describe_chunk(chunk, number)} rewritten whole, not edited "
+                f"in place ({edited.whole}): check its layout and comments in the diff"
+            )
+        notes += [
+            f"{file.relative}: {_describe_chunk(chunk, number)}: {where}: check its layout "
+            "and comments in the diff"
+            for where in edited.reemitted
+        ]
     text = "".join(parts)
+    eol = yaml_text.line_ending(file.text)
     if templates and text and not text.endswith("\n"):
-        text += "\n"
-    return text + "".join(yaml_text.dump(t) for t in templates)
+        text += eol
+    added = "".join(yaml_text.dump(t, like=file.text) for t in templates)
+    return text + yaml_text.with_line_ending(added, eol)
+
+
+def _describe_chunk(chunk: yaml_text.Chunk, number: int) -> str:
+    """``document 2 (Deployment infer)``."""
+    value = chunk.values[0] if chunk.values else None
+    if isinstance(value, dict) and isinstance(value.get("metadata"), dict):
+        name = value["metadata"].get("name") or value["metadata"].get("generateName")
+        return f"document {number} ({value.get('kind')} {name})"
+    return f"document {number}"
 
 
 def _list(items: list[Any]) -> dict[str, Any]:
@@ -234,7 +274,8 @@ def _add_templates_file(tree: Tree, kustomization: PurePosixPath, texts: list[st
     target = kustomization.parent / TEMPLATES_FILE
     tree.added[target] = "".join(texts)
     file = next(f for f in tree.files if f.relative == kustomization)
-    chunks = [c for c in yaml_text.split(file.output or file.text) if c.values]
+    every = yaml_text.split(file.output or file.text)
+    chunks = [c for c in every if c.values]
     if len(chunks) != 1 or len(chunks[0].values) != 1 or not isinstance(chunks[0].values[0], dict):
         tree.problems.append(f"{kustomization}: cannot add {TEMPLATES_FILE} to its resources")
         return
@@ -243,7 +284,13 @@ def _add_templates_file(tree: Tree, kustomization: PurePosixPath, texts: list[st
     resources = list(data.get("resources") or [])
     if TEMPLATES_FILE not in resources:
         data["resources"] = [*resources, TEMPLATES_FILE]
-        file.output = yaml_text.rewrite(chunk, data)
+        edited = yaml_text.edit(chunk, [data])
+        if edited.whole is not None:
+            tree.notes.append(
+                f"{kustomization}: rewritten whole, not edited in place ({edited.whole})"
+            )
+        tree.notes += [f"{kustomization}: {where}" for where in edited.reemitted]
+        file.output = "".join(edited.text if c is chunk else c.text for c in every)
     tree.notes.append(
         f"{target}: the templates of {kustomization}'s patches (listed in its resources)"
     )

@@ -1,26 +1,35 @@
-"""Manifest text edited in place: documents split as written, changed ones rewritten with their
-comments, block text and quoting kept (ruamel.yaml's round trip), the others kept byte for byte.
+"""Manifest text edited in place: documents split as written, unchanged ones kept byte for
+byte, changed ones edited where the conversion changed them and nowhere else.
 
 Reviewers of a GitOps repository read diffs: converting a Deployment must change the lines that
 ask for GPUs and add the claim, not re-flow every file. A stream is split at its ``---`` lines;
-a document that conversion did not change is written back exactly as it was read, and one that
-changed is loaded with ruamel.yaml, brought to the converted value key by key (so every node
-that did not change keeps its comments and style) and dumped with the indentation the
-document used.
+a document that conversion did not change is written back exactly as it was read. In one that
+changed, the old and the new value are compared node by node and each difference becomes a
+text edit at the position the YAML node marks give (:func:`edit`): a removed key's lines are
+deleted (comment lines among them kept), an added key or item is inserted after its last kept
+sibling's content (so before a trailing comment block), indented as its siblings and with the
+document's line ending, a flow mapping gains or loses ``, key: value`` on its line, a changed
+scalar is replaced where it stands. The edited text must read back as the conversion, or the
+document is re-written whole with ruamel.yaml's round trip (:func:`rewrite`) and the caller
+says so; a part that cannot be edited (a key written twice) is re-written alone and named.
 """
 
 from __future__ import annotations
 
 import base64
+import difflib
 import io
+import json
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kube import documents
 from webhook.errors import YamlTextError
@@ -61,8 +70,9 @@ def _header(text: str) -> tuple[str, str]:
 
 
 def rewrite(chunk: Chunk, value: Any) -> str:
-    """``chunk``'s text changed to hold ``value``, comments and styles kept where the nodes did
-    not change."""
+    """``chunk``'s text re-emitted whole to hold ``value`` (ruamel.yaml's round trip): comments
+    and styles kept where the nodes did not change, but lists re-indented, flow mappings and
+    booleans normalized. :func:`edit` uses it only where an edit in place is impossible."""
     header, body = _header(chunk.text)
     yaml = _round_trip(body)
     try:
@@ -75,9 +85,10 @@ def rewrite(chunk: Chunk, value: Any) -> str:
     return header + out.getvalue()
 
 
-def dump(value: Any, *, start: bool = True) -> str:
-    """A new document (a template), in the block style kubectl writes."""
-    yaml = _round_trip("")
+def dump(value: Any, *, start: bool = True, like: str = "") -> str:
+    """A new document (a template), in block style, its lists indented as in ``like`` (the
+    file it goes into)."""
+    yaml = _round_trip(like)
     out = io.StringIO()
     yaml.dump(value, out)
     return ("---\n" if start else "") + out.getvalue()
@@ -129,6 +140,545 @@ def _round_trip(body: str) -> YAML:
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     yaml.width = 4096
+    mapping, offset = _indentation(body)
+    yaml.indent(mapping=mapping, sequence=offset + 2, offset=offset)
+    return yaml
+
+
+# --- edits in place ----------------------------------------------------------------------------
+
+BOM = "\ufeff"
+
+
+@dataclass
+class Edited:
+    """A changed document's new text, and why it was re-emitted whole (None: edited in place,
+    every line that did not change kept byte for byte)."""
+
+    text: str
+    whole: str | None = None
+    reemitted: list[str] = field(default_factory=list)
+    """Nodes of an edited document re-emitted whole (``spec.x rewritten, not edited in place
+    (why)``): their lines may change."""
+
+
+def line_ending(text: str) -> str:
+    """The line ending ``text`` uses (that of its first line; ``\\n`` when it has none)."""
+    first = text.find("\n")
+    return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+
+
+def with_line_ending(text: str, eol: str) -> str:
+    """``text`` (written with ``\\n``) with ``eol`` instead."""
+    return text.replace("\n", eol) if eol != "\n" else text
+
+
+def edit(chunk: Chunk, values: list[Any]) -> Edited:
+    """``chunk``'s text changed to hold ``values`` (one per value it holds) by editing it in
+    place: the lines of what the conversion removed are deleted, what it added is inserted
+    beside its siblings, indented as they are and with the document's line ending, a changed
+    scalar is replaced where it stands, and every other byte (indentation, quoting, flow style,
+    comments, trailing whitespace, a byte-order mark) is kept. Where that is impossible (the
+    document shares its ``---`` line with another, uses aliases, or the edit would not read
+    back as the conversion) the document is re-emitted whole, and ``whole`` says why."""
+    try:
+        if len(chunk.values) != 1 or len(values) != 1:
+            raise _CannotEdit("it shares its --- line with another document")
+        text, reemitted = edit_text(chunk.text, chunk.values[0], values[0])
+        return Edited(text, None, reemitted)
+    except _CannotEdit as exc:
+        reason = str(exc)
+    start = chunk.text.lstrip(BOM).startswith("---")
+    text = ""
+    if len(values) == 1:
+        try:
+            text = rewrite(chunk, values[0])
+        except YamlTextError:  # e.g. a duplicate key, which only ruamel.yaml refuses
+            pass
+    if not text:
+        text = "".join(dump(v, start=start or i > 0) for i, v in enumerate(values))
+    text = with_line_ending(text.replace("\r\n", "\n"), line_ending(chunk.text))
+    if chunk.text.startswith(BOM) and not text.startswith(BOM):
+        text = BOM + text
+    return Edited(text, reason)
+
+
+class _CannotEdit(Exception):  # noqa: N818 - control flow, never leaves this module
+    """This node cannot be edited in place: its parent re-emits it (the document, at the top)."""
+
+
+def edit_text(text: str, old: Any, new: Any) -> tuple[str, list[str]]:
+    """``text`` (one document whose value is ``old``) edited in place to hold ``new``, and the
+    nodes that had to be re-emitted (path and why); raises _CannotEdit."""
+    unterminated = bool(text) and not text.endswith("\n")
+    if unterminated:  # a last line without a line break: edited as if it had one
+        text += line_ending(text)
+    try:
+        nodes = documents.compose_all(text)
+    except documents.DocumentError as exc:
+        raise _CannotEdit(f"it cannot be read for editing: {exc}") from exc
+    if len(nodes) != 1:
+        raise _CannotEdit("it holds more than one document")
+    editor = _Editor(text, nodes[0])
+    if editor.shared:
+        raise _CannotEdit("it uses YAML anchors and aliases")
+    editor.value(nodes[0], old, new)
+    out = editor.apply()
+    try:
+        again = documents.parse_all(out)
+    except documents.DocumentError as exc:
+        raise _CannotEdit(f"the edited text would not read back: {exc}") from exc
+    if len(again) != 1 or not _same(again[0], new):
+        raise _CannotEdit("the edited text would not read back as the conversion")
+    if unterminated:
+        out = out.removesuffix(editor.eol)
+    return out, editor.reemitted
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, and of the same types all the way down (``True`` is not ``1``)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
+_STR = "tag:yaml.org,2002:str"
+_MERGE = "tag:yaml.org,2002:merge"
+_WHITESPACE = " \t\r\n"
+
+
+def _flow_scalar(value: Any) -> str:
+    """``value`` (a scalar) written on one line, valid in flow and block context alike."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        out = yaml.safe_dump(
+            [value], default_flow_style=True, width=1 << 30, allow_unicode=True
+        ).strip()
+        if out.startswith("[") and out.endswith("]") and "\n" not in out:
+            return out[1:-1]
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _flow(value: Any) -> str:
+    """``value`` in flow style, on one line."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_flow_scalar(k)}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    return _flow_scalar(value)
+
+
+def _is_scalar(value: Any) -> bool:
+    return not isinstance(value, (dict, list))
+
+
+class _Editor:
+    """Text edits (start, end, replacement) on one document, from the node tree's marks."""
+
+    def __init__(self, text: str, root: Node) -> None:
+        self.text = text
+        self.edits: list[tuple[int, int, str]] = []
+        self.eol = line_ending(text)
+        self.shared = _shared(root)
+        self.mapping_indent, self.sequence_offset = _indentation(text)
+        self.path: list[str] = []
+        self.reemitted: list[str] = []
+        """The nodes re-emitted whole (path and why): their layout and comments not kept."""
+
+    # -- reading positions
+
+    def end(self, node: Node) -> int:
+        """Just after the last character of ``node``'s content (comments after it excluded)."""
+        if isinstance(node, MappingNode) and not node.flow_style and node.value:
+            key, value = node.value[-1]
+            return max(self.end(key), self.end(value))
+        if isinstance(node, SequenceNode) and not node.flow_style and node.value:
+            return self.end(node.value[-1])
+        index = node.end_mark.index
+        if isinstance(node, ScalarNode) and node.style in ("|", ">"):
+            header = self.text[node.start_mark.index : self.line_end(node.start_mark.index + 1)]
+            if "+" in header.split("#", 1)[0]:
+                return index  # kept trailing lines are part of the text
+        while index > node.start_mark.index and self.text[index - 1] in _WHITESPACE:
+            index -= 1
+        return index
+
+    def line_start(self, index: int) -> int:
+        return self.text.rfind("\n", 0, index) + 1
+
+    def line_end(self, index: int) -> int:
+        """Just after the line break of the line holding ``index - 1``."""
+        found = self.text.find("\n", max(index - 1, 0))
+        return len(self.text) if found < 0 else found + 1
+
+    def own_line(self, index: int) -> int:
+        """The start of ``index``'s line, when only spaces come before it there."""
+        start = self.line_start(index)
+        if self.text[start:index].strip(" "):
+            raise _CannotEdit("a key shares its line with what comes before it")
+        return start
+
+    def dash(self, item: Node) -> int:
+        """Where the ``-`` of a block sequence's item is (on the item's line, or alone on a
+        line above it, maybe with a comment)."""
+        index = item.start_mark.index
+        start = self.line_start(index)
+        before = self.text[start:index]
+        if before.strip(" "):
+            found = before.rstrip(" ")
+            if not found.endswith("-") or found[:-1].strip(" "):
+                raise _CannotEdit("a list item that shares its line with another")
+            return start + len(found) - 1
+        while start > 0:
+            start = self.line_start(start - 1)
+            line = self.text[start : self.line_end(start + 1)].strip(_WHITESPACE)
+            if line.startswith("-") and (line == "-" or line[1:].lstrip(" ").startswith("#")):
+                return start + self.text[start:].index("-")
+            if line and not line.startswith("#"):
+                break
+        raise _CannotEdit("a list item whose dash cannot be found")
+
+    # -- recording edits
+
+    def replace(self, start: int, end: int, text: str) -> None:
+        self.edits.append((start, end, text))
+
+    def insert_lines(self, index: int, text: str) -> None:
+        """``text`` (whole lines, ending with a line break) inserted at ``index``, a line
+        start."""
+        self.replace(index, index, text)
+
+    def delete_lines(self, start: int, end: int, inner: list[Node]) -> None:
+        """The lines from ``start`` to ``end`` deleted, except comment lines outside the
+        scalars of ``inner``: a comment is never lost with the lines it stood among."""
+        scalars = [(n.start_mark.index, n.end_mark.index) for n in _scalars(inner)]
+        kept = []
+        position = start
+        for line in self.text[start:end].splitlines(keepends=True):
+            inside = any(a < position + len(line) and position < b for a, b in scalars)
+            if line.lstrip(" \t").startswith("#") and not inside:
+                kept.append(line if line.endswith("\n") else line + self.eol)
+            position += len(line)
+        self.replace(start, end, "".join(kept))
+
+    def apply(self) -> str:
+        edits = sorted(enumerate(self.edits), key=lambda e: (e[1][0], e[1][1], e[0]))
+        parts, position = [], 0
+        for _, (start, end, text) in edits:
+            if start < position:
+                raise _CannotEdit("two edits overlap")
+            parts += [self.text[position:start], text]
+            position = end
+        parts.append(self.text[position:])
+        return "".join(parts)
+
+    # -- rendering new text
+
+    def block_pairs(self, pairs: dict[Any, Any], column: int, sequence_offset: int) -> str:
+        """``key: value`` lines in block style, at ``column``."""
+        lines = []
+        for key, value in pairs.items():
+            if _is_scalar(value) or not value:
+                lines.append(f"{_flow_scalar(key)}: {_flow(value)}\n")
+                continue
+            yaml_out = YAML(typ="rt")
+            yaml_out.width = 4096
+            yaml_out.indent(
+                mapping=self.mapping_indent,
+                sequence=sequence_offset + 2,
+                offset=sequence_offset,
+            )
+            out = io.StringIO()
+            yaml_out.dump({key: value}, out)
+            lines += out.getvalue().splitlines(keepends=True)
+        return "".join(" " * column + line.replace("\n", self.eol) for line in lines)
+
+    def block_items(self, values: list[Any], column: int) -> str:
+        """``- value`` lines in block style, their dashes at ``column``."""
+        text = self.block_pairs({"x": values}, 0, 0)
+        lines = text.splitlines(keepends=True)[1:]
+        return "".join(" " * column + line for line in lines)
+
+    # -- the edits
+
+    def value(self, node: Node, old: Any, new: Any) -> None:
+        """``node`` edited from ``old`` to ``new`` in place; raises _CannotEdit when it must be
+        re-emitted by its parent."""
+        if _same(old, new):
+            return
+        if isinstance(node, MappingNode) and isinstance(old, dict) and isinstance(new, dict):
+            if node.flow_style:
+                self.flow_mapping(node, old, new)
+            else:
+                self.block_mapping(node, old, new)
+            return
+        if isinstance(node, SequenceNode) and isinstance(old, list) and isinstance(new, list):
+            if node.flow_style:
+                self.flow_sequence(node, old, new)
+            else:
+                self.block_sequence(node, old, new)
+            return
+        raise _CannotEdit("a value replaced")
+
+    def child(self, node: Node, old: Any, new: Any, fallback: Any, label: str) -> None:
+        """``node`` edited, or (when it cannot be) re-emitted by ``fallback()``: a collection
+        or anything holding a comment re-emitted is named in ``reemitted``."""
+        mark = len(self.edits)
+        self.path.append(label)
+        try:
+            self.value(node, old, new)
+            return
+        except _CannotEdit as exc:
+            del self.edits[mark:]
+            where = "".join(p if p.startswith("[") else f".{p}" for p in self.path).lstrip(".")
+            reason = str(exc)
+        finally:
+            self.path.pop()
+        if (
+            isinstance(node, ScalarNode)
+            and node.style not in ("|", ">")
+            and _is_scalar(new)
+            and node.start_mark.index < node.end_mark.index
+            and node.start_mark.line == node.end_mark.line
+        ):
+            self.replace(node.start_mark.index, node.end_mark.index, _flow_scalar(new))
+            return
+        fallback()
+        start, end, _ = self.edits[-1]
+        if not isinstance(node, ScalarNode) or "#" in self.text[start:end]:
+            self.reemitted.append(f"{where} rewritten, not edited in place ({reason})")
+
+    def keys(self, node: MappingNode, old: dict[Any, Any]) -> dict[Any, tuple[Node, Node]]:
+        """The pairs of ``node`` by key; raises _CannotEdit when they cannot be told apart."""
+        found: dict[Any, tuple[Node, Node]] = {}
+        for key, value in node.value:
+            if key.tag == _MERGE:
+                raise _CannotEdit("a merge key (<<)")
+            if not isinstance(key, ScalarNode) or key.tag != _STR:
+                continue
+            if key.value in found:
+                raise _CannotEdit(f"the key {key.value!r} appears twice")
+            found[key.value] = (key, value)
+        if any(k not in found for k in old):
+            raise _CannotEdit("a key that is not text")
+        return found
+
+    def pair_lines(self, key: Node, value: Node) -> tuple[int, int]:
+        """The whole lines of a block mapping's pair."""
+        return self.own_line(key.start_mark.index), self.line_end(
+            max(self.end(key), self.end(value))
+        )
+
+    def block_mapping(self, node: MappingNode, old: dict[Any, Any], new: dict[Any, Any]) -> None:
+        pairs = self.keys(node, old)
+        column = node.value[0][0].start_mark.column
+        offset = self.local_offset(node)
+        for key in old:
+            key_node, value_node = pairs[key]
+            if key not in new:
+                start, end = self.pair_lines(key_node, value_node)
+                self.delete_lines(start, end, [key_node, value_node])
+            elif not _same(old[key], new[key]):
+
+                def whole(
+                    key: Any = key, key_node: Node = key_node, value: Node = value_node
+                ) -> None:
+                    start, end = self.pair_lines(key_node, value)
+                    self.replace(start, end, self.block_pairs({key: new[key]}, column, offset))
+
+                self.child(value_node, old[key], new[key], whole, str(key))
+        for after, added in _additions(old, new):
+            text = self.block_pairs(added, column, offset)
+            if after is None:
+                self.insert_lines(self.own_line(node.value[0][0].start_mark.index), text)
+            else:
+                self.insert_lines(self.pair_lines(*pairs[after])[1], text)
+
+    def local_offset(self, node: MappingNode) -> int:
+        """How far the dashes of this mapping's lists sit right of its keys (the document's
+        habit when none of its values is a block list)."""
+        for key, value in node.value:
+            if isinstance(value, SequenceNode) and not value.flow_style and value.value:
+                try:
+                    dash = self.dash(value.value[0])
+                except _CannotEdit:
+                    continue
+                column: int = key.start_mark.column
+                return max(0, dash - self.line_start(dash) - column)
+        return self.sequence_offset
+
+    def block_sequence(self, node: SequenceNode, old: list[Any], new: list[Any]) -> None:
+        items = node.value
+        if len(items) != len(old):
+            raise _CannotEdit("a list whose items cannot be told apart")
+        dash = self.dash(items[0])
+        column = dash - self.line_start(dash)
+
+        def lines(i: int) -> tuple[int, int]:
+            return self.own_line(self.dash(items[i])), self.line_end(self.end(items[i]))
+
+        for tag, i1, i2, j1, j2 in _opcodes(old, new):
+            if tag == "equal":
+                continue
+            if tag == "replace" and i2 - i1 == j2 - j1:
+                for i, j in zip(range(i1, i2), range(j1, j2), strict=True):
+
+                    def whole(i: int = i, j: int = j) -> None:
+                        start, end = lines(i)
+                        self.replace(start, end, self.block_items([new[j]], column))
+
+                    self.child(items[i], old[i], new[j], whole, f"[{i}]")
+                continue
+            for i in range(i1, i2):
+                start, end = lines(i)
+                self.delete_lines(start, end, [items[i]])
+            if j2 > j1:
+                text = self.block_items(new[j1:j2], column)
+                at = lines(i1 - 1)[1] if i1 > 0 else lines(0)[0]
+                self.insert_lines(at, text)
+
+    def flow_mapping(self, node: MappingNode, old: dict[Any, Any], new: dict[Any, Any]) -> None:
+        pairs = self.keys(node, old)
+        order = [k.value for k, _ in node.value if isinstance(k, ScalarNode)]
+        if len(order) != len(node.value) or len(set(order)) != len(order):
+            raise _CannotEdit("a flow mapping whose keys cannot be told apart")
+        kept = [k for k in order if k in new]
+        if not kept:
+            if node.value:
+                start = node.value[0][0].start_mark.index
+                end = self.end(node.value[-1][1])
+            else:
+                start = end = self.open_bracket(node, "{")
+            self.replace(
+                start, end, ", ".join(f"{_flow_scalar(k)}: {_flow(v)}" for k, v in new.items())
+            )
+            return
+        for run in _runs([i for i, k in enumerate(order) if k not in new]):
+            first, last = run[0], run[-1]
+            if last + 1 < len(order):  # "k: v, " up to the next key
+                self.replace(
+                    node.value[first][0].start_mark.index,
+                    node.value[last + 1][0].start_mark.index,
+                    "",
+                )
+            else:  # ", k: v" from the end of the previous value
+                self.replace(self.end(node.value[first - 1][1]), self.end(node.value[last][1]), "")
+        for key in kept:
+            if not _same(old[key], new[key]):
+                value_node = pairs[key][1]
+
+                def whole(key: Any = key, value: Node = value_node) -> None:
+                    self.replace(value.start_mark.index, self.end(value), _flow(new[key]))
+
+                self.child(value_node, old[key], new[key], whole, str(key))
+        for after, added in _additions(old, new):
+            text = ", ".join(f"{_flow_scalar(k)}: {_flow(v)}" for k, v in added.items())
+            if after is None:
+                at = pairs[kept[0]][0].start_mark.index
+                self.replace(at, at, text + ", ")
+            else:
+                at = self.end(pairs[after][1])
+                self.replace(at, at, ", " + text)
+
+    def flow_sequence(self, node: SequenceNode, old: list[Any], new: list[Any]) -> None:
+        items = node.value
+        if len(items) != len(old):
+            raise _CannotEdit("a flow list whose items cannot be told apart")
+        if len(new) >= len(old) and all(_same(a, b) for a, b in zip(old, new, strict=False)):
+            added = ", ".join(_flow(v) for v in new[len(old) :])
+            if items:
+                at = self.end(items[-1])
+                self.replace(at, at, ", " + added)
+            else:
+                at = self.open_bracket(node, "[")
+                self.replace(at, at, added)
+            return
+        if len(new) != len(old):
+            raise _CannotEdit("a flow list changed")
+        for item, before, after in zip(items, old, new, strict=True):
+
+            def whole(item: Node = item, after: Any = after) -> None:
+                self.replace(item.start_mark.index, self.end(item), _flow(after))
+
+            self.child(item, before, after, whole, f"[{items.index(item)}]")
+
+    def open_bracket(self, node: Node, bracket: str) -> int:
+        """Just after the opening bracket of an empty flow collection."""
+        index = node.start_mark.index
+        if self.text[index : index + 1] != bracket:
+            raise _CannotEdit("a flow collection whose bracket cannot be found")
+        return index + 1
+
+
+def _additions(old: dict[Any, Any], new: dict[Any, Any]) -> list[tuple[Any, dict[Any, Any]]]:
+    """The keys ``new`` adds, grouped by the kept key they follow (None: before the first)."""
+    groups: list[tuple[Any, dict[Any, Any]]] = []
+    after: Any = None
+    for key, value in new.items():
+        if key in old:
+            after = key
+        elif groups and groups[-1][0] == after and key not in old:
+            groups[-1][1][key] = value
+        else:
+            groups.append((after, {key: value}))
+    return groups
+
+
+def _runs(indexes: list[int]) -> list[list[int]]:
+    """``[1, 2, 4]`` -> ``[[1, 2], [4]]``."""
+    runs: list[list[int]] = []
+    for i in indexes:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _opcodes(old: list[Any], new: list[Any]) -> Sequence[tuple[str, int, int, int, int]]:
+    """How ``old``'s items become ``new``'s (difflib's opcodes over each item's JSON)."""
+    if len(old) == len(new):
+        return [("replace", 0, len(old), 0, len(new))]
+    a = [json.dumps(v, sort_keys=True, default=str) for v in old]
+    b = [json.dumps(v, sort_keys=True, default=str) for v in new]
+    return list(difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes())
+
+
+def _scalars(nodes: list[Node]) -> list[ScalarNode]:
+    found: list[ScalarNode] = []
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ScalarNode):
+            found.append(node)
+        elif isinstance(node, SequenceNode):
+            stack += node.value
+        elif isinstance(node, MappingNode):
+            stack += [n for pair in node.value for n in pair]
+    return found
+
+
+def _shared(root: Node) -> set[int]:
+    """The nodes found more than once (an anchor and its aliases)."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            shared.add(id(node))
+            continue
+        seen.add(id(node))
+        if isinstance(node, SequenceNode):
+            stack += node.value
+        elif isinstance(node, MappingNode):
+            stack += [n for pair in node.value for n in pair]
+    return shared
+
+
+def _indentation(body: str) -> tuple[int, int]:
+    """(mapping indent, sequence dash offset) the document uses most visibly."""
     mapping, offset = 2, 0
     lines = body.splitlines()
     for before, line in zip(lines, lines[1:], strict=False):
@@ -141,5 +691,4 @@ def _round_trip(body: str) -> YAML:
         if indented and not line.lstrip().startswith(("-", "#")):
             mapping = len(indented.group(1)) if len(indented.group(1)) <= 8 else 2
             break
-    yaml.indent(mapping=mapping, sequence=offset + 2, offset=offset)
-    return yaml
+    return mapping, offset

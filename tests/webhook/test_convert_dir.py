@@ -320,3 +320,42 @@ def test_a_device_class_in_the_tree_decides_as_the_webhook_would(
     converted = [d for d in yaml.safe_load_all(captured.out) if d and d["kind"] == "Deployment"]
     infer = next(d for d in converted if d["metadata"]["name"] == "infer")
     assert "resourceClaims" in infer["spec"]["template"]["spec"]  # MIG is still converted
+
+
+def test_a_printed_tree_leaves_out_kustomizations_and_chart_files_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "repo"
+    (root / "base").mkdir(parents=True)
+    (root / "chart" / "templates").mkdir(parents=True)
+    (root / "base" / "deployment.yaml").write_text(DEPLOYMENT)
+    (root / "base" / "kustomization.yaml").write_text("resources:\n- deployment.yaml\n")
+    (root / "chart" / "Chart.yaml").write_text("apiVersion: v2\nname: train\nversion: 0.1.0\n")
+    (root / "chart" / "values.yaml").write_text("gpus: 2\n")
+    (root / "chart" / "values-prod.yaml").write_text("gpus: 4\n")
+    (root / "values.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: values}\n"
+    )  # not beside a Chart.yaml: an object like any other
+    for output in ("yaml", "json"):
+        assert main(["convert", str(root), "-o", output]) == 0
+        captured = capsys.readouterr()
+        if output == "yaml":
+            docs = [d for d in yaml.safe_load_all(captured.out) if d]
+        else:
+            docs = yaml.safe_load(captured.out)["items"]
+        assert sorted(d.get("kind") for d in docs) == [
+            "ConfigMap",
+            "Deployment",
+            "ResourceClaimTemplate",
+        ]
+        for left_out in (
+            "base/kustomization.yaml",
+            "chart/Chart.yaml",
+            "chart/values.yaml",
+            "chart/values-prod.yaml",
+        ):
+            assert f"{left_out}: left out of the printed stream" in captured.err
+    out = tmp_path / "out"
+    assert main(["convert", str(root), "--out-dir", str(out)]) == 0
+    assert (out / "base" / "kustomization.yaml").read_text() == "resources:\n- deployment.yaml\n"
+    assert (out / "chart" / "values.yaml").read_text() == "gpus: 2\n"
