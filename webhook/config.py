@@ -11,12 +11,19 @@ starts gunicorn, and ``gunicorn.conf.py`` and ``create_app()`` read it back
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import ClassVar
 
 from kube.settings import Settings, SettingsError
 from slicer.identity import NamespaceMode
 from webhook.errors import WebhookError
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus-client's folder for the workers' per-process files, read when it is first
+imported: set before any worker imports it."""
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
 """The apiserver never sends more; anything larger is not an AdmissionReview (HTTP 413)."""
@@ -63,6 +70,18 @@ class ServerConfig(Settings):
     log_level: str = "INFO"
     runtime_dir: str | None = None
     """Where workers share lock files and metrics; a fresh temporary folder when None."""
+
+    def with_runtime_folders(self) -> ServerConfig:
+        """This configuration with its runtime folder made (a fresh one when unset) and the
+        multiprocess metrics folder in it, both written to the environment the gunicorn
+        workers inherit. ``webhook serve`` and ``gunicorn.conf.py`` (a container's plain
+        gunicorn command) both call it; it is idempotent."""
+        runtime_dir = self.runtime_dir or tempfile.mkdtemp(prefix="gpu-slicer-webhook-")
+        config = replace(self, runtime_dir=runtime_dir)
+        os.environ.update(config.to_env())
+        os.environ.setdefault(MULTIPROC_ENV, str(Path(runtime_dir) / "metrics"))
+        Path(os.environ[MULTIPROC_ENV]).mkdir(parents=True, exist_ok=True)
+        return config
 
     # ------------------------------------------------------------------ derived
     @property

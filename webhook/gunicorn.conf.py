@@ -9,23 +9,14 @@ and the tests.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from webhook.config import ServerConfig
+from webhook.config import MULTIPROC_ENV, ServerConfig
 
-_config = ServerConfig.from_env()
-
-# --- Runtime folder and multiprocess metrics ----------------------------------------------
 # Workers share a folder for the template-GC lock and for prometheus-client's per-process
-# files. Both variables must be set before any worker imports prometheus_client.
-_runtime_dir = _config.runtime_dir or os.environ.get("GPU_SLICER_RUNTIME_DIR")
-if not _runtime_dir:
-    _runtime_dir = tempfile.mkdtemp(prefix="gpu-slicer-webhook-")
-os.environ["GPU_SLICER_RUNTIME_DIR"] = _runtime_dir
-os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(Path(_runtime_dir) / "metrics"))
-Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+# files; both are set in the environment before any worker imports prometheus_client.
+_config = ServerConfig.from_env().with_runtime_folders()
 
 # --- Application --------------------------------------------------------------------------
 wsgi_app = "webhook.app:create_app()"
@@ -112,7 +103,7 @@ logconfig_dict = {
 # --- Hooks --------------------------------------------------------------------------------
 def on_starting(server: Any) -> None:
     """A fresh metrics folder: files of a previous run would be summed into this one."""
-    folder = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    folder = Path(os.environ[MULTIPROC_ENV])
     for stale in folder.glob("*.db"):
         stale.unlink(missing_ok=True)
 

@@ -16,7 +16,6 @@ import logging
 import os
 import shutil
 import socket
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,8 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GUNICORN_CONF = Path(__file__).with_name("gunicorn.conf.py")
-RUNTIME_DIR_ENV = "GPU_SLICER_RUNTIME_DIR"
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read when prometheus_client is first imported
 
 
 RBAC_RULES: dict[tuple[str, str], frozenset[str]] = {
@@ -232,7 +229,7 @@ def _cluster_sources(
     loop = CollectorLoop(
         TemplateCollector(api, gc_after_s=gc_after, forget=templates.forget, on_action=count),
         interval_s=config.gc_interval_s,
-        may_run=gc_leader(config.runtime_dir or os.environ.get(RUNTIME_DIR_ENV)),
+        may_run=gc_leader(config.runtime_dir),
     )
     loop.start()
     stoppers.append(loop.stop)
@@ -275,8 +272,8 @@ def prepare(config: ServerConfig) -> ServerConfig:
             RealKubeApi.from_config(config.kubeconfig)
         except KubeError as exc:
             raise ConfigError([str(exc)]) from exc
-    runtime_dir = config.runtime_dir or tempfile.mkdtemp(prefix="gpu-slicer-webhook-")
-    config = replace(config, runtime_dir=runtime_dir)
+    config = config.with_runtime_folders()
+    runtime_dir = str(config.runtime_dir)
     if config.dev and not (config.tls_cert and config.tls_key):
         host, _port = config.host_port()
         hosts = ["localhost", "127.0.0.1", "::1"] + (
@@ -306,9 +303,7 @@ def prepare(config: ServerConfig) -> ServerConfig:
                 raise ConfigError(
                     [f"--client-ca {config.client_ca}: cannot load a CA bundle from it: {exc}"]
                 ) from exc
-    os.environ.update(config.to_env())
-    os.environ.setdefault(MULTIPROC_ENV, str(Path(runtime_dir) / "metrics"))
-    Path(os.environ[MULTIPROC_ENV]).mkdir(parents=True, exist_ok=True)
+    os.environ.update(config.to_env())  # the dev certificate's paths too
     return config
 
 
