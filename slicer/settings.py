@@ -24,17 +24,9 @@ from typing import Any, ClassVar
 
 from kube.names import subdomain_problem
 from kube.settings import Settings, SettingsError, env_name
-from slicer.assembly import (
-    ADVERTISE_CHOICES,
-    CDI_DIR,
-    CHECKPOINT_DIR,
-    KUBELET_PLUGINS_DIR,
-    KUBELET_REGISTRY_DIR,
-    Advertise,
-)
+from slicer.assembly import ADVERTISE_CHOICES, Advertise, AgentConfig
 from slicer.demand import (
     ADVERTISED_PROFILES_CHOICES,
-    DEFAULT_WITHDRAW_AFTER_S,
     AdvertisedProfiles,
 )
 from slicer.device_attributes import ATTRIBUTES_CHOICES, DeviceAttributes
@@ -70,6 +62,11 @@ def float_or_text(value: str) -> float | str:
         return value
 
 
+_DEFAULTS = AgentConfig(node="")
+"""The agent's defaults, written once (:class:`slicer.assembly.AgentConfig`): a setting left
+unset is the configuration's own default."""
+
+
 @dataclass(frozen=True)
 class AgentSettings(Settings):
     """Settings of ``gpu-slicer agent run``; field ``x_y`` is flag ``--x-y``, env
@@ -89,31 +86,31 @@ class AgentSettings(Settings):
     simulate_state: Path | None = None
     kubeconfig: str | None = None
     kube: str = "cluster"
-    checkpoint_dir: Path = Path(CHECKPOINT_DIR)
-    cdi_dir: Path = Path(CDI_DIR)
-    plugins_dir: Path = Path(KUBELET_PLUGINS_DIR)
-    registry_dir: Path = Path(KUBELET_REGISTRY_DIR)
-    metrics_bind: str = ":9464"
-    reconcile_interval: float | str = 30.0
-    device_order: str = "best-fit"
+    checkpoint_dir: Path = _DEFAULTS.checkpoint_dir
+    cdi_dir: Path = _DEFAULTS.cdi_dir
+    plugins_dir: Path = _DEFAULTS.plugins_dir
+    registry_dir: Path = _DEFAULTS.registry_dir
+    metrics_bind: str = _DEFAULTS.metrics_bind
+    reconcile_interval: float | str = _DEFAULTS.reconcile_interval_s
+    device_order: str = _DEFAULTS.device_order
     """How devices are listed in the pool (:mod:`slicer.ordering`); was ``--policy``."""
-    republish_interval: float | str = 10.0
-    reprobe_interval: float | str = 600.0
+    republish_interval: float | str = _DEFAULTS.republish_interval_s
+    reprobe_interval: float | str = _DEFAULTS.reprobe_interval_s
     toolkit_cdi_spec: Path | None = None
     nvidia_ctk: str | None = None
     static_layout: Path | None = None
-    advertise: Advertise = "partitionable"
+    advertise: Advertise = _DEFAULTS.advertise
     profiles: str = ""
     """The MIG profiles the partitionable layout may ever advertise
     (:mod:`slicer.profile_filter`); empty: all."""
-    advertised_profiles: AdvertisedProfiles = "asked"
+    advertised_profiles: AdvertisedProfiles = _DEFAULTS.advertised_profiles
     """``asked``: the profiles the cluster's claims and templates ask for (:mod:`slicer.demand`);
     ``all``: every profile, all the time."""
     always_advertise: str = ""
     """Profiles advertised whether or not anyone asks (same syntax as ``profiles``)."""
-    withdraw_after: float | str = DEFAULT_WITHDRAW_AFTER_S
+    withdraw_after: float | str = _DEFAULTS.withdraw_after_s
     """Seconds a profile nobody asks for any more stays advertised."""
-    attributes: DeviceAttributes = "full"
+    attributes: DeviceAttributes = _DEFAULTS.attributes
     """Which attributes and capacities each device carries (:mod:`slicer.device_attributes`)."""
     lock_wait: float | str = 0.0
 
