@@ -64,7 +64,7 @@ class HollowAgents:
         self._shown: frozenset[str] | None = None
         self.published: list[float] = []
         """When each node's publish of the latest change completed (monotonic seconds)."""
-        self._pool = ThreadPoolExecutor(self.workers)
+        self._threads = ThreadPoolExecutor(self.workers)
         self.templates: WatchCache[frozenset[str]] = WatchCache(
             self.api,
             RESOURCE_API,
@@ -81,7 +81,7 @@ class HollowAgents:
 
     def stop(self) -> None:
         self.templates.stop(timeout_s=1)
-        self._pool.shutdown(wait=True)
+        self._threads.shutdown(wait=True)
 
     def _changed(self) -> None:
         with self._lock:
@@ -97,7 +97,7 @@ class HollowAgents:
         order = list(self.nodes)
         random.shuffle(order)  # no node is always first to publish
         for node in order:
-            self._pool.submit(self._publish, node, chosen)
+            self._threads.submit(self._publish, node, chosen)
 
     def _publish(self, node: str, chosen: Advertised) -> None:
         try:

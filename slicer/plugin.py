@@ -106,10 +106,10 @@ class DraDriver:
         self.claims = claims
         self.pool = pool
         self.driver = driver
-        self._pool = futures.ThreadPoolExecutor(max_parallel, thread_name_prefix="claim")
+        self._claim_workers = futures.ThreadPoolExecutor(max_parallel, thread_name_prefix="claim")
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._claim_workers.shutdown(wait=True)
 
     def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareOutcome]:
         return self._each(refs, self.prepare_one)
@@ -155,7 +155,7 @@ class DraDriver:
     def _each(self, refs: list[ClaimRef], fn: Callable[[ClaimRef], Any]) -> dict[str, Any]:
         if len(refs) <= 1:
             return {r.uid: fn(r) for r in refs}
-        submitted = {r.uid: self._pool.submit(fn, r) for r in refs}
+        submitted = {r.uid: self._claim_workers.submit(fn, r) for r in refs}
         return {uid: f.result() for uid, f in submitted.items()}
 
 
