@@ -30,6 +30,24 @@ def test_mypy_accepts_every_package() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_layers_hold() -> None:
+    # The contracts in pyproject.toml ([tool.importlinter]): the API layer imports no
+    # component, the agent never the webhook, the webhook only the agent's shared kernel.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from importlinter.cli import lint_imports_command; lint_imports_command()",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "0 broken" in result.stdout
+
+
 def test_test_modules_have_unique_names() -> None:
     # The test folders are not packages: pytest refuses a whole run when two of them hold a
     # module of the same name (it imports both as one top-level module).
