@@ -115,8 +115,10 @@ def test_claims_survive_exactly_where_the_schema_says_and_checked_kinds_keep_the
             version = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
             sent = copy.deepcopy(obj)
             sent["apiVersion"] = f"{key[0]}/{version}"
+            # A cluster-scoped runtime (ClusterTrainingRuntime) is converted only for the
+            # namespace its TrainJobs run in, given as convert's -n.
             (converted,) = convert_objects(
-                [sent], policy=Policy.default(), table=EVERY_KIND, crds={}
+                [sent], policy=Policy.default(), table=EVERY_KIND, crds={}, namespace=NAMESPACE
             ).objects
             claims = _claims(converted)
             assert any(r for r, _ in claims.values()), f"{obj['kind']} was not converted"
