@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "sandbox.cli",
     "plan.cli",
     "status.cli",
+    "status.uninstall",
 )
 
 

@@ -101,6 +101,20 @@ def webhook_pod_values(
     }
 
 
+def uninstall_check_values(apiserver_port: int, node: str) -> dict[str, Any]:
+    """The chart's pre-delete check (``gpu-slicer uninstall-check``) on the real node, on its
+    network with the apiserver's address; it waits 10 s (the chart's default: 60) before it
+    refuses, so a refused ``helm uninstall`` comes back soon."""
+    return {
+        "enabled": True,
+        "waitSeconds": 10,
+        "hostNetwork": True,
+        "k8sServiceHost": "127.0.0.1",
+        "k8sServicePort": str(apiserver_port),
+        "nodeSelector": {"kubernetes.io/hostname": node},
+    }
+
+
 def webhook_tls_secret(tls: Path) -> dict[str, Any]:
     """The certificate ``certs issue`` wrote to ``tls``, for the Service's DNS name the
     apiserver checks, as the chart's external mode expects it."""

@@ -307,12 +307,18 @@ class Sandbox:
             },
             "agent": {"enabled": False},
             "networkPolicies": {"enabled": False},
+            # Its Job needs a node that runs the image: only the chart's pods' real node.
+            "uninstallCheck": {"enabled": False},
         }
         if self.settings.agent_pod or self.settings.webhook_pod:
             values |= chart_pods.image_values()
         if self.settings.agent_pod:
             values |= chart_pods.agent_pod_values(
                 self._real_node_spec(), self.dir, self.control_plane.apiserver_port
+            )
+        if self.settings.agent_pod or self.settings.webhook_pod:
+            values["uninstallCheck"] = chart_pods.uninstall_check_values(
+                self.control_plane.apiserver_port, self._real_node_spec().name
             )
         if self.settings.webhook_pod:
             values["webhook"] = chart_pods.webhook_pod_values(

@@ -146,8 +146,12 @@ def test_helm_lint_passes_strictly_in_every_mode_with_monitoring() -> None:
 @pytest.mark.parametrize("overlay", sorted(EQUIVALENT))
 def test_the_chart_renders_what_the_kustomize_overlay_renders(overlay: str) -> None:
     kustomize = {_key(o): _normalized(o) for o in render(overlay)}
+    # Helm's hooks (the pre-delete uninstall check) have no Kustomize counterpart: an admin
+    # runs `gpu-slicer uninstall-check` before `kubectl delete -k` (docs/install-kubernetes.md).
     helm = {
-        _key(o): _normalized(o) for o in template([*EQUIVALENT[overlay], "namespace.create=true"])
+        _key(o): _normalized(o)
+        for o in template([*EQUIVALENT[overlay], "namespace.create=true"])
+        if "helm.sh/hook" not in o["metadata"].get("annotations", {})
     }
     assert sorted(helm) == sorted(kustomize), "the chart and the overlay render different objects"
     drift = [
@@ -448,3 +452,33 @@ def test_the_install_notes_give_the_scheduler_scaling_facts_the_agent_uses() -> 
     assert f'semverCompare "<{fixed}.0-0" .Capabilities.KubeVersion.Version' in notes
     assert f"(fixed in {fixed})" in notes and f"Past about\n{DEGRADES_AT_NODES} GPU nodes" in notes
     assert "--advertise,static" in notes and "--kube-api-qps=100" in notes
+
+
+def test_helm_uninstall_first_runs_the_check_that_refuses_while_claims_are_allocated() -> None:
+    objects = template(
+        [
+            "uninstallCheck.waitSeconds=30",
+            "uninstallCheck.k8sServiceHost=10.0.0.1",
+            "uninstallCheck.k8sServicePort=6443",
+            "uninstallCheck.hostNetwork=true",
+        ]
+    )
+    job = find(objects, "Job", "gpu-slicer-uninstall-check")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    # Kept when it fails, so that its log (the pods holding claims) can be read.
+    assert "hook-failed" not in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    assert job["spec"]["backoffLimit"] == 0
+    spec = job["spec"]["template"]["spec"]
+    # An account that exists until the hook passes and may list claims in every namespace.
+    assert spec["serviceAccountName"] == "gpu-slicer-agent"
+    role = find(objects, "ClusterRole", "gpu-slicer-agent")
+    assert any("resourceclaims" in r["resources"] and "list" in r["verbs"] for r in role["rules"])
+    [check] = spec["containers"]
+    assert check["args"] == ["uninstall-check", "--wait=30"]
+    assert {e["name"]: e["value"] for e in check["env"]} == {
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "KUBERNETES_SERVICE_PORT": "6443",
+    }
+    assert spec["hostNetwork"] is True
+    assert job["spec"]["activeDeadlineSeconds"] > 30
+    assert not [o for o in template(["uninstallCheck.enabled=false"]) if o["kind"] == "Job"]
