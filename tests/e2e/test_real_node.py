@@ -259,10 +259,8 @@ def test_the_real_kubelet_watches_the_agents_resource_health_without_an_error(
         what="the real kubelet opening the resource-health stream",
         timeout_s=90,
     )
-    real.wait(
-        lambda: "kubelet watches device health" in real.log(f"agent-{NODE}"),
-        what="the agent serving the kubelet's NodeWatchResources stream",
-    )
+    # The device's health in the pod's status comes only from the agent's stream (each stream
+    # is logged at debug level only: a hostile client may open thousands).
     spec = _claim_spec(real, two_pods[0])
     real.wait(
         lambda: _resource_status(real, two_pods[0]) == _status_of(two_pods[0], spec, "Healthy"),
