@@ -45,7 +45,7 @@ GPU_ASKS = ("nvidia.com/gpu: 1", "nvidia.com/mig-1g.10gb: 1", "nvidia.com/gpu: 2
 
 
 def _container(name: str, index: int, gpu: str | None) -> str:
-    limits = f"\n            {gpu}" if gpu else ""
+    limits = f"\n              {gpu}" if gpu else ""
     return f"""\
         - name: {name}
           image: registry.example.com/team/{name}:v1.{index % 40}.3
