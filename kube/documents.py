@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.resolver import Resolver
 
 MAX_DEPTH = 100
 """Deepest nesting of collections a document may have (Kubernetes objects, CRD schemas
@@ -58,33 +61,109 @@ class _Refused(yaml.MarkedYAMLError):
     """YAML that is well formed but beyond what gpu-slicer's reader accepts."""
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, bounded in depth and alias expansion (module docstring)."""
+class _Bounded:
+    """The bounds of the module docstring, on any composer: depth while composing, alias
+    expansion once a document's node tree is whole."""
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
+    _depth = 0
+    _aliased = False
+    """Whether the document being composed has an alias (without one it cannot expand)."""
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        if self.check_event(yaml.AliasEvent):
-            return super().compose_node(parent, index)
+        if self.check_event(yaml.AliasEvent):  # type: ignore[attr-defined]
+            self._aliased = True
+            return super().compose_node(parent, index)  # type: ignore[misc,no-any-return]
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                mark = self.peek_event().start_mark  # type: ignore[attr-defined]
                 raise _Refused(
                     problem=f"nested too deeply: more than {MAX_DEPTH} levels",
                     problem_mark=mark,
                 )
-            return super().compose_node(parent, index)
+            return super().compose_node(parent, index)  # type: ignore[misc,no-any-return]
         finally:
             self._depth -= 1
 
     def compose_document(self) -> Node | None:
-        node: Node | None = super().compose_document()
-        if node is not None:
+        self._aliased = False
+        node: Node | None = super().compose_document()  # type: ignore[misc]
+        if node is not None and self._aliased:
             _check_expansion(node)
         return node
+
+
+class _Loader(_Bounded, yaml.SafeLoader):
+    """PyYAML's safe loader (all Python), bounded: every reader's values, messages and node
+    marks (character positions)."""
+
+
+class _NoLibyaml:
+    """Stands in for libyaml's parser where PyYAML was built without it (FAST is then False)."""
+
+
+_CParser: Any = getattr(getattr(yaml, "_yaml", None), "CParser", None)
+
+
+class _FastLoader(_Bounded, Composer, _CParser or _NoLibyaml, SafeConstructor, Resolver):  # type: ignore[misc]
+    """The same loader on libyaml's scanner and parser (what makes reading fast: PyYAML's own
+    scanner is pure Python): the events come from C; composing, the bounds and constructing
+    are the Python code of :class:`_Loader`. Used where libyaml does not bound nesting."""
+
+    def __init__(self, stream: str) -> None:
+        _CParser.__init__(self, stream)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+
+
+class _CLoader(_CParser or _NoLibyaml, SafeConstructor, Resolver):  # type: ignore[misc]
+    """libyaml composing too (in C, a third faster again), the bounds checked on the whole
+    node tree after (:func:`_within_bounds`): where libyaml itself refuses nesting deeper than
+    its own limit (1,000 levels), so that composing in C cannot run out of stack."""
+
+    def __init__(self, stream: str) -> None:
+        _CParser.__init__(self, stream)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+
+
+def _libyaml_bounds_nesting() -> bool:
+    """Whether this libyaml refuses deep nesting itself (0.2.5 and later do)."""
+    if _CParser is None:
+        return False
+    try:
+        yaml.compose("[" * 2000, Loader=_CLoader)
+    except yaml.YAMLError as exc:
+        return "nesting" in str(exc)
+    return False
+
+
+def _within_bounds(root: Node) -> None:
+    """Raise _Refused when ``root`` (composed by libyaml) nests deeper than :data:`MAX_DEPTH`
+    or its aliases break :func:`_check_expansion`. Walked in document order, each node once:
+    a node is first met where it is written (an anchor comes before its aliases), so depth is
+    counted as :class:`_Bounded` counts it while composing."""
+    seen: set[int] = set()
+    shared = False
+    stack: list[tuple[Node, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen:
+            shared = True
+            continue
+        seen.add(id(node))
+        if depth > MAX_DEPTH:
+            raise _Refused(
+                problem=f"nested too deeply: more than {MAX_DEPTH} levels",
+                problem_mark=node.start_mark,
+            )
+        if isinstance(node, SequenceNode):
+            stack += [(item, depth + 1) for item in reversed(node.value)]
+        elif isinstance(node, MappingNode):
+            stack += [(n, depth + 1) for pair in reversed(node.value) for n in reversed(pair)]
+    if shared:
+        _check_expansion(root)
 
 
 def _check_expansion(root: Node) -> None:
@@ -135,9 +214,16 @@ def _int(loader: _Loader, node: Node) -> int:
         ) from exc
 
 
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _as_text)
-_Loader.add_constructor("tag:yaml.org,2002:binary", _as_text)
-_Loader.add_constructor("tag:yaml.org,2002:int", _int)
+for _class in (_Loader, _FastLoader, _CLoader):
+    _class.add_constructor("tag:yaml.org,2002:timestamp", _as_text)
+    _class.add_constructor("tag:yaml.org,2002:binary", _as_text)
+    _class.add_constructor("tag:yaml.org,2002:int", _int)
+
+FAST = _CParser is not None
+"""Whether PyYAML has libyaml (its wheels do): :func:`parse_all_fast` then reads with it."""
+C_COMPOSES = _libyaml_bounds_nesting()
+"""Whether :func:`parse_all_fast` composes in C (:class:`_CLoader`), or in Python
+(:class:`_FastLoader`)."""
 
 
 def parse(text: str) -> Any:
@@ -162,6 +248,31 @@ def compose_all(text: str) -> list[Node]:
         raise DocumentError("the YAML is nested too deeply to read") from exc
 
 
+def read_with_nodes(text: str) -> tuple[list[Node], list[Any]]:
+    """:func:`compose_all` and :func:`parse_all` of ``text`` in one reading: the values are
+    constructed from the very nodes (what an editor that also needs the values reads)."""
+    try:
+        loader = _Loader(text)
+        try:
+            nodes = []
+            values = []
+            while loader.check_node():
+                node = loader.get_node()
+                if node is None:
+                    continue
+                nodes.append(node)
+                value = loader.construct_document(node)
+                if value is not None:
+                    values.append(value)
+            return nodes, values
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        raise DocumentError(_describe(exc)) from exc
+    except RecursionError as exc:
+        raise DocumentError("the YAML is nested too deeply to read") from exc
+
+
 def parse_all(text: str) -> list[Any]:
     """Every non-empty document of a YAML (or JSON) stream."""
     try:
@@ -170,6 +281,35 @@ def parse_all(text: str) -> list[Any]:
         raise DocumentError(_describe(exc)) from exc
     except RecursionError as exc:
         raise DocumentError("the YAML is nested too deeply to read") from exc
+
+
+def parse_all_fast(text: str) -> list[Any]:
+    """:func:`parse_all` on libyaml's parser (:class:`_FastLoader`), ten times faster, with the
+    same bounds; where it refuses, :func:`parse_all` reads the text again, so a refusal has the
+    message (and the verdict) of the Python reader. Not quite the same reader: libyaml accepts
+    a few things PyYAML's own scanner refuses (a tab after a plain value, ``|#``) and reads a
+    few oddities differently (a lone ``!`` is ``''``, not null). ``convert`` uses it only for
+    the documents that hold no GPU text (webhook.yaml_text.may_ask_for_gpus)."""
+    if not FAST:
+        return parse_all(text)
+    try:
+        if not C_COMPOSES:
+            return [d for d in yaml.load_all(text, Loader=_FastLoader) if d is not None]  # noqa: S506
+        loader = _CLoader(text)
+        try:
+            values = []
+            while loader.check_node():
+                node = loader.get_node()
+                if node is not None:
+                    _within_bounds(node)
+                    value = loader.construct_document(node)
+                    if value is not None:
+                        values.append(value)
+            return values
+        finally:
+            loader.dispose()
+    except (yaml.YAMLError, RecursionError):
+        return parse_all(text)
 
 
 def _describe(exc: yaml.YAMLError) -> str:

@@ -185,6 +185,7 @@ def _convert(args: argparse.Namespace) -> int:
         mode=args.mode,
         namespace=args.namespace,
         native_extended=native,
+        read_all=args.output == "json",
     )
     for note in tree.notes:
         print(note.split(": ", 1)[1], file=sys.stderr)
@@ -235,6 +236,7 @@ def _convert_folder(args: argparse.Namespace, folder: Path, policy: Policy) -> i
         mode=args.mode,
         namespace=args.namespace,
         native_extended=_native(args),
+        read_all=args.output == "json",
     )
     for line in [*walked.warnings, *walked.notes, *tree.notes]:
         print(line, file=sys.stderr)

@@ -99,6 +99,7 @@ def convert_objects(
     quiet_non_objects: bool = False,
     quotas: Mapping[str, NamespaceQuota] | None = None,
     crds: Mapping[tuple[str, str], Any] | None = None,
+    first: int = 1,
 ) -> ConvertResult:
     """Convert every object; a document that cannot be converted is kept and named.
 
@@ -125,7 +126,7 @@ def convert_objects(
     )
     result = ConvertResult()
     emitted = seen if seen is not None else set()
-    for number, obj in enumerate(objects, start=1):
+    for number, obj in enumerate(objects, start=first):
         if quiet_non_objects and not isinstance(obj, dict):
             result.objects.append(obj)
             result.changed.append(False)

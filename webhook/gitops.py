@@ -23,8 +23,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
@@ -111,56 +112,90 @@ def convert_tree(
     mode: NamespaceMode,
     namespace: str | None,
     native_extended: frozenset[str],
+    read_all: bool = True,
 ) -> Tree:
-    """Converts each ``(relative path, text)`` in order; templates are emitted once."""
+    """Converts each ``(relative path, text)`` in order; templates are emitted once.
+
+    ``read_all`` False (when only the text is written, not ``-o json``): a YAML document
+    without GPU text (``yaml_text.may_ask_for_gpus``) is never read into the values a
+    conversion keeps: it is read with libyaml for its checks alone (a list is not an object, a
+    Deployment without a pod template...) and kept byte for byte (:func:`_convert_file`)."""
     files = [ManifestFile(rel, text, _format(rel)) for rel, text in sources]
     patches = _kustomize_patches(files)
     for file in files:
         file.patch_of = patches.get(file.relative)
+    for file in files:
+        try:
+            file.chunks = yaml_text.split(file.text, read_all=read_all or file.format == "json")
+        except documents.DocumentError as exc:
+            file.error = str(exc)
     tree = Tree(files)
+    while not _convert_files(tree, policy, mode, namespace, native_extended):
+        pass  # a file found invalid had counted in the tree's CRDs, quotas or classes
+    errors = [
+        f"{f.relative}: {f.error}{f' ({_TEMPLATE_HINT})' if TEMPLATE_MARK in f.text else ''}; "
+        "kept as it was"
+        for f in files
+        if f.error is not None
+    ]
+    tree.problems = errors + tree.problems
+    return tree
+
+
+def _convert_files(
+    tree: Tree,
+    policy: Policy,
+    mode: NamespaceMode,
+    namespace: str | None,
+    native_extended: frozenset[str],
+) -> bool:
+    """Converts the files that are valid YAML as far as known; False when a document read
+    only now (:func:`_convert_file`) makes a file invalid that counted in the tree's
+    CustomResourceDefinitions, quotas or DeviceClasses: the tree is then converted again
+    without it."""
+    files = [f for f in tree.files if f.error is None]
+    tree.problems, tree.notes, tree.added = [], [], {}
+    values = [v for f in files for c in f.chunks for v in c.values]
+    quotas = tree_quotas(values, namespace)
+    crds = tree_crds(values)
+    native_extended |= tree_extended(values)
     table = policy_table(policy)
     seen: set[tuple[str, str]] = set()
     per_kustomization: dict[PurePosixPath, tuple[set[tuple[str, str]], list[str]]] = {}
     for file in files:
-        try:
-            file.chunks = yaml_text.split(file.text)
-        except documents.DocumentError as exc:
-            file.error = str(exc)
-            hint = f" ({_TEMPLATE_HINT})" if TEMPLATE_MARK in file.text else ""
-            tree.problems.append(f"{file.relative}: {exc}{hint}; kept as it was")
-    quotas = tree_quotas((v for f in files for c in f.chunks for v in c.values), namespace)
-    crds = tree_crds(v for f in files for c in f.chunks for v in c.values)
-    native_extended |= tree_extended(v for f in files for c in f.chunks for v in c.values)
-    for file in files:
-        if file.error is not None:
-            continue
-        values = [v for c in file.chunks for v in c.values]
+        file.result = file.output = None
         if file.patch_of is not None:
             emitted, texts = per_kustomization.setdefault(file.patch_of, (set(), []))
         else:
             emitted, texts = seen, []
-        templated = TEMPLATE_MARK in file.text
-        if templated:  # its templates count only if it is converted, which it is not
-            emitted = set(emitted)
-        result = convert_objects(
-            values,
+        convert = partial(
+            convert_objects,
             policy=policy,
             mode=mode,
             namespace=namespace,
             native_extended=native_extended,
             table=table,
-            seen=emitted,
             quiet_non_objects=file.patch_of is not None,
             quotas=quotas,
             crds=crds,
         )
+        kept = set(emitted)  # emitted only once the whole file is read
+        try:
+            result = _convert_file(file, convert, kept)
+        except documents.DocumentError as exc:
+            file.error = str(exc)
+            if any(c.values for c in file.chunks):
+                return False
+            continue
         file.result = result
-        if templated and (any(result.changed) or result.templates):
+        if TEMPLATE_MARK in file.text and (any(result.changed) or result.templates):
+            # its templates count only if it is converted, which it is not
             tree.problems.append(
                 f"{file.relative}: holds {TEMPLATE_MARK!r} ({_TEMPLATE_HINT}): not converted in "
                 "place; kept as it was"
             )
             continue
+        emitted |= kept
         tree.problems += [f"{file.relative}: {p}" for p in result.problems]
         tree.notes += [f"{file.relative}: {n}" for n in [*result.summaries, *result.warnings]]
         if file.patch_of is not None:
@@ -172,7 +207,37 @@ def convert_tree(
     for kustomization, (_, texts) in per_kustomization.items():
         if texts:
             _add_templates_file(tree, kustomization, texts)
-    return tree
+    return True
+
+
+def _convert_file(
+    file: ManifestFile, convert: Callable[..., ConvertResult], seen: set[tuple[str, str]]
+) -> ConvertResult:
+    """The file's documents converted in order, their results joined; raises DocumentError.
+
+    A document not read yet (no GPU text) is read now with libyaml, converted on its own and
+    let go: that it is valid YAML and a well-formed object is all it can tell. When it has
+    anything to say (a problem, a note, a change), it is read again with the Python reader
+    and converted as every other document, so that what is said and kept is the same."""
+    result = ConvertResult()
+    number = 1
+    for chunk in file.chunks:
+        if not chunk.read:
+            values = documents.parse_all_fast(chunk.text)
+            part = convert(values, seen=set(), first=number)
+            if not (any(part.changed) or part.templates or part.problems or part.warnings):
+                number += len(values)
+                continue
+            try:
+                values = documents.parse_all(chunk.text)
+            except documents.DocumentError:
+                pass  # libyaml reads what PyYAML's scanner refuses (parse_all_fast): kept
+            chunk.values, chunk.read = values, True
+        part = convert(chunk.values, seen=seen, first=number)
+        number += len(chunk.values)
+        for name in ("objects", "templates", "warnings", "summaries", "problems", "changed"):
+            getattr(result, name).extend(getattr(part, name))
+    return result
 
 
 def _format(relative: PurePosixPath) -> Format:

@@ -9,15 +9,18 @@ text edit at the position the YAML node marks give (:func:`edit`): a removed key
 deleted (comment lines among them kept), an added key or item is inserted after its last kept
 sibling's content (so before a trailing comment block), indented as its siblings and with the
 document's line ending, a flow mapping gains or loses ``, key: value`` on its line, a changed
-scalar is replaced where it stands. The edited text must read back as the conversion, or the
-document is re-written whole with ruamel.yaml's round trip (:func:`rewrite`) and the caller
-says so; a part that cannot be edited (a key written twice) is re-written alone and named.
+scalar is replaced where it stands. The edited text must read back as the conversion (read
+with libyaml, as kubectl reads it), or the document is re-written whole with ruamel.yaml's
+round trip (:func:`rewrite`) and the caller says so; a part that cannot be edited (a key
+written twice) is re-written alone and named. Only documents that may ask for GPUs are read
+at all (:func:`may_ask_for_gpus`); the others are kept as text.
 """
 
 from __future__ import annotations
 
 import base64
 import difflib
+import functools
 import io
 import json
 import re
@@ -43,12 +46,70 @@ class Chunk:
 
     text: str
     values: list[Any]
-    """What the document holds (empty for comments only; more than one only when a document
-    starts on its ``---`` line, which is then not split)."""
+    """What the document holds (empty for comments only, or when not ``read``; more than one
+    only when a document starts on its ``---`` line, which is then not split)."""
+    nodes: list[Node] | None = field(default=None, repr=False)
+    """The node tree of a document with GPU text, read with its values for :func:`edit`."""
+    read: bool = True
+    """Whether ``values`` were read. A document without GPU text (:func:`may_ask_for_gpus`) is
+    not: ``convert`` checks it with ``kube.documents.parse_all_fast`` and keeps its text."""
 
 
-def split(text: str) -> list[Chunk]:
-    """The documents of a YAML stream, in order; raises DocumentError for invalid YAML."""
+GPU_TEXT = ("nvidia.com/", "gpu-slicer.io/")
+"""What every legacy GPU resource and every gpu-slicer annotation and label starts with (the
+webhook's ``matchConditions`` send it only pods that mention one of them)."""
+TREE_KINDS = ("CustomResourceDefinition", "ResourceQuota", "DeviceClass")
+"""Kinds whose objects decide for others in the same tree (webhook.convert.tree_crds,
+tree_quotas, tree_extended): always read."""
+_ESCAPE = re.compile(
+    r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([/\\])"
+    r"|(?:\r\n|[\r\n\x85\u2028\u2029])[ \t]*)"
+)
+r"""The escapes of a double-quoted scalar that can make a letter, ``.``, ``/`` or ``-`` that is
+not in the text (``\x2e``, ``\u002e``, ``\U0000002e``, ``\/``), or join two lines into one
+word (``\`` at a line's end); ``\\`` first, so that ``\\x2e`` stays a backslash and ``x2e``.
+Every other escape makes a control character, a quote or a space, none of them in a name."""
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    code = match.group(1) or match.group(2) or match.group(3)
+    if code is not None:
+        number = int(code, 16)
+        return chr(number) if number <= 0x10FFFF else ""
+    return match.group(4) or ""
+
+
+def may_ask_for_gpus(text: str) -> bool:
+    r"""Whether a document's text may hold a GPU request, a gpu-slicer annotation or label, or
+    an object that decides for others: it holds ``nvidia.com/``, ``gpu-slicer.io/`` or one of
+    :data:`TREE_KINDS`, as written or once the escapes of double-quoted scalars are read
+    (``"nvidia\x2ecom/gpu"``, ``"nvidia.com\/gpu"``, a name broken by ``\`` at a line's end).
+    Without any, it cannot: YAML spells a key or a value only in its text (plain, quoted,
+    block, or an anchor that its aliases repeat, in the same document), folding a line break
+    makes a space, and a comment only makes a false positive (the document is read in full).
+    Such a document is kept byte for byte, never converted."""
+    return _mentions(text, (*GPU_TEXT, *TREE_KINDS))
+
+
+def _mentions(text: str, needles: tuple[str, ...]) -> bool:
+    """Whether ``text`` holds one of ``needles``, as written or once its escapes are read."""
+    if any(needle in text for needle in needles):
+        return True
+    if "\\" not in text:
+        return False
+    unescaped = _ESCAPE.sub(_unescaped, text)
+    return any(needle in unescaped for needle in needles)
+
+
+def split(text: str, *, read_all: bool = True) -> list[Chunk]:
+    """The documents of a YAML stream, in order; raises DocumentError for invalid YAML (in a
+    document it reads).
+
+    A document with GPU text is read with the Python reader, its node tree kept for
+    :func:`edit`. With ``read_all`` False, one without GPU text is read only when it is one of
+    :data:`TREE_KINDS`, with libyaml (``kube.documents.parse_all_fast``: it is never edited),
+    and otherwise not at all: its ``values`` stay empty and ``read`` False (the caller checks
+    it later)."""
     pieces: list[list[str]] = [[]]
     for line in text.splitlines(keepends=True):
         if _SEPARATOR.match(line.rstrip("\r\n")) and pieces[-1]:
@@ -57,7 +118,15 @@ def split(text: str) -> list[Chunk]:
     chunks = []
     for lines in pieces:
         body = "".join(lines)
-        chunks.append(Chunk(body, documents.parse_all(body)))
+        if _mentions(body, GPU_TEXT):
+            nodes, values = documents.read_with_nodes(body)
+            chunks.append(Chunk(body, values, nodes))
+        elif read_all:
+            chunks.append(Chunk(body, documents.parse_all(body)))
+        elif _mentions(body, TREE_KINDS):
+            chunks.append(Chunk(body, documents.parse_all_fast(body)))
+        else:
+            chunks.append(Chunk(body, [], read=False))
     return chunks
 
 
@@ -184,7 +253,7 @@ def edit(chunk: Chunk, values: list[Any]) -> Edited:
     try:
         if len(chunk.values) != 1 or len(values) != 1:
             raise _CannotEdit("it shares its --- line with another document")
-        text, reemitted = edit_text(chunk.text, chunk.values[0], values[0])
+        text, reemitted = edit_text(chunk.text, chunk.values[0], values[0], chunk.nodes)
         return Edited(text, None, reemitted)
     except _CannotEdit as exc:
         reason = str(exc)
@@ -207,14 +276,18 @@ class _CannotEdit(Exception):  # noqa: N818 - control flow, never leaves this mo
     """This node cannot be edited in place: its parent re-emits it (the document, at the top)."""
 
 
-def edit_text(text: str, old: Any, new: Any) -> tuple[str, list[str]]:
-    """``text`` (one document whose value is ``old``) edited in place to hold ``new``, and the
-    nodes that had to be re-emitted (path and why); raises _CannotEdit."""
+def edit_text(
+    text: str, old: Any, new: Any, nodes: list[Node] | None = None
+) -> tuple[str, list[str]]:
+    """``text`` (one document whose value is ``old``, whose node tree is ``nodes`` if read
+    already) edited in place to hold ``new``, and the nodes that had to be re-emitted (path
+    and why); raises _CannotEdit."""
     unterminated = bool(text) and not text.endswith("\n")
     if unterminated:  # a last line without a line break: edited as if it had one
         text += line_ending(text)
+        nodes = None
     try:
-        nodes = documents.compose_all(text)
+        nodes = nodes if nodes is not None else documents.compose_all(text)
     except documents.DocumentError as exc:
         raise _CannotEdit(f"it cannot be read for editing: {exc}") from exc
     if len(nodes) != 1:
@@ -225,7 +298,7 @@ def edit_text(text: str, old: Any, new: Any) -> tuple[str, list[str]]:
     editor.value(nodes[0], old, new)
     out = editor.apply()
     try:
-        again = documents.parse_all(out)
+        again = documents.parse_all_fast(out)  # libyaml, as kubectl reads it
     except documents.DocumentError as exc:
         raise _CannotEdit(f"the edited text would not read back: {exc}") from exc
     if len(again) != 1 or not _same(again[0], new):
@@ -677,8 +750,11 @@ def _shared(root: Node) -> set[int]:
     return shared
 
 
+@functools.lru_cache(maxsize=4)
 def _indentation(body: str) -> tuple[int, int]:
-    """(mapping indent, sequence dash offset) the document uses most visibly."""
+    """(mapping indent, sequence dash offset) the document uses most visibly; remembered for
+    the last few texts, since every template written into a file asks for the file's (its text
+    is hashed once, then found again by identity)."""
     mapping, offset = 2, 0
     lines = body.splitlines()
     for before, line in zip(lines, lines[1:], strict=False):

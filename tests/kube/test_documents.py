@@ -95,3 +95,52 @@ def test_an_integer_too_long_to_convert_is_refused_with_its_line() -> None:
         documents.parse_all("a: 1\nb: " + "9" * 5000 + "\n")
     assert str(info.value).startswith("refused at line 2, column 4: an integer of 5000")
     assert documents.parse("a: 0x1F\nb: 1_000\n") == {"a": 31, "b": 1000}
+
+
+# --- the fast reader (libyaml's parser, the same bounds): convert's check of documents that
+# hold no GPU text
+
+
+@pytest.mark.parametrize("c_composes", [True, False])
+def test_the_fast_reader_keeps_the_bounds_and_gives_the_python_readers_messages(
+    c_composes: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(documents, "C_COMPOSES", c_composes and documents.C_COMPOSES)
+    deep = "a:\n  b: " + "[" * documents.MAX_DEPTH + "]" * documents.MAX_DEPTH + "\n"
+    for text in (BOMB, "a: &a [1, *a]\n", deep, "a: 1\nb: [\n", "[" * 20000 + "]" * 20000):
+        with pytest.raises(documents.DocumentError) as python:
+            documents.parse_all(text)
+        with pytest.raises(documents.DocumentError) as fast:
+            documents.parse_all_fast(text)
+        assert str(fast.value) == str(python.value)
+    fits = "[" * (documents.MAX_DEPTH - 1) + "]" * (documents.MAX_DEPTH - 1)
+    shared = "a: &a {b: [1, 2]}\nc: [*a, *a]\n"
+    nested = "a: &a [1, 2, 3]\nb: &b [*a, *a, *a]\nc: [*b, *b]\n"
+    for text in (fits, shared, nested):
+        assert documents.parse_all_fast(text) == documents.parse_all(text)
+
+
+def test_the_fast_reader_reads_values_as_kubernetes_does() -> None:
+    text = (
+        "a: &base {image: x, when: 2024-01-01T00:00:00Z, data: !!binary aGk=}\n"
+        "b: {<<: *base, name: a, n: 0x10, ok: yes, none: ~}\n"
+        "---\n"
+        "---\n"
+        "- 1\n"
+    )
+    assert documents.parse_all_fast(text) == documents.parse_all(text)
+    assert documents.parse_all_fast(text)[0]["a"]["when"] == "2024-01-01T00:00:00Z"
+
+
+def test_the_fast_reader_agrees_with_the_python_reader_on_the_projects_manifests() -> None:
+    root = Path(__file__).resolve().parents[2]
+    checked = 0
+    for path in sorted([*root.glob("tests/**/*.yaml"), *root.glob("deploy/**/*.yaml")]):
+        text = path.read_text(encoding="utf-8")
+        try:
+            expected = documents.parse_all(text)
+        except documents.DocumentError:
+            continue
+        assert documents.parse_all_fast(text) == expected, path
+        checked += 1
+    assert checked > 20
