@@ -17,26 +17,19 @@ image cannot be built; under ``CI=true`` that is a failure.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 
-from sandbox import binaries, image, node_host, realnode
-from sandbox.errors import BuildError
+from sandbox import binaries, image
 from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,
     Sandbox,
-    start_sandbox,
-    stop_sandbox,
+    chart_pods_sandbox,
     wait_webhook_knows,
 )
 from tests.support.real_node_probe import container_report, probe_pod
@@ -47,36 +40,10 @@ HOST_FOLDERS = ("/etc/cdi", "/var/run/cdi", "/var/lib/gpu-slicer", "/var/lib/kub
 """The agent pod's hostPaths: the kubelet makes them in the node's namespace, not on the host."""
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the agent pod cannot run here: {reason}")
-    pytest.skip(f"no agent pod on a real node: {reason}")
-
-
 @pytest.fixture(scope="module")
 def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
-    folder = Path(tempfile.mkdtemp(prefix="gs-agentpod-")) / "sb"
-    problems = node_host.preflight(folder)
-    if problems:
-        _unavailable("; ".join(problems))
-    progress = lambda m: print(f"[e2e] {m}", file=sys.__stderr__, flush=True)  # noqa: E731
-    try:
-        realnode.ensure_parts(binaries.DEFAULT_MINOR, progress=progress)
-        image.ensure(progress=progress)
-    except (BuildError, image.ImageToolsMissing) as exc:
-        _unavailable(str(exc))
     host_folders = {p: Path(p).exists() for p in HOST_FOLDERS}
-    running = start_sandbox(
-        folder,
-        {NODE: GPUS},
-        "--real-node",
-        NODE,
-        "--install",
-        "helm",
-        "--agent-pod",
-        "--webhook-pod",
-    )
-    try:
+    with chart_pods_sandbox("gs-agentpod-", NODE, GPUS, "--agent-pod", "--webhook-pod") as running:
         running.core.create_namespace(
             {"metadata": {"name": ENABLED, "labels": {"gpu-slicer.io/migration": "enabled"}}}
         )
@@ -87,14 +54,7 @@ def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
         )
         wait_webhook_knows(running)
         yield running
-    finally:
-        running.client.close()
-        code = stop_sandbox(running.process)
-    assert code == 0, f"sandbox up exited {code}"
-    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
     assert {p: Path(p).exists() for p in HOST_FOLDERS} == host_folders
-    shutil.rmtree(folder.parent)
 
 
 def _chart_pod(box: Sandbox, component: str) -> Obj:

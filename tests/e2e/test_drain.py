@@ -16,26 +16,18 @@ image cannot be built; under ``CI=true`` that is a failure.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from sandbox import binaries, image, node_host, realnode
-from sandbox.errors import BuildError
+from sandbox import binaries
 from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,
     Sandbox,
-    start_sandbox,
-    stop_sandbox,
+    chart_pods_sandbox,
     wait_webhook_knows,
 )
 from tests.support.real_node_probe import latest_report, probe_pod
@@ -45,28 +37,9 @@ GPUS = "A100-80GB:1"
 LIMITS = {"nvidia.com/mig-1g.10gb": "1"}
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the agent pod cannot run here: {reason}")
-    pytest.skip(f"no agent pod on a real node: {reason}")
-
-
 @pytest.fixture(scope="module")
 def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
-    folder = Path(tempfile.mkdtemp(prefix="gs-drain-")) / "sb"
-    problems = node_host.preflight(folder)
-    if problems:
-        _unavailable("; ".join(problems))
-    progress = lambda m: print(f"[e2e] {m}", file=sys.__stderr__, flush=True)  # noqa: E731
-    try:
-        realnode.ensure_parts(binaries.DEFAULT_MINOR, progress=progress)
-        image.ensure(progress=progress)
-    except (BuildError, image.ImageToolsMissing) as exc:
-        _unavailable(str(exc))
-    running = start_sandbox(
-        folder, {NODE: GPUS}, "--real-node", NODE, "--install", "helm", "--agent-pod"
-    )
-    try:
+    with chart_pods_sandbox("gs-drain-", NODE, GPUS, "--agent-pod") as running:
         running.core.create_namespace(
             {"metadata": {"name": ENABLED, "labels": {"gpu-slicer.io/migration": "enabled"}}}
         )
@@ -76,13 +49,6 @@ def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
         )
         wait_webhook_knows(running)
         yield running
-    finally:
-        running.client.close()
-        code = stop_sandbox(running.process)
-    assert code == 0, f"sandbox up exited {code}"
-    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
-    shutil.rmtree(folder.parent)
 
 
 def _deployment() -> Obj:

@@ -24,11 +24,8 @@ image cannot be built; under ``CI=true`` that is a failure.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,15 +34,13 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sandbox import binaries, chart_pods, image, node_host, realnode
-from sandbox.errors import BuildError
+from sandbox import binaries, chart_pods
 from sandbox.helm import helm_binary
 from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,
     Sandbox,
-    start_sandbox,
-    stop_sandbox,
+    chart_pods_sandbox,
 )
 from tests.support.real_node_probe import latest_report, probe_pod
 
@@ -59,12 +54,6 @@ DISABLED = "e2e-disabled"
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpu-slicer"
 NOT_REGISTERED = "unprepare dynamic resources: DRA driver gpu-slicer.io is not registered"
 """The real kubelet's error for a deleted pod's claims while no agent is registered."""
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the chart's pods cannot run here: {reason}")
-    pytest.skip(f"no chart pods on a real node: {reason}")
 
 
 def _probe(name: str) -> Obj:
@@ -86,27 +75,7 @@ def _converts(box: Sandbox, namespace: str) -> bool:
 
 @pytest.fixture(scope="module")
 def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
-    folder = Path(tempfile.mkdtemp(prefix="gs-uninstall-")) / "sb"
-    problems = node_host.preflight(folder)
-    if problems:
-        _unavailable("; ".join(problems))
-    progress = lambda m: print(f"[e2e] {m}", file=sys.__stderr__, flush=True)  # noqa: E731
-    try:
-        realnode.ensure_parts(binaries.DEFAULT_MINOR, progress=progress)
-        image.ensure(progress=progress)
-    except (BuildError, image.ImageToolsMissing) as exc:
-        _unavailable(str(exc))
-    running = start_sandbox(
-        folder,
-        {NODE: GPUS},
-        "--real-node",
-        NODE,
-        "--install",
-        "helm",
-        "--agent-pod",
-        "--webhook-pod",
-    )
-    try:
+    with chart_pods_sandbox("gs-uninstall-", NODE, GPUS, "--agent-pod", "--webhook-pod") as running:
         for namespace in (ENABLED, OPTED_OUT, DISABLED):
             running.core.create_namespace(
                 {"metadata": {"name": namespace, "labels": {"gpu-slicer.io/migration": "enabled"}}}
@@ -120,13 +89,6 @@ def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
                 what=f"the webhook converting in {namespace}",
             )
         yield running
-    finally:
-        running.client.close()
-        code = stop_sandbox(running.process)
-    assert code == 0, f"sandbox up exited {code}"
-    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
-    shutil.rmtree(folder.parent)
 
 
 # --- what the tests read ------------------------------------------------------------------------

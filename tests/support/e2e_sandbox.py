@@ -10,6 +10,7 @@ installed from it once, then cached) they run from the test environment, with a 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -309,3 +310,42 @@ def start_with_enabled_namespace(prefix: str, nodes: dict[str, str], *extra: str
     )
     wait_webhook_knows(running)
     return running
+
+
+@contextlib.contextmanager
+def chart_pods_sandbox(prefix: str, node: str, gpus: str, *install: str) -> Iterator[Sandbox]:
+    """A sandbox of its own whose real ``node`` runs the chart's pods from the image built from
+    the Dockerfile (``install``: ``--agent-pod``, ``--webhook-pod``). Skipped with the reason
+    where the machine cannot run containers or the parts cannot be built, a failure under
+    ``CI=true``. On the way out the sandbox must stop cleanly and leave no process behind."""
+    from pytest import fail, skip
+
+    from sandbox import binaries, image, node_host, realnode
+
+    def unavailable(reason: str) -> None:
+        if os.environ.get("CI", "").lower() == "true":
+            fail(f"the chart's pods cannot run here: {reason}")
+        skip(f"no chart pods on a real node: {reason}")
+
+    folder = Path(tempfile.mkdtemp(prefix=prefix)) / "sb"
+    problems = node_host.preflight(folder)
+    if problems:
+        unavailable("; ".join(problems))
+    progress = lambda m: print(f"[e2e] {m}", file=sys.__stderr__, flush=True)  # noqa: E731
+    try:
+        realnode.ensure_parts(binaries.DEFAULT_MINOR, progress=progress)
+        image.ensure(progress=progress)
+    except (BuildError, image.ImageToolsMissing) as exc:
+        unavailable(str(exc))
+    running = start_sandbox(
+        folder, {node: gpus}, "--real-node", node, "--install", "helm", *install
+    )
+    try:
+        yield running
+    finally:
+        running.client.close()
+        code = stop_sandbox(running.process)
+    assert code == 0, f"sandbox up exited {code}"
+    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
+    shutil.rmtree(folder.parent)
