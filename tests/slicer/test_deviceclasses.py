@@ -65,3 +65,31 @@ def test_class_selectors_ignore_another_drivers_devices_of_the_same_type() -> No
     for obj in device_classes():
         expression = obj["spec"]["selectors"][0]["cel"]["expression"]
         assert not selects(expression, foreign, driver="gpu.nvidia.com")
+
+
+def test_classes_for_two_driver_names_select_the_same_devices_under_either(
+    make_states: Callable[..., list[GpuState]],
+) -> None:
+    # A pool published under a second driver name (the benchmark's pool sorting last) with its
+    # attributes qualified by gpu-slicer's domain, as sandbox.hollow.as_driver writes it.
+    states = make_states("A100-80GB:1", mode="mig")
+    devices = [d for s in build_slices("n", states) for d in s["spec"].get("devices", [])]
+    qualified = [
+        {
+            **d,
+            "attributes": {f"{DRIVER}/{k}": v for k, v in d["attributes"].items() if "/" not in k},
+        }
+        for d in devices
+    ]
+    both = {
+        c["metadata"]["name"]: c["spec"]["selectors"][0]["cel"]["expression"]
+        for c in device_classes(drivers=(DRIVER, "z.gpu-slicer.io"))
+    }
+    ours = {d["name"] for d in devices if selects(both[MIG_CLASS], d)}
+    renamed = {
+        d["name"] for d in qualified if selects(both[MIG_CLASS], d, driver="z.gpu-slicer.io")
+    }
+    assert ours == renamed == {d["name"] for d in devices}
+    assert not any(selects(both[MIG_CLASS], d, driver="gpu.nvidia.com") for d in qualified)
+    only_ours = device_classes()[1]["spec"]["selectors"][0]["cel"]["expression"]
+    assert not any(selects(only_ours, d, driver="z.gpu-slicer.io") for d in qualified)
