@@ -20,6 +20,7 @@ few selectors against hundreds of thousands of devices. So:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -147,7 +148,13 @@ class CompiledSelector:
     domains: frozenset[str]
 
 
-_ENV = celpy.Environment()
+@functools.cache
+def _environment() -> celpy.Environment:
+    """The CEL environment, built on first use: building its parser takes a quarter of a
+    second, which every ``gpu-slicer`` command would otherwise pay at import."""
+    return celpy.Environment()
+
+
 _SELECTORS: dict[str, CompiledSelector] = {}
 _RESULTS: dict[tuple[Any, ...], bool] = {}
 
@@ -158,7 +165,8 @@ def program(expression: str) -> CompiledSelector:
     if found is not None:
         return found
     try:
-        runner = _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
+        env = _environment()
+        runner = env.program(env.compile(expression), functions=_FUNCTIONS)
     except Exception as exc:  # celpy raises CELParseError and lark errors
         raise SelectorError(f"CEL selector {expression!r} does not compile: {exc}") from exc
     refs_found = [(m["map"], m["dom"], m["id"]) for m in _REF.finditer(expression)]
