@@ -17,7 +17,7 @@ from certs import ensure as certs_ensure
 from certs import issue as certs_issue
 from certs.errors import CertError, CertInputError, EnsureError
 from kube import documents
-from kube.api import KubeApi
+from kube.api import KubeApi, connect
 from kube.errors import KubeError
 from kube.names import subdomain_problem
 from kube.settings import env_value
@@ -233,12 +233,6 @@ def settings_from(args: argparse.Namespace) -> certs_ensure.EnsureSettings:
     )
 
 
-def _default_api(kubeconfig: str | None) -> KubeApi:
-    from kube.client import RealKubeApi
-
-    return RealKubeApi.from_config(kubeconfig)
-
-
 def _summary(result: certs_ensure.EnsureResult) -> str:
     return json.dumps(
         {
@@ -254,7 +248,7 @@ def _summary(result: certs_ensure.EnsureResult) -> str:
 
 
 def run_ensure(
-    args: argparse.Namespace, *, api_factory: Callable[[str | None], KubeApi] = _default_api
+    args: argparse.Namespace, *, api_factory: Callable[[str | None], KubeApi] = connect
 ) -> int:
     try:
         settings = settings_from(args)

@@ -231,3 +231,20 @@ def event_for(
             "uid": meta.get("uid"),
         },
     }
+
+
+def connect(kubeconfig: str | None, *, quiet_retries: bool = False) -> KubeApi:
+    """The real API for a command, from ``kubeconfig`` (else KUBECONFIG, the in-cluster account,
+    ~/.kube/config). The client is imported here, when a command runs, never at import: the
+    CLI's parser is built in the webhook's gevent workers too, where ``ssl`` must not be
+    imported before gevent patches it. ``quiet_retries``: urllib3's warning per retry of a
+    refused connection is left out (the command's one line says it; DEBUG still shows them)."""
+    import logging
+
+    from kube.client import RealKubeApi
+
+    if quiet_retries:
+        retries = logging.getLogger("urllib3.connectionpool")
+        if not retries.isEnabledFor(logging.DEBUG):
+            retries.setLevel(logging.ERROR)
+    return RealKubeApi.from_config(kubeconfig)

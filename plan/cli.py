@@ -2,7 +2,7 @@
 the verdicts and the simulation.
 
 This module must not import the Kubernetes client at import time (the CLI parser is built in
-the webhook's gevent workers too): :func:`_default_api` imports it when the command runs.
+the webhook's gevent workers too): :func:`kube.api.connect` imports it when the command runs.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kube import documents
-from kube.api import KubeApi
+from kube.api import KubeApi, connect
 from kube.errors import KubeError
 from plan import cluster
 from plan.advertising import advertising_notes
@@ -73,12 +73,6 @@ def build_plan(
     return plan
 
 
-def _default_api(kubeconfig: str | None) -> KubeApi:
-    from kube.client import RealKubeApi
-
-    return RealKubeApi.from_config(kubeconfig)
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds ``plan``."""
     p = subparsers.add_parser(
@@ -124,7 +118,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_plan(
-    args: argparse.Namespace, *, api_factory: Callable[[str | None], KubeApi] = _default_api
+    args: argparse.Namespace, *, api_factory: Callable[[str | None], KubeApi] = connect
 ) -> int:
     prefix = "gpu-slicer plan"
     for ns in [*args.namespace, args.release_namespace]:

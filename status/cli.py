@@ -4,21 +4,20 @@ and what is free; per namespace, the migration mode and how many pods were conve
 It reads the cluster (ResourceSlices, ResourceClaims, Pods, Namespaces) and never writes. This
 module must not import the Kubernetes client at import time: the CLI parser is built in the
 webhook's gevent workers too, where ``ssl`` must not be imported before gevent patches it, so
-:func:`_default_api` imports it when the command runs.
+:func:`kube.api.connect` imports it when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import replace
 
 from kube import documents
-from kube.api import KubeApi
+from kube.api import KubeApi, connect
 from kube.errors import Forbidden, KubeError, NotFound, Unavailable
 from kube.names import subdomain_problem
 from slicer.identity import RESOURCE_API
@@ -72,15 +71,9 @@ def read_status(api: KubeApi, *, node: str | None = None) -> ClusterStatus:
     return replace(status, notes=(*status.notes, *scaling_notes(version, lists["ResourceSlice"])))
 
 
-def _default_api(kubeconfig: str | None) -> KubeApi:
-    from kube.client import RealKubeApi  # imports urllib3 and ssl: only when the command runs
-
-    # urllib3 logs a warning per retry of a refused connection; the command's one line says it
-    # (--log-level DEBUG still shows them).
-    retries = logging.getLogger("urllib3.connectionpool")
-    if not retries.isEnabledFor(logging.DEBUG):
-        retries.setLevel(logging.ERROR)
-    return RealKubeApi.from_config(kubeconfig)
+def cluster_api(kubeconfig: str | None) -> KubeApi:
+    """The real API for ``status`` and ``uninstall-check`` (:func:`kube.api.connect`)."""
+    return connect(kubeconfig, quiet_retries=True)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -109,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_status(
     args: argparse.Namespace,
     *,
-    api_factory: Callable[[str | None], KubeApi] = _default_api,
+    api_factory: Callable[[str | None], KubeApi] = cluster_api,
     width: int | None = None,
 ) -> int:
     problem = None if args.node is None else subdomain_problem("--node", args.node, "node")

@@ -24,7 +24,7 @@ from kube import documents
 from kube.api import KubeApi, Obj
 from kube.errors import KubeError
 from slicer.identity import DRIVER, RESOURCE_API
-from status.cli import _default_api
+from status.cli import cluster_api
 
 PREFIX = "gpu-slicer uninstall-check"
 POLL_S = 2.0
@@ -109,7 +109,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_uninstall_check(
     args: argparse.Namespace,
     *,
-    api_factory: Callable[[str | None], KubeApi] = _default_api,
+    api_factory: Callable[[str | None], KubeApi] = cluster_api,
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> int:
