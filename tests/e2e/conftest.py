@@ -13,7 +13,6 @@ failure.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from tests.support.e2e_sandbox import (
     NODES,
     PLAIN,
     Sandbox,
+    assert_stopped_cleanly,
     start_sandbox,
     stop_sandbox,
     wait_webhook_knows,
@@ -73,7 +73,5 @@ def sandbox(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
     yield running
     running.client.close()
     code = stop_sandbox(running.process)
-    assert code == 0, f"sandbox up exited {code}"
-    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
+    assert_stopped_cleanly(code, folder)
     assert not list(folder.glob("**/*.sock")), "sockets left behind"

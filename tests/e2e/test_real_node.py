@@ -33,6 +33,7 @@ from slicer.devices import parse_device_name
 from tests.support.e2e_sandbox import (
     ENABLED,
     Sandbox,
+    assert_stopped_cleanly,
     pod_manifest,
     resource_health,
     start_sandbox,
@@ -109,9 +110,7 @@ def real(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
     finally:
         running.client.close()
         code = stop_sandbox(running.process)
-    assert code == 0, f"sandbox up exited {code}"
-    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
+    assert_stopped_cleanly(code, folder)
     assert _host_state(cgroup_root, bridge) == before
     shutil.rmtree(folder.parent)  # containerd's images and snapshots: kept only on failure
 

@@ -290,6 +290,13 @@ def stop_sandbox(process: subprocess.Popen[bytes]) -> int:
     return launch.stop(process)
 
 
+def assert_stopped_cleanly(code: int, folder: Path) -> None:
+    """``sandbox up`` exited 0 and left no process that names its state folder."""
+    assert code == 0, f"sandbox up exited {code}"
+    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
+
+
 def wait_webhook_knows(box: Sandbox) -> None:
     probe = pod_manifest("probe", limits={"nvidia.com/mig-1g.10gb": "1"})
 
@@ -345,7 +352,5 @@ def chart_pods_sandbox(prefix: str, node: str, gpus: str, *install: str) -> Iter
     finally:
         running.client.close()
         code = stop_sandbox(running.process)
-    assert code == 0, f"sandbox up exited {code}"
-    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
+    assert_stopped_cleanly(code, folder)
     shutil.rmtree(folder.parent)
