@@ -297,11 +297,16 @@ def _health_until(stream: Any, condition: Any, limit: int = 200) -> dict[str, tu
     raise AssertionError("the health stream never reached the expected state")
 
 
-def test_the_health_stream_reports_every_device_and_a_critical_xid_on_its_gpu(node: Node) -> None:
-    pb = dra_health_v1alpha1_pb2
-    stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
+def _health_stub(node: Node) -> Any:
+    """A resource-health client on a connection of its own to the agent's DRA socket."""
+    return dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
         node.channel(node.agent.plugin.dra_path)
     )
+
+
+def test_the_health_stream_reports_every_device_and_a_critical_xid_on_its_gpu(node: Node) -> None:
+    pb = dra_health_v1alpha1_pb2
+    stub = _health_stub(node)
     claim = allocate_claim(node.api, ["gpu-1-mig-3g40gb-4"])
     prepared = node.dra("v1")[1].NodePrepareResources(
         dra_v1_pb2.NodePrepareResourcesRequest(claims=[claim_msg(dra_v1_pb2, claim)]), timeout=30
@@ -343,18 +348,13 @@ def test_a_thousand_watchers_that_never_read_leave_the_kubelets_stream_served(
     node: Node,
 ) -> None:
     pb = dra_health_v1alpha1_pb2
-    health = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
-        node.channel(node.agent.plugin.dra_path)
-    )
+    health = _health_stub(node)
     watchers = node.agent.plugin.health_watchers
     kubelet = health.NodeWatchResources(pb.NodeWatchResourcesRequest())
     _health_until(kubelet, lambda seen: "gpu-1" in seen)
 
     # A local client opens 1,000 streams on its own connection and never reads any of them.
-    hostile_channel = node.channel(node.agent.plugin.dra_path)
-    hostile = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
-        hostile_channel
-    )
+    hostile = _health_stub(node)  # a connection of its own
     streams = [hostile.NodeWatchResources(pb.NodeWatchResourcesRequest()) for _ in range(1000)]
     _wait(lambda: watchers.admitted == 1001, limit_s=120)
     assert watchers.count <= watchers.limit
@@ -391,9 +391,7 @@ def test_when_every_place_is_taken_the_newest_watcher_gives_way_and_is_told_why(
     node: Node,
 ) -> None:
     pb = dra_health_v1alpha1_pb2
-    health = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
-        node.channel(node.agent.plugin.dra_path)
-    )
+    health = _health_stub(node)
     watchers = node.agent.plugin.health_watchers
     streams = []
     for _ in range(watchers.limit):
@@ -418,9 +416,7 @@ def test_when_every_place_is_taken_the_newest_watcher_gives_way_and_is_told_why(
 
 
 def test_the_health_stream_ends_cleanly_when_the_agent_stops(node: Node) -> None:
-    stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(  # type: ignore[no-untyped-call]
-        node.channel(node.agent.plugin.dra_path)
-    )
+    stub = _health_stub(node)
     stream = stub.NodeWatchResources(dra_health_v1alpha1_pb2.NodeWatchResourcesRequest())
     next(stream)
     node.agent.plugin.stop()
