@@ -42,6 +42,7 @@ from slicer.identity import DRIVER, RESOURCE_API
 from slicer.layout import StaticLayout
 from slicer.preview import preview_pool
 from slicer.profile_filter import ProfileChoice
+from webhook.claims import template_object
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -327,17 +328,10 @@ class HollowCluster:
         existed, seconds until every pod was bound, pods bound), from the first pod created."""
         api = self._api()
         self.namespace(namespace)
-        api.create(
-            {
-                "apiVersion": RESOURCE_API,
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "devices", "namespace": namespace},
-                "spec": {"spec": claim_spec},
-            }
-        )
+        template = api.create(template_object({"spec": claim_spec}, namespace))["metadata"]["name"]
         names = [f"templated-{i:04d}" for i in range(pods)]
         started = time.monotonic()
-        self.create_all([_templated_pod(namespace, n) for n in names])
+        self.create_all([_templated_pod(namespace, n, template) for n in names])
         claimed_at: float | None = None
         bound = 0
         while time.monotonic() - started < timeout_s:
@@ -360,16 +354,8 @@ class HollowCluster:
         it); ``timeout_s`` when it was not bound by then."""
         api = self._api()
         name = f"shape-{next(_counter)}"
-        api.create(
-            {
-                "apiVersion": RESOURCE_API,
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"spec": claim_spec},
-            }
-        )
-        pod = _templated_pod(namespace, name)
-        pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = name
+        template = api.create(template_object({"spec": claim_spec}, namespace))["metadata"]["name"]
+        pod = _templated_pod(namespace, name, template)
         started, wall = time.monotonic(), time.time()
         api.create(pod)
         while time.monotonic() - started < timeout_s:
@@ -443,10 +429,10 @@ def _gated_pod(namespace: str, name: str) -> Obj:
     }
 
 
-def _templated_pod(namespace: str, name: str) -> Obj:
+def _templated_pod(namespace: str, name: str, template: str) -> Obj:
     pod = _gated_pod(namespace, name)
     del pod["spec"]["schedulingGates"]
-    pod["spec"]["resourceClaims"] = [{"name": "devices", "resourceClaimTemplateName": "devices"}]
+    pod["spec"]["resourceClaims"] = [{"name": "devices", "resourceClaimTemplateName": template}]
     return pod
 
 

@@ -30,6 +30,7 @@ import yaml
 from sim.demand import DemandBook
 from sim.errors import ScenarioError
 from sim.scenario import Scenario
+from slicer.demand import AdvertisedProfiles
 from webhook.claims import Alternative, ContainerRequest
 
 COST_FILE = Path(__file__).with_name("scheduler-cost.yaml")
@@ -166,7 +167,7 @@ class Outlook:
     peak_per_s: float
     """Pods arriving in the scenario's busiest minute, per second."""
     measured: str
-    advertised: str = "all"
+    advertised_profiles: AdvertisedProfiles = "all"
     """What the scenario's agents advertise (``asked`` or ``all``): whose measured costs apply."""
     neighbour_ms: tuple[float, float] | None = None
     """Another driver's pod (the benchmark's NIC): its CPU alone and beside gpu-slicer's
@@ -200,7 +201,7 @@ class Outlook:
             alone, beside = self.neighbour_ms
             out.append(
                 f"  another driver's pod (a NIC's): {alone:,.1f} ms alone, {beside:,.1f} ms"
-                f" beside gpu-slicer's slices (agents advertising {self.advertised})"
+                f" beside gpu-slicer's slices (agents advertising {self.advertised_profiles})"
             )
         out.append(f"  cost model: {self.measured}")
         return out
@@ -221,7 +222,7 @@ class Outlook:
             "podsPerSecondPerCore": round(self.per_core_per_s, 3),
             "peakArrivalsPerSecond": round(self.peak_per_s, 3),
             "extrapolated": self.extrapolated,
-            "advertisedProfiles": self.advertised,
+            "advertisedProfiles": self.advertised_profiles,
             "neighbourCpuMsPerPod": None
             if self.neighbour_ms is None
             else {
@@ -241,10 +242,10 @@ def outlook(
     nodes: int,
     mix: Mapping[str, int],
     arrivals: Iterable[float],
-    advertised: str = "all",
+    advertised_profiles: AdvertisedProfiles = "all",
 ) -> Outlook | None:
     """The outlook for ``mix`` (converted pods per shape) on ``nodes`` nodes, with agents that
-    advertise ``advertised`` (the benchmark's ``-asked`` runs where measured); None when no
+    advertise ``advertised_profiles`` (the benchmark's ``-asked`` runs where measured); None when no
     pod was converted."""
     total = sum(mix.values())
     if not total:
@@ -253,7 +254,7 @@ def outlook(
     shapes = model.releases[release]
 
     def measured(shape: str) -> str | None:
-        names = ([f"{shape}-asked"] if advertised == "asked" else []) + [shape]
+        names = ([f"{shape}-asked"] if advertised_profiles == "asked" else []) + [shape]
         return next((n for n in names if n in shapes), None)
 
     cost, beyond = 0.0, False
@@ -263,7 +264,7 @@ def outlook(
         cost += ms * count
         beyond = beyond or extrapolated
     plain = model.cpu_ms(release, "plain", nodes)[0] if "plain" in shapes else None
-    beside = "nic-asked" if advertised == "asked" else "nic-gs"
+    beside = "nic-asked" if advertised_profiles == "asked" else "nic-gs"
     neighbour = (
         (model.cpu_ms(release, "nic", nodes)[0], model.cpu_ms(release, beside, nodes)[0])
         if "nic" in shapes and beside in shapes
@@ -279,7 +280,7 @@ def outlook(
         extrapolated=beyond,
         peak_per_s=busiest_minute(arrivals) / 60.0,
         measured=model.measured,
-        advertised=advertised,
+        advertised_profiles=advertised_profiles,
         neighbour_ms=neighbour,
     )
 
@@ -313,5 +314,5 @@ def scenario_outlook(scenario: Scenario, model: CostModel | None = None) -> Outl
         len(scenario.nodes),
         Counter(shapes),
         arrivals,
-        advertised=scenario.advertised_profiles,
+        advertised_profiles=scenario.advertised_profiles,
     )

@@ -130,7 +130,7 @@ def test_agents_advertising_what_is_asked_are_costed_by_the_asked_runs(tmp_path:
     scheduler_cost.write(path, "test figures", runs)
     model = scheduler_cost.load(path)
     mix = {"single": 2, "memory": 2}  # no memory-asked run: memory's own figure
-    asked = scheduler_cost.outlook(model, (1, 37), 100, mix, [0.0], advertised="asked")
+    asked = scheduler_cost.outlook(model, (1, 37), 100, mix, [0.0], advertised_profiles="asked")
     every = scheduler_cost.outlook(model, (1, 37), 100, mix, [0.0])
     assert asked is not None and every is not None
     assert (asked.cpu_ms, every.cpu_ms) == (55.0, 70.0)
