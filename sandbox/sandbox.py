@@ -57,6 +57,7 @@ from sandbox.kubelet import KubeletStandIn
 from sandbox.nodes import DEPLOY_DIR, NodeSpec
 from sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
 from sandbox.realnode import Parts, RealNode, runtime_toolkit_spec
+from slicer.plugin import dra_socket
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def check_state_dir(folder: Path, nodes: list[NodeSpec], real_node: str | None =
             "choose a new or empty folder"
         )
     root = folder.resolve() / "nodes"
-    sockets = [root / n.name / "plugins" / "gpu-slicer.io" / "dra.sock" for n in nodes]
+    sockets = [dra_socket(root / n.name / "plugins") for n in nodes]
     if real_node is not None:  # its agent's sockets are at /var/lib/kubelet in its namespace
         sockets.append(root / real_node / "containerd" / "containerd.sock.ttrpc")
     sock = max(sockets, key=lambda path: len(str(path).encode()))

@@ -1,10 +1,12 @@
 """Reading ResourceClaims: which devices the scheduler gave a claim on this node.
 
 The kubelet sends only claim references (namespace, name, uid); the allocation is in the claim's
-``status.allocation.devices.results``. :func:`our_results` picks the results whose driver is ours
-and whose pool is this node (pure). :class:`ClaimCache` keeps every claim in a watch-backed cache
-so that prepare does not wait on the apiserver, falling back to a GET on a miss (a claim created
-a moment ago), and gives the reconciler its view of the API (:meth:`ClaimCache.allocated`).
+``status.allocation.devices.results``. :func:`our_results` picks the results whose driver is one
+of gpu-slicer's names (the current one, or the one of a release before, whose claims an upgraded
+agent still serves) and whose pool is this node (pure). :class:`ClaimCache` keeps every claim in
+a watch-backed cache so that prepare does not wait on the apiserver, falling back to a GET on a
+miss (a claim created a moment ago), and gives the reconciler its view of the API
+(:meth:`ClaimCache.allocated`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from kube import errors as kerrors
 from kube.api import KubeApi, Obj
 from kube.watch_cache import WatchCache
-from slicer.identity import DRIVER, RESOURCE_API
+from slicer.identity import DRIVER, DRIVERS, RESOURCE_API
 
 KIND = "ResourceClaim"
 
@@ -32,16 +34,21 @@ class AllocatedDevice:
     """As the scheduler wrote it: ``<request>`` or ``<request>/<subrequest>``."""
     device: str
     pool: str
+    driver: str = DRIVER
+    """The name the device was allocated under (a legacy one for a claim of an older pool)."""
 
 
-def our_results(claim: Obj, *, pool: str, driver: str = DRIVER) -> list[AllocatedDevice]:
-    """Allocation results of ``claim`` for ``driver`` in ``pool`` (empty if unallocated)."""
+def our_results(
+    claim: Obj, *, pool: str, drivers: tuple[str, ...] = DRIVERS
+) -> list[AllocatedDevice]:
+    """Allocation results of ``claim`` for any of ``drivers`` in ``pool`` (empty if
+    unallocated)."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     results = ((allocation.get("devices") or {}).get("results")) or []
     return [
-        AllocatedDevice(request=str(r.get("request", "")), device=str(r["device"]), pool=pool)
+        AllocatedDevice(str(r.get("request", "")), str(r["device"]), pool, str(r["driver"]))
         for r in results
-        if r.get("driver") == driver and r.get("pool") == pool and r.get("device")
+        if r.get("driver") in drivers and r.get("pool") == pool and r.get("device")
     ]
 
 
@@ -59,7 +66,7 @@ class ClaimCache:
         api: KubeApi,
         *,
         pool: str,
-        driver: str = DRIVER,
+        drivers: tuple[str, ...] = DRIVERS,
         on_change: Callable[[], None] | None = None,
         on_error: Callable[[str], None] | None = None,
         backoff_s: tuple[float, float] = (0.5, 30.0),
@@ -67,7 +74,7 @@ class ClaimCache:
     ) -> None:
         self._api = api
         self._pool = pool
-        self._driver = driver
+        self._drivers = drivers
         self._cache: WatchCache[Obj] = WatchCache(
             api,
             RESOURCE_API,
@@ -104,7 +111,7 @@ class ClaimCache:
         usable = (
             cached is not None
             and cached["metadata"].get("uid") == uid
-            and our_results(cached, pool=self._pool, driver=self._driver)
+            and our_results(cached, pool=self._pool, drivers=self._drivers)
         )
         if usable and self.synced:
             assert cached is not None
@@ -134,7 +141,7 @@ class ClaimCache:
         return {
             str(c["metadata"]["uid"]): c
             for c in self._cache.values()
-            if our_results(c, pool=self._pool, driver=self._driver)
+            if our_results(c, pool=self._pool, drivers=self._drivers)
         }
 
     def lookup_uid(self, namespace: str, name: str, uid: str) -> Obj | None:

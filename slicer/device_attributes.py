@@ -28,26 +28,30 @@ from slicer.identity import (
     PLACEMENT_START_ATTRIBUTE,
     PROFILE_ATTRIBUTE,
     TYPE_ATTRIBUTE,
+    qualified,
 )
 
 DeviceAttributes = Literal["full", "minimal"]
 ATTRIBUTES_CHOICES: tuple[DeviceAttributes, ...] = get_args(DeviceAttributes)
 
 MINIMAL_ATTRIBUTES = frozenset(
-    {
-        TYPE_ATTRIBUTE,
-        PROFILE_ATTRIBUTE,
-        NVLINK_DOMAIN_ATTRIBUTE,
-        PLACEMENT_START_ATTRIBUTE,
-        PLACEMENT_SIZE_ATTRIBUTE,
-        "productName",
-        "index",
-        "uuid",
-        "parentUUID",
-    }
+    map(
+        qualified,
+        (
+            TYPE_ATTRIBUTE,
+            PROFILE_ATTRIBUTE,
+            NVLINK_DOMAIN_ATTRIBUTE,
+            PLACEMENT_START_ATTRIBUTE,
+            PLACEMENT_SIZE_ATTRIBUTE,
+            "productName",
+            "index",
+            "uuid",
+            "parentUUID",
+        ),
+    )
 )
 """The attributes ``minimal`` keeps: those gpu-slicer's classes, claims and status read."""
-MINIMAL_CAPACITY = frozenset({MEMORY_CAPACITY})
+MINIMAL_CAPACITY = frozenset({qualified(MEMORY_CAPACITY)})
 """The capacities ``minimal`` keeps: the one the webhook's memory selectors compare."""
 
 Obj = dict[str, Any]

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from slicer.identity import (
-    DRIVER,
+    DOMAIN,
+    DRIVERS,
     GPU_CLASS,
     GPU_TYPE,
     LEGACY_GPU,
@@ -35,13 +36,13 @@ Obj = dict[str, Any]
 EXTENDED_RESOURCE_NAME = LEGACY_GPU
 
 
-def type_selector(device_type: str, drivers: tuple[str, ...] = (DRIVER,)) -> str:
+def type_selector(device_type: str, drivers: tuple[str, ...] = DRIVERS) -> str:
     """CEL that matches our devices of one ``type`` attribute, published under any of
-    ``drivers`` (a renamed driver's classes select the old name too, for the pools of agents
-    not yet upgraded)."""
+    ``drivers``: the current name and the earlier one, whose pools the agents not yet
+    upgraded still publish during a rollout (docs/upgrading.md)."""
     names = " || ".join(f'device.driver == "{name}"' for name in drivers)
     driver = names if len(drivers) == 1 else f"({names})"
-    return f'{driver} && device.attributes["{DRIVER}"].{TYPE_ATTRIBUTE} == "{device_type}"'
+    return f'{driver} && device.attributes["{DOMAIN}"].{TYPE_ATTRIBUTE} == "{device_type}"'
 
 
 GPU_SELECTOR = type_selector(GPU_TYPE)
@@ -61,7 +62,7 @@ def device_class(name: str, expression: str, *, extended_resource_name: str | No
 
 
 def device_classes(
-    *, extended_resources: bool = False, drivers: tuple[str, ...] = (DRIVER,)
+    *, extended_resources: bool = False, drivers: tuple[str, ...] = DRIVERS
 ) -> list[Obj]:
     """Both classes; with ``extended_resources`` the GPU class serves ``nvidia.com/gpu``;
     ``drivers``: the driver names whose devices they select."""

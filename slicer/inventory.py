@@ -66,6 +66,7 @@ from slicer.identity import (
     PROFILE_ATTRIBUTE,
     RESOURCE_API,
     TYPE_ATTRIBUTE,
+    qualified,
 )
 from slicer.layout import StaticLayout
 from slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
@@ -120,6 +121,10 @@ class GpuState:
     owned: frozenset[SliceSpec] = frozenset()
     """Specs of the instances the agent created (from its checkpoint)."""
     taints: tuple[DeviceTaint, ...] = ()
+    held_elsewhere: frozenset[DeviceSpec] = frozenset()
+    """Devices that claims allocated under an earlier driver name hold (an older release's
+    pool). The scheduler does not count them against this pool, so they block what overlaps
+    them as foreign instances do, whether their instance exists yet or not."""
 
     @property
     def index(self) -> int:
@@ -133,6 +138,25 @@ class GpuState:
     @property
     def foreign(self) -> tuple[MigInstance, ...]:
         return tuple(i for i in self.instances if i.spec not in self.owned)
+
+    def taken(self) -> list[tuple[str, int, range]]:
+        """``(profile, start, memory slices)`` of every placement this pool cannot offer: the
+        foreign instances and the devices held under an earlier driver name (a whole GPU held
+        so takes all its memory, under no profile)."""
+        taken = [(i.profile, i.start, i.memory_slices) for i in self.foreign]
+        listed = {i.spec for i in self.foreign}
+        model = self.model
+        for spec in self.held_elsewhere:
+            if isinstance(spec, WholeGpu):
+                taken.append(("", 0, range(model.memory_slices if model else 0)))
+            elif spec not in listed and model is not None and model.has_profile(spec.profile):
+                size = model.profile(spec.profile).memory_slices
+                taken.append((spec.profile, spec.start, range(spec.start, spec.start + size)))
+        return taken
+
+    @property
+    def whole_held_elsewhere(self) -> bool:
+        return any(isinstance(s, WholeGpu) for s in self.held_elsewhere)
 
 
 def default_mode(model: GpuModel | None) -> Mode:
@@ -208,34 +232,61 @@ def _string(value: str) -> Obj:
 
 
 def _attributes(info: GpuInfo, spec: DeviceSpec, profile: Profile | None) -> Obj:
-    attrs: Obj = {TYPE_ATTRIBUTE: _string(GPU_TYPE if profile is None else MIG_TYPE)}
+    """Qualified with the contract's domain (:func:`slicer.identity.qualified`), so that they
+    do not depend on the driver's name."""
+    attrs: Obj = {_TYPE: _string(GPU_TYPE if profile is None else MIG_TYPE)}
     if profile is not None and isinstance(spec, SliceSpec):
-        attrs[PROFILE_ATTRIBUTE] = _string(profile.name)
-        attrs["parentUUID"] = _string(info.uuid)
-        attrs[PLACEMENT_START_ATTRIBUTE] = {"int": spec.start}
-        attrs[PLACEMENT_SIZE_ATTRIBUTE] = {"int": profile.memory_slices}
+        attrs[_PROFILE] = _string(profile.name)
+        attrs[_PARENT_UUID] = _string(info.uuid)
+        attrs[_PLACEMENT_START] = {"int": spec.start}
+        attrs[_PLACEMENT_SIZE] = {"int": profile.memory_slices}
     else:
-        attrs["uuid"] = _string(info.uuid)
-    attrs["productName"] = _string(info.product_name)
+        attrs[_UUID] = _string(info.uuid)
+    attrs[_PRODUCT_NAME] = _string(info.product_name)
     if info.brand:
-        attrs["brand"] = _string(info.brand)
-    attrs["index"] = {"int": info.index}
-    attrs["architecture"] = _string(info.architecture)
+        attrs[_BRAND] = _string(info.brand)
+    attrs[_INDEX] = {"int": info.index}
+    attrs[_ARCHITECTURE] = _string(info.architecture)
     for name, raw in (
-        ("cudaComputeCapability", info.cuda_compute_capability),
-        ("driverVersion", info.driver_version),
-        ("cudaDriverVersion", info.cuda_driver_version),
+        (_COMPUTE_CAPABILITY, info.cuda_compute_capability),
+        (_DRIVER_VERSION, info.driver_version),
+        (_CUDA_DRIVER_VERSION, info.cuda_driver_version),
     ):
         version = semver(raw)
         if version is not None:
             attrs[name] = {"version": version}
     if info.nvlink_domain:
-        attrs[NVLINK_DOMAIN_ATTRIBUTE] = _string(info.nvlink_domain)
+        attrs[_NVLINK_DOMAIN] = _string(info.nvlink_domain)
     if info.pcie_root:
         attrs["resource.kubernetes.io/pcieRoot"] = _string(info.pcie_root)
     if info.pci_bus_id:
         attrs["resource.kubernetes.io/pciBusID"] = _string(info.pci_bus_id)
     return attrs
+
+
+_TYPE, _PROFILE, _PLACEMENT_START, _PLACEMENT_SIZE, _NVLINK_DOMAIN = map(
+    qualified,
+    (
+        TYPE_ATTRIBUTE,
+        PROFILE_ATTRIBUTE,
+        PLACEMENT_START_ATTRIBUTE,
+        PLACEMENT_SIZE_ATTRIBUTE,
+        NVLINK_DOMAIN_ATTRIBUTE,
+    ),
+)
+_PARENT_UUID, _UUID, _PRODUCT_NAME, _BRAND, _INDEX, _ARCHITECTURE = map(
+    qualified, ("parentUUID", "uuid", "productName", "brand", "index", "architecture")
+)
+_COMPUTE_CAPABILITY, _DRIVER_VERSION, _CUDA_DRIVER_VERSION = map(
+    qualified, ("cudaComputeCapability", "driverVersion", "cudaDriverVersion")
+)
+_MEMORY = qualified(MEMORY_CAPACITY)
+_ENGINE_CAPACITIES = tuple(
+    map(
+        qualified,
+        ("multiprocessors", "copyEngines", "decoders", "encoders", "jpegEngines", "ofaEngines"),
+    )
+)
 
 
 def _device(
@@ -254,17 +305,15 @@ def _device(
         engines = model.engines if model else None
     else:
         memory, sms, engines = profile.memory_bytes, profile.multiprocessors, profile.engines
-    capacity: Obj = {MEMORY_CAPACITY: {"value": format_quantity(memory, binary=True)}}
+    capacity: Obj = {_MEMORY: {"value": format_quantity(memory, binary=True)}}
     if sms is not None:
-        capacity["multiprocessors"] = {"value": str(sms)}
+        capacity[_ENGINE_CAPACITIES[0]] = {"value": str(sms)}
     if engines is not None:
         # NVIDIA's DRA driver's capacity names, so that selectors carry over.
-        for name, value in (
-            ("copyEngines", engines.copy),
-            ("decoders", engines.decoders),
-            ("encoders", engines.encoders),
-            ("jpegEngines", engines.jpeg),
-            ("ofaEngines", engines.ofa),
+        for name, value in zip(
+            _ENGINE_CAPACITIES[1:],
+            (engines.copy, engines.decoders, engines.encoders, engines.jpeg, engines.ofa),
+            strict=True,
         ):
             capacity[name] = {"value": str(value)}
     body: Obj = {
@@ -304,16 +353,17 @@ def advertise_gpu(
     mode = effective_mode(state.mode, model)
     if static:
         return _advertise_static(state, model, mode, static_layout or StaticLayout())
+    taken = state.taken()
     if mode == "full" or model is None:
         whole = _device(state, WholeGpu(state.index), model, None, {}, None)
-        return GpuAdvert(state.index, None, () if state.foreign else (whole,))
+        return GpuAdvert(state.index, None, () if taken else (whole,))
 
     known: list[tuple[Profile, int]] = []
     blocked: set[int] = set()
-    for inst in state.foreign:
-        if model.has_profile(inst.profile):
-            known.append((model.profile(inst.profile), inst.start))
-        blocked.update(inst.memory_slices)
+    for profile_name, start, memory_slices in taken:
+        if model.has_profile(profile_name):
+            known.append((model.profile(profile_name), start))
+        blocked.update(memory_slices)
     values = counter_values(model, known)
     for memory_slice in blocked:  # an instance of a profile we do not know still holds memory
         values[f"memory-slice-{memory_slice}"] = 0
@@ -322,7 +372,7 @@ def advertise_gpu(
     foreign_placements: list[Placement] = [(p.name, s) for p, s in known]
 
     devices: list[AdvertisedDevice] = []
-    if mode == "dynamic" and not state.foreign:
+    if mode == "dynamic" and not taken:
         devices.append(
             _device(
                 state, WholeGpu(state.index), model, None, whole_gpu_consumption(model), set_name
@@ -360,6 +410,8 @@ def _held(spec: SliceSpec, state: GpuState, keep: frozenset[DeviceSpec]) -> bool
 def _advertise_static(
     state: GpuState, model: GpuModel | None, mode: Mode, layout: StaticLayout
 ) -> GpuAdvert:
+    if state.whole_held_elsewhere:
+        return GpuAdvert(state.index, None, ())
     if not state.instances and (mode == "full" or not state.info.mig_enabled or model is None):
         return GpuAdvert(
             state.index, None, (_device(state, WholeGpu(state.index), model, None, {}, None),)
@@ -373,6 +425,8 @@ def _advertise_static(
             continue  # half-made: not usable until cleanup or creation finishes
         if inst.spec not in state.owned and (inst.profile, inst.start) not in wanted:
             continue
+        if inst.spec in state.held_elsewhere:
+            continue  # a claim of the earlier driver name holds it; this pool must not offer it
         profile = model.profile(inst.profile)
         devices.append(_device(state, inst.spec, model, profile, {}, None))
     return GpuAdvert(state.index, None, tuple(devices))

@@ -38,6 +38,7 @@ class NodeView:
 
     gpus: tuple[GpuState, ...]
     allocated: tuple[DeviceSpec, ...]
+    """Devices the API allocated in this pool (under the current driver name)."""
 
     def fingerprint(self) -> str:
         def gpu_key(g: GpuState) -> list[object]:
@@ -48,6 +49,7 @@ class NodeView:
                 sorted((i.profile, i.start, i.ci_id is not None) for i in g.instances),
                 sorted((s.profile, s.start) for s in g.owned),
                 [t.render() for t in g.taints],
+                sorted(repr(s) for s in g.held_elsewhere),
             ]
 
         data = [
@@ -61,9 +63,15 @@ def observe_node(
     gpus: Iterable[ObservedGpu],
     prepared: Iterable[PreparedDevice],
     allocated: Iterable[DeviceSpec] = (),
+    held_elsewhere: Iterable[DeviceSpec] = (),
 ) -> NodeView:
     """The view of ``gpus`` where only the instances backing a ``prepared`` device (the
-    checkpoint's) are owned; ``allocated`` is kept in the order given."""
+    checkpoint's) are owned; ``allocated`` is kept in the order given. ``held_elsewhere``: the
+    devices allocated under an earlier driver name (an older release's pool); their instances
+    are never owned, so that the pool counts them as taken (:meth:`GpuState.taken`)."""
+    elsewhere: dict[int, set[DeviceSpec]] = {}
+    for spec in held_elsewhere:
+        elsewhere.setdefault(spec.gpu_index, set()).add(spec)
     by_gpu: dict[int, list[PreparedDevice]] = {}
     for device in prepared:
         if device.is_mig:
@@ -74,7 +82,7 @@ def observe_node(
         owned: set[SliceSpec] = set()
         for device in by_gpu.get(gpu.info.index, ()):
             inst = instance_at(listed, device)
-            if inst is not None:
+            if inst is not None and inst.spec not in elsewhere.get(gpu.info.index, ()):
                 owned.add(inst.spec)
         states.append(
             GpuState(
@@ -83,6 +91,7 @@ def observe_node(
                 instances=gpu.instances,
                 owned=frozenset(owned),
                 taints=gpu.taints,
+                held_elsewhere=frozenset(elsewhere.get(gpu.info.index, ())),
             )
         )
     return NodeView(tuple(states), tuple(allocated))

@@ -1,10 +1,13 @@
 """The kubelet plugin: registration and DRA services over unix sockets (gRPC).
 
-Two sockets, as the kubelet expects them:
+Sockets, as the kubelet expects them:
 
-* ``<registry dir>/gpu-slicer.io-reg.sock`` serves ``pluginregistration.Registration``: the
+* ``<registry dir>/z.gpu-slicer.io-reg.sock`` serves ``pluginregistration.Registration``: the
   kubelet's plugin watcher finds it, calls GetInfo and learns the DRA endpoint and versions.
-* ``<plugins dir>/gpu-slicer.io/dra.sock`` serves ``DRAPlugin`` in versions ``v1`` and
+  ``<registry dir>/gpu-slicer.io-reg.sock`` registers the same endpoint under the driver name of
+  releases up to 0.1, so that the kubelet can still prepare and release the claims allocated in
+  such a release's pool after an upgrade (:data:`slicer.identity.LEGACY_DRIVERS`).
+* ``<plugins dir>/z.gpu-slicer.io/dra.sock`` serves ``DRAPlugin`` in versions ``v1`` and
   ``v1beta1`` (same messages; v1beta1 lacks ``Device.share_id``) and, when given a
   :class:`~slicer.device_health.HealthFeed`, the resource-health service
   ``v1alpha1.DRAResourceHealth`` (KEP-4680): one long-lived ``NodeWatchResources`` stream per
@@ -43,7 +46,7 @@ from slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_resu
 from slicer.device_health import RESEND_S, TIMEOUT_S, DeviceHealth, HealthFeed
 from slicer.errors import BackendError, ClaimReferenceError, SlicerError
 from slicer.health_watchers import MAX_WATCHERS, HealthWatchers
-from slicer.identity import DRIVER
+from slicer.identity import DRIVER, DRIVERS
 from slicer.proto import (
     dra_health_v1alpha1_pb2,
     dra_v1_pb2,
@@ -99,13 +102,15 @@ class DraDriver:
         claims: ClaimCache,
         *,
         pool: str,
-        driver: str = DRIVER,
+        names: tuple[str, ...] = DRIVERS,
         max_parallel: int = 8,
     ) -> None:
         self.state = state
         self.claims = claims
         self.pool = pool
-        self.driver = driver
+        self.names = names
+        """The driver names it serves: the first is the one it publishes and listens under."""
+        self.driver = names[0]
         self._claim_workers = futures.ThreadPoolExecutor(max_parallel, thread_name_prefix="claim")
 
     def close(self) -> None:
@@ -121,11 +126,12 @@ class DraDriver:
         def allocation() -> list[AllocatedDevice]:
             """Read only for a claim not prepared yet (the state answers prepared ones)."""
             claim = self.claims.get(ref.namespace, ref.name, ref.uid)
-            results = our_results(claim, pool=self.pool, driver=self.driver)
+            results = our_results(claim, pool=self.pool, drivers=self.names)
             if not results:
                 raise ClaimError(
                     f"ResourceClaim {ref.namespace}/{ref.name} has no allocation for driver "
-                    f"{self.driver} in pool {self.pool} (not allocated yet, or to another node)"
+                    f"{' or '.join(self.names)} in pool {self.pool} (not allocated yet, or to "
+                    "another node)"
                 )
             return results
 
@@ -338,11 +344,14 @@ def registration_handler(
         if request.plugin_registered:
             status.error = None
             status.registered.set()
-            log.info("registered with the kubelet")
+            log.info("registered with the kubelet", extra={"driver": driver})
         else:
             status.error = request.error
             status.registered.clear()
-            log.error("kubelet refused the plugin registration", extra={"error": request.error})
+            log.error(
+                "kubelet refused the plugin registration",
+                extra={"driver": driver, "error": request.error},
+            )
         return pb.RegistrationStatusResponse()
 
     return grpc.method_handlers_generic_handler(
@@ -373,13 +382,18 @@ class PluginServer:
         self._closing = threading.Event()
         self.dra_path = dra_socket(plugins_dir, driver.driver)
         self.registration_path = registration_socket(registry_dir, driver.driver)
-        for path in (self.dra_path, self.registration_path):
+        self.legacy_registration_paths = [
+            registration_socket(registry_dir, name) for name in driver.names[1:]
+        ]
+        """One per earlier driver name, all naming :attr:`dra_path` as their endpoint."""
+        for path in (self.dra_path, self.registration_path, *self.legacy_registration_paths):
             if len(str(path)) >= 108:
                 raise SlicerError(
                     f"unix socket path {path} is {len(str(path))} bytes; the limit is 107. "
                     "Use a shorter --plugins-dir/--registry-dir"
                 )
         self.registration = RegistrationState()
+        self.legacy_registrations = {name: RegistrationState() for name in driver.names[1:]}
         self.health_watchers = HealthWatchers(limit=MAX_WATCHERS)
         self._workers = workers
         self._servers: list[grpc.Server] = []
@@ -399,21 +413,29 @@ class PluginServer:
         dra = grpc.server(futures.ThreadPoolExecutor(workers, thread_name_prefix="dra"))
         dra.add_generic_rpc_handlers(handlers)
         _bind(dra, self.dra_path, own_dir=True)
-        reg = grpc.server(futures.ThreadPoolExecutor(2, thread_name_prefix="registration"))
-        reg.add_generic_rpc_handlers(
-            [registration_handler(str(self.dra_path), self.registration, self.driver.driver)]
-        )
-        # The DRA socket must answer before the kubelet can find the registration socket.
+        registrations = [
+            (self.registration_path, self.driver.driver, self.registration),
+            *(
+                (path, name, self.legacy_registrations[name])
+                for path, name in zip(
+                    self.legacy_registration_paths, self.driver.names[1:], strict=True
+                )
+            ),
+        ]
+        # The DRA socket must answer before the kubelet can find a registration socket.
         dra.start()
         self._servers.append(dra)
-        _bind(reg, self.registration_path, own_dir=False)
-        reg.start()
-        self._servers.append(reg)
+        for path, name, status in registrations:
+            reg = grpc.server(futures.ThreadPoolExecutor(2, thread_name_prefix="registration"))
+            reg.add_generic_rpc_handlers([registration_handler(str(self.dra_path), status, name)])
+            _bind(reg, path, own_dir=False)
+            reg.start()
+            self._servers.append(reg)
         log.info(
             "kubelet plugin serving",
             extra={
                 "dra_socket": str(self.dra_path),
-                "registration_socket": str(self.registration_path),
+                "registration_sockets": [str(path) for path, _, _ in registrations],
             },
         )
 
@@ -426,7 +448,7 @@ class PluginServer:
         for server in reversed(self._servers):
             server.stop(grace_s).wait()
         self._servers.clear()
-        for path in (self.registration_path, self.dra_path):
+        for path in (*self.legacy_registration_paths, self.registration_path, self.dra_path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

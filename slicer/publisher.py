@@ -51,7 +51,7 @@ from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.device_attributes import DeviceAttributes
 from slicer.devices import DeviceSpec, SliceSpec, parse_device_name
 from slicer.errors import DeviceNameError, PublishError
-from slicer.identity import DRIVER, RESOURCE_API
+from slicer.identity import DOMAIN, DRIVERS, RESOURCE_API
 from slicer.inventory import (
     GpuState,
     PoolPlan,
@@ -65,7 +65,7 @@ from slicer.retry import RetrySettings, retrying
 Obj = dict[str, Any]
 T = TypeVar("T")
 KIND = "ResourceSlice"
-REPORTING_CONTROLLER = f"{DRIVER}/node-agent"
+REPORTING_CONTROLLER = f"{DOMAIN}/node-agent"
 FALLBACK_REASON = "PartitionableDevicesUnavailable"
 RESTORED_REASON = "PartitionableDevicesAvailable"
 PROBE_NAME_PREFIX = "gpu-slicer-io-probe-"
@@ -420,11 +420,11 @@ class SlicePublisher:
         return False
 
     def _existing(self) -> dict[str, Obj]:
+        """This node's slices under any of gpu-slicer's driver names: those of an earlier name
+        (an older release's pool) are never desired, so the next write deletes them."""
         try:
             listed = self._api.list(
-                RESOURCE_API,
-                KIND,
-                field_selector=f"spec.nodeName={self._node},spec.driver={DRIVER}",
+                RESOURCE_API, KIND, field_selector=f"spec.nodeName={self._node}"
             )
         except kerr.KubeError as exc:
             raise PublishError(
@@ -433,7 +433,7 @@ class SlicePublisher:
         return {
             obj["metadata"]["name"]: obj
             for obj in listed.items
-            if obj.get("spec", {}).get("driver") == DRIVER
+            if obj.get("spec", {}).get("driver") in DRIVERS
             and obj.get("spec", {}).get("pool", {}).get("name") == self._node
         }
 

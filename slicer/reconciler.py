@@ -44,6 +44,7 @@ from slicer.claim_cache import ClaimCache, our_results
 from slicer.devices import DeviceSpec, MigInstance, parse_device_name
 from slicer.errors import BackendError, DeviceNameError, GpuLost, SlicerError
 from slicer.health import HealthTracker
+from slicer.identity import DRIVER
 from slicer.observe import NodeView, ObservedGpu, observe_node
 from slicer.state import (
     STALE_PREPARE,
@@ -255,7 +256,7 @@ class Reconciler:
             infos = []
         observed = [self._observe_gpu(info, entries, report) for info in infos]
         prepared = [d for e in entries.values() for d in e.devices]
-        view = observe_node(observed, prepared, self._allocated())
+        view = observe_node(observed, prepared, *self._allocated())
         metrics.instances.clear()
         counts: dict[tuple[str, str], int] = {}
         for gpu in view.gpus:
@@ -311,18 +312,21 @@ class Reconciler:
                     self._drift_seen.add(key)
                     self.state.metrics.drift.labels("missing-instance").inc()
 
-    def _allocated(self) -> tuple[DeviceSpec, ...]:
-        """The devices the API allocated in this pool, in a stable order (names that are not
-        ours to parse are left out)."""
-        allocated: list[DeviceSpec] = []
+    def _allocated(self) -> tuple[tuple[DeviceSpec, ...], tuple[DeviceSpec, ...]]:
+        """The devices the API allocated in this pool under the current driver name, and those
+        allocated under an earlier one, each in a stable order (names that are not ours to
+        parse are left out)."""
+        current: list[DeviceSpec] = []
+        earlier: list[DeviceSpec] = []
         if self.claims is not None:
             for claim in self.claims.allocated().values():
                 for result in our_results(claim, pool=self.pool):
                     try:
-                        allocated.append(parse_device_name(result.device))
+                        spec = parse_device_name(result.device)
                     except DeviceNameError:
                         continue
-        return tuple(sorted(allocated, key=repr))
+                    (current if result.driver == DRIVER else earlier).append(spec)
+        return tuple(sorted(current, key=repr)), tuple(sorted(earlier, key=repr))
 
     def _instances(self, info: GpuInfo, report: ReconcileReport) -> list[MigInstance] | None:
         """The GPU's instances; None when they cannot be listed (a lost GPU)."""

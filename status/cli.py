@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from kube import documents
-from kube.api import KubeApi, connect
+from kube.api import KubeApi, Obj, connect
 from kube.errors import Forbidden, KubeError, NotFound, Unavailable
 from kube.names import subdomain_problem
-from slicer.identity import RESOURCE_API
+from slicer.identity import DRIVERS, RESOURCE_API
 from status.render import as_json, table
 from status.view import ClusterStatus, build_status, scaling_notes
 
@@ -36,20 +36,25 @@ def read_status(api: KubeApi, *, node: str | None = None) -> ClusterStatus:
     .build_status`); every object is listed once, read only.
 
     Raises StatusReadError with a one-line reason when the cluster cannot be read."""
-    lists = {}
+    lists: dict[str, list[Obj]] = {}
     for api_version, kind in (
         (RESOURCE_API, "ResourceSlice"),
         (RESOURCE_API, "ResourceClaim"),
         ("v1", "Pod"),
         ("v1", "Namespace"),
     ):
-        field_selector = None
+        # Slices: one list per driver name (the current one, and 0.1's while nodes not
+        # upgraded yet still publish under it); a field selector cannot say "either".
+        selectors: list[str | None] = [None]
         if kind == "ResourceSlice":
-            field_selector = "spec.driver=gpu-slicer.io" + (
-                f",spec.nodeName={node}" if node else ""
-            )
+            on_node = f",spec.nodeName={node}" if node else ""
+            selectors = [f"spec.driver={driver}{on_node}" for driver in DRIVERS]
         try:
-            lists[kind] = api.list(api_version, kind, field_selector=field_selector).items
+            lists[kind] = [
+                obj
+                for field_selector in selectors
+                for obj in api.list(api_version, kind, field_selector=field_selector).items
+            ]
         except NotFound as exc:
             raise StatusReadError(
                 f"the apiserver does not serve {kind} in {api_version} "
@@ -125,7 +130,7 @@ def run_status(
         return 1
     if args.node is not None and not status.nodes:
         print(
-            f"{PREFIX}: node {args.node} publishes no gpu-slicer.io ResourceSlices and no "
+            f"{PREFIX}: node {args.node} publishes no gpu-slicer ResourceSlices and no "
             "claim holds a device there",
             file=sys.stderr,
         )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from kube import documents
 from kube.api import KubeApi, Obj
 from kube.errors import KubeError
-from slicer.identity import DRIVER, RESOURCE_API
+from slicer.identity import DRIVERS, RESOURCE_API
 from status.cli import cluster_api
 
 PREFIX = "gpu-slicer uninstall-check"
@@ -56,14 +56,18 @@ def _nodes(allocation: Obj) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def held_claims(api: KubeApi, driver: str = DRIVER) -> list[HeldClaim]:
-    """Every ResourceClaim with a device of ``driver`` in its allocation."""
+_NAMES = " or ".join(DRIVERS)
+
+
+def held_claims(api: KubeApi, drivers: tuple[str, ...] = DRIVERS) -> list[HeldClaim]:
+    """Every ResourceClaim with a device of ``drivers`` (gpu-slicer's name, or an earlier
+    release's) in its allocation."""
     held = []
     for claim in api.list(RESOURCE_API, "ResourceClaim").items:
         status = claim.get("status") or {}
         allocation = status.get("allocation") or {}
         results = (allocation.get("devices") or {}).get("results") or []
-        if not any(r.get("driver") == driver for r in results):
+        if not any(r.get("driver") in drivers for r in results):
             continue
         pods = tuple(
             sorted(
@@ -102,7 +106,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=0.0,
         help="wait up to this long for the claims to go (pods being deleted) before failing",
     )
-    p.add_argument("--driver", default=DRIVER, help=argparse.SUPPRESS)
     p.set_defaults(func=run_uninstall_check)
 
 
@@ -128,7 +131,7 @@ def run_uninstall_check(
     deadline = monotonic() + args.wait
     while True:
         try:
-            held = held_claims(api, args.driver)
+            held = held_claims(api)
         except KubeError as exc:  # unsure is not safe: refuse
             print(f"{PREFIX}: cannot list ResourceClaims: {exc}", file=sys.stderr)
             return 1
@@ -136,10 +139,10 @@ def run_uninstall_check(
             break
         sleep(min(POLL_S, max(0.0, deadline - monotonic())))
     if not held:
-        print(f"no claim of {args.driver} is allocated: nothing needs the agent any more")
+        print(f"no claim of {_NAMES} is allocated: nothing needs the agent any more")
         return 0
     print(
-        f"{PREFIX}: {len(held)} claim(s) of {args.driver} still allocated; the agent must run "
+        f"{PREFIX}: {len(held)} claim(s) of {_NAMES} still allocated; the agent must run "
         "until their pods are gone (delete or replace them, after setting their namespaces "
         "back: docs/install-kubernetes.md, Uninstall):",
         file=sys.stderr,

@@ -26,6 +26,7 @@ from slicer.errors import SlicerError
 from slicer.identity import (
     CONVERTED_ANNOTATION,
     DRIVER,
+    DRIVERS,
     GPU_TYPE,
     LEGACY_GPU,
     LEGACY_MIG_PREFIX,
@@ -35,6 +36,7 @@ from slicer.identity import (
     PROFILE_ATTRIBUTE,
     TYPE_ATTRIBUTE,
     UNHEALTHY_TAINT,
+    qualified,
 )
 from slicer.inventory import ADVERTISED_ANNOTATION
 from slicer.scaling import partitionable_scales, quadratic_warning
@@ -175,9 +177,9 @@ class ClusterStatus:
 
 
 def _attr(device: Obj, name: str) -> Any:
-    """The value of a ``gpu-slicer.io`` attribute (published unqualified or qualified)."""
+    """The value of a ``gpu-slicer.io`` attribute (qualified, or bare as 0.1 published it)."""
     attrs = device.get("attributes") or {}
-    value = attrs.get(name, attrs.get(f"{DRIVER}/{name}"))
+    value = attrs.get(qualified(name), attrs.get(name))
     if not isinstance(value, dict):
         return None
     for kind in ("int", "string", "bool", "version"):
@@ -191,11 +193,22 @@ def _int(value: Any, default: int = -1) -> int:
 
 
 def newest_slices(slices: Iterable[Obj]) -> dict[str, tuple[int, list[Obj]]]:
-    """pool name -> (generation, its slices of that generation), for driver gpu-slicer.io."""
+    """pool name -> (generation, its slices of that generation), of gpu-slicer's driver; a
+    node's pool under the earlier driver name (an agent not upgraded yet) while it has none
+    under the current one."""
     pools: dict[str, tuple[int, list[Obj]]] = {}
-    for obj in slices:
+    listed = list(slices)
+    renamed = {
+        str((obj.get("spec") or {}).get("pool", {}).get("name") or "")
+        for obj in listed
+        if (obj.get("spec") or {}).get("driver") == DRIVER
+    }
+    for obj in listed:
         spec = obj.get("spec") or {}
-        if spec.get("driver") != DRIVER:
+        driver = spec.get("driver")
+        if driver not in DRIVERS:
+            continue
+        if driver != DRIVER and str((spec.get("pool") or {}).get("name") or "") in renamed:
             continue
         pool = spec.get("pool") or {}
         name = str(pool.get("name") or spec.get("nodeName") or "")
@@ -358,7 +371,7 @@ def _held_devices(claims: Iterable[Obj]) -> list[_Held]:
         )
         ref = PodRef(namespace, str(meta.get("name") or ""))
         for result in results:
-            if (result or {}).get("driver") != DRIVER:
+            if (result or {}).get("driver") not in DRIVERS:
                 continue
             held.append(
                 _Held(
@@ -505,7 +518,7 @@ def build_status(
         nodes.append(Node(name, generation, tuple(gpus), _advertised(pool_slices)))
         if not pool_slices:
             notes.append(
-                f"node {name} publishes no gpu-slicer.io ResourceSlices, but claims "
+                f"node {name} publishes no gpu-slicer ResourceSlices, but claims "
                 "hold devices there (is its agent running?)"
             )
     return ClusterStatus(tuple(nodes), _namespaces(namespaces, pod_list, held), tuple(notes))

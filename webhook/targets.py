@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slicer.identity import DRIVER, GPU_CLASS, MIG_CLASS, NVLINK_DOMAIN_ATTRIBUTE
+from slicer.identity import DOMAIN, GPU_CLASS, MIG_CLASS, NVLINK_DOMAIN_ATTRIBUTE
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ GPU_SLICER = TargetDriver(
     name="gpu-slicer",
     gpu_class=GPU_CLASS,
     mig_class=MIG_CLASS,
-    domain=DRIVER,
-    nvlink_attribute=f"{DRIVER}/{NVLINK_DOMAIN_ATTRIBUTE}",
+    domain=DOMAIN,
+    nvlink_attribute=f"{DOMAIN}/{NVLINK_DOMAIN_ATTRIBUTE}",
 )
 
 NVIDIA = TargetDriver(

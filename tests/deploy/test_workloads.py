@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from slicer.plugin import dra_socket
 from tests.support.deploy_cases import (
     INSTALLABLE,
     Obj,
@@ -161,7 +162,7 @@ def test_the_agent_mounts_exactly_the_kubelet_cdi_and_checkpoint_folders(
     volumes = _volumes(agent)
     host_paths = {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
     assert host_paths == {
-        "/var/lib/kubelet/plugins/gpu-slicer.io",
+        "/var/lib/kubelet/plugins/z.gpu-slicer.io",
         "/var/lib/kubelet/plugins_registry",
         "/var/run/cdi",
         "/etc/cdi",  # the toolkit's spec, whose common edits claim specs carry
@@ -175,7 +176,7 @@ def test_the_agent_mounts_exactly_the_kubelet_cdi_and_checkpoint_folders(
             assert volume["hostPath"]["path"] == path  # same path inside: sockets are dialled
     args = container(agent, "agent")["args"]
     assert args[:2] == ["agent", "run"]
-    assert f"{arg_value(args, '--plugins-dir')}/gpu-slicer.io" in mounts
+    assert str(dra_socket(arg_value(args, "--plugins-dir")).parent) in mounts
     for flag in ("--registry-dir", "--cdi-dir", "--checkpoint-dir"):
         assert arg_value(args, flag) in mounts, flag
     assert arg_value(args, "--backend") == "nvml"

@@ -84,7 +84,7 @@ def test_the_agent_pod_from_the_image_registers_with_the_real_kubelet_and_publis
     assert f"agent-{NODE}" not in box.ready["pids"]  # no agent process beside the pod
     assert "registered with the kubelet" in _log(box, pod)
     slices = box.resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
-    assert slices and {s.spec.driver for s in slices} == {"gpu-slicer.io"}
+    assert slices and {s.spec.driver for s in slices} == {"z.gpu-slicer.io"}
 
 
 def test_the_webhook_pod_from_the_image_is_what_the_apiserver_calls_through_its_service(

@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sandbox import binaries, chart_pods
 from sandbox.helm import helm_binary
+from slicer.identity import DRIVERS
 from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,
@@ -160,7 +161,7 @@ def _driver_claims(box: Sandbox) -> list[str]:
         for c in box.resource.list_resource_claim_for_all_namespaces().items
         if c.status
         and c.status.allocation
-        and any(r.driver == "gpu-slicer.io" for r in c.status.allocation.devices.results)
+        and any(r.driver in DRIVERS for r in c.status.allocation.devices.results)
     )
 
 

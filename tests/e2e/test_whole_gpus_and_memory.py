@@ -45,12 +45,12 @@ def test_a_gpu_memory_annotation_gets_the_smallest_slice_with_that_much_memory(
     device = next(
         d for s in slices for d in s["spec"].get("devices") or [] if d["name"] == result["device"]
     )
-    memory = parse_quantity(device["capacity"]["memory"]["value"])
+    memory = parse_quantity(device["capacity"]["gpu-slicer.io/memory"]["value"])
     assert memory >= parse_quantity("15Gi")
     # Smallest first: no profile of this GPU with less memory but at least 15Gi was skipped.
     offered = sorted(
         {
-            parse_quantity(d["capacity"]["memory"]["value"])
+            parse_quantity(d["capacity"]["gpu-slicer.io/memory"]["value"])
             for s in slices
             for d in s["spec"].get("devices") or []
             if _attribute(d, "type") == "mig"

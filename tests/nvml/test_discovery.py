@@ -102,7 +102,7 @@ def test_same_resource_slices_as_the_simulated_backend_for_the_same_model(
     devices = {d["name"]: d for s in ours for d in s["spec"].get("devices", [])}
     for info in infos:
         if f"gpu-{info.index}" in devices:  # Ampere runs MIG slices only: no whole GPU
-            whole = devices[f"gpu-{info.index}"]["capacity"]["memory"]["value"]
+            whole = devices[f"gpu-{info.index}"]["capacity"]["gpu-slicer.io/memory"]["value"]
             assert parse_bytes(whole) == info.memory_bytes
     names = list(devices)
     assert any(re.fullmatch(r"gpu-0-mig-[47]g\d+gb-0", n) for n in names), names

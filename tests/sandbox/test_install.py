@@ -156,7 +156,7 @@ def test_agent_run_serves_the_kubelet_and_stops(shipped: Path) -> None:
         "--metrics-bind",
         f"127.0.0.1:{port}",
     )
-    registration = root / "reg" / "gpu-slicer.io-reg.sock"
+    registration = root / "reg" / "z.gpu-slicer.io-reg.sock"
 
     def info() -> Any:
         with grpc.insecure_channel(f"unix://{registration}") as channel:

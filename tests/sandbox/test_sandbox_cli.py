@@ -127,7 +127,7 @@ def test_a_real_node_s_longer_socket_paths_are_checked(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     base = Path(tempfile.mkdtemp(prefix="gs-"))
-    tail = "/nodes/n/plugins/gpu-slicer.io/dra.sock"
+    tail = "/nodes/n/plugins/z.gpu-slicer.io/dra.sock"
     state = base / ("d" * (107 - len(str(base)) - 1 - len(tail)))  # the stand-in's fit exactly
     assert len(str(state) + tail) == 107
     assert main(_up_real(state, "n")) == 2

@@ -306,20 +306,28 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
         stderr=subprocess.PIPE,
         text=True,
     )
-    reg_sock = registry / "gpu-slicer.io-reg.sock"
+    reg_sock = registry / "z.gpu-slicer.io-reg.sock"
+    legacy_sock = registry / "gpu-slicer.io-reg.sock"
     try:
         deadline = time.monotonic() + 60
-        while not reg_sock.exists():
+        while not legacy_sock.exists():
             assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "the agent never created its socket"
+            assert time.monotonic() < deadline, "the agent never created its sockets"
             time.sleep(0.1)
-        with grpc.insecure_channel(f"unix://{reg_sock}") as channel:
-            registration = pluginregistration_pb2_grpc.RegistrationStub(  # type: ignore[no-untyped-call]
-                channel
-            )
-            info = registration.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=20)
-        assert info.endpoint == str(plugins / "gpu-slicer.io" / "dra.sock")
-        with grpc.insecure_channel(f"unix://{info.endpoint}") as channel:
+        infos = {}
+        for sock in (reg_sock, legacy_sock):
+            with grpc.insecure_channel(f"unix://{sock}") as channel:
+                registration = pluginregistration_pb2_grpc.RegistrationStub(  # type: ignore[no-untyped-call]
+                    channel
+                )
+                info = registration.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=20)
+                infos[info.name] = info.endpoint
+        # One DRA service under the new name and 0.1's, so that claims allocated under the old
+        # name are still prepared and released after an upgrade.
+        assert infos == dict.fromkeys(
+            ("z.gpu-slicer.io", "gpu-slicer.io"), str(plugins / "z.gpu-slicer.io" / "dra.sock")
+        )
+        with grpc.insecure_channel(f"unix://{infos['z.gpu-slicer.io']}") as channel:
             dra = dra_v1_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
             response = dra.NodePrepareResources(
                 dra_v1_pb2.NodePrepareResourcesRequest(
@@ -341,8 +349,8 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert not reg_sock.exists()
-    assert not (plugins / "gpu-slicer.io" / "dra.sock").exists()
+    assert not reg_sock.exists() and not legacy_sock.exists()
+    assert not (plugins / "z.gpu-slicer.io" / "dra.sock").exists()
 
 
 def _health_follows_a_simulated_xid(channel: grpc.Channel, state: Path) -> None:

@@ -73,7 +73,7 @@ def _agent(folder: Path, *extra: str) -> subprocess.Popen[str]:
 
 def _wait_serving(proc: subprocess.Popen[str], folder: Path) -> None:
     deadline = time.monotonic() + 60
-    while not (folder / "reg" / "gpu-slicer.io-reg.sock").exists():
+    while not (folder / "reg" / "z.gpu-slicer.io-reg.sock").exists():
         assert proc.poll() is None, proc.communicate()[1]
         assert time.monotonic() < deadline, "the agent never created its socket"
         time.sleep(0.1)

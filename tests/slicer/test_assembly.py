@@ -150,7 +150,7 @@ def test_the_attributes_setting_reaches_the_published_pool(
     devices = [d for s in api.objects(*SLICES) for d in s["spec"].get("devices", ())]
     assert devices
     assert all(set(d["attributes"]) <= MINIMAL_ATTRIBUTES for d in devices)
-    assert all(set(d["capacity"]) == {"memory"} for d in devices)
+    assert all(set(d["capacity"]) == {"gpu-slicer.io/memory"} for d in devices)
 
 
 def test_the_exposed_limiter_is_the_publishers_and_runs_on_the_assemblys_clock(

@@ -14,6 +14,8 @@ from tests.support.agent_fixtures import NODE, allocate_claim, ref
 
 
 def test_only_results_of_our_driver_in_our_pool_count() -> None:
+    """Ours: the driver's name, or 0.1's (``gpu-slicer.io``: a claim allocated before an
+    upgrade), and this node's pool."""
     claim = {
         "status": {
             "allocation": {
@@ -21,7 +23,7 @@ def test_only_results_of_our_driver_in_our_pool_count() -> None:
                     "results": [
                         {
                             "request": "a",
-                            "driver": "gpu-slicer.io",
+                            "driver": "z.gpu-slicer.io",
                             "pool": NODE,
                             "device": "gpu-0",
                         },
@@ -33,7 +35,7 @@ def test_only_results_of_our_driver_in_our_pool_count() -> None:
                         },
                         {
                             "request": "c/small",
-                            "driver": "gpu-slicer.io",
+                            "driver": "z.gpu-slicer.io",
                             "pool": "node-b",
                             "device": "gpu-2",
                         },
@@ -49,8 +51,8 @@ def test_only_results_of_our_driver_in_our_pool_count() -> None:
         }
     }
     assert our_results(claim, pool=NODE) == [
-        AllocatedDevice("a", "gpu-0", NODE),
-        AllocatedDevice("d/small", "gpu-0-mig-1g10gb-6", NODE),
+        AllocatedDevice("a", "gpu-0", NODE, "z.gpu-slicer.io"),
+        AllocatedDevice("d/small", "gpu-0-mig-1g10gb-6", NODE, "gpu-slicer.io"),
     ]
     assert our_results({"status": {}}, pool=NODE) == []
 

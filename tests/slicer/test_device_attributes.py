@@ -16,6 +16,7 @@ from slicer.device_attributes import (
     device_body,
 )
 from slicer.deviceclasses import device_classes
+from slicer.identity import qualified
 from slicer.inventory import Mode
 from slicer.preview import preview_pool
 from status.view import build_status
@@ -51,25 +52,26 @@ def test_minimal_keeps_what_gpu_slicer_reads_and_the_pool_otherwise_unchanged(
         assert {k: v for k, v in m.items() if k not in ("attributes", "capacity")} == {
             k: v for k, v in f.items() if k not in ("attributes", "capacity")
         }
-        kind = m["attributes"]["type"]["string"]
+        kind = m["attributes"]["gpu-slicer.io/type"]["string"]
         read = {"type", "productName", "index"}  # nvlinkDomain: only where NVLink is
         read |= (
             {"profile", "parentUUID", "placementStart", "placementSize"}
             if kind == "mig"
             else {"uuid"}
         )
-        assert read <= set(m["attributes"]), m["name"]
-        assert "memory" in m["capacity"]
+        assert {qualified(r) for r in read} <= set(m["attributes"]), m["name"]
+        assert "gpu-slicer.io/memory" in m["capacity"]
         assert len(m["attributes"]) < len(f["attributes"])
     strip = [{**s, "spec": {**s["spec"], "devices": []}} for s in full]
     assert strip == [{**s, "spec": {**s["spec"], "devices": []}} for s in minimal]
 
 
 def test_full_is_the_device_as_built() -> None:
-    body = {"name": "gpu-0", "attributes": {"brand": {"string": "Nvidia"}}, "capacity": {}}
+    brand = {"gpu-slicer.io/brand": {"string": "Nvidia"}}
+    body = {"name": "gpu-0", "attributes": brand, "capacity": {}}
     assert device_body(body, "full") is body
     assert device_body(body, "minimal") == {"name": "gpu-0", "attributes": {}, "capacity": {}}
-    assert body["attributes"] == {"brand": {"string": "Nvidia"}}  # the input is not changed
+    assert body["attributes"] == brand  # the input is not changed
 
 
 def test_gpu_slicers_claims_get_the_same_devices_and_status_reads_the_same() -> None:

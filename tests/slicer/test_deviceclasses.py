@@ -14,7 +14,7 @@ from slicer.deviceclasses import (
     MIG_CLASS,
     device_classes,
 )
-from slicer.identity import DRIVER
+from slicer.identity import DRIVER, LEGACY_DRIVERS, unqualified
 from slicer.inventory import GpuState, build_slices
 
 VERSIONS = ("1.34", "1.35", "1.36", "1.37")
@@ -67,29 +67,32 @@ def test_class_selectors_ignore_another_drivers_devices_of_the_same_type() -> No
         assert not selects(expression, foreign, driver="gpu.nvidia.com")
 
 
-def test_classes_for_two_driver_names_select_the_same_devices_under_either(
+def test_the_classes_select_the_pools_of_this_release_and_of_0_1_alike(
     make_states: Callable[..., list[GpuState]],
 ) -> None:
-    # A pool published under a second driver name (the benchmark's pool sorting last) with its
-    # attributes qualified by gpu-slicer's domain, as sandbox.hollow.as_driver writes it.
+    """During a rollout, nodes not upgraded yet publish 0.1's pool: driver ``gpu-slicer.io``,
+    attributes bare in that driver's domain. Both are what the shipped classes select; another
+    driver's devices under gpu-slicer's attribute names are not."""
     states = make_states("A100-80GB:1", mode="mig")
     devices = [d for s in build_slices("n", states) for d in s["spec"].get("devices", [])]
-    qualified = [
+    assert all("/" in k for d in devices for k in [*d["attributes"], *d["capacity"]])
+    bare = [
         {
             **d,
-            "attributes": {f"{DRIVER}/{k}": v for k, v in d["attributes"].items() if "/" not in k},
+            "attributes": {unqualified(k): v for k, v in d["attributes"].items()},
+            "capacity": {unqualified(k): v for k, v in d["capacity"].items()},
         }
         for d in devices
     ]
-    both = {
+    classes = {
         c["metadata"]["name"]: c["spec"]["selectors"][0]["cel"]["expression"]
-        for c in device_classes(drivers=(DRIVER, "z.gpu-slicer.io"))
+        for c in device_classes()
     }
-    ours = {d["name"] for d in devices if selects(both[MIG_CLASS], d)}
-    renamed = {
-        d["name"] for d in qualified if selects(both[MIG_CLASS], d, driver="z.gpu-slicer.io")
-    }
-    assert ours == renamed == {d["name"] for d in devices}
-    assert not any(selects(both[MIG_CLASS], d, driver="gpu.nvidia.com") for d in qualified)
-    only_ours = device_classes()[1]["spec"]["selectors"][0]["cel"]["expression"]
-    assert not any(selects(only_ours, d, driver="z.gpu-slicer.io") for d in qualified)
+    everything = {d["name"] for d in devices}
+    assert {d["name"] for d in devices if selects(classes[MIG_CLASS], d)} == everything
+    old = {d["name"] for d in bare if selects(classes[MIG_CLASS], d, driver=LEGACY_DRIVERS[0])}
+    assert old == everything
+    for other in ("gpu.nvidia.com", "zz.example.com"):
+        assert not any(selects(classes[MIG_CLASS], d, driver=other) for d in devices)
+    only_current = device_classes(drivers=(DRIVER,))[1]["spec"]["selectors"][0]["cel"]
+    assert not any(selects(only_current["expression"], d, LEGACY_DRIVERS[0]) for d in bare)

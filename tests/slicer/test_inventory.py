@@ -160,7 +160,7 @@ def test_slice_names_sort_in_the_policys_device_order(
     assert list(plan.order[:2]) == ["gpu-9", "gpu-9-mig-7g80gb-0"]
     assert plan.order[2].startswith("gpu-9-mig-1g10gb-")
     names = [s["metadata"]["name"] for s in plan.slices]
-    assert names == sorted(names) and names[0] == "node-a-gpu-slicer.io-000"
+    assert names == sorted(names) and names[0] == "node-a-z.gpu-slicer.io-000"
 
 
 def test_unsupported_server_versions_are_refused_with_the_reason(
@@ -271,20 +271,22 @@ def test_devices_carry_the_attributes_and_capacity_the_design_names(
     view = pool_view(build_slices("n", make_states("H200-141GB:1")))
     model = catalog.get_model("H200")
     whole, mig = view.devices["gpu-0"], view.devices["gpu-0-mig-3g71gb-4"]
-    assert whole["attributes"]["type"] == {"string": "gpu"}
-    assert whole["attributes"]["uuid"]["string"].startswith("GPU-")
-    assert whole["capacity"]["multiprocessors"] == {"value": str(model.multiprocessors)}
-    assert mig["attributes"]["type"] == {"string": "mig"}
-    assert mig["attributes"]["profile"] == {"string": "3g.71gb"}
-    assert mig["attributes"]["placementStart"] == {"int": 4}
-    assert mig["attributes"]["placementSize"] == {"int": 4}
-    assert mig["attributes"]["parentUUID"] == whole["attributes"]["uuid"]
-    assert mig["attributes"]["cudaComputeCapability"] == {"version": "9.0.0"}
-    assert mig["attributes"]["driverVersion"] == {"version": "580.65.6"}
+    assert whole["attributes"]["gpu-slicer.io/type"] == {"string": "gpu"}
+    assert whole["attributes"]["gpu-slicer.io/uuid"]["string"].startswith("GPU-")
+    sms = whole["capacity"]["gpu-slicer.io/multiprocessors"]
+    assert sms == {"value": str(model.multiprocessors)}
+    assert mig["attributes"]["gpu-slicer.io/type"] == {"string": "mig"}
+    assert mig["attributes"]["gpu-slicer.io/profile"] == {"string": "3g.71gb"}
+    assert mig["attributes"]["gpu-slicer.io/placementStart"] == {"int": 4}
+    assert mig["attributes"]["gpu-slicer.io/placementSize"] == {"int": 4}
+    parent = mig["attributes"]["gpu-slicer.io/parentUUID"]
+    assert parent == whole["attributes"]["gpu-slicer.io/uuid"]
+    assert mig["attributes"]["gpu-slicer.io/cudaComputeCapability"] == {"version": "9.0.0"}
+    assert mig["attributes"]["gpu-slicer.io/driverVersion"] == {"version": "580.65.6"}
     assert "resource.kubernetes.io/pcieRoot" in mig["attributes"]
     assert "resource.kubernetes.io/pciBusID" in mig["attributes"]
     memory = cast(Callable[[str], Decimal], quantity.parse_quantity)(
-        mig["capacity"]["memory"]["value"]
+        mig["capacity"]["gpu-slicer.io/memory"]["value"]
     )
     assert memory == model.profile("3g.71gb").memory_bytes
     set_counters = view.available["gpu-0-counters"]

@@ -472,7 +472,7 @@ def test_close_frees_the_event_set_and_shuts_nvml_down(tmp_path: Path) -> None:
 def _capacity(device: dict[str, object], name: str) -> str:
     capacity = device["capacity"]
     assert isinstance(capacity, dict)
-    return str(capacity[name]["value"])
+    return str(capacity[f"gpu-slicer.io/{name}"]["value"])
 
 
 def test_published_profile_facts_are_nvml_s_and_differences_from_the_catalog_are_listed(
@@ -544,8 +544,8 @@ def test_brand_and_cuda_driver_version_are_read_for_the_nvidia_compatible_attrib
     (info,) = backend.gpus()
     assert (info.brand, info.cuda_driver_version) == ("Nvidia", "13.0")
     attributes = advertise_gpu(GpuState(info)).devices[0].body["attributes"]
-    assert attributes["brand"] == {"string": "Nvidia"}
-    assert attributes["cudaDriverVersion"] == {"version": "13.0.0"}
+    assert attributes["gpu-slicer.io/brand"] == {"string": "Nvidia"}
+    assert attributes["gpu-slicer.io/cudaDriverVersion"] == {"version": "13.0.0"}
 
 
 def test_without_profile_facts_a_catalog_gpu_falls_back_to_the_catalog(

@@ -87,18 +87,22 @@ def claim_msg(pb: ModuleType, claim: dict[str, Any]) -> Any:
 def test_the_kubelet_learns_the_endpoint_and_versions_from_the_registration_socket(
     node: Node,
 ) -> None:
-    stub = pluginregistration_pb2_grpc.RegistrationStub(
-        node.channel(node.config.registry_dir / "gpu-slicer.io-reg.sock")
-    )
-    info = stub.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=10)
-    assert info.type == "DRAPlugin"
-    assert info.name == "gpu-slicer.io"
-    assert info.endpoint == str(node.config.plugins_dir / "gpu-slicer.io" / "dra.sock")
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    endpoint = str(node.config.plugins_dir / "z.gpu-slicer.io" / "dra.sock")
+    # The same endpoint under 0.1's name too: the kubelet sends the claims allocated under
+    # that name (before an upgrade) to the plugin registered under it.
+    for name in ("z.gpu-slicer.io", "gpu-slicer.io"):
+        stub = pluginregistration_pb2_grpc.RegistrationStub(
+            node.channel(node.config.registry_dir / f"{name}-reg.sock")
+        )
+        info = stub.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=10)
+        assert info.type == "DRAPlugin"
+        assert (info.name, info.endpoint) == (name, endpoint)
+        assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     stub.NotifyRegistrationStatus(
         pluginregistration_pb2.RegistrationStatus(plugin_registered=True), timeout=10
     )
-    assert node.agent.plugin.registration.registered.is_set()
+    assert node.agent.plugin.legacy_registrations["gpu-slicer.io"].registered.is_set()
+    assert not node.agent.plugin.registration.registered.is_set()  # told only under 0.1's
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
@@ -156,7 +160,7 @@ def test_one_bad_claim_in_a_batch_fails_alone(node: Node) -> None:
         timeout=30,
     )
     assert response.claims[ref(good)[0]].error == ""
-    assert "no allocation for driver gpu-slicer.io in pool node-a" in (
+    assert "no allocation for driver z.gpu-slicer.io or gpu-slicer.io in pool node-a" in (
         response.claims[ref(elsewhere)[0]].error
     )
     assert "does not exist" in response.claims["no-such-uid"].error

@@ -21,10 +21,10 @@ def device_names(slices: list[dict[str, object]]) -> list[str]:
 
 def profiles_of(slices: list[dict[str, object]]) -> set[str]:
     return {
-        d["attributes"]["profile"]["string"]  # type: ignore[index]
+        d["attributes"]["gpu-slicer.io/profile"]["string"]  # type: ignore[index]
         for s in slices
         for d in s["spec"].get("devices") or ()  # type: ignore[index,union-attr]
-        if "profile" in d["attributes"]  # type: ignore[index]
+        if "gpu-slicer.io/profile" in d["attributes"]  # type: ignore[index]
     }
 
 

@@ -238,8 +238,9 @@ def test_minimal_attributes_print_the_same_pool_with_fewer_attributes(
     assert pairs
     for f, m in pairs:
         assert m["name"] == f["name"] and m["consumesCounters"] == f["consumesCounters"]
-        assert "architecture" in f["attributes"] and "architecture" not in m["attributes"]
-        assert m["capacity"] == {"memory": f["capacity"]["memory"]}
+        assert "gpu-slicer.io/architecture" in f["attributes"]
+        assert "gpu-slicer.io/architecture" not in m["attributes"]
+        assert m["capacity"] == {"gpu-slicer.io/memory": f["capacity"]["gpu-slicer.io/memory"]}
 
 
 def test_profiles_lists_only_those_and_a_bad_list_exits_2_naming_it(
@@ -249,7 +250,9 @@ def test_profiles_lists_only_those_and_a_bad_list_exits_2_naming_it(
     assert run([*base, "--profiles=-*+me,-1g.20gb"]) == 0
     items = json.loads(capsys.readouterr().out)["items"]
     profiles = {
-        d["attributes"]["profile"]["string"] for s in items for d in s["spec"].get("devices", [])
+        d["attributes"]["gpu-slicer.io/profile"]["string"]
+        for s in items
+        for d in s["spec"].get("devices", [])
     }
     assert profiles == {"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}
     assert run([*base, "--profiles", "1g.12gb"]) == 2

@@ -15,6 +15,7 @@ import pytest
 from cli.main import build_parser, main
 from kube.errors import Forbidden, NotFound, Unavailable
 from kube.memory import InMemoryKubeApi
+from slicer.identity import DRIVERS
 from status import cli as status_cli
 from tests.support.scaling_cases import RELEASES, check_note
 from tests.support.status_fixtures import STATUS_SCHEMA
@@ -60,7 +61,9 @@ def test_node_limits_the_gpus_shown(
     assert _run(cluster, ["--node", "h100", "-o", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert [n["name"] for n in document["nodes"]] == ["h100"]
-    assert [c.kind for c in cluster.calls if c.kind == "ResourceSlice"] == ["ResourceSlice"]
+    # One list per driver name (this release's and 0.1's), each of that node's slices only.
+    lists = [c.kind for c in cluster.calls if c.kind == "ResourceSlice"]
+    assert lists == ["ResourceSlice"] * len(DRIVERS)
 
 
 def test_a_node_without_gpu_slicer_devices_is_one_line_and_exit_1(
@@ -69,7 +72,7 @@ def test_a_node_without_gpu_slicer_devices_is_one_line_and_exit_1(
     assert _run(cluster, ["--node", "cpu-1"]) == 1
     err = capsys.readouterr().err
     assert err == (
-        "gpu-slicer status: node cpu-1 publishes no gpu-slicer.io ResourceSlices "
+        "gpu-slicer status: node cpu-1 publishes no gpu-slicer ResourceSlices "
         "and no claim holds a device there\n"
     )
 

@@ -215,7 +215,7 @@ def test_a_node_whose_agent_publishes_nothing_still_shows_what_claims_hold_there
     assert node.generation == -1
     assert [(g.index, g.mode) for g in node.gpus] == [(1, "unknown")]
     assert node.gpus[0].instances[0].start == 3
-    assert any("publishes no gpu-slicer.io ResourceSlices" in n for n in status.notes)
+    assert any("publishes no gpu-slicer ResourceSlices" in n for n in status.notes)
 
 
 def test_other_drivers_slices_are_not_nodes_and_the_node_filter_keeps_one() -> None:
@@ -249,6 +249,6 @@ def test_objects_missing_optional_fields_do_not_break_the_view() -> None:
     assert [n.name for n in status.nodes] == ["n"]
     assert status.notes == (
         "claim ml/c holds device not-ours on n, which is not a gpu-slicer device name",
-        "node n publishes no gpu-slicer.io ResourceSlices, but claims hold "
+        "node n publishes no gpu-slicer ResourceSlices, but claims hold "
         "devices there (is its agent running?)",
     )

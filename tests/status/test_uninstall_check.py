@@ -45,7 +45,7 @@ def test_a_claim_of_the_driver_refuses_naming_its_pod_and_node(
     code = uninstall.run_uninstall_check(_args(), api_factory=lambda _: api)
     assert code == 1
     err = capsys.readouterr().err
-    assert "1 claim(s) of gpu-slicer.io still allocated" in err
+    assert "1 claim(s) of z.gpu-slicer.io or gpu-slicer.io still allocated" in err
     assert "  claim ml/train-gpu-slicer-x on a100: pod ml/train\n" in err
     assert "nic" not in err and "pending" not in err
     assert {(c.verb, c.kind) for c in api.calls} == {("list", "ResourceClaim")}
@@ -54,7 +54,7 @@ def test_a_claim_of_the_driver_refuses_naming_its_pod_and_node(
 def test_no_claim_of_the_driver_passes(capsys: pytest.CaptureFixture[str]) -> None:
     api = _api(OTHER, _unallocated("pending"))
     assert uninstall.run_uninstall_check(_args(), api_factory=lambda _: api) == 0
-    assert "no claim of gpu-slicer.io is allocated" in capsys.readouterr().out
+    assert "no claim of z.gpu-slicer.io or gpu-slicer.io is allocated" in capsys.readouterr().out
 
 
 def test_it_waits_for_claims_being_released_then_passes() -> None:

@@ -22,13 +22,13 @@ from slicer.backend import model_of
 from slicer.claim_cache import ClaimCache
 from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.health import HealthTracker
+from slicer.identity import DRIVER
 from slicer.inventory import default_mode
 from slicer.reconciler import NodeView, Reconciler
 from slicer.simulated import SimulatedBackend
 from slicer.state import DeviceState
 
 NODE = "node-a"
-DRIVER = "gpu-slicer.io"
 
 _uids = itertools.count(1)
 
@@ -46,9 +46,11 @@ def allocate_claim(
     pool: str = NODE,
     request: str = "gpu",
     spec: dict[str, Any] | None = None,
+    driver: str = DRIVER,
 ) -> dict[str, Any]:
-    """Create a ResourceClaim allocated to ``devices`` in ``pool``; returns the stored claim.
-    Its spec asks for any MIG slice unless ``spec`` says otherwise."""
+    """Create a ResourceClaim allocated to ``devices`` in ``pool`` (under ``driver``: 0.1's
+    name for a claim allocated before an upgrade); returns the stored claim. Its spec asks for
+    any MIG slice unless ``spec`` says otherwise."""
     name = name or f"claim-{next(_uids)}"
     claim = {
         "apiVersion": "resource.k8s.io/v1",
@@ -69,7 +71,7 @@ def allocate_claim(
             "allocation": {
                 "devices": {
                     "results": [
-                        {"request": request, "driver": DRIVER, "pool": pool, "device": d}
+                        {"request": request, "driver": driver, "pool": pool, "device": d}
                         for d in devices
                     ]
                 }
@@ -244,7 +246,7 @@ def assert_mixed_node(
     own = [n for n in devices if n == f"gpu-{whole_only}" or n.startswith(f"gpu-{whole_only}-")]
     assert own == [f"gpu-{whole_only}"], own
     whole = devices[f"gpu-{whole_only}"]
-    assert whole["attributes"]["type"] == {"string": "gpu"}
+    assert whole["attributes"]["gpu-slicer.io/type"] == {"string": "gpu"}
     assert "consumesCounters" not in whole and "nvlinkDomain" not in whole["attributes"]
     for index in mig:
         assert f"gpu-{index}" in devices

@@ -10,6 +10,7 @@ from typing import Any
 
 from slicer import catalog
 from slicer.devices import SliceSpec
+from slicer.identity import DRIVER
 from slicer.inventory import DeviceTaint, GpuState, Mode, default_mode, plan_pool
 from slicer.profile_filter import ProfileChoice
 from slicer.simulated import SimulatedBackend
@@ -124,7 +125,7 @@ def claim(
     devices: Sequence[str],
     *,
     pods: Sequence[Obj] = (),
-    driver: str = "gpu-slicer.io",
+    driver: str = DRIVER,
 ) -> Obj:
     """A ResourceClaim allocated ``devices`` of ``node``'s pool and reserved for ``pods``."""
     return {

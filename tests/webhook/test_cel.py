@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from kube.device_cel import DeviceView, matches, program
 from kube.quantity import parse_bytes
 from slicer import catalog
+from slicer.identity import DRIVER, unqualified
 from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.simulated import SimulatedBackend
 from tests.support.webhook_cases import build_pod, container
@@ -53,10 +54,19 @@ def advertised() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def devices(advertised: list[dict[str, Any]]) -> dict[str, list[Device]]:
-    """The advertised devices in CEL form, as gpu-slicer's and as if NVIDIA's driver had them."""
+    """The advertised devices in CEL form, as gpu-slicer's and as if NVIDIA's driver had them
+    (its attributes bare, in its own domain)."""
+    bare = [
+        {
+            **d,
+            "attributes": {unqualified(k): v for k, v in d["attributes"].items()},
+            "capacity": {unqualified(k): v for k, v in d["capacity"].items()},
+        }
+        for d in advertised
+    ]
     return {
-        GPU_SLICER.name: [DeviceView(GPU_SLICER.domain, d) for d in advertised],
-        NVIDIA.name: [DeviceView(NVIDIA.domain, d) for d in advertised],
+        GPU_SLICER.name: [DeviceView(DRIVER, d) for d in advertised],
+        NVIDIA.name: [DeviceView(NVIDIA.domain, d) for d in bare],
     }
 
 
@@ -64,7 +74,8 @@ def in_class(device: Device, class_name: str, target: TargetDriver) -> bool:
     """The DeviceClasses (docs/architecture.md): driver plus ``type``."""
     kind = "gpu" if class_name == target.gpu_class else "mig"
     attrs = device.attributes.get(target.domain, {})
-    return bool(device.driver == target.domain and attrs.get("type") == kind)
+    driver = DRIVER if target is GPU_SLICER else target.domain
+    return bool(device.driver == driver and attrs.get("type") == kind)
 
 
 def chosen(subrequest: dict[str, Any], devices: list[Device], target: TargetDriver) -> set[str]:
