@@ -1,6 +1,6 @@
 # One image for every gpu-slicer component: the admission webhook, the node agent and the
 # certificate job all run `gpu-slicer <command>` (see deploy/). Build with:
-#   docker build -t gpu-slicer:0.1.0 .
+#   docker build -t gpu-slicer:0.2.0 .
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- build: install the package and its dependencies into a self-contained virtualenv --------
@@ -29,7 +29,7 @@ FROM ${PYTHON_IMAGE} AS runtime
 # An ARG declared before the first FROM is seen only by FROM lines: declared again here so that
 # the base.name label below gets its value (it was empty before).
 ARG PYTHON_IMAGE
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 # Where the source lives and which commit: pass --build-arg SOURCE=<repository URL> and
 # --build-arg REVISION=$(git rev-parse HEAD) in CI.
 ARG SOURCE=""

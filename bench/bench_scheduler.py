@@ -12,16 +12,19 @@ pools at a time:
    counters: the baseline for gpu-slicer's own pods;
 3. NVIDIA's DynamicMIG layout for the same GPUs (the peer): ``nic-nvidia``, and the webhook's
    NVIDIA target (claims for ``mig.nvidia.com``) in ``single-nvidia`` and ``memory-nvidia``;
-4. gpu-slicer advertising every profile: ``nic-gs`` and its claim shapes as the webhook writes
+4. gpu-slicer advertising every profile (under its driver name, ``z.gpu-slicer.io``, which sorts
+   after every other): ``nic-gs`` and its claim shapes as the webhook writes
    them for the default policy: ``single`` (``nvidia.com/mig-1g.10gb: 1``), ``fallback``
    (profiles annotation ``1g.10gb,2g.20gb,3g.40gb``), ``memory`` (``gpu-slicer.io/gpu-memory:
    20Gi``), ``whole`` (``nvidia.com/gpu: 1``), ``nvlink`` (``nvidia.com/gpu: 2``, NVLink first),
    and the chains with ``--models`` (``fallback-models``, ``memory-models``);
 5. gpu-slicer advertising what is asked (``--demand``, the agent's default
    ``--advertised-profiles asked``): ``nic-asked``, ``single-asked``, ``fallback-asked``,
-   ``memory-asked``;
-6. the same pools under a driver name that sorts after every other (``z.gpu-slicer.io``):
-   ``nic-last`` and the shapes (``single-last``...): where gpu-slicer's pools should sort;
+   ``memory-asked``: what ships;
+6. the same pools under 0.1's driver name, ``gpu-slicer.io``, which sorts before the NIC's and
+   most drivers': ``nic-first`` and the shapes (``single-first``...): what the rename saves
+   other drivers' pods and costs gpu-slicer's (cost models before 2026-12-04 called the
+   ``-asked`` runs of this release ``-last``, and these ``-asked``);
 7. with ``--static``, ``--profiles LIST`` and ``--minimal-attributes`` (alone and together): the
    agent's other publishing settings, ``nic-static``, ``single-static``... and so on.
 
@@ -91,7 +94,7 @@ from sim import scheduler_cost  # noqa: E402
 from sim.agreement import claim_spec_for  # noqa: E402
 from slicer.demand import asked_for  # noqa: E402
 from slicer.deviceclasses import device_classes  # noqa: E402
-from slicer.identity import DRIVER, RESOURCE_API  # noqa: E402
+from slicer.identity import DRIVER, LEGACY_DRIVERS, RESOURCE_API  # noqa: E402
 from slicer.layout import StaticLayout  # noqa: E402
 from slicer.profile_filter import ProfileChoice, ProfileFilter  # noqa: E402
 from slicer.simulated import SimulatedBackend  # noqa: E402
@@ -109,7 +112,8 @@ SHAPES: dict[str, tuple[Mapping[str, int], Mapping[str, str]]] = {
 """Each gpu-slicer workload: the container's legacy resources and the pod's annotations."""
 ASKED_SHAPES = ("single", "fallback", "memory")
 """The shapes whose profiles the cluster's demand (``--demand``) holds."""
-LAST_DRIVER = "z.gpu-slicer.io"
+FIRST_DRIVER = LEGACY_DRIVERS[0]
+"""0.1's driver name: it sorted before almost every other driver's."""
 """gpu-slicer's pools under a driver name that sorts after every other driver's."""
 NVIDIA_POLICY = dataclasses.replace(Policy.default(), target="nvidia")
 """The webhook's NVIDIA target: claims for ``mig.nvidia.com``, selecting ``gpu.nvidia.com``."""
@@ -199,7 +203,7 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             plain_device_class(args.plain_driver),
             nic_device_class(),
             *nvidia_device_classes(),
-            *device_classes(drivers=(DRIVER, LAST_DRIVER)),
+            *device_classes(),
         ]
         cluster.create_all(classes)
         names = [f"node-{i:04d}" for i in range(nodes)]
@@ -271,7 +275,7 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
         }
         for suffix, driver, pool in (
             ("asked", DRIVER, asked),
-            ("last", LAST_DRIVER, {n: as_driver(asked[n], LAST_DRIVER) for n in names}),
+            ("first", FIRST_DRIVER, {n: as_driver(asked[n], FIRST_DRIVER) for n in names}),
         ):
             with pools(f"gpu-slicer, asked for {args.demand} ({driver})", pool, driver):
                 run("nic", nic, f"nic-{suffix}")
@@ -369,7 +373,7 @@ def main() -> int:
         "--demand",
         default="1g.10gb,2g.20gb,3g.40gb",
         metavar="LIST",
-        help="the profiles the cluster's claims ask for in the 'asked' and 'last' runs "
+        help="the profiles the cluster's claims ask for in the 'asked' and 'first' runs "
         "(default 1g.10gb,2g.20gb,3g.40gb)",
     )
     parser.add_argument("--workloads", default="", help="only these runs (comma-separated)")

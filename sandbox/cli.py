@@ -138,6 +138,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "webhook process",
     )
     up.add_argument(
+        "--import-image",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="ARCHIVE",
+        help="with --real-node: also import this OCI image archive into its containerd "
+        "(repeatable; for example an earlier release's image, python3 -m sandbox.releases)",
+    )
+    up.add_argument(
         "--deploy-dir",
         type=Path,
         default=DEPLOY_DIR,
@@ -185,6 +194,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         real_node=args.real_node,
         agent_pod=args.agent_pod,
         webhook_pod=args.webhook_pod,
+        extra_images=tuple(path.resolve() for path in args.import_image),
     )
 
 

@@ -84,22 +84,23 @@ class ImageToolsMissing(BuildError):
     """buildah or debootstrap is not installed, or this is not root: the image cannot be built."""
 
 
-def version() -> str:
+def version(root: Path = ROOT) -> str:
     """The project's version (pyproject), which the image is tagged with."""
-    with open(ROOT / "pyproject.toml", "rb") as handle:
+    with open(root / "pyproject.toml", "rb") as handle:
         return str(tomllib.load(handle)["project"]["version"])
 
 
-def image_name() -> str:
-    return f"{IMAGE_REPOSITORY}:{version()}"
+def image_name(root: Path = ROOT) -> str:
+    return f"{IMAGE_REPOSITORY}:{version(root)}"
 
 
-def ensure(*, cache: Path | None = None, progress: Progress = print) -> Path:
-    """The image's OCI archive: from the cache, or built now (minutes the first time)."""
+def ensure(*, cache: Path | None = None, progress: Progress = print, root: Path = ROOT) -> Path:
+    """The image's OCI archive: from the cache, or built now (minutes the first time).
+    ``root``: the source tree to build (an earlier release's, :mod:`sandbox.releases`)."""
     folder = (cache or cache_root()) / "image"
-    target = folder / image_digest()
+    target = folder / image_digest(root)
     if (target / "build.json").exists():
-        return target / archive_name()
+        return target / archive_name(root)
     buildah, debootstrap = _tools()
     base = _cached(
         folder / f"base-{_base_digest()}",
@@ -111,10 +112,10 @@ def ensure(*, cache: Path | None = None, progress: Progress = print) -> Path:
         target,
         progress,
         "the image",
-        lambda work: _build_image(buildah, base / "base.tar", work, progress),
+        lambda work: _build_image(buildah, base / "base.tar", work, progress, root),
     )
     _prune(folder)
-    return target / archive_name()
+    return target / archive_name(root)
 
 
 def _prune(folder: Path) -> None:
@@ -129,8 +130,8 @@ def _prune(folder: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def archive_name() -> str:
-    return f"gpu-slicer-{version()}.oci.tar"
+def archive_name(root: Path = ROOT) -> str:
+    return f"gpu-slicer-{version(root)}.oci.tar"
 
 
 def _tools() -> tuple[str, str]:
@@ -263,14 +264,17 @@ def _ignored(relative: Path, patterns: list[str]) -> bool:
     return False
 
 
-def _build_image(buildah: str, base_tar: Path, work: Path, progress: Progress) -> dict[str, object]:
+def _build_image(
+    buildah: str, base_tar: Path, work: Path, progress: Progress, root: Path = ROOT
+) -> dict[str, object]:
     tmp = work.parent
     layout = tmp / "layout"
+    name = image_name(root)
     with _storage(tmp) as storage:
         bah = [buildah, *storage]
         _import_base(bah, base_tar, tmp)
-        progress(f"buildah bud of {DOCKERFILE.name} with PYTHON_IMAGE={BASE_NAME}")
-        revision = _git_revision()
+        progress(f"buildah bud of {DOCKERFILE.name} in {root} with PYTHON_IMAGE={BASE_NAME}")
+        revision = _git_revision(root)
         command = [
             *bah,
             "bud",
@@ -281,26 +285,26 @@ def _build_image(buildah: str, base_tar: Path, work: Path, progress: Progress) -
             "--build-arg",
             f"PYTHON_IMAGE={BASE_NAME}",
             "--build-arg",
-            f"VERSION={version()}",
+            f"VERSION={version(root)}",
             "--build-arg",
             f"REVISION={revision}",
             "--tag",
-            image_name(),
+            name,
             "--file",
-            str(DOCKERFILE),
+            str(root / DOCKERFILE.name),
         ]
         bundle = _host_ca_bundle()
         if bundle is not None:
             command += ["--volume", f"{bundle}:{_IN_IMAGE_CA_BUNDLE}:ro"]
-        _run([*command, str(ROOT)], "buildah bud", log=work / "bud.log", tmp=tmp)
-        target = f"oci:{layout}:{image_name()}"
-        _run([*bah, "push", image_name(), target], "buildah push", tmp=tmp)
-    oci_archive.name_layout(layout, image_name())
-    oci_archive.pack_layout(layout, work / archive_name())
+        _run([*command, str(root)], "buildah bud", log=work / "bud.log", tmp=tmp)
+        target = f"oci:{layout}:{name}"
+        _run([*bah, "push", name, target], "buildah push", tmp=tmp)
+    oci_archive.name_layout(layout, name)
+    oci_archive.pack_layout(layout, work / archive_name(root))
     shutil.rmtree(layout)
-    image = oci_archive.read_image(work / archive_name())
+    image = oci_archive.read_image(work / archive_name(root))
     return {
-        "name": image_name(),
+        "name": name,
         "base": BASE_NAME,
         "revision": revision,
         "layers": [layer["digest"] for layer in image.manifest["layers"]],
@@ -354,9 +358,13 @@ def _host_ca_bundle() -> Path | None:
     return None
 
 
-def _git_revision() -> str:
+def _git_revision(root: Path = ROOT) -> str:
+    """The commit the tree is: HEAD of a checkout, or what an exported release recorded."""
+    recorded = root / "REVISION"
+    if recorded.is_file():
+        return recorded.read_text(encoding="utf-8").strip()
     result = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False
     )
     return result.stdout.strip() if result.returncode == 0 else ""
 

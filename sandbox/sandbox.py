@@ -99,6 +99,9 @@ class Settings:
     """The real node runs the chart's webhook Deployment from the image on its network, called
     by the apiserver through the Service's endpoint, instead of the webhook process; needs
     ``real_node`` and the chart."""
+    extra_images: tuple[Path, ...] = ()
+    """More image archives imported into the real node (an earlier release's image, which an
+    upgrade test installs with that release's chart: :mod:`sandbox.releases`)."""
 
 
 def check_state_dir(folder: Path, nodes: list[NodeSpec], real_node: str | None = None) -> None:
@@ -172,6 +175,11 @@ class Sandbox:
             chart_pods.check_webhook_pod(settings)
         if settings.real_node is not None:
             check_real_node(settings.real_node, settings.nodes, self.dir)
+        elif settings.extra_images:
+            raise UsageError("--import-image needs --real-node NAME (the node that runs images)")
+        for archive in settings.extra_images:
+            if not archive.is_file():
+                raise UsageError(f"--import-image {archive}: no such file")
         check_state_dir(self.dir, settings.nodes, settings.real_node)
         self._ports = (
             check_port_free(settings.apiserver_port, "--apiserver-port"),
@@ -501,7 +509,10 @@ class Sandbox:
             client_ca=credentials.ca_cert,
             gates=self.control_plane.gates,
             labels=labels,
-            images=(self.agent_image,) if self.agent_image is not None else (),
+            images=(
+                *((self.agent_image,) if self.agent_image is not None else ()),
+                *self.settings.extra_images,
+            ),
             progress=self.progress,
         )
         self.real_nodes[node.name] = real_node

@@ -102,7 +102,7 @@ def test_every_container_runs_the_one_gpu_slicer_image(target: str) -> None:
         if o["kind"] in ("Deployment", "DaemonSet")
         for c in o["spec"]["template"]["spec"]["containers"]
     }
-    assert images == {"gpu-slicer:0.1.0"}
+    assert images == {"gpu-slicer:0.2.0"}
 
 
 @pytest.mark.parametrize("target", INSTALLABLE)

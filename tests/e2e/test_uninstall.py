@@ -8,7 +8,7 @@ What the real kubelet (1.36) does when the agent is gone, measured here first: `
 deletes the agent's DaemonSet at once; the kubelet unregisters the plugin and, about 30 s later,
 deletes the node's ResourceSlices; running pods keep running (containers, devices, instances and
 CDI files untouched). A converted pod deleted then has its container killed, but the kubelet's
-unprepare fails (``unprepare dynamic resources: DRA driver gpu-slicer.io is not registered``,
+unprepare fails (``unprepare dynamic resources: DRA driver z.gpu-slicer.io is not registered``,
 retried about every 10 s): the pod stays Terminating and its MIG instance, CDI file and claim
 stay, until an agent registers again, when the kubelet finishes it within seconds.
 
@@ -23,20 +23,25 @@ image cannot be built; under ``CI=true`` that is a failure.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from sandbox import binaries, chart_pods
-from sandbox.helm import helm_binary
-from slicer.identity import DRIVERS
+from tests.support.chart_release import (
+    cdi_claims,
+    checkpoint_claims,
+    driver_claims,
+    helm,
+    pod_log,
+    release_pods,
+    started,
+)
 from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,
@@ -53,7 +58,7 @@ OPTED_OUT = "e2e-opted-out"
 DISABLED = "e2e-disabled"
 """Opted in, then its label set to ``disabled``."""
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpu-slicer"
-NOT_REGISTERED = "unprepare dynamic resources: DRA driver gpu-slicer.io is not registered"
+NOT_REGISTERED = "unprepare dynamic resources: DRA driver z.gpu-slicer.io is not registered"
 """The real kubelet's error for a deleted pod's claims while no agent is registered."""
 
 
@@ -95,80 +100,23 @@ def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
 # --- what the tests read ------------------------------------------------------------------------
 
 
-def _helm(box: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            str(helm_binary()),
-            *args,
-            "--namespace",
-            "gpu-slicer",
-            "--kubeconfig",
-            str(box.kubeconfig),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def _install(box: Sandbox) -> None:
     """``helm install`` again with the values the sandbox installed, until the agent pod has
     registered with the kubelet and the webhook pod serves."""
-    done = _helm(
+    done = helm(
         box, "install", "gpu-slicer", str(CHART), "--values", str(box.dir / "helm-values.yaml")
     )
     assert done.returncode == 0, done.stderr
     box.wait(
         lambda: (
-            (pods := _chart_pods(box, "agent"))
+            (pods := release_pods(box, "agent"))
             and pods[0]["status"].get("phase") == "Running"
-            and "registered with the kubelet" in _log(box, pods[0])
+            and "registered with the kubelet" in pod_log(box, pods[0])
         ),
         what="the reinstalled agent pod registered with the kubelet",
         timeout_s=180,
     )
     chart_pods.wait_webhook_pod(box.kubeconfig, 180)
-
-
-def _chart_pods(box: Sandbox, component: str) -> list[Obj]:
-    listed = box.core.list_namespaced_pod(
-        "gpu-slicer", label_selector=f"app.kubernetes.io/component={component}"
-    ).items
-    return [box.obj(p) for p in listed]
-
-
-def _log(box: Sandbox, pod: Obj) -> str:
-    return str(box.core.read_namespaced_pod_log(pod["metadata"]["name"], "gpu-slicer"))
-
-
-def _cdi_claims(box: Sandbox) -> list[str]:
-    """The claims' CDI files the agent wrote on the node (its own spec files only)."""
-    return sorted(
-        p.name for p in (box.dir / "nodes" / NODE / "cdi").glob("k8s.gpu-slicer.io-claim_*")
-    )
-
-
-def _checkpoint_claims(box: Sandbox) -> dict[str, Any]:
-    data = json.loads((box.dir / "nodes" / NODE / "checkpoint" / "checkpoint.json").read_text())
-    claims: dict[str, Any] = data["data"]["claims"]  # slicer.checkpoint's envelope
-    return claims
-
-
-def _driver_claims(box: Sandbox) -> list[str]:
-    """Claims in every namespace with a device of gpu-slicer's driver allocated."""
-    return sorted(
-        f"{c.metadata.namespace}/{c.metadata.name}"
-        for c in box.resource.list_resource_claim_for_all_namespaces().items
-        if c.status
-        and c.status.allocation
-        and any(r.driver in DRIVERS for r in c.status.allocation.devices.results)
-    )
-
-
-def _started(box: Sandbox, namespace: str, name: str) -> tuple[str, int, str]:
-    pod = box.pod(namespace, name)
-    [status] = pod["status"]["containerStatuses"]
-    return status["containerID"], status["restartCount"], pod["status"]["phase"]
 
 
 def _undisturbed(box: Sandbox, pods: dict[str, Obj]) -> None:
@@ -178,8 +126,8 @@ def _undisturbed(box: Sandbox, pods: dict[str, Obj]) -> None:
         name = first["name"]
         number, seen = latest_report(box, name, namespace, after=first["report"][0])
         assert seen == first["report"][1], f"{namespace}/{name} sees other devices now"
-        assert _started(box, namespace, name) == first["started"]
-        assert f"k8s.gpu-slicer.io-claim_{first['claim']}.json" in _cdi_claims(box)
+        assert started(box, namespace, name) == first["started"]
+        assert f"k8s.gpu-slicer.io-claim_{first['claim']}.json" in cdi_claims(box, NODE)
         first["report"] = (number, seen)
 
 
@@ -187,16 +135,16 @@ def _nothing_left(box: Sandbox) -> None:
     """After an uninstall: no MIG instance, no claim CDI file, no claim in the checkpoint, no
     ResourceSlice of the driver (the kubelet deletes them after the plugin left), no chart pod."""
     assert box.instances(NODE) == []
-    assert _cdi_claims(box) == []
-    assert _checkpoint_claims(box) == {}
-    assert _driver_claims(box) == []
-    box.wait(lambda: not _chart_pods(box, "agent"), what="the agent pod gone")
-    box.wait(lambda: not _chart_pods(box, "webhook"), what="the webhook pod gone")
+    assert cdi_claims(box, NODE) == []
+    assert checkpoint_claims(box, NODE) == {}
+    assert driver_claims(box) == []
+    box.wait(lambda: not release_pods(box, "agent"), what="the agent pod gone")
+    box.wait(lambda: not release_pods(box, "webhook"), what="the webhook pod gone")
     box.wait(
         lambda: (
-            not box.resource.list_resource_slice(field_selector="spec.driver=gpu-slicer.io").items
+            not box.resource.list_resource_slice(field_selector="spec.driver=z.gpu-slicer.io").items
         ),
-        what="the kubelet deleting the node's gpu-slicer.io ResourceSlices",
+        what="the kubelet deleting the node's z.gpu-slicer.io ResourceSlices",
         timeout_s=120,
     )
 
@@ -213,7 +161,7 @@ def running(box: Sandbox) -> dict[str, Obj]:
         pods[namespace] = {
             "name": "kept",
             "report": latest_report(box, "kept", namespace),
-            "started": _started(box, namespace, "kept"),
+            "started": started(box, namespace, "kept"),
             "claim": claim["metadata"]["uid"],
         }
     return pods
@@ -248,22 +196,22 @@ def test_helm_uninstall_refuses_while_converted_pods_hold_their_slices(
     box: Sandbox, running: dict[str, Obj]
 ) -> None:
     instances = box.instances(NODE)
-    [agent] = _chart_pods(box, "agent")
+    [agent] = release_pods(box, "agent")
 
-    done = _helm(box, "uninstall", "gpu-slicer", "--timeout", "3m")
+    done = helm(box, "uninstall", "gpu-slicer", "--timeout", "3m")
 
     assert done.returncode != 0
     assert "job gpu-slicer-uninstall-check failed" in done.stderr, done.stderr
-    [check] = _chart_pods(box, "uninstall-check")  # kept, for its log
-    said = _log(box, check)
+    [check] = release_pods(box, "uninstall-check")  # kept, for its log
+    said = pod_log(box, check)
     for namespace in running:
         assert f"pod {namespace}/kept" in said, said
     # Nothing was deleted: the release, the agent that serves these pods, the webhook.
-    assert _helm(box, "status", "gpu-slicer").returncode == 0
-    [still] = _chart_pods(box, "agent")
+    assert helm(box, "status", "gpu-slicer").returncode == 0
+    [still] = release_pods(box, "agent")
     assert still["metadata"]["uid"] == agent["metadata"]["uid"]
     assert still["status"]["phase"] == "Running"
-    assert _chart_pods(box, "webhook")
+    assert release_pods(box, "webhook")
     k8s.AdmissionregistrationV1Api(box.client).read_mutating_webhook_configuration("gpu-slicer")
     _undisturbed(box, running)
     assert box.instances(NODE) == instances
@@ -295,9 +243,9 @@ def test_the_documented_procedure_uninstalls_and_leaves_nothing_behind(
     )
     assert check.returncode == 0, check.stderr
     # 4. helm uninstall: the hook passes and is deleted with everything else.
-    done = _helm(box, "uninstall", "gpu-slicer", "--timeout", "3m")
+    done = helm(box, "uninstall", "gpu-slicer", "--timeout", "3m")
     assert done.returncode == 0, done.stderr
-    assert _chart_pods(box, "uninstall-check") == []
+    assert release_pods(box, "uninstall-check") == []
     _nothing_left(box)
 
 
@@ -313,16 +261,16 @@ def test_an_uninstall_without_the_check_strands_a_deleted_pod_until_the_agent_is
         ENABLED: {
             "name": "stranded",
             "report": latest_report(box, "stranded", ENABLED),
-            "started": _started(box, ENABLED, "stranded"),
+            "started": started(box, ENABLED, "stranded"),
             "claim": claim["metadata"]["uid"],
         }
     }
     instances = box.instances(NODE)
     assert len(instances) == 1
 
-    done = _helm(box, "uninstall", "gpu-slicer", "--no-hooks", "--timeout", "3m")
+    done = helm(box, "uninstall", "gpu-slicer", "--no-hooks", "--timeout", "3m")
     assert done.returncode == 0, done.stderr
-    box.wait(lambda: not _chart_pods(box, "agent"), what="the agent pod gone")
+    box.wait(lambda: not release_pods(box, "agent"), what="the agent pod gone")
     _undisturbed(box, first)  # the running pod does not notice
     assert box.instances(NODE) == instances
 
@@ -339,14 +287,14 @@ def test_an_uninstall_without_the_check_strands_a_deleted_pod_until_the_agent_is
     stuck = box.pod(ENABLED, "stranded")  # Terminating: the kubelet retries, it does not give up
     assert stuck["metadata"]["deletionTimestamp"]
     assert box.instances(NODE) == instances
-    assert f"k8s.gpu-slicer.io-claim_{claim['metadata']['uid']}.json" in _cdi_claims(box)
+    assert f"k8s.gpu-slicer.io-claim_{claim['metadata']['uid']}.json" in cdi_claims(box, NODE)
 
     # The recovery: the agent back (the same release, the same values), the kubelet finishes.
     _install(box)
     box.wait_gone(ENABLED, "stranded", timeout_s=90)
     box.wait(lambda: box.instances(NODE) == [], what="the stranded pod's instance destroyed")
-    assert _cdi_claims(box) == []
-    done = _helm(box, "uninstall", "gpu-slicer", "--timeout", "3m")
+    assert cdi_claims(box, NODE) == []
+    done = helm(box, "uninstall", "gpu-slicer", "--timeout", "3m")
     assert done.returncode == 0, done.stderr
     _nothing_left(box)
     with pytest.raises(ApiException) as gone:

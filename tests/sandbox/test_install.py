@@ -250,7 +250,7 @@ def test_the_cache_key_follows_the_declared_dependencies_only(tmp_path: Path) ->
     assert not any(r.startswith(("pytest", "grpcio-tools", "mypy")) for r in declared)
     pyproject = (ROOT / "pyproject.toml").read_text()
     edited = tmp_path / "pyproject.toml"
-    edited.write_text(pyproject.replace('version = "0.1.0"', 'version = "9.9.9"'))
+    edited.write_text(pyproject.replace('version = "0.2.0"', 'version = "9.9.9"'))
     assert dependency_key(requirements(edited)) == dependency_key(declared)
     edited.write_text(pyproject.replace('"pyyaml>=6",', '"pyyaml>=6",\n  "rich>=13",'))
     assert dependency_key(requirements(edited)) != dependency_key(declared)

@@ -1,0 +1,74 @@
+"""The chart's release on a real-node sandbox, as the day-two tests read and drive it: helm
+against the sandbox, the chart's pods and their logs, and what the agent leaves on the node
+(its claims' CDI files and checkpoint entries)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+from sandbox.helm import helm_binary
+from slicer.identity import DRIVERS
+from tests.support.e2e_sandbox import Obj, Sandbox
+
+RELEASE_NAMESPACE = "gpu-slicer"
+
+
+def helm(box: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
+    """``helm`` on the release's namespace of the sandbox's cluster."""
+    return subprocess.run(
+        [
+            str(helm_binary()),
+            *args,
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--kubeconfig",
+            str(box.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def release_pods(box: Sandbox, component: str) -> list[Obj]:
+    listed = box.core.list_namespaced_pod(
+        RELEASE_NAMESPACE, label_selector=f"app.kubernetes.io/component={component}"
+    ).items
+    return [box.obj(p) for p in listed]
+
+
+def pod_log(box: Sandbox, pod: Obj) -> str:
+    return str(box.core.read_namespaced_pod_log(pod["metadata"]["name"], RELEASE_NAMESPACE))
+
+
+def cdi_claims(box: Sandbox, node: str) -> list[str]:
+    """The claims' CDI files the agent wrote on the node (its own spec files only)."""
+    return sorted(
+        p.name for p in (box.dir / "nodes" / node / "cdi").glob("k8s.gpu-slicer.io-claim_*")
+    )
+
+
+def checkpoint_claims(box: Sandbox, node: str) -> dict[str, Any]:
+    path = box.dir / "nodes" / node / "checkpoint" / "checkpoint.json"
+    claims: dict[str, Any] = json.loads(path.read_text())["data"]["claims"]  # the envelope
+    return claims
+
+
+def driver_claims(box: Sandbox) -> list[str]:
+    """Claims in every namespace with a device of gpu-slicer's driver (either name) allocated."""
+    return sorted(
+        f"{c.metadata.namespace}/{c.metadata.name}"
+        for c in box.resource.list_resource_claim_for_all_namespaces().items
+        if c.status
+        and c.status.allocation
+        and any(r.driver in DRIVERS for r in c.status.allocation.devices.results)
+    )
+
+
+def started(box: Sandbox, namespace: str, name: str) -> tuple[str, int, str]:
+    """A pod's container id, restart count and phase: unchanged while it is undisturbed."""
+    pod = box.pod(namespace, name)
+    [status] = pod["status"]["containerStatuses"]
+    return status["containerID"], status["restartCount"], pod["status"]["phase"]
