@@ -36,6 +36,11 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
             + ["--webhook-policy", "/dev/null"],
             "--webhook-pod: the webhook pod reads the chart's policy value",
         ),
+        (["--import-image", "/dev/null"], "--import-image needs --real-node NAME"),
+        (
+            ["--node", "a=H100-80GB:1", "--real-node", "a", "--import-image", "/nonexistent.tar"],
+            "--import-image /nonexistent.tar: no such file",
+        ),
     ],
     ids=[
         "no spec",
@@ -49,6 +54,8 @@ def _up(tmp_path: Path, *extra: str) -> list[str]:
         "agent pod without a real node",
         "webhook pod without a real node",
         "webhook pod with a policy file",
+        "image without a real node",
+        "missing image",
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
