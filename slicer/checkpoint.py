@@ -47,15 +47,23 @@ from typing import Any, Literal
 from kube.atomic_files import ensure_dir, write_atomically
 from slicer.cdi import claim_uid_problem
 from slicer.errors import CheckpointError, CheckpointTooNew
+from slicer.identity import LEGACY_DRIVERS
 
-VERSION = 2
-"""The format this agent writes.
+VERSION = 3
+"""The newest format this agent writes.
 
 1. The envelope ``{version, checksum, data}`` (the first release).
 2. Adds ``writer``, the gpu-slicer release that wrote the file, so that an agent that cannot read
    a newer file names the release that can. ``data`` is unchanged.
+3. A claim allocated under the driver name ``z.gpu-slicer.io`` (0.2) records it in its entry
+   (``driver``); an entry without one was allocated under 0.1's ``gpu-slicer.io``. A file with
+   no such claim is still written as format 2, which 0.1 reads. 0.1 refuses format 3 instead of
+   reading it: it knows only ``gpu-slicer.io`` and would take such claims for released ones and
+   destroy the MIG instances of their running pods.
 """
-READABLE_VERSIONS = (1, 2)
+LEGACY_FORMAT = 2
+"""What a file whose claims are all of 0.1's driver name is written as (0.1 reads it)."""
+READABLE_VERSIONS = (1, 2, 3)
 """Every format this agent reads (and migrates to :data:`VERSION` in memory)."""
 VERSIONS_DOC = "docs/agent.md, section 'Checkpoint format versions'"
 FILENAME = "checkpoint.json"
@@ -133,18 +141,27 @@ class ClaimEntry:
     state: PrepareState
     started_at: float
     devices: tuple[PreparedDevice, ...]
+    driver: str = LEGACY_DRIVERS[0]
+    """The driver name the claim was allocated under (format 3 records the current one)."""
 
     def completed(self, devices: tuple[PreparedDevice, ...]) -> ClaimEntry:
         return replace(self, state=PREPARE_COMPLETED, devices=devices)
 
+    @property
+    def needs_format_3(self) -> bool:
+        return self.driver != LEGACY_DRIVERS[0]
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "namespace": self.namespace,
             "name": self.name,
             "state": self.state,
             "startedAt": self.started_at,
             "devices": [d.to_json() for d in self.devices],
         }
+        if self.needs_format_3:
+            data["driver"] = self.driver
+        return data
 
     @classmethod
     def from_json(cls, uid: str, raw: dict[str, Any]) -> ClaimEntry:
@@ -158,6 +175,7 @@ class ClaimEntry:
             state=state,
             started_at=float(raw["startedAt"]),
             devices=tuple(PreparedDevice.from_json(d) for d in raw["devices"]),
+            driver=str(raw.get("driver", LEGACY_DRIVERS[0])),
         )
 
 
@@ -217,7 +235,7 @@ def encode(
         + checksum.encode()
         + b'","data":'
         + canonical
-        + (b',"version":' + str(VERSION).encode())
+        + (b',"version":' + str(format_for(checkpoint)).encode())
         + (b',"writer":' + json.dumps(writer()).encode() + b"}\n")
     )
 
@@ -233,8 +251,17 @@ def writer() -> str:
         return "gpu-slicer (not installed)"
 
 
+def format_for(checkpoint: Checkpoint) -> int:
+    """The oldest format that holds ``checkpoint``: 3 once a claim of the current driver name
+    is in it, else 2 (so that a rollback to 0.1 with no such claim needs nothing)."""
+    if any(entry.needs_format_3 for entry in checkpoint.claims.values()):
+        return VERSION
+    return LEGACY_FORMAT
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: lambda data: data,  # 1 -> 2: the envelope gained ``writer``; the data is the same
+    2: lambda data: data,  # 2 -> 3: entries without ``driver`` are 0.1's, as format 2's are
 }
 """``MIGRATIONS[v]`` turns the data of format ``v`` into that of format ``v + 1``."""
 

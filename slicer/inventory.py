@@ -141,8 +141,8 @@ class GpuState:
 
     def taken(self) -> list[tuple[str, int, range]]:
         """``(profile, start, memory slices)`` of every placement this pool cannot offer: the
-        foreign instances and the devices held under an earlier driver name (a whole GPU held
-        so takes all its memory, under no profile)."""
+        foreign instances and the devices held under an earlier driver name, prepared or not (a
+        whole GPU held so takes all its memory, under no profile)."""
         taken = [(i.profile, i.start, i.memory_slices) for i in self.foreign]
         listed = {i.spec for i in self.foreign}
         model = self.model

@@ -67,8 +67,8 @@ def observe_node(
 ) -> NodeView:
     """The view of ``gpus`` where only the instances backing a ``prepared`` device (the
     checkpoint's) are owned; ``allocated`` is kept in the order given. ``held_elsewhere``: the
-    devices allocated under an earlier driver name (an older release's pool); their instances
-    are never owned, so that the pool counts them as taken (:meth:`GpuState.taken`)."""
+    devices allocated under an earlier driver name (an older release's pool), which the pool
+    counts as taken (:meth:`GpuState.taken`) although their instances are the agent's."""
     elsewhere: dict[int, set[DeviceSpec]] = {}
     for spec in held_elsewhere:
         elsewhere.setdefault(spec.gpu_index, set()).add(spec)
@@ -82,7 +82,7 @@ def observe_node(
         owned: set[SliceSpec] = set()
         for device in by_gpu.get(gpu.info.index, ()):
             inst = instance_at(listed, device)
-            if inst is not None and inst.spec not in elsewhere.get(gpu.info.index, ()):
+            if inst is not None:
                 owned.add(inst.spec)
         states.append(
             GpuState(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
@@ -49,7 +49,7 @@ from slicer.checkpoint import (
 from slicer.claim_cache import AllocatedDevice
 from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
 from slicer.errors import BackendError, DeviceNameError, GpuLost, GpuNotFound, SlicerError
-from slicer.identity import UNHEALTHY_TAINT
+from slicer.identity import DRIVER, UNHEALTHY_TAINT
 from slicer.inventory import DeviceTaint
 from slicer.keyed_locks import KeyedLocks
 from slicer.layout import StaticLayout
@@ -99,9 +99,15 @@ def plan_claim(results: list[AllocatedDevice]) -> list[PlannedDevice]:
 
 
 def planned_entry(
-    uid: str, namespace: str, name: str, planned: list[PlannedDevice], now: float
+    uid: str,
+    namespace: str,
+    name: str,
+    planned: list[PlannedDevice],
+    now: float,
+    results: Sequence[AllocatedDevice] = (),
 ) -> ClaimEntry:
-    """The PrepareStarted entry for a plan (pure)."""
+    """The PrepareStarted entry for a plan (pure), with the driver name ``results`` were
+    allocated under (the current one if they mix names: the format an older agent refuses)."""
     devices = []
     for p in planned:
         profile = p.spec.profile if isinstance(p.spec, SliceSpec) else None
@@ -116,7 +122,9 @@ def planned_entry(
                 cdi_device_id=cdi.device_id(uid, p.device_name),
             )
         )
-    return ClaimEntry(uid, namespace, name, PREPARE_STARTED, now, tuple(devices))
+    drivers = {r.driver for r in results}
+    driver = drivers.pop() if len(drivers) == 1 else DRIVER
+    return ClaimEntry(uid, namespace, name, PREPARE_STARTED, now, tuple(devices), driver)
 
 
 def instance_at(instances: list[MigInstance], device: PreparedDevice) -> MigInstance | None:
@@ -240,7 +248,7 @@ class DeviceState:
         planned = plan_claim(results)
         if not planned:
             raise PrepareError(
-                f"ResourceClaim {namespace}/{name} has no device of driver gpu-slicer.io "
+                f"ResourceClaim {namespace}/{name} has no device of gpu-slicer's driver "
                 "allocated on this node"
             )
         if entry is not None and [d.device_name for d in entry.devices] != [
@@ -252,7 +260,7 @@ class DeviceState:
         try:
             gpus = {g.index: g for g in self.backend.gpus()}
             if entry is None:
-                entry = planned_entry(uid, namespace, name, planned, self.clock())
+                entry = planned_entry(uid, namespace, name, planned, self.clock(), results)
                 entry = self._refuse_occupied(entry, gpus)
                 self._put(entry)  # durable, with which instances were there before the claim
         except (BackendError, OSError, SlicerError) as exc:
@@ -576,7 +584,7 @@ class DeviceState:
             if self.entry(uid) is not None:
                 return False
             planned = plan_claim(results)
-            entry = planned_entry(uid, namespace, name, planned, self.clock())
+            entry = planned_entry(uid, namespace, name, planned, self.clock(), results)
             gpus = {g.index: g for g in self.backend.gpus()}
             done: list[PreparedDevice] = []
             edits: list[cdi.DeviceEdits] = []

@@ -19,11 +19,13 @@ the checkout lacks 0.1's commit (a shallow clone); under ``CI=true`` only the la
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from sandbox import binaries, chart_pods, image, releases
 from sandbox.errors import BuildError
@@ -212,3 +214,59 @@ def test_an_upgrade_from_0_1_keeps_running_pods_their_devices_and_serves_new_one
     box.wait(lambda: box.instances(NODE) == [], what="every instance destroyed")
     assert cdi_claims(box, NODE) == []
     assert checkpoint_claims(box, NODE) == {}
+
+
+def _revision(box: Sandbox) -> int:
+    done = helm(box, "status", "gpu-slicer", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    return int(json.loads(done.stdout)["version"])
+
+
+def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_harms_nothing(
+    box: Sandbox, previous: Path
+) -> None:
+    """0.1 knows only the old name: it would take the running pod's claim for a released one
+    and destroy its instance. Its agent refuses the checkpoint instead (format 3) and says
+    which release to run; rolling forward again finishes the pod normally."""
+    current = _revision(box)
+    kept = _converted(box, "kept")
+    assert kept["driver"] == DRIVER
+    instances = box.instances(NODE)
+
+    done = helm(box, "rollback", "gpu-slicer", str(current - 1), "--timeout", "4m")
+    assert done.returncode == 0, done.stderr
+
+    def refusing() -> bool:
+        for pod in release_pods(box, "agent"):
+            if pod["spec"]["containers"][0]["image"].endswith(f":{releases.PREVIOUS.version}"):
+                try:
+                    said = str(
+                        box.core.read_namespaced_pod_log(
+                            pod["metadata"]["name"], "gpu-slicer", previous=True
+                        )
+                    )
+                except ApiException:
+                    said = pod_log(box, pod)
+                return f"is format version 3, written by gpu-slicer {image.version()}" in said
+        return False
+
+    box.wait(refusing, what="0.1's agent refusing the checkpoint", timeout_s=240)
+    _undisturbed(box, kept)
+    assert box.instances(NODE) == instances
+
+    done = helm(box, "rollback", "gpu-slicer", str(current), "--timeout", "4m")
+    assert done.returncode == 0, done.stderr
+    box.wait(
+        lambda: any(
+            p["spec"]["containers"][0]["image"].endswith(f":{image.version()}")
+            and "registered with the kubelet" in pod_log(box, p)
+            for p in release_pods(box, "agent")
+            if p["status"].get("phase") == "Running"
+        ),
+        what="the current agent back",
+        timeout_s=240,
+    )
+    _undisturbed(box, kept)
+    box.delete_pod(ENABLED, "kept")
+    box.wait(lambda: box.instances(NODE) == [], what="kept's instance destroyed")
+    assert cdi_claims(box, NODE) == []

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kube.memory import InMemoryKubeApi
 from slicer.checkpoint import (
+    LEGACY_FORMAT,
     PREPARE_COMPLETED,
     PREPARE_STARTED,
     READABLE_VERSIONS,
@@ -24,6 +26,7 @@ from slicer.checkpoint import (
     writer,
 )
 from slicer.errors import CheckpointError, CheckpointTooNew
+from slicer.identity import DRIVER, LEGACY_DRIVERS
 from slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE, allocate_claim, build_agent, ref
 from tests.support.previous_formats import (
@@ -62,11 +65,24 @@ def test_a_checkpoint_survives_encoding_unchanged() -> None:
 
 def test_the_file_carries_version_writer_checksum_and_boot_id() -> None:
     envelope = json.loads(encode(sample()))
-    assert envelope["version"] == VERSION == 2
+    assert envelope["version"] == LEGACY_FORMAT == 2  # its claims are all of 0.1's driver name
     assert envelope["writer"].startswith("gpu-slicer ")
     assert envelope["checksum"].startswith("sha256:")
     assert envelope["data"]["bootId"] == "boot-1"
     assert envelope["data"]["claims"]["u2"]["state"] == "PrepareStarted"
+
+
+def test_a_claim_of_the_current_driver_name_makes_the_file_format_3() -> None:
+    """Format 3, which 0.1 refuses: it would take such a claim for a released one."""
+    checkpoint = sample()
+    entry = checkpoint.claims["u1"]
+    checkpoint.claims["u1"] = replace(entry, driver=DRIVER)
+    envelope = json.loads(encode(checkpoint))
+    assert envelope["version"] == VERSION == 3
+    assert envelope["data"]["claims"]["u1"]["driver"] == DRIVER
+    assert "driver" not in envelope["data"]["claims"]["u2"]
+    assert decode(encode(checkpoint)) == checkpoint
+    assert decode(encode(sample())).claims["u2"].driver == LEGACY_DRIVERS[0]
 
 
 def test_a_changed_byte_fails_the_checksum() -> None:
@@ -219,7 +235,7 @@ def test_the_format_1_fixture_writes_what_the_format_1_agent_wrote() -> None:
 
 def test_every_entry_of_a_format_1_file_is_read_as_it_was_written() -> None:
     found = decode(CHECKPOINT_V1_FILE.read_bytes())
-    assert READABLE_VERSIONS == (1, 2)
+    assert READABLE_VERSIONS == (1, 2, 3)
     assert found.boot_id == "boot-v1"
     entries = {e.name: e for e in found.claims.values()}
     assert set(entries) == {
@@ -247,7 +263,7 @@ def test_an_agent_takes_over_the_checkpoint_a_format_1_agent_left_and_writes_for
 ) -> None:
     api = InMemoryKubeApi()
     backend = SimulatedBackend("H100-80GB:1", node_name=NODE)
-    claim = allocate_claim(api, ["gpu-0-mig-2g20gb-2"])
+    claim = allocate_claim(api, ["gpu-0-mig-2g20gb-2"], driver=LEGACY_DRIVERS[0])
     build_agent(backend, api, tmp_path).prepare(claim)
     folder = tmp_path / "checkpoint"
     left = CheckpointStore(folder).load()
@@ -271,16 +287,16 @@ def test_a_file_of_a_newer_format_is_refused_naming_versions_writer_and_the_way_
     tmp_path: Path,
 ) -> None:
     store = CheckpointStore(tmp_path)
-    raw = checkpoint_from_the_future(3, writer="gpu-slicer 0.9.0")
+    raw = checkpoint_from_the_future(4, writer="gpu-slicer 0.9.0")
     store.path.write_bytes(raw)
     with pytest.raises(CheckpointTooNew) as refused:
         store.load_or_recover("boot-1")
     message = str(refused.value)
-    assert f"checkpoint {store.path} is format version 3, written by gpu-slicer 0.9.0" in message
-    assert "reads format versions 1, 2" in message
+    assert f"checkpoint {store.path} is format version 4, written by gpu-slicer 0.9.0" in message
+    assert "reads format versions 1, 2, 3" in message
     assert "Run gpu-slicer 0.9.0 or newer on this node again" in message
     assert "docs/agent.md, section 'Checkpoint format versions'" in message
-    assert (refused.value.version, refused.value.writer) == (3, "gpu-slicer 0.9.0")
+    assert (refused.value.version, refused.value.writer) == (4, "gpu-slicer 0.9.0")
     assert store.path.read_bytes() == raw  # left as it is: not moved aside, not rewritten
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.json"]
 

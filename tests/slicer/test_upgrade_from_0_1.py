@@ -10,12 +10,16 @@ scheduler counts them only against the pool they were allocated from, which is g
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kube.memory import InMemoryKubeApi
+from sandbox import image, releases
 from slicer.assembly import AgentConfig, AgentParts, assemble
 from slicer.devices import SliceSpec, WholeGpu
 from slicer.identity import DRIVER, LEGACY_DRIVERS
@@ -23,7 +27,7 @@ from slicer.inventory import GpuState, advertise_gpu
 from slicer.plugin import ClaimRef
 from slicer.simulated import SimulatedBackend
 from tests.slicer.conftest import states_for
-from tests.support.agent_fixtures import NODE, allocate_claim
+from tests.support.agent_fixtures import NODE, allocate_claim, build_agent
 
 SLICES = ("resource.k8s.io/v1", "ResourceSlice")
 OLD = LEGACY_DRIVERS[0]
@@ -146,3 +150,46 @@ def test_a_whole_gpu_of_0_1_s_pool_leaves_nothing_of_that_gpu_offered(mode: str)
     assert advertise_gpu(state).devices
     assert advertise_gpu(held).devices == ()
     assert advertise_gpu(held, static=True).devices == ()
+
+
+def _read_with_0_1(folder: Path) -> subprocess.CompletedProcess[str]:
+    """0.1's own checkpoint reader (its tree from the repository's history) on ``folder``."""
+    try:
+        tree = releases.source()
+    except releases.HistoryMissing as exc:
+        pytest.skip(str(exc))
+    code = (
+        "import sys; from slicer.checkpoint import CheckpointStore; "
+        "print(sorted(CheckpointStore(sys.argv[1]).load().claims))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(folder)],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_0_1_refuses_the_checkpoint_once_it_holds_a_claim_of_the_new_name(tmp_path: Path) -> None:
+    """A rollback to 0.1 with such a claim prepared must not let 0.1 take it for a released
+    claim (it knows only the old name) and destroy the instance under its running pod: 0.1
+    stops before it opens a socket, naming the release that wrote the file."""
+    api = InMemoryKubeApi()
+    backend = SimulatedBackend("A100-80GB:1", node_name=NODE)
+    agent = build_agent(backend, api, tmp_path)
+    old = allocate_claim(api, ["gpu-0-mig-1g10gb-0"], driver=OLD)
+    agent.prepare(old)
+    readable = _read_with_0_1(tmp_path / "checkpoint")
+    assert readable.returncode == 0, readable.stderr
+    assert readable.stdout.strip() == repr([old["metadata"]["uid"]])
+
+    new = allocate_claim(api, ["gpu-0-mig-1g10gb-1"])
+    agent.prepare(new)
+    refused = _read_with_0_1(tmp_path / "checkpoint")
+    assert refused.returncode != 0
+    assert f"is format version 3, written by gpu-slicer {image.version()}" in refused.stderr
+
+    agent.unprepare(new)  # gone again: 0.1 may take the file over
+    assert _read_with_0_1(tmp_path / "checkpoint").returncode == 0
