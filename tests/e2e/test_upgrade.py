@@ -216,10 +216,11 @@ def test_an_upgrade_from_0_1_keeps_running_pods_their_devices_and_serves_new_one
     assert checkpoint_claims(box, NODE) == {}
 
 
-def _revision(box: Sandbox) -> int:
-    done = helm(box, "status", "gpu-slicer", "-o", "json")
+def _revisions(box: Sandbox) -> dict[str, int]:
+    """The release's newest revision of each app version."""
+    done = helm(box, "history", "gpu-slicer", "-o", "json")
     assert done.returncode == 0, done.stderr
-    return int(json.loads(done.stdout)["version"])
+    return {str(r["app_version"]): int(r["revision"]) for r in json.loads(done.stdout)}
 
 
 def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_harms_nothing(
@@ -228,25 +229,32 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
     """0.1 knows only the old name: it would take the running pod's claim for a released one
     and destroy its instance. Its agent refuses the checkpoint instead (format 3) and says
     which release to run; rolling forward again finishes the pod normally."""
-    current = _revision(box)
+    if releases.PREVIOUS.version not in _revisions(box):  # run alone: give the release one
+        _move_to(box, previous / "deploy" / "helm" / "gpu-slicer", releases.PREVIOUS.version)
+        _move_to(box, CHART, image.version())
+    revisions = _revisions(box)
     kept = _converted(box, "kept")
     assert kept["driver"] == DRIVER
     instances = box.instances(NODE)
 
-    done = helm(box, "rollback", "gpu-slicer", str(current - 1), "--timeout", "4m")
+    done = helm(
+        box, "rollback", "gpu-slicer", str(revisions[releases.PREVIOUS.version]), "--timeout", "4m"
+    )
     assert done.returncode == 0, done.stderr
 
     def refusing() -> bool:
         for pod in release_pods(box, "agent"):
             if pod["spec"]["containers"][0]["image"].endswith(f":{releases.PREVIOUS.version}"):
-                try:
-                    said = str(
-                        box.core.read_namespaced_pod_log(
-                            pod["metadata"]["name"], "gpu-slicer", previous=True
+                said = ""
+                for previous_run in (True, False):  # the crashed start's log, else this one's
+                    try:
+                        said += str(
+                            box.core.read_namespaced_pod_log(
+                                pod["metadata"]["name"], "gpu-slicer", previous=previous_run
+                            )
                         )
-                    )
-                except ApiException:
-                    said = pod_log(box, pod)
+                    except ApiException:
+                        continue  # no earlier start yet, or this one not started
                 return f"is format version 3, written by gpu-slicer {image.version()}" in said
         return False
 
@@ -254,7 +262,7 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
     _undisturbed(box, kept)
     assert box.instances(NODE) == instances
 
-    done = helm(box, "rollback", "gpu-slicer", str(current), "--timeout", "4m")
+    done = helm(box, "rollback", "gpu-slicer", str(revisions[image.version()]), "--timeout", "4m")
     assert done.returncode == 0, done.stderr
     box.wait(
         lambda: any(
