@@ -482,3 +482,14 @@ def test_helm_uninstall_first_runs_the_check_that_refuses_while_claims_are_alloc
     assert spec["hostNetwork"] is True
     assert job["spec"]["activeDeadlineSeconds"] > 30
     assert not [o for o in template(["uninstallCheck.enabled=false"]) if o["kind"] == "Job"]
+
+
+@pytest.mark.parametrize(("replicas", "budget"), [("1", False), ("2", True), ("3", True)])
+def test_the_webhook_disruption_budget_never_blocks_a_drain(replicas: str, budget: bool) -> None:
+    """minAvailable 1 with one replica would refuse every eviction of it: no drain of its node
+    could finish. With more, it keeps one answering."""
+    objects = template([f"webhook.replicas={replicas}"])
+    pdbs = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert bool(pdbs) == budget
+    for pdb in pdbs:
+        assert pdb["spec"]["minAvailable"] < int(replicas)
