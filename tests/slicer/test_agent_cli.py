@@ -193,12 +193,12 @@ def test_a_checkpoint_of_a_newer_format_stops_the_agent_with_the_way_out(
 ) -> None:
     (short_dir / "ckpt").mkdir()
     checkpoint = short_dir / "ckpt" / "checkpoint.json"
-    checkpoint.write_bytes(checkpoint_from_the_future(3, writer="gpu-slicer 0.9.0"))
+    checkpoint.write_bytes(checkpoint_from_the_future(4, writer="gpu-slicer 0.9.0"))
     before = checkpoint.read_bytes()
     assert main([*simulated_agent_args(short_dir), "--metrics-bind", ""]) == 1
     err = capsys.readouterr().err
     assert err.startswith("gpu-slicer agent run: cannot start: checkpoint ")
-    assert "is format version 3, written by gpu-slicer 0.9.0" in err
+    assert "is format version 4, written by gpu-slicer 0.9.0" in err
     assert "docs/agent.md, section 'Checkpoint format versions'" in err
     assert checkpoint.read_bytes() == before
     assert not (short_dir / "plugins").exists()  # no socket was opened
