@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.nodes import ScalarNode as RuamelScalar
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kube import documents
@@ -157,10 +158,139 @@ def rewrite(chunk: Chunk, value: Any) -> str:
 def dump(value: Any, *, start: bool = True, like: str = "") -> str:
     """A new document (a template), in block style, its lists indented as in ``like`` (the
     file it goes into)."""
-    yaml = _round_trip(like)
+    mapping, offset = _indentation(like)
+    return ("---\n" if start else "") + written(value, mapping, offset)
+
+
+# --- writing new values: ruamel.yaml once per shape ---------------------------------------------
+
+_WRITTEN_MAX = 512
+"""Shapes remembered by :func:`written` (a tree's templates and claim entries take a few)."""
+_written: dict[tuple[Any, int, int], tuple[str, ...] | None] = {}
+_PLAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._/-]{0,250}[A-Za-z0-9])?\Z")
+_SLOT = "gpuslicerslot{}x"
+"""A stand-in for a slotted string while its shape is written (plain, and a string, in
+every YAML version)."""
+_TAG_STR = "tag:yaml.org,2002:str"
+_PYYAML_RESOLVER = yaml.resolver.Resolver()
+
+
+def written(value: Any, mapping: int, offset: int) -> str:
+    """``value`` in block style, as ruamel.yaml's round-trip dumper writes it with that
+    mapping indent and sequence dash offset (width 4096).
+
+    Written once per shape: the strings that ruamel.yaml writes plain whatever they say
+    (:func:`_slotted`: names, namespaces) are stand-ins, and a value of the same shape, the
+    same keys and the same other scalars gets the remembered text with its own strings put in.
+    Every template of a tree (a name, a namespace and a container's name apart) and every
+    claim entry added to a pod is then written for the price of the first (ruamel.yaml's
+    emitter takes milliseconds a document). A value that holds anything else than mappings
+    with text keys, lists, text, integers, booleans and nulls is written directly."""
+    strings: list[str] = []
+    shape = _shape(value, strings)
+    if shape is None:
+        return _ruamel_written(value, mapping, offset)
+    key = (shape, mapping, offset)
+    if key not in _written:
+        if len(_written) >= _WRITTEN_MAX:
+            _written.clear()
+        _written[key] = _written_shape(value, len(strings), mapping, offset)
+    parts = _written[key]
+    if parts is None:
+        return _ruamel_written(value, mapping, offset)
+    out = [parts[0]]
+    for string, part in zip(strings, parts[1:], strict=True):
+        out += [string, part]
+    return "".join(out)
+
+
+def _ruamel_written(value: Any, mapping: int, offset: int) -> str:
+    yaml = YAML(typ="rt")
+    yaml.width = 4096
+    yaml.indent(mapping=mapping, sequence=offset + 2, offset=offset)
     out = io.StringIO()
     yaml.dump(value, out)
-    return ("---\n" if start else "") + out.getvalue()
+    return out.getvalue()
+
+
+def _shape(value: Any, strings: list[str]) -> Any:
+    """``value`` with each slotted string left out (appended to ``strings``, in the order
+    the dumper writes them) and every other scalar typed; None for what :func:`written`
+    does not remember."""
+    kind = type(value)
+    if kind is dict:
+        pairs = []
+        for key, item in value.items():
+            if type(key) is not str:
+                return None
+            inner = _shape(item, strings)
+            if inner is None:
+                return None
+            pairs.append((key, inner))
+        return ("map", tuple(pairs))
+    if kind is list:
+        items = []
+        for item in value:
+            inner = _shape(item, strings)
+            if inner is None:
+                return None
+            items.append(inner)
+        return ("seq", tuple(items))
+    if kind is str:
+        if _slotted(value):
+            strings.append(value)
+            return ("slot",)
+        return ("str", value)
+    if kind is int or kind is bool or value is None:
+        return (kind.__name__, value)
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _slotted(text: str) -> bool:
+    """Whether ruamel.yaml writes ``text`` plain and as it is wherever a value stands: letters,
+    digits and ``._/-`` (no space to fold at, no indicator, far from the 4096 width) that no
+    YAML version reads as anything but a string (``true``, ``1e3``, ``2024-01-01`` are not)."""
+    return (
+        _PLAIN.match(text) is not None
+        and _ruamel_resolver().resolve(RuamelScalar, text, (True, False)) == _TAG_STR
+        and _PYYAML_RESOLVER.resolve(ScalarNode, text, (True, False)) == _TAG_STR  # type: ignore[no-untyped-call]
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _ruamel_resolver() -> Any:
+    return YAML(typ="rt").resolver
+
+
+def _written_shape(value: Any, count: int, mapping: int, offset: int) -> tuple[str, ...] | None:
+    """The text of ``value``'s shape, cut where its ``count`` slotted strings go; None when
+    the stand-ins cannot be found once each, in order (never seen: then nothing is
+    remembered)."""
+    numbers = iter(range(count))
+    text = _ruamel_written(_stand_ins(value, numbers), mapping, offset)
+    parts = []
+    position = 0
+    for number in range(count):
+        slot = _SLOT.format(number)
+        found = text.find(slot, position)
+        if found < 0 or text.count(slot) != 1:
+            return None
+        parts.append(text[position:found])
+        position = found + len(slot)
+    parts.append(text[position:])
+    return tuple(parts)
+
+
+def _stand_ins(value: Any, numbers: Any) -> Any:
+    """``value`` with each slotted string replaced by its numbered stand-in."""
+    if type(value) is dict:
+        return {key: _stand_ins(item, numbers) for key, item in value.items()}
+    if type(value) is list:
+        return [_stand_ins(item, numbers) for item in value]
+    if type(value) is str and _slotted(value):
+        return _SLOT.format(next(numbers))
+    return value
 
 
 def sync(node: Any, value: Any) -> Any:
@@ -455,16 +585,8 @@ class _Editor:
             if _is_scalar(value) or not value:
                 lines.append(f"{_flow_scalar(key)}: {_flow(value)}\n")
                 continue
-            yaml_out = YAML(typ="rt")
-            yaml_out.width = 4096
-            yaml_out.indent(
-                mapping=self.mapping_indent,
-                sequence=sequence_offset + 2,
-                offset=sequence_offset,
-            )
-            out = io.StringIO()
-            yaml_out.dump({key: value}, out)
-            lines += out.getvalue().splitlines(keepends=True)
+            text = written({key: value}, self.mapping_indent, sequence_offset)
+            lines += text.splitlines(keepends=True)
         return "".join(" " * column + line.replace("\n", self.eol) for line in lines)
 
     def block_items(self, values: list[Any], column: int) -> str:
