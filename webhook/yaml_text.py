@@ -454,6 +454,19 @@ _WHITESPACE = " \t\r\n"
 
 def _flow_scalar(value: Any) -> str:
     """``value`` (a scalar) written on one line, valid in flow and block context alike."""
+    if value is None or type(value) in (str, int, bool):
+        return _flow_scalar_remembered(value)
+    return _flow_scalar_written(value)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _flow_scalar_remembered(value: str | int | bool | None) -> str:
+    """:func:`_flow_scalar_written` of text, integers, booleans and null, remembered: the same
+    keys and names are written into every converted pod (floats are not: ``-0.0 == 0.0``)."""
+    return _flow_scalar_written(value)
+
+
+def _flow_scalar_written(value: Any) -> str:
     if isinstance(value, (str, int, float, bool)) or value is None:
         out = yaml.safe_dump(
             [value], default_flow_style=True, width=1 << 30, allow_unicode=True
