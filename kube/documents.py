@@ -476,6 +476,21 @@ def parse_all_fast(text: str) -> list[Any]:
         return parse_all(text)
 
 
+def well_formed(text: str) -> bool:
+    """Whether libyaml parses ``text`` without error, all in C (no node, no value is made):
+    the syntax alone, not the bounds, anchors or values."""
+    if not FAST:
+        return False
+    parser = _CParser(text)
+    try:
+        parser.raw_parse()
+    except yaml.YAMLError:
+        return False
+    finally:
+        parser.dispose()
+    return True
+
+
 def _describe(exc: yaml.YAMLError) -> str:
     """What is wrong and where, without the source excerpt PyYAML appends."""
     mark = getattr(exc, "problem_mark", None)

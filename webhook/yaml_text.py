@@ -102,6 +102,47 @@ def _mentions(text: str, needles: tuple[str, ...]) -> bool:
     return any(needle in unescaped for needle in needles)
 
 
+_QUIET_HEAD = re.compile(
+    r"(?:---[ ]*(?:#[^\n]*)?\n)?(?:[ ]*(?:#[^\n]*)?\n)*"
+    r"apiVersion:[ ]+(?:[a-z0-9][a-z0-9.-]*/)?v[0-9][a-z0-9]*[ ]*(?:#[^\n]*)?\n"
+)
+"""A document that starts (after its ``---`` line, comments and blank lines) with a block
+mapping's ``apiVersion: group/version`` key: a mapping, with an apiVersion that is text."""
+_QUIET_BREAKERS = re.compile(r"[*&!?\\\t\r\x85\u2028\u2029]")
+_FLOW_KEY = re.compile(r"[\]}] *:")
+_REFUSED_NUMBER = re.compile(r"(?:0[bx]|\.)_")
+_LONG_LINE = 4000
+"""A line this long may hold an integer too long to read (4,300 digits)."""
+
+
+def says_nothing(text: str, kinds: frozenset[tuple[str, str]]) -> bool:
+    """Whether ``convert`` would read the document ``text``, which holds no GPU text
+    (:func:`may_ask_for_gpus`), only to say nothing and keep it: one mapping whose apiVersion
+    is text (:data:`_QUIET_HEAD`, the key once), whose kind is neither ``List`` nor one of
+    ``kinds`` (group, kind) that convert reads pod templates of (spelled in none of its text,
+    it is none of them), well-formed YAML (libyaml's parser, in C) that no bound of the reader
+    refuses (``kube.documents.depth_bound``) and whose values can all be read: no alias,
+    anchor, tag, complex key, escape, tab or other line break (:data:`_QUIET_BREAKERS`), no
+    merge key, no flow collection as a key, no ``0x_``, ``0b_`` or ``._`` (read as numbers,
+    then refused), no line of :data:`_LONG_LINE`, no other document. Such a document is
+    counted and let go without being read; any other is read as before, so that every problem
+    is named as before."""
+    if not _QUIET_HEAD.match(text) or "List" in text:
+        return False
+    if any(kind in text and (not group or group in text) for group, kind in kinds):
+        return False
+    if text.count("apiVersion") != 1 or _QUIET_BREAKERS.search(text):
+        return False
+    if "<<" in text or "\n---" in text or "\n..." in text:
+        return False
+    if _FLOW_KEY.search(text) or _REFUSED_NUMBER.search(text):
+        return False
+    if len(text) >= _LONG_LINE and max(map(len, text.split("\n"))) >= _LONG_LINE:
+        return False
+    bound = documents.depth_bound(text)
+    return bound is not None and bound <= documents.MAX_DEPTH and documents.well_formed(text)
+
+
 def split(text: str, *, read_all: bool = True) -> list[Chunk]:
     """The documents of a YAML stream, in order; raises DocumentError for invalid YAML (in a
     document it reads).
