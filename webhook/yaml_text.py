@@ -480,11 +480,30 @@ def edit_text(
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal, and of the same types all the way down (``True`` is not ``1``)."""
+    """Equal, and of the same types all the way down (``True`` is not ``1``).
+
+    Told in C where it can be: unequal values are never the same, and equal ones are when
+    their JSON (keys sorted) is the same too, JSON telling ``true`` from ``1`` from ``1.0``
+    (and a key ``1`` from ``"1"``, which ``==`` tells apart). Walked in Python
+    (:func:`_same_walk`) otherwise: types JSON does not write, NaN, infinities, and equal
+    values whose JSON differs (``-0.0``, keys ``1`` and ``True``)."""
+    if a != b:
+        return False
+    try:
+        if json.dumps(a, sort_keys=True, allow_nan=False) == json.dumps(
+            b, sort_keys=True, allow_nan=False
+        ):
+            return True
+    except (TypeError, ValueError):
+        pass
+    return _same_walk(a, b)
+
+
+def _same_walk(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_same_walk(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_same_walk(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and bool(a == b)
 
 
@@ -493,11 +512,22 @@ _MERGE = "tag:yaml.org,2002:merge"
 _WHITESPACE = " \t\r\n"
 
 
+_SINGLE_QUOTED = re.compile(r"[!-~](?:[ -~]*[!-~])?")
+"""Printable ASCII, no space at either end, with a flow indicator in it: PyYAML writes it in
+single quotes in a flow sequence (not plain, because of the indicator; nothing for double
+quotes to escape), as the JSON of the ``gpu-slicer.io/converted`` record every pod gets."""
+
+
 def _flow_scalar(value: Any) -> str:
     """``value`` (a scalar) written on one line, valid in flow and block context alike."""
+    if type(value) is str and _SINGLE_QUOTED.fullmatch(value) and _FLOW_INDICATOR.search(value):
+        return "'" + value.replace("'", "''") + "'"
     if value is None or type(value) in (str, int, bool):
         return _flow_scalar_remembered(value)
     return _flow_scalar_written(value)
+
+
+_FLOW_INDICATOR = re.compile(r"[,\[\]{}]")
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
@@ -537,7 +567,7 @@ class _Editor:
         self.text = text
         self.edits: list[tuple[int, int, str]] = []
         self.eol = line_ending(text)
-        self.shared = _shared(root)
+        self.shared = _shared(root) if "*" in text else set()  # an alias is written *name
         self.mapping_indent, self.sequence_offset = _indentation(text)
         self.path: list[str] = []
         self.reemitted: list[str] = []

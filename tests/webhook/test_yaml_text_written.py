@@ -129,3 +129,53 @@ def test_a_string_that_would_not_be_written_plain_is_part_of_the_shape() -> None
         assert not yaml_text._slotted(text), text
     assert yaml_text._slotted("gpu-slicer-6370bc703a")
     assert yaml_text._slotted("team-0")
+
+
+def test_scalars_are_written_in_flow_as_pyyaml_writes_them() -> None:
+    """The single quotes written without PyYAML's emitter (a record's JSON) are PyYAML's."""
+    import json
+    import random
+
+    chooser = random.Random(7)
+    alphabet = [*"ab :,[]{}'\"#&*!|>%@`?-=\\/", " ", "\t", "\n", "é"]
+    texts = [json.dumps({"a": [1, "b c"], "d": "it's"}), "{", "[a]", " {a}", "{a} ", "a,b"]
+    texts += ["".join(chooser.choices(alphabet, k=chooser.randint(1, 12))) for _ in range(3000)]
+    for text in texts:
+        assert yaml_text._flow_scalar(text) == yaml_text._flow_scalar_written(text), text
+
+
+def test_values_are_the_same_only_with_the_same_types_all_the_way_down() -> None:
+    nan = float("nan")
+    values: list[Any] = [
+        1,
+        True,
+        1.0,
+        -0.0,
+        0.0,
+        "1",
+        None,
+        nan,
+        float("inf"),
+        [1],
+        [True],
+        [1.0],
+        [nan],
+        [-0.0],
+        [0.0],
+        {"a": 1},
+        {"a": True},
+        {1: "a"},
+        {True: "a"},
+        {1.0: "a"},
+        {"1": "a"},
+        {"a": 1, "b": [2]},
+        {"b": [2], "a": 1},
+        {"a": {"b": [1, {"c": -0.0}]}},
+        {"a": {"b": [1, {"c": 0.0}]}},
+        {1: "a", "b": 2},
+        (1,),
+        __import__("datetime").date(2024, 1, 1),
+    ]
+    for a in values:
+        for b in values:
+            assert yaml_text._same(a, b) == yaml_text._same_walk(a, b), (a, b)
