@@ -55,6 +55,32 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _VersionAction(argparse.Action):
+    """argparse's ``version`` action, the version looked up only when asked for (reading the
+    package's metadata costs every command tens of milliseconds)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show program's version number and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        formatter = parser._get_formatter()
+        formatter.add_text(f"gpu-slicer {_version()}")
+        parser._print_message(formatter.format_help(), sys.stdout)
+        parser.exit()
+
+
 def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
     """The command modules a parser for ``argv`` needs: the named command's own when one of
     :data:`COMMANDS` comes first (after ``--log-level LEVEL``), none for a lone ``--version``,
@@ -77,7 +103,7 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentP
         prog="gpu-slicer",
         description="Move GPU workloads from the device plugin to DRA with just-in-time MIG.",
     )
-    parser.add_argument("--version", action="version", version=f"gpu-slicer {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument(
         "--log-level",
         default="INFO",
