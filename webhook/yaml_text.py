@@ -152,14 +152,8 @@ def split(text: str, *, read_all: bool = True) -> list[Chunk]:
     :data:`TREE_KINDS`, with libyaml (``kube.documents.parse_all_fast``: it is never edited),
     and otherwise not at all: its ``values`` stay empty and ``read`` False (the caller checks
     it later)."""
-    pieces: list[list[str]] = [[]]
-    for line in text.splitlines(keepends=True):
-        if _SEPARATOR.match(line.rstrip("\r\n")) and pieces[-1]:
-            pieces.append([])
-        pieces[-1].append(line)
     chunks = []
-    for lines in pieces:
-        body = "".join(lines)
+    for body in _documents_as_written(text):
         if _mentions(body, GPU_TEXT):
             nodes, values = documents.read_with_nodes(body)
             chunks.append(Chunk(body, values, nodes))
@@ -170,6 +164,30 @@ def split(text: str, *, read_all: bool = True) -> list[Chunk]:
         else:
             chunks.append(Chunk(body, [], read=False))
     return chunks
+
+
+_OTHER_BREAKS = re.compile("\r(?!\n)|[\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+"""What ``str.splitlines`` breaks lines at, besides ``\n`` and ``\r\n``."""
+_SEPARATOR_LINES = re.compile(r"^---[ \t]*(?:#[^\r\n]*)?(?=\r?\n|\Z)", re.MULTILINE)
+
+
+def _documents_as_written(text: str) -> list[str]:
+    """``text`` cut before each ``---`` line but a first one (:data:`_SEPARATOR`, a line as
+    ``str.splitlines`` breaks them), every character kept. Found with one search of the text
+    where lines break at ``\n`` or ``\r\n`` only, line by line otherwise."""
+    if _OTHER_BREAKS.search(text) is None:
+        starts = [m.start() for m in _SEPARATOR_LINES.finditer(text) if m.start() > 0]
+        return [text[a:b] for a, b in zip([0, *starts], [*starts, len(text)], strict=True)]
+    return _documents_line_by_line(text)
+
+
+def _documents_line_by_line(text: str) -> list[str]:
+    pieces: list[list[str]] = [[]]
+    for line in text.splitlines(keepends=True):
+        if _SEPARATOR.match(line.rstrip("\r\n")) and pieces[-1]:
+            pieces.append([])
+        pieces[-1].append(line)
+    return ["".join(lines) for lines in pieces]
 
 
 def _header(text: str) -> tuple[str, str]:

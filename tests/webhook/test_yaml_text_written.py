@@ -179,3 +179,18 @@ def test_values_are_the_same_only_with_the_same_types_all_the_way_down() -> None
     for a in values:
         for b in values:
             assert yaml_text._same(a, b) == yaml_text._same_walk(a, b), (a, b)
+
+
+def test_a_stream_is_cut_at_the_same_lines_with_one_search_as_line_by_line() -> None:
+    import random
+
+    chooser = random.Random(11)
+    lines = ["---", "--- # c", "---  ", "---\t", "--- x", " ---", "----", "---#", "a: 1", "", "#"]
+    lines += ["...", "\ufeff---", "- b", "--- |", "x: '---'"]
+    for _ in range(3000):
+        eol = chooser.choice(["\n", "\r\n"])
+        picked = chooser.choices(lines, k=chooser.randint(0, 8))
+        text = eol.join(picked) + chooser.choice(["", eol])
+        assert yaml_text._OTHER_BREAKS.search(text) is None
+        assert yaml_text._documents_as_written(text) == yaml_text._documents_line_by_line(text)
+    assert yaml_text._documents_as_written("a\r---\nb") == ["a\r", "---\nb"]  # line by line
