@@ -53,7 +53,8 @@ class Chunk:
     """The node tree of a document with GPU text, read with its values for :func:`edit`."""
     read: bool = True
     """Whether ``values`` were read. A document without GPU text (:func:`may_ask_for_gpus`) is
-    not: ``convert`` checks it with ``kube.documents.parse_all_fast`` and keeps its text."""
+    not: ``convert`` lets it go unread where it would only check it (:func:`says_nothing`),
+    checks it with ``kube.documents.parse_all_fast`` otherwise, and keeps its text."""
 
 
 GPU_TEXT = ("nvidia.com/", "gpu-slicer.io/")
