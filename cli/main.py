@@ -14,16 +14,24 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, cast
 
-COMMAND_MODULES = (
-    "slicer.cli",
-    "webhook.cli",
-    "certs.cli",
-    "sim.cli",
-    "sandbox.cli",
-    "plan.cli",
-    "status.cli",
-    "status.uninstall",
-)
+COMMANDS: dict[str, str] = {
+    "agent": "slicer.cli",
+    "catalog": "slicer.cli",
+    "slices": "slicer.cli",
+    "convert": "webhook.cli",
+    "policy": "webhook.cli",
+    "webhook": "webhook.cli",
+    "certs": "certs.cli",
+    "simulate": "sim.cli",
+    "sandbox": "sandbox.cli",
+    "plan": "plan.cli",
+    "status": "status.cli",
+    "uninstall-check": "status.uninstall",
+}
+"""The module that registers each command, in the order of ``--help``. A command given on the
+command line needs only its own module imported (:func:`modules_for`): ``slicer.cli`` alone
+imports the agent, half a second that ``convert`` has no use for."""
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -47,12 +55,55 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """argparse's ``version`` action, the version looked up only when asked for (reading the
+    package's metadata costs every command tens of milliseconds)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show program's version number and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        formatter = parser._get_formatter()
+        formatter.add_text(f"gpu-slicer {_version()}")
+        parser._print_message(formatter.format_help(), sys.stdout)
+        parser.exit()
+
+
+def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command modules a parser for ``argv`` needs: the named command's own when one of
+    :data:`COMMANDS` comes first (after ``--log-level LEVEL``), none for a lone ``--version``,
+    every one otherwise (help, completion, a mistake), so that what is printed never differs."""
+    rest = list(argv)
+    if rest[:1] == ["--log-level"]:
+        rest = rest[2:]
+    elif rest and rest[0].startswith("--log-level="):
+        rest = rest[1:]
+    if rest == ["--version"]:
+        return ()
+    module = COMMANDS.get(rest[0]) if rest else None
+    return (module,) if module is not None else COMMAND_MODULES
+
+
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
+    """The parser of every command (``modules``: of those commands only, see
+    :func:`modules_for`)."""
     parser = Parser(
         prog="gpu-slicer",
         description="Move GPU workloads from the device plugin to DRA with just-in-time MIG.",
     )
-    parser.add_argument("--version", action="version", version=f"gpu-slicer {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument(
         "--log-level",
         default="INFO",
@@ -64,11 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         "argparse._SubParsersAction[argparse.ArgumentParser]",
         parser.add_subparsers(dest="command", metavar="COMMAND", required=True),
     )
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(name).register(subparsers)
     from cli import completion
 
-    completion.register(subparsers)
+    if tuple(modules) == COMMAND_MODULES:
+        completion.register(subparsers)
     for leaf in completion.leaves(parser):
         # Accepted after the subcommand too; SUPPRESS keeps the top-level value when absent.
         if "--log-level" not in leaf.parser._option_string_actions:
@@ -93,7 +145,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(modules_for(sys.argv[1:] if argv is None else argv))
     args = parse(parser, argv)
     from cli.logs import configure_logging
 

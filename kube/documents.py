@@ -16,6 +16,7 @@ too long for Python to convert is refused with its line rather than crashing.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
 MAX_DEPTH = 100
@@ -127,6 +128,26 @@ class _CLoader(_CParser or _NoLibyaml, SafeConstructor, Resolver):  # type: igno
         SafeConstructor.__init__(self)
         Resolver.__init__(self)
 
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """Resolver.resolve, remembered per plain scalar's text (libyaml asks for every
+        scalar; keys and most values recur from document to document). A quoted scalar is a
+        string, as Resolver says when no path resolver is set (none is)."""
+        if kind is not ScalarNode or self.yaml_path_resolvers:
+            return Resolver.resolve(self, kind, value, implicit)  # type: ignore[no-untyped-call]
+        if not implicit[0]:
+            return _STR
+        tag = _RESOLVED.get(value)
+        if tag is None:
+            tag = Resolver.resolve(self, kind, value, implicit)  # type: ignore[no-untyped-call]
+            if len(_RESOLVED) >= _RESOLVED_MAX:
+                _RESOLVED.clear()
+            _RESOLVED[value] = tag
+        return tag
+
+
+_RESOLVED: dict[str, str] = {}
+_RESOLVED_MAX = 50_000
+
 
 def _libyaml_bounds_nesting() -> bool:
     """Whether this libyaml refuses deep nesting itself (0.2.5 and later do)."""
@@ -139,11 +160,11 @@ def _libyaml_bounds_nesting() -> bool:
     return False
 
 
-def _within_bounds(root: Node) -> None:
+def _within_bounds(root: Node) -> bool:
     """Raise _Refused when ``root`` (composed by libyaml) nests deeper than :data:`MAX_DEPTH`
-    or its aliases break :func:`_check_expansion`. Walked in document order, each node once:
-    a node is first met where it is written (an anchor comes before its aliases), so depth is
-    counted as :class:`_Bounded` counts it while composing."""
+    or its aliases break :func:`_check_expansion`; whether it has aliases. Walked in document
+    order, each node once: a node is first met where it is written (an anchor comes before its
+    aliases), so depth is counted as :class:`_Bounded` counts it while composing."""
     seen: set[int] = set()
     shared = False
     stack: list[tuple[Node, int]] = [(root, 1)]
@@ -164,6 +185,44 @@ def _within_bounds(root: Node) -> None:
             stack += [(n, depth + 1) for pair in reversed(node.value) for n in reversed(pair)]
     if shared:
         _check_expansion(root)
+    return shared
+
+
+_LINE_HEAD = re.compile(r"^ *(?:(?:[-?:]|[&!]\S*)(?: +|$))*", re.MULTILINE)
+"""A line's indentation and the indicators (``- ``, ``? ``, ``: ``) and node properties
+(``&anchor``, ``!tag``) after it, where a compact collection may start on the same line."""
+_HEAD_PART = re.compile(r"\S+ *")
+_MARKER_WITH_CONTENT = re.compile(r"^(?:---|\.\.\.)[ \t]*[^\s#]", re.MULTILINE)
+
+
+def depth_bound(text: str) -> int | None:
+    """A depth that ``text``'s documents cannot exceed, told from its characters alone; None
+    when they may hold aliases (a ``*``) or where the count below does not hold.
+
+    A block collection nested in another starts further right, but for a list right under a
+    key (at the key's column): at most two levels a column, and a block collection starts
+    where a line's content does or right after its ``- ``/``? ``/``: `` indicators and node
+    properties. A flow collection starts at a bracket (a list item ``a: b`` is a mapping of its
+    own). So: twice the columns where a collection may start, plus two a ``[``, one a ``{``,
+    plus the scalar at the bottom. Lines must break at ``\n`` only (no tab, no other line
+    break), and no document may start on a line with content."""
+    if "*" in text or "\t" in text:
+        return None
+    if "\r" in text and text.count("\r") != text.count("\r\n"):
+        return None
+    if not text.isascii() and any(c in text for c in "\x85\u2028\u2029"):
+        return None
+    if _MARKER_WITH_CONTENT.search(text):
+        return None
+    columns = set()
+    for head in set(_LINE_HEAD.findall(text)):
+        rest = head.lstrip(" ")
+        column = len(head) - len(rest)
+        columns.add(column)
+        for part in _HEAD_PART.findall(rest):
+            column += len(part)
+            columns.add(column)
+    return 2 * len(columns) + 2 * text.count("[") + text.count("{") + 1
 
 
 def _check_expansion(root: Node) -> None:
@@ -219,6 +278,55 @@ for _class in (_Loader, _FastLoader, _CLoader):
     _class.add_constructor("tag:yaml.org,2002:binary", _as_text)
     _class.add_constructor("tag:yaml.org,2002:int", _int)
 
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_SCALAR_TAGS = tuple(
+    f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "timestamp", "binary")
+)
+
+
+class _Unusual(Exception):  # noqa: N818 - control flow, never leaves this module
+    """A node :func:`_values` leaves to the loader's own constructor."""
+
+
+def _values(loader: Any, root: Node) -> Any:
+    """The value of ``root``, a document without aliases, exactly as ``loader``'s constructor
+    makes it (the same scalar constructors), without its bookkeeping per node (a generator, a
+    recursion guard, an identity cache: a third of reading a document with libyaml). Raises
+    _Unusual where the constructor does more: a merge key, a tag other than YAML's own
+    scalars, maps and lists, a collection as a key."""
+    constructors = loader.yaml_constructors
+    scalars = {tag: constructors[tag] for tag in _SCALAR_TAGS}
+
+    def value(node: Node) -> Any:
+        kind = type(node)
+        tag = node.tag
+        if kind is ScalarNode:
+            if tag == _STR:
+                return node.value
+            constructor = scalars.get(tag)
+            if constructor is None:
+                raise _Unusual
+            return constructor(loader, node)
+        if kind is MappingNode and tag == _MAP:
+            out = {}
+            for key, item in node.value:
+                if type(key) is not ScalarNode or key.tag not in _KEY_TAGS:
+                    raise _Unusual
+                name = value(key)  # the key first, as the constructor does
+                out[name] = value(item)
+            return out
+        if kind is SequenceNode and tag == _SEQ:
+            return [value(item) for item in node.value]
+        raise _Unusual
+
+    return value(root)
+
+
+_KEY_TAGS = frozenset((_STR, *_SCALAR_TAGS))
+
+
 FAST = _CParser is not None
 """Whether PyYAML has libyaml (its wheels do): :func:`parse_all_fast` then reads with it."""
 C_COMPOSES = _libyaml_bounds_nesting()
@@ -250,7 +358,16 @@ def compose_all(text: str) -> list[Node]:
 
 def read_with_nodes(text: str) -> tuple[list[Node], list[Any]]:
     """:func:`compose_all` and :func:`parse_all` of ``text`` in one reading: the values are
-    constructed from the very nodes (what an editor that also needs the values reads)."""
+    constructed from the very nodes (what an editor that also needs the values reads).
+
+    Composed by libyaml where the text holds nothing the two readers are known to read
+    differently (:func:`_read_alike`): the same nodes, marks and values, five times faster;
+    anything libyaml refuses is read again by the Python reader, for its verdict and message."""
+    if FAST and C_COMPOSES and _read_alike(text):
+        try:
+            return _read_with_nodes_c(text)
+        except (yaml.YAMLError, RecursionError):
+            pass
     try:
         loader = _Loader(text)
         try:
@@ -261,7 +378,7 @@ def read_with_nodes(text: str) -> tuple[list[Node], list[Any]]:
                 if node is None:
                     continue
                 nodes.append(node)
-                value = loader.construct_document(node)
+                value = _constructed(loader, node, loader._aliased)
                 if value is not None:
                     values.append(value)
             return nodes, values
@@ -271,6 +388,51 @@ def read_with_nodes(text: str) -> tuple[list[Node], list[Any]]:
         raise DocumentError(_describe(exc)) from exc
     except RecursionError as exc:
         raise DocumentError("the YAML is nested too deeply to read") from exc
+
+
+_NOT_ALIKE = re.compile(r"[^\x20-\x7e\n]|\?|^%|[|>][-+0-9]*#|:\s*[,}\]]", re.MULTILINE)
+"""What PyYAML's own scanner and libyaml are known to read differently, or whose marks they
+place differently: anything but printable ASCII and ``\n`` (tabs, a byte-order mark, ``\r``),
+``?`` (in a flow collection), a directive, ``|#``, an empty value in a flow collection."""
+
+
+def _read_alike(text: str) -> bool:
+    """Whether libyaml may stand in for the Python reader on ``text``: it ends with a line
+    break (else the last mark's line differs) and holds nothing of :data:`_NOT_ALIKE`."""
+    return text.endswith("\n") and _NOT_ALIKE.search(text) is None
+
+
+def _read_with_nodes_c(text: str) -> tuple[list[Node], list[Any]]:
+    """:func:`read_with_nodes` on libyaml, with the same bounds (:func:`parse_all_fast`)."""
+    bound = depth_bound(text)
+    plain = bound is not None and bound <= MAX_DEPTH
+    loader = _CLoader(text)
+    try:
+        nodes = []
+        values = []
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            shared = not plain and _within_bounds(node)
+            nodes.append(node)
+            value = _constructed(loader, node, shared)
+            if value is not None:
+                values.append(value)
+        return nodes, values
+    finally:
+        loader.dispose()
+
+
+def _constructed(loader: Any, node: Node, aliased: bool) -> Any:
+    """The value of the document ``node``: :func:`_values` where it can (no alias), else the
+    loader's constructor."""
+    if not aliased:
+        try:
+            return _values(loader, node)
+        except _Unusual:
+            pass
+    return loader.construct_document(node)
 
 
 def parse_all(text: str) -> list[Any]:
@@ -295,14 +457,16 @@ def parse_all_fast(text: str) -> list[Any]:
     try:
         if not C_COMPOSES:
             return [d for d in yaml.load_all(text, Loader=_FastLoader) if d is not None]  # noqa: S506
+        bound = depth_bound(text)
+        plain = bound is not None and bound <= MAX_DEPTH  # no walk needed, no alias
         loader = _CLoader(text)
         try:
             values = []
             while loader.check_node():
                 node = loader.get_node()
                 if node is not None:
-                    _within_bounds(node)
-                    value = loader.construct_document(node)
+                    shared = not plain and _within_bounds(node)
+                    value = _constructed(loader, node, shared)
                     if value is not None:
                         values.append(value)
             return values
@@ -310,6 +474,21 @@ def parse_all_fast(text: str) -> list[Any]:
             loader.dispose()
     except (yaml.YAMLError, RecursionError):
         return parse_all(text)
+
+
+def well_formed(text: str) -> bool:
+    """Whether libyaml parses ``text`` without error, all in C (no node, no value is made):
+    the syntax alone, not the bounds, anchors or values."""
+    if not FAST:
+        return False
+    parser = _CParser(text)
+    try:
+        parser.raw_parse()
+    except yaml.YAMLError:
+        return False
+    finally:
+        parser.dispose()
+    return True
 
 
 def _describe(exc: yaml.YAMLError) -> str:

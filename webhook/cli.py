@@ -391,19 +391,20 @@ def _write_out_dir(
 
 
 def _join(texts: list[str]) -> str:
-    """Streams one after the other, each starting a new document."""
-    out = ""
+    """Streams one after the other, each starting a new document (joined once: adding each
+    to the stream so far would copy it again and again)."""
+    parts: list[str] = []
     for text in texts:
         if not text.strip():
             continue
-        if out:  # a byte-order mark belongs at the start of the stream only
+        if parts:  # a byte-order mark belongs at the start of the stream only
             text = text.removeprefix("\ufeff")
-        if out and not out.endswith("\n"):
-            out += "\n"
-        if out and not text.lstrip().startswith("---"):
-            out += "---\n"
-        out += text
-    return out
+            if not parts[-1].endswith("\n"):
+                parts.append("\n")
+            if not text.lstrip().startswith("---"):
+                parts.append("---\n")
+        parts.append(text)
+    return "".join(parts)
 
 
 # --- webhook serve (admission server) --------------------------------------------------------

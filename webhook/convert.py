@@ -22,7 +22,7 @@ from typing import Any
 import jsonpatch
 
 from kube import documents
-from slicer.identity import NamespaceMode
+from slicer.identity import LEGACY_GPU, NamespaceMode
 from webhook.crd_schema import pruned_fields, schema_of
 from webhook.errors import Denied, ManifestError
 from webhook.extended import extended_class
@@ -42,6 +42,8 @@ from webhook.workloads import (
     show,
 )
 from webhook.workloads import lookup as node_at
+
+_VENDOR = LEGACY_GPU[: LEGACY_GPU.index("/") + 1]
 
 POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     w.kind: w.templates[0] for w in DEFAULT_TABLE if w.built_in and w.kind != "Pod"
@@ -420,11 +422,24 @@ def _left_alone(obj: Any, reason: str, covered: Sequence[str]) -> list[str]:
     """A warning per GPU request ``obj`` still has outside the container lists translation
     read (``covered``), whatever its kind."""
     out: list[str] = []
+    if not _may_name_gpus(obj):
+        return out
     for place, resource in gpu_requests(obj):
         if any(place == c or place.startswith((f"{c}.", f"{c}[")) for c in covered):
             continue
         out.append(f"left alone: asks for {resource} at {place}: {reason}")
     return out
+
+
+def _may_name_gpus(obj: Any) -> bool:
+    """Whether ``obj`` may hold a GPU resource name (every one starts with ``nvidia.com/``,
+    webhook.workloads.is_gpu_resource), told from its JSON, written in C: a walk of every
+    object in Python (:func:`webhook.workloads.gpu_requests`) costs several times more, and
+    nearly every object of a tree has none. True when it cannot be written as JSON."""
+    try:
+        return _VENDOR in json.dumps(obj, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return True
 
 
 def _pod_template(template: Any, steps: tuple[Step, ...], built_in: bool) -> dict[str, Any]:

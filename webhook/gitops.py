@@ -160,6 +160,7 @@ def _convert_files(
     crds = tree_crds(values)
     native_extended |= tree_extended(values)
     table = policy_table(policy)
+    kinds = frozenset(workload.key for workload in table)
     seen: set[tuple[str, str]] = set()
     per_kustomization: dict[PurePosixPath, tuple[set[tuple[str, str]], list[str]]] = {}
     for file in files:
@@ -181,7 +182,7 @@ def _convert_files(
         )
         kept = set(emitted)  # emitted only once the whole file is read
         try:
-            result = _convert_file(file, convert, kept)
+            result = _convert_file(file, convert, kept, kinds)
         except documents.DocumentError as exc:
             file.error = str(exc)
             if any(c.values for c in file.chunks):
@@ -211,18 +212,26 @@ def _convert_files(
 
 
 def _convert_file(
-    file: ManifestFile, convert: Callable[..., ConvertResult], seen: set[tuple[str, str]]
+    file: ManifestFile,
+    convert: Callable[..., ConvertResult],
+    seen: set[tuple[str, str]],
+    kinds: frozenset[tuple[str, str]],
 ) -> ConvertResult:
     """The file's documents converted in order, their results joined; raises DocumentError.
 
-    A document not read yet (no GPU text) is read now with libyaml, converted on its own and
-    let go: that it is valid YAML and a well-formed object is all it can tell. When it has
-    anything to say (a problem, a note, a change), it is read again with the Python reader
-    and converted as every other document, so that what is said and kept is the same."""
+    A document not read yet (no GPU text) that conversion would only check is counted and let
+    go unread (``yaml_text.says_nothing``: well-formed, an object of none of ``kinds``).
+    Another is read now with libyaml, converted on its own and let go: that it is valid YAML
+    and a well-formed object is all it can tell. When it has anything to say (a problem, a
+    note, a change), it is read again with the Python reader and converted as every other
+    document, so that what is said and kept is the same."""
     result = ConvertResult()
     number = 1
     for chunk in file.chunks:
         if not chunk.read:
+            if yaml_text.says_nothing(chunk.text, kinds):
+                number += 1
+                continue
             values = documents.parse_all_fast(chunk.text)
             part = convert(values, seen=set(), first=number)
             if not (any(part.changed) or part.templates or part.problems or part.warnings):

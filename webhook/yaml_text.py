@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.nodes import ScalarNode as RuamelScalar
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kube import documents
@@ -52,7 +53,8 @@ class Chunk:
     """The node tree of a document with GPU text, read with its values for :func:`edit`."""
     read: bool = True
     """Whether ``values`` were read. A document without GPU text (:func:`may_ask_for_gpus`) is
-    not: ``convert`` checks it with ``kube.documents.parse_all_fast`` and keeps its text."""
+    not: ``convert`` lets it go unread where it would only check it (:func:`says_nothing`),
+    checks it with ``kube.documents.parse_all_fast`` otherwise, and keeps its text."""
 
 
 GPU_TEXT = ("nvidia.com/", "gpu-slicer.io/")
@@ -101,6 +103,47 @@ def _mentions(text: str, needles: tuple[str, ...]) -> bool:
     return any(needle in unescaped for needle in needles)
 
 
+_QUIET_HEAD = re.compile(
+    r"(?:---[ ]*(?:#[^\n]*)?\n)?(?:[ ]*(?:#[^\n]*)?\n)*"
+    r"apiVersion:[ ]+(?:[a-z0-9][a-z0-9.-]*/)?v[0-9][a-z0-9]*[ ]*(?:#[^\n]*)?\n"
+)
+"""A document that starts (after its ``---`` line, comments and blank lines) with a block
+mapping's ``apiVersion: group/version`` key: a mapping, with an apiVersion that is text."""
+_QUIET_BREAKERS = re.compile(r"[*&!?\\\t\r\x85\u2028\u2029]")
+_FLOW_KEY = re.compile(r"[\]}] *:")
+_REFUSED_NUMBER = re.compile(r"(?:0[bx]|\.)_")
+_LONG_LINE = 4000
+"""A line this long may hold an integer too long to read (4,300 digits)."""
+
+
+def says_nothing(text: str, kinds: frozenset[tuple[str, str]]) -> bool:
+    """Whether ``convert`` would read the document ``text``, which holds no GPU text
+    (:func:`may_ask_for_gpus`), only to say nothing and keep it: one mapping whose apiVersion
+    is text (:data:`_QUIET_HEAD`, the key once), whose kind is neither ``List`` nor one of
+    ``kinds`` (group, kind) that convert reads pod templates of (spelled in none of its text,
+    it is none of them), well-formed YAML (libyaml's parser, in C) that no bound of the reader
+    refuses (``kube.documents.depth_bound``) and whose values can all be read: no alias,
+    anchor, tag, complex key, escape, tab or other line break (:data:`_QUIET_BREAKERS`), no
+    merge key, no flow collection as a key, no ``0x_``, ``0b_`` or ``._`` (read as numbers,
+    then refused), no line of :data:`_LONG_LINE`, no other document. Such a document is
+    counted and let go without being read; any other is read as before, so that every problem
+    is named as before."""
+    if not _QUIET_HEAD.match(text) or "List" in text:
+        return False
+    if any(kind in text and (not group or group in text) for group, kind in kinds):
+        return False
+    if text.count("apiVersion") != 1 or _QUIET_BREAKERS.search(text):
+        return False
+    if "<<" in text or "\n---" in text or "\n..." in text:
+        return False
+    if _FLOW_KEY.search(text) or _REFUSED_NUMBER.search(text):
+        return False
+    if len(text) >= _LONG_LINE and max(map(len, text.split("\n"))) >= _LONG_LINE:
+        return False
+    bound = documents.depth_bound(text)
+    return bound is not None and bound <= documents.MAX_DEPTH and documents.well_formed(text)
+
+
 def split(text: str, *, read_all: bool = True) -> list[Chunk]:
     """The documents of a YAML stream, in order; raises DocumentError for invalid YAML (in a
     document it reads).
@@ -110,14 +153,8 @@ def split(text: str, *, read_all: bool = True) -> list[Chunk]:
     :data:`TREE_KINDS`, with libyaml (``kube.documents.parse_all_fast``: it is never edited),
     and otherwise not at all: its ``values`` stay empty and ``read`` False (the caller checks
     it later)."""
-    pieces: list[list[str]] = [[]]
-    for line in text.splitlines(keepends=True):
-        if _SEPARATOR.match(line.rstrip("\r\n")) and pieces[-1]:
-            pieces.append([])
-        pieces[-1].append(line)
     chunks = []
-    for lines in pieces:
-        body = "".join(lines)
+    for body in _documents_as_written(text):
         if _mentions(body, GPU_TEXT):
             nodes, values = documents.read_with_nodes(body)
             chunks.append(Chunk(body, values, nodes))
@@ -128,6 +165,30 @@ def split(text: str, *, read_all: bool = True) -> list[Chunk]:
         else:
             chunks.append(Chunk(body, [], read=False))
     return chunks
+
+
+_OTHER_BREAKS = re.compile("\r(?!\n)|[\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+"""What ``str.splitlines`` breaks lines at, besides ``\n`` and ``\r\n``."""
+_SEPARATOR_LINES = re.compile(r"^---[ \t]*(?:#[^\r\n]*)?(?=\r?\n|\Z)", re.MULTILINE)
+
+
+def _documents_as_written(text: str) -> list[str]:
+    """``text`` cut before each ``---`` line but a first one (:data:`_SEPARATOR`, a line as
+    ``str.splitlines`` breaks them), every character kept. Found with one search of the text
+    where lines break at ``\n`` or ``\r\n`` only, line by line otherwise."""
+    if _OTHER_BREAKS.search(text) is None:
+        starts = [m.start() for m in _SEPARATOR_LINES.finditer(text) if m.start() > 0]
+        return [text[a:b] for a, b in zip([0, *starts], [*starts, len(text)], strict=True)]
+    return _documents_line_by_line(text)
+
+
+def _documents_line_by_line(text: str) -> list[str]:
+    pieces: list[list[str]] = [[]]
+    for line in text.splitlines(keepends=True):
+        if _SEPARATOR.match(line.rstrip("\r\n")) and pieces[-1]:
+            pieces.append([])
+        pieces[-1].append(line)
+    return ["".join(lines) for lines in pieces]
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -157,10 +218,139 @@ def rewrite(chunk: Chunk, value: Any) -> str:
 def dump(value: Any, *, start: bool = True, like: str = "") -> str:
     """A new document (a template), in block style, its lists indented as in ``like`` (the
     file it goes into)."""
-    yaml = _round_trip(like)
+    mapping, offset = _indentation(like)
+    return ("---\n" if start else "") + written(value, mapping, offset)
+
+
+# --- writing new values: ruamel.yaml once per shape ---------------------------------------------
+
+_WRITTEN_MAX = 512
+"""Shapes remembered by :func:`written` (a tree's templates and claim entries take a few)."""
+_written: dict[tuple[Any, int, int], tuple[str, ...] | None] = {}
+_PLAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._/-]{0,250}[A-Za-z0-9])?\Z")
+_SLOT = "gpuslicerslot{}x"
+"""A stand-in for a slotted string while its shape is written (plain, and a string, in
+every YAML version)."""
+_TAG_STR = "tag:yaml.org,2002:str"
+_PYYAML_RESOLVER = yaml.resolver.Resolver()
+
+
+def written(value: Any, mapping: int, offset: int) -> str:
+    """``value`` in block style, as ruamel.yaml's round-trip dumper writes it with that
+    mapping indent and sequence dash offset (width 4096).
+
+    Written once per shape: the strings that ruamel.yaml writes plain whatever they say
+    (:func:`_slotted`: names, namespaces) are stand-ins, and a value of the same shape, the
+    same keys and the same other scalars gets the remembered text with its own strings put in.
+    Every template of a tree (a name, a namespace and a container's name apart) and every
+    claim entry added to a pod is then written for the price of the first (ruamel.yaml's
+    emitter takes milliseconds a document). A value that holds anything else than mappings
+    with text keys, lists, text, integers, booleans and nulls is written directly."""
+    strings: list[str] = []
+    shape = _shape(value, strings)
+    if shape is None:
+        return _ruamel_written(value, mapping, offset)
+    key = (shape, mapping, offset)
+    if key not in _written:
+        if len(_written) >= _WRITTEN_MAX:
+            _written.clear()
+        _written[key] = _written_shape(value, len(strings), mapping, offset)
+    parts = _written[key]
+    if parts is None:
+        return _ruamel_written(value, mapping, offset)
+    out = [parts[0]]
+    for string, part in zip(strings, parts[1:], strict=True):
+        out += [string, part]
+    return "".join(out)
+
+
+def _ruamel_written(value: Any, mapping: int, offset: int) -> str:
+    yaml = YAML(typ="rt")
+    yaml.width = 4096
+    yaml.indent(mapping=mapping, sequence=offset + 2, offset=offset)
     out = io.StringIO()
     yaml.dump(value, out)
-    return ("---\n" if start else "") + out.getvalue()
+    return out.getvalue()
+
+
+def _shape(value: Any, strings: list[str]) -> Any:
+    """``value`` with each slotted string left out (appended to ``strings``, in the order
+    the dumper writes them) and every other scalar typed; None for what :func:`written`
+    does not remember."""
+    kind = type(value)
+    if kind is dict:
+        pairs = []
+        for key, item in value.items():
+            if type(key) is not str:
+                return None
+            inner = _shape(item, strings)
+            if inner is None:
+                return None
+            pairs.append((key, inner))
+        return ("map", tuple(pairs))
+    if kind is list:
+        items = []
+        for item in value:
+            inner = _shape(item, strings)
+            if inner is None:
+                return None
+            items.append(inner)
+        return ("seq", tuple(items))
+    if kind is str:
+        if _slotted(value):
+            strings.append(value)
+            return ("slot",)
+        return ("str", value)
+    if kind is int or kind is bool or value is None:
+        return (kind.__name__, value)
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _slotted(text: str) -> bool:
+    """Whether ruamel.yaml writes ``text`` plain and as it is wherever a value stands: letters,
+    digits and ``._/-`` (no space to fold at, no indicator, far from the 4096 width) that no
+    YAML version reads as anything but a string (``true``, ``1e3``, ``2024-01-01`` are not)."""
+    return (
+        _PLAIN.match(text) is not None
+        and _ruamel_resolver().resolve(RuamelScalar, text, (True, False)) == _TAG_STR
+        and _PYYAML_RESOLVER.resolve(ScalarNode, text, (True, False)) == _TAG_STR  # type: ignore[no-untyped-call]
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _ruamel_resolver() -> Any:
+    return YAML(typ="rt").resolver
+
+
+def _written_shape(value: Any, count: int, mapping: int, offset: int) -> tuple[str, ...] | None:
+    """The text of ``value``'s shape, cut where its ``count`` slotted strings go; None when
+    the stand-ins cannot be found once each, in order (never seen: then nothing is
+    remembered)."""
+    numbers = iter(range(count))
+    text = _ruamel_written(_stand_ins(value, numbers), mapping, offset)
+    parts = []
+    position = 0
+    for number in range(count):
+        slot = _SLOT.format(number)
+        found = text.find(slot, position)
+        if found < 0 or text.count(slot) != 1:
+            return None
+        parts.append(text[position:found])
+        position = found + len(slot)
+    parts.append(text[position:])
+    return tuple(parts)
+
+
+def _stand_ins(value: Any, numbers: Any) -> Any:
+    """``value`` with each slotted string replaced by its numbered stand-in."""
+    if type(value) is dict:
+        return {key: _stand_ins(item, numbers) for key, item in value.items()}
+    if type(value) is list:
+        return [_stand_ins(item, numbers) for item in value]
+    if type(value) is str and _slotted(value):
+        return _SLOT.format(next(numbers))
+    return value
 
 
 def sync(node: Any, value: Any) -> Any:
@@ -309,11 +499,30 @@ def edit_text(
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal, and of the same types all the way down (``True`` is not ``1``)."""
+    """Equal, and of the same types all the way down (``True`` is not ``1``).
+
+    Told in C where it can be: unequal values are never the same, and equal ones are when
+    their JSON (keys sorted) is the same too, JSON telling ``true`` from ``1`` from ``1.0``
+    (and a key ``1`` from ``"1"``, which ``==`` tells apart). Walked in Python
+    (:func:`_same_walk`) otherwise: types JSON does not write, NaN, infinities, and equal
+    values whose JSON differs (``-0.0``, keys ``1`` and ``True``)."""
+    if a != b:
+        return False
+    try:
+        if json.dumps(a, sort_keys=True, allow_nan=False) == json.dumps(
+            b, sort_keys=True, allow_nan=False
+        ):
+            return True
+    except (TypeError, ValueError):
+        pass
+    return _same_walk(a, b)
+
+
+def _same_walk(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_same_walk(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_same_walk(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and bool(a == b)
 
 
@@ -322,8 +531,32 @@ _MERGE = "tag:yaml.org,2002:merge"
 _WHITESPACE = " \t\r\n"
 
 
+_SINGLE_QUOTED = re.compile(r"[!-~](?:[ -~]*[!-~])?")
+"""Printable ASCII, no space at either end, with a flow indicator in it: PyYAML writes it in
+single quotes in a flow sequence (not plain, because of the indicator; nothing for double
+quotes to escape), as the JSON of the ``gpu-slicer.io/converted`` record every pod gets."""
+
+
 def _flow_scalar(value: Any) -> str:
     """``value`` (a scalar) written on one line, valid in flow and block context alike."""
+    if type(value) is str and _SINGLE_QUOTED.fullmatch(value) and _FLOW_INDICATOR.search(value):
+        return "'" + value.replace("'", "''") + "'"
+    if value is None or type(value) in (str, int, bool):
+        return _flow_scalar_remembered(value)
+    return _flow_scalar_written(value)
+
+
+_FLOW_INDICATOR = re.compile(r"[,\[\]{}]")
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _flow_scalar_remembered(value: str | int | bool | None) -> str:
+    """:func:`_flow_scalar_written` of text, integers, booleans and null, remembered: the same
+    keys and names are written into every converted pod (floats are not: ``-0.0 == 0.0``)."""
+    return _flow_scalar_written(value)
+
+
+def _flow_scalar_written(value: Any) -> str:
     if isinstance(value, (str, int, float, bool)) or value is None:
         out = yaml.safe_dump(
             [value], default_flow_style=True, width=1 << 30, allow_unicode=True
@@ -353,7 +586,7 @@ class _Editor:
         self.text = text
         self.edits: list[tuple[int, int, str]] = []
         self.eol = line_ending(text)
-        self.shared = _shared(root)
+        self.shared = _shared(root) if "*" in text else set()  # an alias is written *name
         self.mapping_indent, self.sequence_offset = _indentation(text)
         self.path: list[str] = []
         self.reemitted: list[str] = []
@@ -455,16 +688,8 @@ class _Editor:
             if _is_scalar(value) or not value:
                 lines.append(f"{_flow_scalar(key)}: {_flow(value)}\n")
                 continue
-            yaml_out = YAML(typ="rt")
-            yaml_out.width = 4096
-            yaml_out.indent(
-                mapping=self.mapping_indent,
-                sequence=sequence_offset + 2,
-                offset=sequence_offset,
-            )
-            out = io.StringIO()
-            yaml_out.dump({key: value}, out)
-            lines += out.getvalue().splitlines(keepends=True)
+            text = written({key: value}, self.mapping_indent, sequence_offset)
+            lines += text.splitlines(keepends=True)
         return "".join(" " * column + line.replace("\n", self.eol) for line in lines)
 
     def block_items(self, values: list[Any], column: int) -> str:

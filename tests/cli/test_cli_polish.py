@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli import completion
-from cli.main import build_parser, main
+from cli.main import COMMAND_MODULES, COMMANDS, build_parser, main, modules_for
 
 
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,3 +152,47 @@ def test_the_new_commands_have_help(command: list[str], capsys: pytest.CaptureFi
         main([*command, "--help"])
     assert exc.value.code == 0
     assert f"usage: gpu-slicer {command[0]}" in capsys.readouterr().out
+
+
+def test_each_command_is_registered_by_the_module_the_table_names() -> None:
+    registered: dict[str, str] = {}
+    for module in COMMAND_MODULES:
+        parser = build_parser((module,))
+        for command in completion.walk(parser):
+            if len(command.path) == 1:
+                registered[command.path[0]] = module
+    assert registered == COMMANDS
+    every = [c.path[0] for c in completion.walk(build_parser()) if len(c.path) == 1]
+    assert every == [*registered, "completion"]  # in the modules' order, as before
+
+
+def test_a_command_named_first_is_parsed_as_by_the_whole_parser() -> None:
+    """Only the named command's module is imported, and the parser it gets is the same: the
+    same help and usage for every command and subcommand, the same values parsed."""
+    whole = {c.path: c.parser for c in completion.walk(build_parser())}
+    for path, parser in whole.items():
+        if not path or path[0] == "completion":
+            continue
+        assert modules_for([*path, "--help"]) == (COMMANDS[path[0]],)
+        alone = {c.path: c.parser for c in completion.walk(build_parser(modules_for(path)))}
+        assert alone[path].format_help() == parser.format_help(), path
+        assert alone[path].format_usage() == parser.format_usage(), path
+    named = (["catalog"], ["--log-level", "ERROR", "catalog"], ["--log-level=INFO", "agent", "run"])
+    for argv in named:
+        assert modules_for(argv) == ("slicer.cli",)
+        alone_args = vars(build_parser(modules_for(argv)).parse_args(argv))
+        whole_args = vars(build_parser().parse_args(argv))
+        assert alone_args.keys() == whole_args.keys()
+        skip = ("func", "_parser")  # the same functions, parsers built twice
+        assert {k: v for k, v in alone_args.items() if k not in skip} == {
+            k: v for k, v in whole_args.items() if k not in skip
+        }
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["--help"], ["-h", "convert"], ["completion", "bash"], ["convrt"], ["--log", "convert"]],
+)
+def test_help_completion_and_mistakes_get_every_command(argv: list[str]) -> None:
+    assert modules_for(argv) == COMMAND_MODULES
+    assert modules_for(["--version"]) == ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,3 +145,132 @@ def test_the_fast_reader_agrees_with_the_python_reader_on_the_projects_manifests
         assert documents.parse_all_fast(text) == expected, path
         checked += 1
     assert checked > 20
+
+
+# --- the fast reader's shortcuts: no walk of the node tree where the text's characters bound
+# its depth, values built without the constructor's bookkeeping where nothing is unusual
+
+
+def _depth(node: Any) -> int:
+    """The depth :func:`documents._within_bounds` counts (the root 1, keys included)."""
+    children = node.value if isinstance(node.value, list) else []
+    flat = [n for child in children for n in (child if isinstance(child, tuple) else (child,))]
+    return 1 + max((_depth(child) for child in flat), default=0)
+
+
+ADVERSARIAL = [
+    "a:\n- b:\n  - c:\n    - d\n",  # two levels a column: a list right under each key
+    "- - - - - a\n",
+    "- - - a:\n      - - b\n",
+    "- a:\n  - b: {c: [d: [e: f]]}\n",
+    "? - a\n  - b\n: - c\n",
+    "? a\n: ? b\n  : ? c\n    : d\n",
+    "- &x a: b\n  c:\n  - d\n",
+    "- !!map\n  a: !!seq\n  - b\n",
+    "- ? &a\n    - x\n  : y\n",
+    "[a: [b: [c: [d]]]]\n",
+    "{a: {b: {c: [d, {e: [f]}]}}}\n",
+    "a:\r\n  b:\r\n    - c:\r\n      - d\r\n",
+    "a: |\n  - - - text\n  [[[\nb:\n  - c\n",
+]
+
+
+def _random_documents(count: int) -> list[str]:
+    """Nested values written by PyYAML and ruamel.yaml in their block, compact and flow
+    styles, at several indentations."""
+    import io
+    import random
+
+    import yaml
+    from ruamel.yaml import YAML
+
+    chooser = random.Random(33)
+    budget = [0]
+
+    def value(depth: int) -> Any:
+        budget[0] -= 1
+        if depth <= 0 or budget[0] <= 0 or chooser.random() < 0.1:
+            return chooser.choice(["x", 1, None, "a b", True])
+        width = chooser.randint(1, 3) if chooser.random() < 0.3 else 1
+        if chooser.random() < 0.5:
+            return [value(depth - 1) for _ in range(width)]
+        return {f"k{i}": value(depth - 1) for i in range(width)}
+
+    texts = []
+    for _ in range(count):
+        budget[0] = 300
+        data = value(chooser.randint(1, 60))
+        flow = chooser.choice([False, None, True])
+        texts.append(yaml.safe_dump(data, default_flow_style=flow, indent=chooser.randint(2, 5)))
+        writer = YAML(typ="rt")
+        offset = chooser.randint(0, 3)
+        writer.indent(mapping=chooser.randint(2, 5), sequence=offset + 2, offset=offset)
+        out = io.StringIO()
+        writer.dump(data, out)
+        texts.append(out.getvalue())
+    return texts
+
+
+def test_the_depth_told_from_the_text_is_never_below_the_documents_depth() -> None:
+    checked = 0
+    for text in [*ADVERSARIAL, *_random_documents(150)]:
+        bound = documents.depth_bound(text)
+        assert bound is not None, text
+        for node in documents.compose_all(text):
+            assert _depth(node) <= bound, text
+            checked += 1
+    assert checked > 300
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a: &x 1\nb: *x\n", "a:\tb\n", "a:\r  b:\r    c: d\n", "a:\x85 b: c\n", "--- - a\n- b\n"],
+)
+def test_no_depth_is_told_from_the_text_of_aliases_tabs_or_other_line_breaks(text: str) -> None:
+    assert documents.depth_bound(text) is None
+
+
+def test_nesting_beyond_the_bound_is_refused_by_the_fast_reader_in_every_style() -> None:
+    block = "".join(f"{'  ' * i}a:\n" for i in range(documents.MAX_DEPTH)) + "  " * 100 + "b\n"
+    compact = "- " * documents.MAX_DEPTH + "a\n"
+    under_keys = "a:\n" + "".join(f"{'  ' * i}- a:\n" for i in range(50)) + "  " * 50 + "- b\n"
+    for text in (block, compact, under_keys):
+        with pytest.raises(documents.DocumentError, match="nested too deeply"):
+            documents.parse_all(text)
+        with pytest.raises(documents.DocumentError, match="nested too deeply"):
+            documents.parse_all_fast(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 1\nb: [1, 2.5, .inf, ~, yes, No, 0o17, 0x1f, 1_000, 1:20, 2024-01-01]\na: 3\n",
+        "a: {<<: {b: 1}, c: 2}\n",  # a merge key: the constructor's
+        "a: {=: 1}\n",  # a value key
+        "? [a, b]\n: c\n",  # a list as a key: refused by the constructor
+        "a: !!set {b, c}\nd: !!omap [e: 1]\n",
+        "a: !!str 1\n!!int '2': !!float '3'\nb: !!binary aGk=\nc: !custom x\n",
+        "1: a\ntrue: b\n~: c\n2024-01-01: d\n",
+        "a: " + "9" * 5000 + "\n",
+        "a: !!bool maybe\n",
+    ],
+)
+def test_values_are_built_as_the_constructor_builds_them(text: str) -> None:
+    try:
+        expected: Any = documents.parse_all(text)
+    except documents.DocumentError as exc:
+        expected = str(exc)
+    except KeyError as exc:
+        expected = repr(exc)
+    for read in (documents.parse_all_fast, lambda t: documents.read_with_nodes(t)[1]):
+        try:
+            got: Any = read(text)
+        except documents.DocumentError as exc:
+            got = str(exc)
+        except KeyError as exc:
+            got = repr(exc)
+        assert got == expected
+        if isinstance(got, list):
+            assert [list(v) for v in got if isinstance(v, dict)] == [
+                list(v) for v in expected if isinstance(v, dict)
+            ]  # keys in the same order

@@ -255,3 +255,33 @@ def test_a_list_of_objects_is_converted_item_by_item() -> None:
     (out,) = result.objects
     assert out["items"][0]["spec"]["resourceClaims"][0]["name"] == "gpu-slicer"
     assert out["items"][1] == PASSTHROUGH[0]
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"limits": {"nvidia.com/gpu": 1}},
+        {"a": [{"b": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+        {"limits": {"nvidia.com/gpu.shared": 1, "cpu": 1}},
+        {"limits": {"nvidia.com/gpumem": 1}},
+        {'x"\\é': {"limits": {"nvidia.com/gpucores": 1}}},
+        {1: {"limits": {"nvidia.com/gpu": 1}}, None: 2, 1.5: 3, False: 4},
+        {("a", "b"): 1, "limits": {"nvidia.com/gpu": 1}},  # no JSON for a tuple key
+        {"when": __import__("datetime").date(2024, 1, 1), "limits": {"nvidia.com/gpu": 1}},
+    ],
+)
+def test_an_object_left_alone_is_still_searched_for_gpu_requests(obj: dict[str, Any]) -> None:
+    """The JSON check that spares the walk of most objects never hides a GPU request."""
+    from webhook import convert
+    from webhook.workloads import gpu_requests
+
+    assert list(gpu_requests(obj))
+    assert convert._may_name_gpus(obj)
+    assert convert._left_alone(obj, "why", ())
+
+
+def test_an_object_without_gpu_names_is_not_walked() -> None:
+    from webhook import convert
+
+    assert not convert._may_name_gpus({"limits": {"example.com/gpu": 1}, "nvidia.com": "x"})
+    assert convert._left_alone({"limits": {"cpu": 1}}, "why", ()) == []

@@ -220,3 +220,134 @@ def test_a_file_found_invalid_late_no_longer_counts_in_the_tree(
     assert main(["convert", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert "not converted" in err and "resourceClaimTemplateName" not in out
+
+
+# --- documents that conversion would only check are let go unread (yaml_text.says_nothing):
+# a Service, a ConfigMap; anything that may be invalid, refused or a problem is read as before
+
+SERVICE = """\
+apiVersion: v1
+kind: Service
+metadata:
+  name: web   # a comment
+  namespace: ml
+spec:
+  selector: {app: web}
+  ports:
+    - port: 80
+      targetPort: http
+"""
+
+MUST_BE_READ = {
+    "invalid YAML": SERVICE + "  extra: [\n",
+    "bad indentation": SERVICE + " wrong: 1\n",
+    "a duplicate anchor": SERVICE + "x: &a 1\ny: &a 2\n",
+    "an alias": SERVICE + "x: &a 1\ny: *a\n",
+    "a tag": SERVICE + "x: !!python/name:os.system\n",
+    "a merge key": SERVICE + "x: {<<: 1}\n",
+    "a list as a key": SERVICE + "[a, b]: c\n",
+    "a complex key": SERVICE + "? [a, b]\n: c\n",
+    "an integer too long": SERVICE + "x: " + "9" * 5000 + "\n",
+    "0b_ is refused": SERVICE + "x: 0b_\n",
+    "._ is not a float": SERVICE + "x: ._\n",
+    "too deep": SERVICE + "x: " + "[" * 101 + "]" * 101 + "\n",
+    "too deep in block style": SERVICE
+    + "".join(f"{'  ' * i}a:\n" for i in range(101))
+    + "  " * 101
+    + "b\n",
+    "a second document": SERVICE + "...\n---\nkind: Deployment\n",
+    "no apiVersion at the end": SERVICE + "apiVersion:\n",
+    "apiVersion is no": "apiVersion: no\nkind: Service\n",
+    "a List": "apiVersion: v1\nkind: List\nitems: [1]\n",
+    "a Deployment": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {}\n",
+    "a kind in escapes": 'apiVersion: apps/v1\nkind: "Deploy\\x6dent"\nspec: {}\n',
+    "a Knative Service": "apiVersion: serving.knative.dev/v1\nkind: Service\nspec: 1\n",
+    "a tab": SERVICE + "x:\t1\n",
+    "a carriage return": SERVICE.replace("\n", "\r"),
+    "kind first": "kind: Service\napiVersion: v1\n",
+    "a list": "- apiVersion: v1\n",
+    "a scalar": "apiVersion v1\n",
+}
+
+
+def _converted(texts: list[str]) -> Any:
+    """What convert says and writes of a file of ``texts`` (or the exception it raises)."""
+    try:
+        tree = gitops.convert_tree(
+            [(gitops.PurePosixPath("a.yaml"), "---\n".join(texts))],
+            policy=gitops.Policy.default(),
+            mode="enabled",
+            namespace=None,
+            native_extended=frozenset(),
+            read_all=False,
+        )
+    except Exception as exc:  # noqa: BLE001 - compared, not handled
+        return repr(exc)
+    return tree.problems, tree.notes, [(f.output, f.error) for f in tree.files]
+
+
+def _unread_and_read(monkeypatch: pytest.MonkeyPatch, texts: list[str]) -> tuple[Any, Any]:
+    fast = _converted(texts)
+    with monkeypatch.context() as patched:
+        patched.setattr(yaml_text, "says_nothing", lambda text, kinds: False)
+        read = _converted(texts)
+    return fast, read
+
+
+def test_a_document_that_only_needs_checking_is_let_go_unread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "in.yaml"
+    gpu = GPU.replace("{key}", "nvidia.com/gpu")
+    source.write_text(SERVICE + "---\n" + gpu)
+    checked = _spy(monkeypatch, documents, "parse_all_fast")
+    read = _spy(monkeypatch, documents, "parse_all")
+
+    assert main(["convert", str(source)]) == 0
+
+    out = capsys.readouterr().out
+    assert out.startswith(SERVICE + "---\n") and "resourceClaimTemplateName" in out
+    assert not any("kind: Service" in text for text in [*checked, *read])
+
+
+@pytest.mark.parametrize("name", MUST_BE_READ)
+def test_a_document_that_may_be_invalid_refused_or_a_problem_is_read(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = MUST_BE_READ[name]
+    kinds = frozenset(w.key for w in gitops.policy_table(gitops.Policy.default()))
+    assert not yaml_text.says_nothing(text, kinds)
+    fast, read = _unread_and_read(monkeypatch, [SERVICE, text])
+    assert fast == read
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_documents_let_go_unread_change_nothing_convert_says_or_writes(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutations of documents without GPU text: with or without the shortcut, convert names
+    the same problems (invalid YAML, its line and column), notes and output."""
+    import random
+
+    chooser = random.Random(5)
+    role = (
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}\n"
+        'rules:\n- apiGroups: [""]\n  resources: [pods]\n  verbs: [get, list]\n'
+    )
+    config = "apiVersion: v1\nkind: ConfigMap\ndata:\n  run.sh: |\n    echo 1 > /x\n  n: '1'\n"
+    seeds = [SERVICE, role, config] * 4 + [PLAIN, *MUST_BE_READ.values()]
+    pieces = [*" :-#[]{},\"'|>&*!?%`\n\\", "- ", ": ", "\n  ", "...", "---", "<<", "0x_", "._"]
+    skipped = 0
+    kinds = frozenset(w.key for w in gitops.policy_table(gitops.Policy.default()))
+    for _ in range(600):
+        text = chooser.choice(seeds)
+        for _ in range(chooser.randint(0, 3)):
+            at = chooser.randrange(len(text) + 1)
+            if chooser.random() < 0.6:
+                text = text[:at] + chooser.choice(pieces) + text[at:]
+            else:
+                text = text[:at] + text[at + chooser.randint(1, 3) :]
+        skipped += yaml_text.says_nothing(text, kinds)
+        fast, read = _unread_and_read(monkeypatch, [SERVICE, text])
+        assert fast == read, text
+    assert skipped > 60
