@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -371,17 +372,7 @@ def read_with_nodes(text: str) -> tuple[list[Node], list[Any]]:
     try:
         loader = _Loader(text)
         try:
-            nodes = []
-            values = []
-            while loader.check_node():
-                node = loader.get_node()
-                if node is None:
-                    continue
-                nodes.append(node)
-                value = _constructed(loader, node, loader._aliased)
-                if value is not None:
-                    values.append(value)
-            return nodes, values
+            return _nodes_and_values(loader, lambda _node: bool(loader._aliased))
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
@@ -408,20 +399,25 @@ def _read_with_nodes_c(text: str) -> tuple[list[Node], list[Any]]:
     plain = bound is not None and bound <= MAX_DEPTH
     loader = _CLoader(text)
     try:
-        nodes = []
-        values = []
-        while loader.check_node():
-            node = loader.get_node()
-            if node is None:
-                continue
-            shared = not plain and _within_bounds(node)
-            nodes.append(node)
-            value = _constructed(loader, node, shared)
-            if value is not None:
-                values.append(value)
-        return nodes, values
+        return _nodes_and_values(loader, lambda node: not plain and _within_bounds(node))
     finally:
         loader.dispose()
+
+
+def _nodes_and_values(loader: Any, aliased: Callable[[Node], bool]) -> tuple[list[Node], list[Any]]:
+    """Every document's node and, where it has one, its value; ``aliased(node)``: whether the
+    document may share nodes (an alias), which only the constructor reads right."""
+    nodes: list[Node] = []
+    values: list[Any] = []
+    while loader.check_node():
+        node = loader.get_node()
+        if node is None:
+            continue
+        nodes.append(node)
+        value = _constructed(loader, node, aliased(node))
+        if value is not None:
+            values.append(value)
+    return nodes, values
 
 
 def _constructed(loader: Any, node: Node, aliased: bool) -> Any:
