@@ -38,7 +38,7 @@ from sandbox.cluster import ClusterSetup
 from sandbox.controlplane import ControlPlane, feature_gates
 from sandbox.process import free_port
 from slicer.device_attributes import DeviceAttributes
-from slicer.identity import DOMAIN, RESOURCE_API
+from slicer.identity import RESOURCE_API
 from slicer.layout import StaticLayout
 from slicer.preview import preview_pool
 from slicer.profile_filter import ProfileChoice
@@ -133,20 +133,16 @@ def gpu_slicer_slices(
     return [dict(s) for s in plan.slices]
 
 
-def as_driver(slices: Iterable[Obj], driver: str, domain: str = DOMAIN) -> list[Obj]:
+def as_driver(slices: Iterable[Obj], driver: str) -> list[Obj]:
     """The same pool published under another driver name: where a driver's name sorts
     decides what other drivers' pods pay (``bench_scheduler`` puts gpu-slicer's pool under
-    its earlier name, which sorted first). Attributes and capacities keep their domain
-    (qualified), so claims select them unchanged."""
+    its earlier name, which sorted first). The agent qualifies every attribute and capacity
+    with its domain, so claims select them unchanged whatever the driver is called."""
     out: list[Obj] = []
     for original in slices:
         obj = copy.deepcopy(original)
         obj["metadata"]["name"] = obj["metadata"]["name"].replace(obj["spec"]["driver"], driver)
         obj["spec"]["driver"] = driver
-        for device in obj["spec"].get("devices") or ():
-            for key in ("attributes", "capacity"):
-                values = device.get(key) or {}
-                device[key] = {(k if "/" in k else f"{domain}/{k}"): v for k, v in values.items()}
         out.append(obj)
     return out
 

@@ -50,26 +50,26 @@ OLD = LEGACY_DRIVERS[0]
 
 
 @pytest.fixture(scope="module")
-def previous() -> Path:
-    """0.1's source tree (its chart inside); its image built into the cache after the current
-    one (the cache keeps the newest images)."""
+def previous() -> tuple[Path, Path]:
+    """0.1's source tree (its chart inside) and its image archive, built into the cache after
+    the current image (the cache keeps the newest images)."""
     progress = lambda m: print(f"[e2e] {m}", flush=True)  # noqa: E731
     try:
         tree = releases.source()
         image.ensure(progress=progress)
-        releases.image_archive(progress=progress)
+        archive = releases.image_archive(progress=progress)
     except releases.HistoryMissing as exc:
         pytest.skip(str(exc))
     except (BuildError, image.ImageToolsMissing) as exc:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"the images cannot be built here: {exc}")
         pytest.skip(f"the images cannot be built here: {exc}")
-    return tree
+    return tree, archive
 
 
 @pytest.fixture(scope="module")
-def box(kube_binaries: binaries.Binaries, previous: Path) -> Iterator[Sandbox]:
-    archive = image.ensure(root=previous)
+def box(kube_binaries: binaries.Binaries, previous: tuple[Path, Path]) -> Iterator[Sandbox]:
+    _, archive = previous
     with chart_pods_sandbox(
         "gs-upgrade-", NODE, GPUS, "--agent-pod", "--webhook-pod", "--import-image", str(archive)
     ) as running:
@@ -169,10 +169,10 @@ def _undisturbed(box: Sandbox, pod: Obj) -> None:
 
 
 def test_an_upgrade_from_0_1_keeps_running_pods_their_devices_and_serves_new_ones(
-    box: Sandbox, previous: Path
+    box: Sandbox, previous: tuple[Path, Path]
 ) -> None:
     # 0.1, installed with pods running on it.
-    _move_to(box, previous / "deploy" / "helm" / "gpu-slicer", releases.PREVIOUS.version)
+    _move_to(box, previous[0] / "deploy" / "helm" / "gpu-slicer", releases.PREVIOUS.version)
     box.wait(lambda: OLD in _pool(box), what="0.1's agent publishing its pool", timeout_s=120)
     old = [_converted(box, f"old-{i}") for i in range(2)]
     assert {p["driver"] for p in old} == {OLD}
@@ -224,13 +224,13 @@ def _revisions(box: Sandbox) -> dict[str, int]:
 
 
 def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_harms_nothing(
-    box: Sandbox, previous: Path
+    box: Sandbox, previous: tuple[Path, Path]
 ) -> None:
     """0.1 knows only the old name: it would take the running pod's claim for a released one
     and destroy its instance. Its agent refuses the checkpoint instead (format 3) and says
     which release to run; rolling forward again finishes the pod normally."""
     if releases.PREVIOUS.version not in _revisions(box):  # run alone: give the release one
-        _move_to(box, previous / "deploy" / "helm" / "gpu-slicer", releases.PREVIOUS.version)
+        _move_to(box, previous[0] / "deploy" / "helm" / "gpu-slicer", releases.PREVIOUS.version)
         _move_to(box, CHART, image.version())
     revisions = _revisions(box)
     kept = _converted(box, "kept")
