@@ -13,6 +13,7 @@ from kube.memory import InMemoryKubeApi
 from kube.quantity import parse_bytes
 from slicer import catalog, gpu_model
 from slicer.errors import BackendError, NoPermission
+from slicer.identity import qualified
 from slicer.nvml import NvmlBackend
 from slicer.simulated import SimulatedBackend
 from tests.support import nvml_mock
@@ -22,11 +23,10 @@ from tests.support.nvml_mock import MockNvml
 # Attributes that identify one GPU or node (the mock's UUIDs are random, its driver version and
 # PCI layout its own); everything else in a slice follows from the model.
 IDENTITY = {
-    "uuid",
-    "parentUUID",
-    "driverVersion",
-    "nvlinkDomain",
-    "productName",
+    *(
+        qualified(name)
+        for name in ("uuid", "parentUUID", "driverVersion", "nvlinkDomain", "productName")
+    ),
     "resource.kubernetes.io/pcieRoot",
     "resource.kubernetes.io/pciBusID",
 }
@@ -79,8 +79,8 @@ def _comparable(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for device in spec.get("devices", []):
             attrs = {k: v for k, v in device["attributes"].items() if k not in IDENTITY}
             capacity = dict(device.get("capacity", {}))
-            if attrs["type"] == {"string": "gpu"}:
-                capacity.pop("memory", None)
+            if attrs[qualified("type")] == {"string": "gpu"}:
+                capacity.pop(qualified("memory"), None)
             devices.append({**device, "attributes": attrs, "capacity": capacity})
         spec["devices"] = devices
         out.append(spec)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from sandbox.nodes import NodeSpec
+from sandbox.sandbox import check_state_dir
 
 
 def _up(tmp_path: Path, *extra: str) -> list[str]:
@@ -130,17 +132,22 @@ def test_a_real_node_under_a_folder_its_namespace_replaces_is_refused(
     assert not state.parent.exists()
 
 
-def test_a_real_node_s_longer_socket_paths_are_checked(
+def test_a_real_node_s_socket_paths_are_checked_at_the_kernels_limit(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """containerd's ttrpc socket is as long as the agent's DRA socket (both 41 bytes past the
+    state folder): one byte over the limit is refused before anything starts, and the folder a
+    byte shorter passes."""
     base = Path(tempfile.mkdtemp(prefix="gs-"))
-    tail = "/nodes/n/plugins/z.gpu-slicer.io/dra.sock"
-    state = base / ("d" * (107 - len(str(base)) - 1 - len(tail)))  # the stand-in's fit exactly
-    assert len(str(state) + tail) == 107
+    tails = (
+        "/nodes/n/plugins/z.gpu-slicer.io/dra.sock",
+        "/nodes/n/containerd/containerd.sock.ttrpc",
+    )
+    state = base / ("d" * (108 - len(str(base)) - 1 - len(tails[1])))
+    assert [len(str(state) + tail) for tail in tails] == [108, 108]
     assert main(_up_real(state, "n")) == 2
     err = capsys.readouterr().err.strip()
-    # containerd's ttrpc socket; the agent's are at /var/lib/kubelet in the node's namespace.
-    longest = len(str(state) + "/nodes/n/containerd/containerd.sock.ttrpc")
-    assert longest == 109
-    assert f"socket paths would be {longest} bytes" in err
+    assert "socket paths would be 108 bytes, over the kernel's limit of 107" in err
     assert not state.exists()
+    shorter = state.with_name(state.name[:-1])
+    check_state_dir(shorter, [NodeSpec("n", "H100-80GB:1")], real_node="n")
