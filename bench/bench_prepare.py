@@ -49,6 +49,7 @@ from slicer.agent import NodeAgent  # noqa: E402
 from slicer.assembly import AgentConfig  # noqa: E402
 from slicer.checkpoint import Checkpoint, CheckpointStore  # noqa: E402
 from slicer.claim_cache import AllocatedDevice  # noqa: E402
+from slicer.identity import DRIVER  # noqa: E402
 from slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc  # noqa: E402
 from slicer.simulated import SimulatedBackend  # noqa: E402
 
@@ -222,7 +223,7 @@ class Run:
                                 "results": [
                                     {
                                         "request": "gpu",
-                                        "driver": "gpu-slicer.io",
+                                        "driver": DRIVER,
                                         "pool": NODE,
                                         "device": DEVICES[i % len(DEVICES)],
                                     }

@@ -209,13 +209,14 @@ class Kubelet:
         """One kubelet call, retried until it succeeds (the kubelet retries failed calls)."""
         import grpc
 
+        from slicer.plugin import dra_socket
         from slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc
 
         meta = claim["metadata"]
         message = dra_v1_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
         deadline = time.monotonic() + 60
         while True:
-            path = self.config.plugins_dir / "gpu-slicer.io" / "dra.sock"
+            path = dra_socket(self.config.plugins_dir)
             try:
                 with grpc.insecure_channel(f"unix://{path}") as channel:
                     stub = dra_v1_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
@@ -240,6 +241,7 @@ class Kubelet:
 
     def slot(self, device: str, stop: threading.Event) -> None:
         from slicer.devices import parse_device_name
+        from slicer.identity import DRIVER
 
         spec = parse_device_name(device)
         count = 0
@@ -263,7 +265,7 @@ class Kubelet:
                                 "results": [
                                     {
                                         "request": "gpu",
-                                        "driver": "gpu-slicer.io",
+                                        "driver": DRIVER,
                                         "pool": NODE,
                                         "device": device,
                                     }

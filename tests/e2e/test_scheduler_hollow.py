@@ -160,7 +160,7 @@ def test_the_webhooks_nvidia_target_binds_to_the_devices_it_asks_for_in_nvidias_
             assert len(set(allocated)) == 3 and {d for d, _p, _n in allocated} == {NVIDIA_DRIVER}
             for _driver, pool, name in allocated:
                 attributes = devices[(pool, name)]["attributes"]
-                memory = devices[(pool, name)]["capacity"]["gpu-slicer.io/memory"]["value"]
+                memory = devices[(pool, name)]["capacity"]["memory"]["value"]
                 if label == "nv-single":
                     assert attributes["profile"] == {"string": "1g.10gb"}, name
                 elif label == "nv-memory":
