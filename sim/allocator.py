@@ -246,7 +246,12 @@ class Allocator:
                     pool.members[expressions] = members
                 # Most alternatives of a long chain match nothing on a given node kind.
                 chosen = [d for d in pool.devices if d.name in members] if members else []
-                cached = CandidateList.of(chosen, pool.needs.setdefault(expressions, {}))
+                by_name = pool.by_name
+                cached = CandidateList.of(
+                    chosen,
+                    pool.needs.setdefault(expressions, {}),
+                    [by_name[name] for name in members] if len(chosen) < len(members) else None,
+                )
                 pool.candidates[expressions] = cached
             found.append(cached)
         if len(found) == 1:

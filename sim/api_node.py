@@ -118,11 +118,15 @@ class ApiNode(NodeBase):
         """Nothing to settle: republishes happen when due (:meth:`republish`)."""
 
     def allocation_changed(self) -> float | None:
-        """Tell the publisher's limiter the best order now; returns the time to call
-        :meth:`republish`."""
-        if not self.dynamic:
+        """Publish at once when the pool would list a device again (a release made room for
+        it); otherwise tell the publisher's limiter what it would list now, and return the time
+        to call :meth:`republish`."""
+        order = self.best_order()
+        listed = {d.name for d in self.pool.devices}
+        if any(name not in listed for name in order):
+            self.pool = self._publish()
             return None
-        self.limiter.observe(order_fingerprint(self.best_order()))
+        self.limiter.observe(order_fingerprint(order))
         due = self.limiter.due_in()
         return None if due is None else self.clock.now + due
 

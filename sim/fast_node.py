@@ -22,7 +22,7 @@ from slicer.demand import Advertised
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
 from slicer.gpu_model import GpuModel
 from slicer.identity import DRIVER
-from slicer.inventory import plan_pool
+from slicer.inventory import GpuState, advertise_gpu, beside_claims, plan_pool
 from slicer.ordering import Candidate, Occupancy, OrderPolicy, RepublishLimiter
 
 GpuKey = tuple[int, tuple[Placement, ...], bool]
@@ -93,9 +93,35 @@ class GpuOrderCache:
         return [name for names in self.blocks(keys) for name in names]
 
 
-Template = tuple[Pool, GpuOrderCache | None, dict[str, str | None]]
+class Withdrawals:
+    """The devices the agent leaves out of one GPU because the GPU's allocations take their
+    counters (:func:`slicer.inventory.beside_claims`), cached by the GPU's state like the order:
+    one cache serves every identical node."""
+
+    def __init__(self, gpus: Sequence[GpuState]) -> None:
+        self.gpus = {g.index: g for g in gpus}
+        self._cache: dict[GpuKey, frozenset[str]] = {}
+
+    def of(self, key: GpuKey) -> frozenset[str]:
+        found = self._cache.get(key)
+        if found is None:
+            gpu, placements, whole = key
+            held: set[DeviceSpec] = {SliceSpec(gpu, p, s) for p, s in placements}
+            if whole:
+                held.add(WholeGpu(gpu))
+            keep = frozenset(held)
+            advert = advertise_gpu(self.gpus[gpu], keep=keep)
+            found = frozenset(beside_claims(advert, keep).withdrawn)
+            self._cache[key] = found
+        return found
+
+    def union(self, keys: Iterable[GpuKey]) -> frozenset[str]:
+        return frozenset().union(*(self.of(k) for k in keys))
+
+
+Template = tuple[Pool, GpuOrderCache | None, dict[str, str | None], Withdrawals]
 """A kind of node's compiled pool (every device it could advertise), its order cache when the
-policy reorders, and each device's MIG profile (None: a whole GPU)."""
+policy reorders, each device's MIG profile (None: a whole GPU) and its withdrawals."""
 
 Templates = dict[Any, Template]
 """Per kind of node (GPUs, mode): identical nodes share one inventory run; their slices differ
@@ -106,7 +132,9 @@ class FastNode(NodeBase):
     """A node whose republishes are settled lazily, when the scheduler next looks at it.
 
     The limiter sees allocation versions instead of orders; a republish that fell due is applied
-    at its due time with the allocations of that moment (nothing changed on the node between)."""
+    at its due time with the allocations of that moment (nothing changed on the node between).
+    What the publisher writes at once, a device that a release lets the allocator pick again,
+    is applied at once."""
 
     def __init__(
         self,
@@ -144,6 +172,12 @@ class FastNode(NodeBase):
         """The GPUs' states when the last republish fell due: what the published order is of."""
         self._materialized: tuple[GpuKey, ...] | None = None
         """The GPUs' states the pool's current order was computed for."""
+        self._withdrawals: Withdrawals | None = None
+        self._left_out: frozenset[str] = frozenset()
+        """The devices the published pool leaves out for the allocations beside them."""
+        self._left_out_for: tuple[GpuKey, ...] | None = None
+        """The GPUs' states ``_left_out`` was computed for (it follows every republish, even
+        where the order is looked up later)."""
         self._blocks: list[list[str]] = []
         """The pool's current order, GPU by GPU."""
         self._ranked: list[Block] = []
@@ -152,6 +186,9 @@ class FastNode(NodeBase):
         self._instances: dict[str, list[PreparedDevice]] = {}
         """Per prepared claim (uid), its MIG devices and the instances made for them (what the
         agent's checkpoint would hold)."""
+        self._published_tag = "v0"
+        self._observed_out: frozenset[str] = frozenset()
+        """What the agent leaves out by the latest allocations (told to the limiter)."""
         self.limiter.published("v0")
 
     def advertise(self, choice: Advertised) -> None:
@@ -166,6 +203,11 @@ class FastNode(NodeBase):
             self.pool = self._first_pool()
         self._settle()
         reordered = False
+        if self._left_out_for != self._snapshot:
+            assert self._withdrawals is not None
+            left_out = self._withdrawals.union(self._snapshot)
+            reordered = left_out != self._left_out
+            self._left_out, self._left_out_for = left_out, self._snapshot
         if fresh and self.orders is not None and self._materialized != self._snapshot:
             # Only the GPUs whose state changed are looked up again (their keys are new).
             before = self._materialized
@@ -176,30 +218,32 @@ class FastNode(NodeBase):
                 for i, (key, block) in enumerate(zip(self._snapshot, self._ranked, strict=True))
             ]
             blocks = [names for _, names in sorted(ranked)]
-            reordered = blocks != self._blocks
+            reordered = reordered or blocks != self._blocks
             self._blocks = blocks
             self._materialized = self._snapshot
         if reordered or self._choice_stale:
             # A new choice is published whether or not the caller wants a fresh order.
             self._choice_stale = False
             order = [n for b in self._blocks for n in b] if self.orders is not None else self._base
-            names = self._shown(order)
+            names = self._shown(order, self._left_out)
             if names != self._names:
                 self.pool = self.pool.reordered(names)
                 self._names = names
                 self.publishes += 1
         return self.pool
 
-    def _shown(self, order: Sequence[str]) -> list[str]:
+    def _shown(self, order: Sequence[str], left_out: frozenset[str]) -> list[str]:
         """The devices of ``order`` the agent advertises: whole GPUs, the chosen profiles' and
-        every allocated device (never withdrawn from under a claim)."""
+        every allocated device (never withdrawn from under a claim), less those ``left_out``
+        for the allocations beside them."""
         allows = self.choice.allows
         profiles = self._profiles
         allocated = self.allocated
         return [
             name
             for name in order
-            if (profile := profiles[name]) is None or allows(profile) or name in allocated
+            if ((profile := profiles[name]) is None or allows(profile) or name in allocated)
+            and name not in left_out
         ]
 
     def _first_pool(self) -> Pool:
@@ -226,12 +270,13 @@ class FastNode(NodeBase):
                 else None
                 for d in compiled.devices
             }
-            template = (compiled, orders, profiles)
+            template = (compiled, orders, profiles, Withdrawals(self.view().gpus))
             self.templates[key] = template
             pool = compiled
         else:
             pool = template[0].clone(self.name, self.name)
         self._profiles = template[2]
+        self._withdrawals = template[3]
         self._base = [d.name for d in pool.devices]
         self._materialized = tuple((i, (), False) for i in range(len(self.node.models)))
         if template[1] is not None:
@@ -257,15 +302,15 @@ class FastNode(NodeBase):
             return
         now = self.clock.now
         self.clock.now = self._due
-        self.limiter.published(f"v{self.version}")
+        self._published_tag = f"v{self.version}"
+        self.limiter.published(self._published_tag)
         self.clock.now = now
         self._snapshot = tuple(self.gpu_keys.values())
         self._due = None
 
     def before_change(self) -> None:
         """Settle a republish that fell due before the allocations change."""
-        if self.dynamic:
-            self._settle()
+        self._settle()
 
     def allocate(self, devices: Iterable[Device]) -> None:
         """Record devices allocated on this node (and the state of the GPUs they are on)."""
@@ -281,14 +326,42 @@ class FastNode(NodeBase):
             )
 
     def allocation_changed(self) -> float | None:
-        """Always None: the republish falls due here and is settled when next looked at."""
-        if not self.dynamic:
+        """Always None: the republish falls due here and is settled when next looked at, or
+        happens now when it lists a device again (what the publisher never holds back)."""
+        current = tuple(self.gpu_keys.values())
+        published = self._listed_out(self._snapshot)
+        now_out = self._listed_out(current)
+        if published - now_out:
+            self._published_now(current, now_out)
             return None
+        if not self.dynamic:
+            # The order never moves: only what is left out changes what the agent lists.
+            if now_out == self._observed_out:
+                return None
+            self._observed_out = now_out
+            if now_out == published:  # back to what is published: nothing is due
+                self.limiter.observe(self._published_tag)
+                self._due = None
+                return None
         self.version += 1
         self.limiter.observe(f"v{self.version}")
         due_in = self.limiter.due_in()
         self._due = None if due_in is None else self.clock.now + due_in
         return None
+
+    def _listed_out(self, keys: tuple[GpuKey, ...]) -> frozenset[str]:
+        """The devices the agent would list but leaves out, the GPUs being in states ``keys``."""
+        assert self._withdrawals is not None  # nothing is allocated before the first look
+        return frozenset(self._shown(sorted(self._withdrawals.union(keys)), frozenset()))
+
+    def _published_now(self, current: tuple[GpuKey, ...], left_out: frozenset[str]) -> None:
+        self.version += 1
+        self._published_tag = f"v{self.version}"
+        self.limiter.observe(self._published_tag)
+        self.limiter.published(self._published_tag)
+        self._snapshot = current
+        self._observed_out = left_out
+        self._due = None
 
     def republish(self) -> bool:
         """Never due (see :meth:`allocation_changed`)."""

@@ -15,14 +15,15 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from sim.kubelet_client import RunningClaim
-from sim.pools import Device, Pool
+from sim.pools import Device, Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
 from slicer.catalog import Placement
 from slicer.checkpoint import PreparedDevice
 from slicer.demand import EVERY_PROFILE, Advertised
 from slicer.devices import DeviceSpec
 from slicer.devices import parse_device_name as _parse_device_name
-from slicer.inventory import Mode, effective_mode
+from slicer.identity import DRIVER
+from slicer.inventory import GpuState, Mode, effective_mode, plan_pool
 from slicer.observe import NodeView, ObservedGpu, observe_node
 from slicer.ordering import DYNAMIC_POLICIES, get_policy
 from slicer.simulated import SimulatedBackend
@@ -65,6 +66,11 @@ class SimNode(Protocol):
     def before_change(self) -> None:
         """Called before the node's allocations change: a republish that fell due before now
         must see the allocations of its time."""
+        ...
+
+    def blank_pool(self) -> Pool:
+        """The pool the node lists with nothing allocated: what a claim could ever match on a
+        node of its kind (the pool now leaves out what allocations take)."""
         ...
 
     def allocate(self, devices: Iterable[Device]) -> None: ...
@@ -143,6 +149,19 @@ class NodeBase(ABC):
             if spec is not None:
                 gpus.add(spec.gpu_index)
         return gpus
+
+    def blank_pool(self) -> Pool:
+        gpus = [GpuState(info, mode=self.modes[info.index]) for info in self.backend.gpus()]
+        plan = plan_pool(
+            self.name,
+            gpus,
+            server_version=self.scenario.kubernetes,
+            policy=self.device_order,
+            profiles=self.choice,
+        )
+        pool = compile_pool(DRIVER, self.name, plan.slices)
+        assert pool is not None
+        return pool
 
     def view(self) -> NodeView:
         """The node as its agent observes it (:func:`slicer.observe.observe_node`): only the

@@ -114,13 +114,14 @@ class CandidateList:
     search can skip a whole GPU whose counters are exhausted without looking at each device:
     the outcome is the same."""
 
-    __slots__ = ("devices", "bounds", "known_needs", "_shared")
+    __slots__ = ("devices", "bounds", "known_needs", "_shared", "_universe")
 
     def __init__(
         self,
         devices: list[Device],
         bounds: dict[int, int],
         shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None,
+        universe: list[Device] | None = None,
     ) -> None:
         self.devices = devices
         self.bounds = bounds
@@ -128,12 +129,16 @@ class CandidateList:
         self.known_needs: dict[int, tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]] = {}
         """What :meth:`needs` found so far, by segment start."""
         self._shared = shared if shared is not None else {}
+        self._universe = universe
+        """Every device the list could hold, listed or not: ``shared`` is worked out over them,
+        so it holds for every subset a node publishes (allocations leave devices out)."""
 
     @classmethod
     def of(
         cls,
         devices: list[Device],
         shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None,
+        universe: list[Device] | None = None,
     ) -> CandidateList:
         bounds: dict[int, int] = {}
         start = 0
@@ -153,19 +158,20 @@ class CandidateList:
             if sets:
                 bounds[start] = end
             start = end
-        return cls(devices, bounds, shared)
+        return cls(devices, bounds, shared, universe)
 
     def needs(self, start: int) -> tuple[tuple[str, str], tuple[tuple[CounterKey, int], ...]]:
         """What every device of the segment at ``start`` needs at least. Computed over all the
-        list's devices on the same counter sets (a superset of the segment, so never more than
-        the segment's own minimum) and shared by every reordering of the list."""
+        devices the list could hold on the same counter sets (a superset of the segment, so
+        never more than the segment's own minimum) and shared by every reordering and subset of
+        the list."""
         found = self.known_needs.get(start)
         if found is None:
             first = self.devices[start]
             needs = self._shared.get(first.counter_sets)
             if needs is None:
                 merged: dict[CounterKey, int] | None = None
-                for device in self.devices:
+                for device in self._universe if self._universe is not None else self.devices:
                     if device.counter_sets != first.counter_sets:
                         continue
                     mine = device.needs

@@ -103,7 +103,7 @@ class Scheduler:
             return parsed
         parsed = parse_claims(claims)
         self._parsed[shape] = parsed
-        pools = [self.nodes[n].ensure_pool() for n in self._representatives]
+        pools = [self.nodes[n].blank_pool() for n in self._representatives]
         self._top[shape] = self.allocator.best_possible_score(parsed, pools)
         self._never[shape] = frozenset(
             self._kind[n]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from slicer import catalog, gpu_model
@@ -209,6 +209,9 @@ class GpuAdvert:
     gpu_index: int
     counter_set: CounterSet | None
     devices: tuple[AdvertisedDevice, ...]
+    withdrawn: tuple[str, ...] = ()
+    """Devices left out because the claims allocated on the GPU already take counters they
+    need (:func:`beside_claims`)."""
 
 
 _NUMERIC = re.compile(r"^\d+$")
@@ -403,6 +406,39 @@ def advertise_gpu(
     return GpuAdvert(state.index, counters, tuple(devices))
 
 
+def beside_claims(advert: GpuAdvert, allocated: frozenset[DeviceSpec]) -> GpuAdvert:
+    """``advert`` less the devices the allocator can no longer pick on this GPU.
+
+    While a claim holds a device, every device whose counters the held ones leave short (the
+    whole GPU beside a slice, the placements overlapping it, every slice beside the whole GPU)
+    cannot be allocated: the scheduler would walk past each of them, for every DRA pod of every
+    driver on every node it filters, only to reject it. Leaving them out changes no allocation
+    (the allocator never picks a device its counters refuse), and they come back as soon as the
+    holder is deallocated. The held devices themselves always stay: the scheduler counts their
+    counters only while they are listed. (:func:`plan_pool` orders the devices before it leaves
+    any out, so those listed keep the places they would have.)
+    """
+    if advert.counter_set is None:
+        return advert
+    held = [d for d in advert.devices if d.candidate.spec in allocated]
+    if not held:
+        return advert
+    left = dict(advert.counter_set.values)
+    for device in held:
+        for name, amount in device.consumption.items():
+            left[name] = left.get(name, 0) - amount
+    kept: list[AdvertisedDevice] = []
+    withdrawn: list[str] = []
+    for device in advert.devices:
+        if device.candidate.spec in allocated or all(
+            left.get(name, 0) >= amount for name, amount in device.consumption.items()
+        ):
+            kept.append(device)
+        else:
+            withdrawn.append(device.name)
+    return replace(advert, devices=tuple(kept), withdrawn=tuple(withdrawn))
+
+
 def _held(spec: SliceSpec, state: GpuState, keep: frozenset[DeviceSpec]) -> bool:
     return spec in state.owned or spec in keep
 
@@ -575,6 +611,9 @@ class PoolPlan:
     policy: str
     order: tuple[str, ...]
     """Device names in the policy's order."""
+    withdrawn: frozenset[str] = frozenset()
+    """Devices left out only because allocated devices beside them take their counters
+    (:func:`beside_claims`): leaving them out can wait, listing them again cannot."""
 
 
 def plan_pool(
@@ -595,21 +634,26 @@ def plan_pool(
     layout = slice_layout(server_version)
     limits = limits_for(server_version)
     order_policy = get_policy(policy) if isinstance(policy, str) else policy
+    keep = frozenset(allocated)
     adverts = [
         advertise_gpu(
             g,
             static=static,
             static_layout=static_layout,
             profiles=profiles,
-            keep=frozenset(allocated),
+            keep=keep,
         )
         for g in gpus
     ]
     by_name = {d.name: d for a in adverts for d in a.devices}
+    # The order of every device, then those the allocations rule out left out: the devices
+    # listed keep the places they would have, so the scheduler decides as with all of them.
     ordered_candidates = order_policy.order(
         [d.candidate for d in by_name.values()], occupancy(gpus, allocated)
     )
-    ordered = [by_name[c.name] for c in ordered_candidates]
+    adverts = [beside_claims(a, keep) for a in adverts]
+    listed = {d.name for a in adverts for d in a.devices}
+    ordered = [by_name[c.name] for c in ordered_candidates if c.name in listed]
     packer = _pack_combined if layout == "combined" else _pack_split
     packed = packer(adverts, ordered, limits)
     width = max(3, len(str(max(len(packed) - 1, 0))))
@@ -640,7 +684,14 @@ def plan_pool(
                 "spec": spec,
             }
         )
-    return PoolPlan(slices, layout, static, order_policy.name, tuple(d.name for d in ordered))
+    return PoolPlan(
+        slices,
+        layout,
+        static,
+        order_policy.name,
+        tuple(d.name for d in ordered),
+        frozenset(name for a in adverts for name in a.withdrawn),
+    )
 
 
 def build_slices(node: str, gpus: Sequence[GpuState], **options: Any) -> list[Obj]:

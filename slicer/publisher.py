@@ -8,9 +8,12 @@ and makes the API hold exactly those:
   place, create what is new), then slices of the pool that are no longer wanted are deleted. The
   scheduler ignores a pool until all ``resourceSliceCount`` slices of its newest generation are
   there, so it never mixes an old pool with a new one;
-* with a :class:`slicer.ordering.RepublishLimiter`, a change of device order alone (the
-  ``best-fit`` policy reacting to allocations) is debounced and rate-limited: the call returns
-  ``deferred_s`` and the caller publishes again after that long;
+* with a :class:`slicer.ordering.RepublishLimiter`, a change that can wait is debounced and
+  rate-limited: a new device order alone (the ``best-fit`` policy reacting to allocations), or
+  devices left out because allocations beside them took their counters
+  (:func:`slicer.inventory.beside_claims`). The call returns ``deferred_s`` and the caller
+  publishes again after that long. A device listed again once its neighbour is freed is
+  written at once: until then no pod can have it;
 * Conflict (someone wrote in between) and Unavailable are retried with exponential backoff
   (waiting on the publisher's :class:`slicer.clock.Clock`); other API errors raise
   :class:`slicer.errors.PublishError`;
@@ -349,8 +352,8 @@ class SlicePublisher:
     def _held_back(
         self, existing: dict[str, Obj], plan: PoolPlan, fingerprint: str
     ) -> float | None:
-        """Seconds the limiter holds an order-only change back (0 or None: not held)."""
-        if self._limiter is None or not existing or not self._order_only(existing, plan.slices):
+        """Seconds the limiter holds back a change that can wait (0 or None: not held)."""
+        if self._limiter is None or not existing or not self._deferrable(existing, plan):
             return None
         self._limiter.observe(fingerprint)
         return self._limiter.due_in()
@@ -450,18 +453,28 @@ class SlicePublisher:
         return True
 
     @staticmethod
-    def _order_only(existing: dict[str, Obj], desired: Sequence[Obj]) -> bool:
-        """Do the two pools list the same devices and counters, just in another order?"""
+    def _deferrable(existing: dict[str, Obj], plan: PoolPlan) -> bool:
+        """Does ``plan`` only reorder the published devices, or leave out some that allocations
+        beside them made impossible? Either can wait: the scheduler decides the same on both
+        pools. Anything it lists that is not published (a device freed again) cannot."""
 
-        def content(slices: Iterable[Obj]) -> tuple[list[str], list[str]]:
-            devices, sets = [], []
+        def content(slices: Iterable[Obj]) -> tuple[dict[str, str], list[str]]:
+            devices: dict[str, str] = {}
+            sets: list[str] = []
             for obj in slices:
                 spec = obj.get("spec", {})
-                devices += [json.dumps(d, sort_keys=True) for d in spec.get("devices") or []]
+                for d in spec.get("devices") or []:
+                    devices[d["name"]] = json.dumps(d, sort_keys=True)
                 sets += [json.dumps(c, sort_keys=True) for c in spec.get("sharedCounters") or []]
-            return sorted(devices), sorted(sets)
+            return devices, sorted(sets)
 
-        return content(existing.values()) == content(desired)
+        published, published_sets = content(existing.values())
+        desired, desired_sets = content(plan.slices)
+        if published_sets != desired_sets:
+            return False
+        if any(published.get(name) != body for name, body in desired.items()):
+            return False
+        return all(name in desired or name in plan.withdrawn for name in published)
 
     def _owner_reference(self) -> Obj | None:
         """Slices belong to the Node, so they go when the Node is deleted."""

@@ -1,4 +1,5 @@
-"""The fast path's per-GPU order cache publishes exactly what the agent's plan_pool publishes."""
+"""The fast path's per-GPU caches (order, withdrawals) publish exactly what the agent's
+plan_pool publishes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import random
 
 import pytest
 
-from sim.fast_node import GpuOrderCache
+from sim.fast_node import GpuOrderCache, Withdrawals, gpu_key
 from sim.pools import compile_pools
 from slicer import catalog, gpu_model
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
@@ -53,11 +54,16 @@ def test_cached_order_equals_the_published_order(policy: str, spec: str) -> None
         profile = model.profile(parsed.profile) if isinstance(parsed, SliceSpec) else None
         candidates.append(Candidate(parsed, model, profile))
     cache = GpuOrderCache(get_policy(policy), candidates)
+    withdrawals = Withdrawals(states)
     rng = random.Random(f"{policy}/{spec}")
     for _ in range(12):
         allocated = _random_allocation(rng, models)
         published = plan_pool("n", states, policy=policy, allocated=allocated)
-        assert cache.order(Occupancy.of({}, allocated)) == list(published.order)
+        keys = [gpu_key(i, [a for a in allocated if a.gpu_index == i]) for i in range(len(models))]
+        left_out = withdrawals.union(keys)
+        assert left_out == published.withdrawn
+        order = cache.order(Occupancy.of({}, allocated))
+        assert [n for n in order if n not in left_out] == list(published.order)
         # ... and the allocator walks the published slices in that same order.
         pool = compile_pools(published.slices)[0]
         assert [d.name for d in pool.devices] == list(published.order)

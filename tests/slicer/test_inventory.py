@@ -11,7 +11,7 @@ from kubernetes.utils import quantity
 
 from slicer import catalog
 from slicer.counters import binding_counters
-from slicer.devices import SliceSpec
+from slicer.devices import SliceSpec, WholeGpu, parse_device_name
 from slicer.gpu_model import GpuModel
 from slicer.identity import DRIVER
 from slicer.inventory import (
@@ -156,9 +156,10 @@ def test_slice_names_sort_in_the_policys_device_order(
         allocated=[SliceSpec(9, "3g.40gb", 0)],
     )
     assert pool_view(plan.slices).order == list(plan.order)
-    # the GPU in use first: its whole-GPU device, its spanning slice, then its smallest slices
-    assert list(plan.order[:2]) == ["gpu-9", "gpu-9-mig-7g80gb-0"]
-    assert plan.order[2].startswith("gpu-9-mig-1g10gb-")
+    # The GPU in use first, smallest slices first; the whole GPU and the slices overlapping the
+    # claim's are not listed while it holds its slice.
+    assert plan.order[0].startswith("gpu-9-mig-1g10gb-")
+    assert {"gpu-9", "gpu-9-mig-7g80gb-0"} <= plan.withdrawn
     names = [s["metadata"]["name"] for s in plan.slices]
     assert names == sorted(names) and names[0] == "node-a-z.gpu-slicer.io-000"
 
@@ -238,6 +239,37 @@ def test_a_foreign_instance_leaves_exactly_the_sets_that_can_join_it(
         assert view.admitted_sets() == joinable, foreign
         # Nothing that cannot join it is even listed.
         assert set(view.devices) == set().union(*joinable), foreign
+
+
+@pytest.mark.parametrize("model_key", ["A30-24GB", "A100-80GB", "H100-80GB", "B200-180GB"])
+def test_devices_an_allocation_leaves_no_room_for_are_withdrawn_and_nothing_else(
+    make_states: Callable[..., list[GpuState]], pool_view: Callable[..., Any], model_key: str
+) -> None:
+    states = make_states(f"{model_key}:1", mode="dynamic")
+    full = pool_view(build_slices("n", states, server_version=(1, 37)))
+    for held_name in full.devices:
+        held = parse_device_name(held_name)
+        plan = plan_pool("n", states, server_version=(1, 37), allocated=[held])
+        view = pool_view(plan.slices)
+        # Listed: the held device and exactly the devices that can still join it.
+        joinable = {d for d in full.devices if d != held_name and full.admits({held_name, d})}
+        assert set(view.devices) == {held_name} | joinable, held_name
+        assert plan.withdrawn == set(full.devices) - set(view.devices), held_name
+        # No allocation the scheduler can make beside the held device is lost.
+        beside = {t for t in full.admitted_sets() if held_name in t}
+        assert {t for t in view.admitted_sets() if held_name in t} == beside, held_name
+    # Nothing allocated, nothing withdrawn.
+    assert plan_pool("n", states, server_version=(1, 37)).withdrawn == frozenset()
+
+
+def test_a_whole_gpu_allocated_leaves_only_itself_on_its_gpu(
+    make_states: Callable[..., list[GpuState]], pool_view: Callable[..., Any]
+) -> None:
+    states = make_states("H100-80GB:2", mode="dynamic")
+    plan = plan_pool("n", states, server_version=(1, 37), allocated=[WholeGpu(0)])
+    listed = set(pool_view(plan.slices).devices)
+    assert {n for n in listed if parse_device_name(n).gpu_index == 0} == {"gpu-0"}
+    assert len([n for n in listed if parse_device_name(n).gpu_index == 1]) == 26
 
 
 # --- modes, attributes, taints, static layout -------------------------------------------------

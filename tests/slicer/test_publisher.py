@@ -322,10 +322,35 @@ def test_an_order_only_change_waits_for_the_limiter_but_a_content_change_does_no
     clock[0] = 31
     written = publisher.publish(states, allocated=busy)
     assert written.changed and written.generation == 2
-    assert pool_order(api)[0] == "gpu-2"  # the GPU in use leads the order now
+    # The GPU in use leads the order now, less what its claim leaves no room for.
+    assert pool_order(api)[0].startswith("gpu-2-") and "gpu-2" not in pool_order(api)
     # What is advertised changed (a GPU went full): no waiting, even right after a publish.
     changed = publisher.publish(make_states("H100-80GB:3", mode="full"), allocated=busy)
     assert changed.changed and changed.deferred_s is None
+
+
+def test_devices_an_allocation_rules_out_leave_when_the_limiter_allows_and_return_at_once(
+    api: InMemoryKubeApi, make_states: Callable[..., list[GpuState]]
+) -> None:
+    clock = [0.0]
+    limiter = RepublishLimiter(min_interval_s=30, quiet_s=2, clock=lambda: clock[0])
+    publisher = SlicePublisher(api, "node-a", limiter=limiter, clock=NO_WAIT)  # order by name
+    states = make_states("H100-80GB:2")
+    publisher.publish(states)
+    everything = set(pool_order(api))
+    busy = [SliceSpec(1, "4g.40gb", 0)]
+    clock[0] = 10
+    held = publisher.publish(states, allocated=busy)
+    assert not held.changed and held.deferred_s == 20 and set(pool_order(api)) == everything
+    clock[0] = 30
+    written = publisher.publish(states, allocated=busy)
+    assert written.changed and written.plan.withdrawn
+    assert set(pool_order(api)) == everything - written.plan.withdrawn
+    assert "gpu-1" not in pool_order(api) and "gpu-1-mig-4g40gb-0" in pool_order(api)
+    # Freed: listed again at once, though the last write was a moment ago.
+    clock[0] = 31
+    freed = publisher.publish(states)
+    assert freed.changed and freed.deferred_s is None and set(pool_order(api)) == everything
 
 
 def pool_order(api: InMemoryKubeApi) -> list[str]:
