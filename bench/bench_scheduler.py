@@ -26,7 +26,10 @@ pools at a time:
    other drivers' pods and costs gpu-slicer's (cost models before 2026-12-04 called the
    ``-asked`` runs of this release ``-last``, and these ``-asked``);
 7. with ``--static``, ``--profiles LIST`` and ``--minimal-attributes`` (alone and together): the
-   agent's other publishing settings, ``nic-static``, ``single-static``... and so on.
+   agent's other publishing settings, ``nic-static``, ``single-static``... and so on;
+8. with ``--busy PROFILE``: what is asked, as published while a claim holds one ``PROFILE``
+   slice on every GPU (the devices it leaves no counters for are left out): ``nic-busy``,
+   ``single-busy``... A busy cluster's nodes cost other pods that much.
 
 With ``--new-shape ROUNDS`` it measures instead how long a pod of a shape no node advertises yet
 waits, from its creation to its binding, with hollow agents publishing what is asked
@@ -41,7 +44,8 @@ shared machine; absolute rates move with the host.
 
     python bench/bench_scheduler.py [--versions 1.36,1.37] [--nodes 20,100,250] [--pods 100]
         [--gpus A100-80GB:8] [--timeout 60] [--demand 1g.10gb,3g.40gb] [--static]
-        [--profiles LIST] [--minimal-attributes] [--workloads nic,single,...] [--json FILE]
+        [--profiles LIST] [--minimal-attributes] [--busy 3g.40gb] [--workloads nic,single,...]
+        [--json FILE]
     python bench/bench_scheduler.py --new-shape 3 [--versions 1.37] [--nodes 100]
 
 On 1.35 the DRAPartitionableDevices gate (alpha, off by default) is turned on for the run.
@@ -92,8 +96,10 @@ from sandbox.neighbours import (  # noqa: E402
 )
 from sim import scheduler_cost  # noqa: E402
 from sim.agreement import claim_spec_for  # noqa: E402
+from slicer import catalog  # noqa: E402
 from slicer.demand import asked_for  # noqa: E402
 from slicer.deviceclasses import device_classes  # noqa: E402
+from slicer.devices import SliceSpec  # noqa: E402
 from slicer.identity import DRIVER, LEGACY_DRIVERS, RESOURCE_API  # noqa: E402
 from slicer.layout import StaticLayout  # noqa: E402
 from slicer.profile_filter import ProfileChoice, ProfileFilter  # noqa: E402
@@ -182,6 +188,9 @@ def variants(args: argparse.Namespace) -> list[tuple[str, tuple[str, ...], dict[
             found.append(("static-minimal", fitting_static, static | minimal))
     if args.minimal_attributes:
         found.append(("minimal", tuple(SHAPES), minimal))
+    if args.busy:
+        busy = {"profiles": "asked", "allocated": args.busy}
+        found.append(("busy", tuple(ASKED_SHAPES), busy))
     if kept is not None:
         found.append(("profiles", tuple(SHAPES), profiles))
         if args.minimal_attributes:
@@ -288,7 +297,10 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             labels = {f"{shape}-{suffix}" for shape in ("nic", *shapes)}
             if args.workloads and not labels & args.workloads:
                 continue
-            pool = {n: gpu_slicer_slices(n, args.gpus, server, **options) for n in names}
+            pool = {
+                n: gpu_slicer_slices(n, args.gpus, server, **node_options(args, n, options))
+                for n in names
+            }
             with pools(suffix, pool, DRIVER):
                 run("nic", nic, f"nic-{suffix}")
                 for shape in shapes:
@@ -299,6 +311,22 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
     return results
+
+
+def node_options(args: argparse.Namespace, node: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A variant's options for ``node``: ``profiles: "asked"`` is what ``--demand`` asks for
+    there, ``allocated: PROFILE`` one ``PROFILE`` slice held on each GPU (its first placement)."""
+    out = dict(options)
+    if out.get("profiles") == "asked":
+        out["profiles"] = demand(args, node)
+    profile = out.pop("allocated", None)
+    if profile is not None:
+        gpus = SimulatedBackend(args.gpus, node_name=node).gpus()
+        out["allocated"] = [
+            SliceSpec(g.index, profile, catalog.get_model(g.model).profile(profile).starts[0])
+            for g in gpus
+        ]
+    return out
 
 
 def demand(args: argparse.Namespace, node: str) -> ProfileChoice:
@@ -375,6 +403,12 @@ def main() -> int:
         metavar="LIST",
         help="the profiles the cluster's claims ask for in the 'asked' and 'first' runs "
         "(default 1g.10gb,2g.20gb,3g.40gb)",
+    )
+    parser.add_argument(
+        "--busy",
+        default="",
+        metavar="PROFILE",
+        help="also measure what is asked as published while each GPU holds a PROFILE slice",
     )
     parser.add_argument("--workloads", default="", help="only these runs (comma-separated)")
     parser.add_argument(

@@ -38,6 +38,7 @@ from sandbox.cluster import ClusterSetup
 from sandbox.controlplane import ControlPlane, feature_gates
 from sandbox.process import free_port
 from slicer.device_attributes import DeviceAttributes
+from slicer.devices import DeviceSpec
 from slicer.identity import RESOURCE_API
 from slicer.layout import StaticLayout
 from slicer.preview import preview_pool
@@ -118,10 +119,11 @@ def gpu_slicer_slices(
     static_layout: StaticLayout | None = None,
     profiles: ProfileChoice | None = None,
     attributes: DeviceAttributes = "full",
+    allocated: Sequence[DeviceSpec] = (),
 ) -> list[Obj]:
     """The ResourceSlices gpu-slicer's agent publishes on ``node`` (partitionable, or the static
     layout when one is given; only ``profiles`` when given, as the agent's ``--profiles``; each
-    device with the agent's ``--attributes``)."""
+    device with the agent's ``--attributes``; while claims hold the ``allocated`` devices)."""
     plan = preview_pool(
         node,
         gpus,
@@ -129,6 +131,7 @@ def gpu_slicer_slices(
         static_layout=static_layout,
         profiles=profiles,
         attributes=attributes,
+        allocated=allocated,
     )
     return [dict(s) for s in plan.slices]
 

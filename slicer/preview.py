@@ -8,8 +8,11 @@ freshly started agent on such a node writes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from slicer import catalog
 from slicer.device_attributes import DeviceAttributes
+from slicer.devices import DeviceSpec
 from slicer.inventory import GpuState, Mode, PoolPlan, default_mode, plan_pool
 from slicer.layout import StaticLayout
 from slicer.observe import ObservedGpu, observe_node
@@ -28,11 +31,13 @@ def preview_pool(
     generation: int = 1,
     profiles: ProfileChoice | None = None,
     attributes: DeviceAttributes = "full",
+    allocated: Sequence[DeviceSpec] = (),
 ) -> PoolPlan:
     """The pool of ``node`` with simulated ``gpus`` (``A100-80GB:8``). With ``static_layout``
     the layout's instances are created first and only they are advertised, without counters;
     ``profiles`` keeps only the MIG profiles the agent's ``--profiles`` would, ``attributes``
-    is the agent's ``--attributes``.
+    is the agent's ``--attributes``; ``allocated``: the devices claims hold (what they rule out
+    is left out).
 
     Raises :class:`slicer.errors.SlicerError` (bad spec, a layout the GPUs cannot hold) or
     :class:`slicer.inventory.InventoryError`."""
@@ -46,6 +51,7 @@ def preview_pool(
         static_layout=static_layout,
         profiles=profiles,
         attributes=attributes,
+        allocated=allocated,
     )
 
 
