@@ -318,14 +318,16 @@ def test_the_health_stream_reports_every_device_and_a_critical_xid_on_its_gpu(no
     assert prepared.claims[ref(claim)[0]].error == ""
     stream = stub.NodeWatchResources(pb.NodeWatchResourcesRequest())
 
-    # Once the pool is published, every device of it, whole GPUs and slices, healthy.
-    first = _health_until(stream, lambda seen: "gpu-1-mig-1g10gb-6" in seen)
-    assert {"gpu-0", "gpu-1", "gpu-1-mig-3g40gb-4", "gpu-0-mig-7g80gb-0"} <= set(first)
+    # Once the pool is published, every device of it, whole GPUs and slices, healthy; not the
+    # devices the claim's slice leaves no room for, which the pool leaves out.
+    first = _health_until(stream, lambda seen: "gpu-1-mig-1g10gb-0" in seen)
+    assert {"gpu-0", "gpu-1-mig-3g40gb-4", "gpu-0-mig-7g80gb-0"} <= set(first)
+    assert {"gpu-1", "gpu-1-mig-1g10gb-6"}.isdisjoint(first)
     assert {health for health, _ in first.values()} == {pb.HEALTHY}
 
     node.backend.inject_xid(1, 13)  # an application's fault: the GPU stays healthy
     node.backend.inject_xid(1, 79)  # fell off the bus: every device of GPU 1 turns unhealthy
-    hit = _health_until(stream, lambda seen: seen["gpu-1"][0] == pb.UNHEALTHY)
+    hit = _health_until(stream, lambda seen: seen["gpu-1-mig-3g40gb-4"][0] == pb.UNHEALTHY)
     for name, (health, message) in hit.items():
         if name.startswith("gpu-1"):
             assert health == pb.UNHEALTHY and "xid-79" in message, name
