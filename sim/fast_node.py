@@ -187,8 +187,8 @@ class FastNode(NodeBase):
         """Per prepared claim (uid), its MIG devices and the instances made for them (what the
         agent's checkpoint would hold)."""
         self._published_tag = "v0"
-        self._observed_out: frozenset[str] = frozenset()
-        """What the agent leaves out by the latest allocations (told to the limiter)."""
+        self._observed: tuple[GpuKey, ...] = self._snapshot
+        """The GPUs' states last told to the limiter (the ``name`` order's)."""
         self.limiter.published("v0")
 
     def advertise(self, choice: Advertised) -> None:
@@ -232,7 +232,7 @@ class FastNode(NodeBase):
                 self.publishes += 1
         return self.pool
 
-    def _shown(self, order: Sequence[str], left_out: frozenset[str]) -> list[str]:
+    def _shown(self, order: Iterable[str], left_out: frozenset[str]) -> list[str]:
         """The devices of ``order`` the agent advertises: whole GPUs, the chosen profiles' and
         every allocated device (never withdrawn from under a claim), less those ``left_out``
         for the allocations beside them."""
@@ -327,20 +327,31 @@ class FastNode(NodeBase):
 
     def allocation_changed(self) -> float | None:
         """Always None: the republish falls due here and is settled when next looked at, or
-        happens now when it lists a device again (what the publisher never holds back)."""
+        happens now when it lists a device again (what the publisher never holds back).
+
+        Only the GPUs whose state changed are looked at: the others leave out what they did."""
         current = tuple(self.gpu_keys.values())
-        published = self._listed_out(self._snapshot)
-        now_out = self._listed_out(current)
-        if published - now_out:
-            self._published_now(current, now_out)
+        published = self._snapshot
+        changed = [
+            i for i, (was, now) in enumerate(zip(published, current, strict=True)) if was != now
+        ]
+        if any(self._gpu_left_out(published[i]) - self._gpu_left_out(current[i]) for i in changed):
+            self._published_now(current)
             return None
         if not self.dynamic:
             # The order never moves: only what is left out changes what the agent lists.
-            if now_out == self._observed_out:
+            seen = self._observed
+            if all(
+                self._gpu_left_out(seen[i]) == self._gpu_left_out(current[i])
+                for i in range(len(current))
+                if seen[i] != current[i]
+            ):
                 return None
-            self._observed_out = now_out
-            if now_out == published:  # back to what is published: nothing is due
-                self.limiter.observe(self._published_tag)
+            self._observed = current
+            if all(
+                self._gpu_left_out(published[i]) == self._gpu_left_out(current[i]) for i in changed
+            ):
+                self.limiter.observe(self._published_tag)  # back to what is published
                 self._due = None
                 return None
         self.version += 1
@@ -349,18 +360,21 @@ class FastNode(NodeBase):
         self._due = None if due_in is None else self.clock.now + due_in
         return None
 
-    def _listed_out(self, keys: tuple[GpuKey, ...]) -> frozenset[str]:
-        """The devices the agent would list but leaves out, the GPUs being in states ``keys``."""
+    def _gpu_left_out(self, key: GpuKey) -> frozenset[str]:
+        """The devices the agent would list on one GPU but leaves out, the GPU in state
+        ``key``."""
         assert self._withdrawals is not None  # nothing is allocated before the first look
-        return frozenset(self._shown(sorted(self._withdrawals.union(keys)), frozenset()))
+        withdrawn = self._withdrawals.of(key)
+        if not withdrawn:
+            return withdrawn
+        return frozenset(self._shown(withdrawn, frozenset()))
 
-    def _published_now(self, current: tuple[GpuKey, ...], left_out: frozenset[str]) -> None:
+    def _published_now(self, current: tuple[GpuKey, ...]) -> None:
         self.version += 1
         self._published_tag = f"v{self.version}"
         self.limiter.observe(self._published_tag)
         self.limiter.published(self._published_tag)
-        self._snapshot = current
-        self._observed_out = left_out
+        self._snapshot = self._observed = current
         self._due = None
 
     def republish(self) -> bool:
