@@ -19,7 +19,7 @@ from slicer.device_attributes import MINIMAL_ATTRIBUTES
 from slicer.profile_filter import ProfileFilter
 from slicer.reconciler import NodeView
 from slicer.simulated import SimulatedBackend
-from tests.support.agent_fixtures import NODE, allocate_claim
+from tests.support.agent_fixtures import NODE, allocate_claim, delete_claim
 
 SLICES = ("resource.k8s.io/v1", "ResourceSlice")
 
@@ -173,6 +173,41 @@ def test_the_exposed_limiter_is_the_publishers_and_runs_on_the_assemblys_clock(
     now[0] = 103.0
     parts.limiter.observe("another order")
     assert parts.limiter.due_in() == pytest.approx(7.0)  # 10 s after the publisher's write
+
+
+def test_the_agent_leaves_out_what_a_claim_rules_out_and_lists_it_again_once_it_is_gone(
+    api: InMemoryKubeApi, tmp_path: Path
+) -> None:
+    now = [100.0]
+    config = AgentConfig(
+        node=NODE,
+        checkpoint_dir=tmp_path / "c",
+        cdi_dir=tmp_path / "d",
+        advertised_profiles="all",
+        republish_interval_s=60.0,
+        republish_quiet_s=2.0,
+    )
+    backend = SimulatedBackend("H100-80GB:2", node_name=NODE)
+    parts = assemble(
+        config, backend=backend, api=api, clock=Clock(monotonic=lambda: now[0], time=time.time)
+    )
+
+    def listed() -> set[str]:
+        parts.claims.sync_once()
+        parts.reconciler.reconcile_once()
+        return {d["name"] for s in api.objects(*SLICES) for d in s["spec"].get("devices", ())}
+
+    everything = listed()
+    claim = allocate_claim(api, ["gpu-1-mig-3g40gb-4"])
+    assert listed() == everything  # held back: leaving devices out can wait
+    now[0] = 161.0
+    busy = listed()
+    assert "gpu-1-mig-3g40gb-4" in busy and "gpu-1" not in busy
+    assert "gpu-1-mig-1g10gb-0" in busy and "gpu-1-mig-1g10gb-4" not in busy
+    assert {n for n in everything - busy if not n.startswith("gpu-1")} == set()
+    delete_claim(api, claim)
+    now[0] = 162.0  # a second after the last write, long before the interval is over
+    assert listed() == everything
 
 
 @pytest.mark.parametrize("report", [True, False])
