@@ -13,7 +13,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -39,6 +39,7 @@ from slicer.cdi import (
 from slicer.demand import asked_for
 from slicer.device_attributes import ATTRIBUTES_CHOICES
 from slicer.deviceclasses import device_classes
+from slicer.devices import DeviceSpec, parse_device_name
 from slicer.errors import (
     BackendError,
     CatalogError,
@@ -46,7 +47,7 @@ from slicer.errors import (
     GpuSpecError,
     SlicerError,
 )
-from slicer.inventory import KUBERNETES_VERSIONS, MODES, InventoryError
+from slicer.inventory import KUBERNETES_VERSIONS, MODES, InventoryError, PoolPlan
 from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
 from slicer.preview import preview_pool
@@ -210,6 +211,13 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         choices=ATTRIBUTES_CHOICES,
         help="the attributes each device carries (the agent's --attributes; default full)",
     )
+    p.add_argument(
+        "--allocated",
+        default="",
+        metavar="DEVICES",
+        help="what the node publishes while claims hold these devices (comma-separated names, "
+        "e.g. gpu-0-mig-3g40gb-0): the devices they leave no room for are left out",
+    )
     p.add_argument("--generation", type=int, default=1, help="pool generation (default 1)")
     p.add_argument("--device-classes", action="store_true", help="also print the DeviceClasses")
     p.add_argument(
@@ -233,26 +241,38 @@ def run_slices(args: argparse.Namespace) -> int:
         return fail(f"--generation {args.generation} must be >= 0 and fit in 64 bits")
     major, minor = (int(x) for x in args.k8s_version.split("."))
     try:
+        allocated = [parse_device_name(n.strip()) for n in args.allocated.split(",") if n.strip()]
+    except SlicerError as exc:
+        return fail(f"--allocated: {exc}")
+    try:
         layout = StaticLayout.load(Path(args.static_layout)) if args.static_layout else None
         backend = SimulatedBackend(args.gpus, node_name=args.node)
         limit = _profile_filter(args.profiles, backend)
         profiles: ProfileChoice | None = limit
         if args.demand is not None:
             profiles = asked_for(args.demand, backend.gpus(), limit=limit)
-        plan = preview_pool(
-            args.node,
-            args.gpus,
-            server_version=(major, minor),
-            mode=args.mode,
-            order=args.order,
-            static_layout=layout,
-            profiles=profiles,
-            attributes=args.attributes,
-            generation=args.generation,
-        )
+
+        def plan(held: list[DeviceSpec]) -> PoolPlan:
+            return preview_pool(
+                args.node,
+                args.gpus,
+                server_version=(major, minor),
+                mode=args.mode,
+                order=args.order,
+                static_layout=layout,
+                profiles=profiles,
+                attributes=args.attributes,
+                generation=args.generation,
+                allocated=held,
+            )
+
+        pool = plan(allocated)
+        problem = _allocation_problem(allocated, pool, plan)
+        if problem:
+            return fail(problem)
     except (SlicerError, BackendError, InventoryError) as exc:
         return fail(str(exc))
-    objects = list(plan.slices)
+    objects = list(pool.slices)
     if args.device_classes:
         objects = device_classes(extended_resources=args.extended_resources) + objects
     if args.output == "json":
@@ -261,6 +281,22 @@ def run_slices(args: argparse.Namespace) -> int:
     else:
         yaml.dump_all(objects, sys.stdout, Dumper=YAML_DUMPER, sort_keys=False)
     return 0
+
+
+def _allocation_problem(
+    allocated: list[DeviceSpec], pool: PoolPlan, plan: Callable[[list[DeviceSpec]], PoolPlan]
+) -> str | None:
+    """Why ``--allocated`` names devices no claims could hold together on this node, if so."""
+    names = [spec.device_name for spec in allocated]
+    for name in names:
+        if name not in pool.order:
+            return f"--allocated {name}: the node does not publish such a device"
+    for index, name in enumerate(names):
+        others = allocated[:index] + allocated[index + 1 :]
+        if name in plan(others).withdrawn:
+            beside = ", ".join(n for n in names if n != name)
+            return f"--allocated {name}: no claim can hold it beside {beside} (they overlap)"
+    return None
 
 
 # --- agent run ------------------------------------------------------------------------------

@@ -257,3 +257,29 @@ def test_profiles_lists_only_those_and_a_bad_list_exits_2_naming_it(
     assert profiles == {"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}
     assert run([*base, "--profiles", "1g.12gb"]) == 2
     assert "leaves no MIG profile on this node's A100-80GB GPUs" in capsys.readouterr().err
+
+
+def test_allocated_devices_leave_out_what_they_rule_out_and_bad_ones_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["slices", "--node", "n", "--gpus", "A100-80GB:2", "-o", "json"]
+
+    def names() -> set[str]:
+        items = json.loads(capsys.readouterr().out)["items"]
+        return {d["name"] for s in items for d in s["spec"].get("devices", [])}
+
+    assert run(base) == 0
+    everything = names()
+    assert run([*base, "--allocated", "gpu-1-mig-4g40gb-0"]) == 0
+    busy = names()
+    assert "gpu-1-mig-4g40gb-0" in busy and "gpu-1-mig-3g40gb-4" in busy
+    assert everything - busy == {
+        n for n in everything if n.startswith("gpu-1-") and n.endswith(("-0", "-1", "-2", "-3"))
+    } - {"gpu-1-mig-4g40gb-0"}
+    for bad, why in (
+        ("gpu-1-mig-4g40gb-0,gpu-1-mig-7g80gb-0", "no claim can hold it beside"),
+        ("gpu-7", "gpu-7: the node does not publish such a device"),
+        ("nvidia0", "--allocated: 'nvidia0' is not a gpu-slicer device name"),
+    ):
+        assert run([*base, "--allocated", bad]) == 2
+        assert why in capsys.readouterr().err, bad
