@@ -51,11 +51,13 @@ from kube.api import KubeApi, event_for
 from slicer import scaling
 from slicer.agent_metrics import PublisherMetrics
 from slicer.clock import SYSTEM_CLOCK, Clock
+from slicer.demand import Advertised
 from slicer.device_attributes import DeviceAttributes
 from slicer.devices import DeviceSpec, SliceSpec, parse_device_name
 from slicer.errors import DeviceNameError, PublishError
 from slicer.identity import DOMAIN, DRIVERS, RESOURCE_API
 from slicer.inventory import (
+    ADVERTISED_ANNOTATION,
     GpuState,
     PoolPlan,
     plan_pool,
@@ -212,9 +214,14 @@ class SlicePublisher:
         return max(0.0, self._next_check - self._clock.monotonic())
 
     def published_profiles(self) -> set[str]:
-        """The MIG profiles of the devices this node's pool holds in the API now."""
+        """The MIG profiles this node's pool holds in the API now: its devices', and those its
+        annotation says were chosen (on busy GPUs, allocations may leave all of a profile's
+        devices out)."""
         found: set[str] = set()
         for obj in self._existing().values():
+            chosen = (obj.get("metadata", {}).get("annotations") or {}).get(ADVERTISED_ANNOTATION)
+            if chosen:
+                found.update(Advertised.parse(chosen).reasons)
             for device in obj.get("spec", {}).get("devices") or ():
                 with contextlib.suppress(DeviceNameError):
                     spec = parse_device_name(str(device.get("name", "")))

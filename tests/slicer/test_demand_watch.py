@@ -130,6 +130,32 @@ def test_a_device_a_claim_holds_is_never_withdrawn(
     assert profiles(api) == {"1g.10gb", "3g.40gb"}
 
 
+def test_a_restart_keeps_a_recent_profile_whose_devices_busy_gpus_leave_out(
+    api: InMemoryKubeApi, tmp_path: Path, now: Now
+) -> None:
+    parts = agent(api, tmp_path, now)
+    template(api, "big", {"nvidia.com/mig-7g.80gb": 1})
+    reconcile(parts)
+    assert "7g.80gb" in profiles(api)
+    small = claim_spec_for([{"nvidia.com/mig-1g.10gb": 1}])
+    claims = [allocate_claim(api, [f"gpu-{i}-mig-1g10gb-6"], spec=small) for i in (0, 1)]
+    now.value += 30  # past the limiter: the busy GPUs' pool is written
+    reconcile(parts)
+    assert "7g.80gb" not in profiles(api)  # each GPU's slice leaves no room for it
+    api.delete("resource.k8s.io/v1", "ResourceClaimTemplate", "big", "ml")
+
+    restarted = agent(api, tmp_path, now)  # the annotation still says it was chosen
+    now.value += 1
+    reconcile(restarted)
+    for claim in claims:
+        api.delete("resource.k8s.io/v1", "ResourceClaim", claim["metadata"]["name"], "ml")
+    reconcile(restarted)
+    assert "7g.80gb" in profiles(api)  # still within --withdraw-after
+    now.value += WITHDRAW_AFTER
+    reconcile(restarted)
+    assert "7g.80gb" not in profiles(api)
+
+
 def test_the_floor_and_the_limit_reach_the_pool(
     api: InMemoryKubeApi, tmp_path: Path, now: Now
 ) -> None:
