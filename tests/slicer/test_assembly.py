@@ -153,20 +153,30 @@ def test_the_attributes_setting_reaches_the_published_pool(
     assert all(set(d["capacity"]) == {"gpu-slicer.io/memory"} for d in devices)
 
 
+def _on_clock(
+    api: InMemoryKubeApi,
+    backend: SimulatedBackend,
+    root: Path,
+    now: list[float],
+    **settings: object,
+) -> AgentParts:
+    """The agent's parts, its limiter on the clock ``now[0]``."""
+    config = AgentConfig(
+        node=NODE,
+        checkpoint_dir=root / "c",
+        cdi_dir=root / "d",
+        **settings,  # type: ignore[arg-type]
+    )
+    return assemble(
+        config, backend=backend, api=api, clock=Clock(monotonic=lambda: now[0], time=time.time)
+    )
+
+
 def test_the_exposed_limiter_is_the_publishers_and_runs_on_the_assemblys_clock(
     api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
 ) -> None:
     now = [100.0]
-    config = AgentConfig(
-        node=NODE,
-        checkpoint_dir=tmp_path / "c",
-        cdi_dir=tmp_path / "d",
-        republish_interval_s=10.0,
-        republish_quiet_s=2.0,
-    )
-    parts = assemble(
-        config, backend=backend, api=api, clock=Clock(monotonic=lambda: now[0], time=time.time)
-    )
+    parts = _on_clock(api, backend, tmp_path, now, republish_interval_s=10.0, republish_quiet_s=2.0)
     assert parts.limiter is not None
     parts.claims.sync_once()
     assert parts.reconciler.reconcile_once().republished  # the publisher wrote at 100
@@ -179,17 +189,15 @@ def test_the_agent_leaves_out_what_a_claim_rules_out_and_lists_it_again_once_it_
     api: InMemoryKubeApi, tmp_path: Path
 ) -> None:
     now = [100.0]
-    config = AgentConfig(
-        node=NODE,
-        checkpoint_dir=tmp_path / "c",
-        cdi_dir=tmp_path / "d",
+    backend = SimulatedBackend("H100-80GB:2", node_name=NODE)
+    parts = _on_clock(
+        api,
+        backend,
+        tmp_path,
+        now,
         advertised_profiles="all",
         republish_interval_s=60.0,
         republish_quiet_s=2.0,
-    )
-    backend = SimulatedBackend("H100-80GB:2", node_name=NODE)
-    parts = assemble(
-        config, backend=backend, api=api, clock=Clock(monotonic=lambda: now[0], time=time.time)
     )
 
     def listed() -> set[str]:
