@@ -101,19 +101,48 @@ class Withdrawals:
     def __init__(self, gpus: Sequence[GpuState]) -> None:
         self.gpus = {g.index: g for g in gpus}
         self._cache: dict[GpuKey, frozenset[str]] = {}
+        self._by_kind: dict[Any, tuple[tuple[Placement, ...], bool]] = {}
+        """What a GPU of one model and mode leaves out in one state, whatever its index."""
+        self.listed: dict[tuple[GpuKey, str], frozenset[str]] = {}
+        """Per GPU state and choice of profiles, those of :meth:`of` the agent would list (a
+        device left out is never allocated, so only the choice decides): FastNode's cache."""
 
     def of(self, key: GpuKey) -> frozenset[str]:
         found = self._cache.get(key)
         if found is None:
             gpu, placements, whole = key
-            held: set[DeviceSpec] = {SliceSpec(gpu, p, s) for p, s in placements}
-            if whole:
-                held.add(WholeGpu(gpu))
-            keep = frozenset(held)
-            advert = advertise_gpu(self.gpus[gpu], keep=keep)
-            found = frozenset(beside_claims(advert, keep).withdrawn)
+            state = self.gpus[gpu]
+            kind = (state.info.model, state.mode, placements, whole)
+            out = self._by_kind.get(kind)
+            if out is None:
+                out = self._work_out(state, placements, whole)
+                self._by_kind[kind] = out
+            slices, whole_out = out
+            names = [SliceSpec(gpu, p, s).device_name for p, s in slices]
+            if whole_out:
+                names.append(WholeGpu(gpu).device_name)
+            found = frozenset(names)
             self._cache[key] = found
         return found
+
+    @staticmethod
+    def _work_out(
+        state: GpuState, placements: tuple[Placement, ...], whole: bool
+    ) -> tuple[tuple[Placement, ...], bool]:
+        gpu = state.index
+        held: set[DeviceSpec] = {SliceSpec(gpu, p, s) for p, s in placements}
+        if whole:
+            held.add(WholeGpu(gpu))
+        keep = frozenset(held)
+        slices: list[Placement] = []
+        whole_out = False
+        for name in beside_claims(advertise_gpu(state, keep=keep), keep).withdrawn:
+            spec = parse_device_name(name)
+            if isinstance(spec, SliceSpec):
+                slices.append((spec.profile, spec.start))
+            else:
+                whole_out = True
+        return tuple(slices), whole_out
 
     def union(self, keys: Iterable[GpuKey]) -> frozenset[str]:
         return frozenset().union(*(self.of(k) for k in keys))
@@ -187,6 +216,8 @@ class FastNode(NodeBase):
         """Per prepared claim (uid), its MIG devices and the instances made for them (what the
         agent's checkpoint would hold)."""
         self._published_tag = "v0"
+        self._choice_key = self.choice.text()
+        """The choice of profiles in words: what :meth:`_gpu_left_out` is cached under."""
         self._observed: tuple[GpuKey, ...] = self._snapshot
         """The GPUs' states last told to the limiter (the ``name`` order's)."""
         self.limiter.published("v0")
@@ -194,6 +225,7 @@ class FastNode(NodeBase):
     def advertise(self, choice: Advertised) -> None:
         """The profiles to advertise from now on (the pool follows at the next look)."""
         self.choice = choice
+        self._choice_key = choice.text()
         self._choice_stale = True
 
     def ensure_pool(self, *, fresh: bool = True) -> Pool:
@@ -363,11 +395,15 @@ class FastNode(NodeBase):
     def _gpu_left_out(self, key: GpuKey) -> frozenset[str]:
         """The devices the agent would list on one GPU but leaves out, the GPU in state
         ``key``."""
-        assert self._withdrawals is not None  # nothing is allocated before the first look
-        withdrawn = self._withdrawals.of(key)
-        if not withdrawn:
-            return withdrawn
-        return frozenset(self._shown(withdrawn, frozenset()))
+        withdrawals = self._withdrawals
+        assert withdrawals is not None  # nothing is allocated before the first look
+        cached = (key, self._choice_key)
+        found = withdrawals.listed.get(cached)
+        if found is None:
+            withdrawn = withdrawals.of(key)
+            found = frozenset(self._shown(withdrawn, frozenset())) if withdrawn else withdrawn
+            withdrawals.listed[cached] = found
+        return found
 
     def _published_now(self, current: tuple[GpuKey, ...]) -> None:
         self.version += 1
