@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kube.device_cel import SelectorError, matches
@@ -246,17 +247,22 @@ class Allocator:
                     pool.members[expressions] = members
                 # Most alternatives of a long chain match nothing on a given node kind.
                 chosen = [d for d in pool.devices if d.name in members] if members else []
-                by_name = pool.by_name
+                every = partial(_members, pool.by_name, members)
                 cached = CandidateList.of(
                     chosen,
                     pool.needs.setdefault(expressions, {}),
-                    [by_name[name] for name in members] if len(chosen) < len(members) else None,
+                    every if len(chosen) < len(members) else None,
                 )
                 pool.candidates[expressions] = cached
             found.append(cached)
         if len(found) == 1:
             return found[0]
         return CandidateList.of([d for c in found for d in c.devices])
+
+
+def _members(by_name: Mapping[str, Device], members: frozenset[str]) -> list[Device]:
+    """The devices named ``members``, listed or not (what a candidate list could hold)."""
+    return [by_name[name] for name in members]
 
 
 def _selected(expressions: tuple[str, ...], device: Device) -> bool:

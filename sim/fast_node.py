@@ -93,7 +93,7 @@ class GpuOrderCache:
         return [name for names in self.blocks(keys) for name in names]
 
 
-class Withdrawals:
+class RuledOut:
     """The devices the agent leaves out of one GPU because the GPU's allocations take their
     counters (:func:`slicer.inventory.beside_claims`), cached by the GPU's state like the order:
     one cache serves every identical node."""
@@ -103,9 +103,7 @@ class Withdrawals:
         self._cache: dict[GpuKey, frozenset[str]] = {}
         self._by_kind: dict[Any, tuple[tuple[Placement, ...], bool]] = {}
         """What a GPU of one model and mode leaves out in one state, whatever its index."""
-        self.listed: dict[tuple[GpuKey, str], frozenset[str]] = {}
-        """Per GPU state and choice of profiles, those of :meth:`of` the agent would list (a
-        device left out is never allocated, so only the choice decides): FastNode's cache."""
+        self._listed: dict[tuple[GpuKey, str], frozenset[str]] = {}
 
     def of(self, key: GpuKey) -> frozenset[str]:
         found = self._cache.get(key)
@@ -136,7 +134,7 @@ class Withdrawals:
         keep = frozenset(held)
         slices: list[Placement] = []
         whole_out = False
-        for name in beside_claims(advertise_gpu(state, keep=keep), keep).withdrawn:
+        for name in beside_claims(advertise_gpu(state, keep=keep), keep).ruled_out:
             spec = parse_device_name(name)
             if isinstance(spec, SliceSpec):
                 slices.append((spec.profile, spec.start))
@@ -144,13 +142,26 @@ class Withdrawals:
                 whole_out = True
         return tuple(slices), whole_out
 
+    def listed(
+        self, key: GpuKey, choice: str, shown: Callable[[Iterable[str]], list[str]]
+    ) -> frozenset[str]:
+        """Those of :meth:`of` that the agent would list under the choice of profiles named
+        ``choice`` (``shown`` filters by it): a device ruled out is never allocated, so only
+        the choice decides."""
+        found = self._listed.get((key, choice))
+        if found is None:
+            out = self.of(key)
+            found = frozenset(shown(out)) if out else out
+            self._listed[(key, choice)] = found
+        return found
+
     def union(self, keys: Iterable[GpuKey]) -> frozenset[str]:
         return frozenset().union(*(self.of(k) for k in keys))
 
 
-Template = tuple[Pool, GpuOrderCache | None, dict[str, str | None], Withdrawals]
+Template = tuple[Pool, GpuOrderCache | None, dict[str, str | None], RuledOut]
 """A kind of node's compiled pool (every device it could advertise), its order cache when the
-policy reorders, each device's MIG profile (None: a whole GPU) and its withdrawals."""
+policy reorders, each device's MIG profile (None: a whole GPU) and its ruled_out."""
 
 Templates = dict[Any, Template]
 """Per kind of node (GPUs, mode): identical nodes share one inventory run; their slices differ
@@ -201,7 +212,7 @@ class FastNode(NodeBase):
         """The GPUs' states when the last republish fell due: what the published order is of."""
         self._materialized: tuple[GpuKey, ...] | None = None
         """The GPUs' states the pool's current order was computed for."""
-        self._withdrawals: Withdrawals | None = None
+        self._ruled_out: RuledOut | None = None
         self._left_out: frozenset[str] = frozenset()
         """The devices the published pool leaves out for the allocations beside them."""
         self._left_out_for: tuple[GpuKey, ...] | None = None
@@ -236,8 +247,8 @@ class FastNode(NodeBase):
         self._settle()
         reordered = False
         if self._left_out_for != self._snapshot:
-            assert self._withdrawals is not None
-            left_out = self._withdrawals.union(self._snapshot)
+            assert self._ruled_out is not None
+            left_out = self._ruled_out.union(self._snapshot)
             reordered = left_out != self._left_out
             self._left_out, self._left_out_for = left_out, self._snapshot
         if fresh and self.orders is not None and self._materialized != self._snapshot:
@@ -302,13 +313,13 @@ class FastNode(NodeBase):
                 else None
                 for d in compiled.devices
             }
-            template = (compiled, orders, profiles, Withdrawals(self.view().gpus))
+            template = (compiled, orders, profiles, RuledOut(self.view().gpus))
             self.templates[key] = template
             pool = compiled
         else:
             pool = template[0].clone(self.name, self.name)
         self._profiles = template[2]
-        self._withdrawals = template[3]
+        self._ruled_out = template[3]
         self._base = [d.name for d in pool.devices]
         self._materialized = tuple((i, (), False) for i in range(len(self.node.models)))
         if template[1] is not None:
@@ -395,15 +406,10 @@ class FastNode(NodeBase):
     def _gpu_left_out(self, key: GpuKey) -> frozenset[str]:
         """The devices the agent would list on one GPU but leaves out, the GPU in state
         ``key``."""
-        withdrawals = self._withdrawals
-        assert withdrawals is not None  # nothing is allocated before the first look
-        cached = (key, self._choice_key)
-        found = withdrawals.listed.get(cached)
-        if found is None:
-            withdrawn = withdrawals.of(key)
-            found = frozenset(self._shown(withdrawn, frozenset())) if withdrawn else withdrawn
-            withdrawals.listed[cached] = found
-        return found
+        assert self._ruled_out is not None  # nothing is allocated before the first look
+        return self._ruled_out.listed(
+            key, self._choice_key, lambda names: self._shown(names, frozenset())
+        )
 
     def _published_now(self, current: tuple[GpuKey, ...]) -> None:
         self.version += 1

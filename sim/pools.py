@@ -12,7 +12,7 @@ survive across scheduling attempts (:mod:`sim.allocator` searches them).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,7 +121,7 @@ class CandidateList:
         devices: list[Device],
         bounds: dict[int, int],
         shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None,
-        universe: list[Device] | None = None,
+        universe: Callable[[], list[Device]] | None = None,
     ) -> None:
         self.devices = devices
         self.bounds = bounds
@@ -130,15 +130,16 @@ class CandidateList:
         """What :meth:`needs` found so far, by segment start."""
         self._shared = shared if shared is not None else {}
         self._universe = universe
-        """Every device the list could hold, listed or not: ``shared`` is worked out over them,
-        so it holds for every subset a node publishes (allocations leave devices out)."""
+        """Every device the list could hold, listed or not, made only when ``shared`` lacks an
+        answer: it is worked out over them, so it holds for every subset a node publishes
+        (allocations rule devices out)."""
 
     @classmethod
     def of(
         cls,
         devices: list[Device],
         shared: dict[Any, tuple[tuple[CounterKey, int], ...]] | None = None,
-        universe: list[Device] | None = None,
+        universe: Callable[[], list[Device]] | None = None,
     ) -> CandidateList:
         bounds: dict[int, int] = {}
         start = 0
@@ -171,7 +172,8 @@ class CandidateList:
             needs = self._shared.get(first.counter_sets)
             if needs is None:
                 merged: dict[CounterKey, int] | None = None
-                for device in self._universe if self._universe is not None else self.devices:
+                every = self._universe() if self._universe is not None else self.devices
+                for device in every:
                     if device.counter_sets != first.counter_sets:
                         continue
                     mine = device.needs

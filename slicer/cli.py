@@ -293,7 +293,7 @@ def _allocation_problem(
             return f"--allocated {name}: the node does not publish such a device"
     for index, name in enumerate(names):
         others = allocated[:index] + allocated[index + 1 :]
-        if name in plan(others).withdrawn:
+        if name in plan(others).ruled_out:
             beside = ", ".join(n for n in names if n != name)
             return f"--allocated {name}: no claim can hold it beside {beside} (they overlap)"
     return None

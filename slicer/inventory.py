@@ -209,7 +209,7 @@ class GpuAdvert:
     gpu_index: int
     counter_set: CounterSet | None
     devices: tuple[AdvertisedDevice, ...]
-    withdrawn: tuple[str, ...] = ()
+    ruled_out: tuple[str, ...] = ()
     """Devices left out because the claims allocated on the GPU already take counters they
     need (:func:`beside_claims`)."""
 
@@ -428,15 +428,15 @@ def beside_claims(advert: GpuAdvert, allocated: frozenset[DeviceSpec]) -> GpuAdv
         for name, amount in device.consumption.items():
             left[name] = left.get(name, 0) - amount
     kept: list[AdvertisedDevice] = []
-    withdrawn: list[str] = []
+    ruled_out: list[str] = []
     for device in advert.devices:
         if device.candidate.spec in allocated or all(
             left.get(name, 0) >= amount for name, amount in device.consumption.items()
         ):
             kept.append(device)
         else:
-            withdrawn.append(device.name)
-    return replace(advert, devices=tuple(kept), withdrawn=tuple(withdrawn))
+            ruled_out.append(device.name)
+    return replace(advert, devices=tuple(kept), ruled_out=tuple(ruled_out))
 
 
 def _held(spec: SliceSpec, state: GpuState, keep: frozenset[DeviceSpec]) -> bool:
@@ -611,7 +611,7 @@ class PoolPlan:
     policy: str
     order: tuple[str, ...]
     """Device names in the policy's order."""
-    withdrawn: frozenset[str] = frozenset()
+    ruled_out: frozenset[str] = frozenset()
     """Devices left out only because allocated devices beside them take their counters
     (:func:`beside_claims`): leaving them out can wait, listing them again cannot."""
 
@@ -690,7 +690,7 @@ def plan_pool(
         static,
         order_policy.name,
         tuple(d.name for d in ordered),
-        frozenset(name for a in adverts for name in a.withdrawn),
+        frozenset(name for a in adverts for name in a.ruled_out),
     )
 
 

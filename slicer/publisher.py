@@ -481,7 +481,7 @@ class SlicePublisher:
             return False
         if any(published.get(name) != body for name, body in desired.items()):
             return False
-        return all(name in desired or name in plan.withdrawn for name in published)
+        return all(name in desired or name in plan.ruled_out for name in published)
 
     def _owner_reference(self) -> Obj | None:
         """Slices belong to the Node, so they go when the Node is deleted."""

@@ -1,4 +1,4 @@
-"""The fast path's per-GPU caches (order, withdrawals) publish exactly what the agent's
+"""The fast path's per-GPU caches (order, ruled_out) publish exactly what the agent's
 plan_pool publishes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from sim.fast_node import GpuOrderCache, Withdrawals, gpu_key
+from sim.fast_node import GpuOrderCache, RuledOut, gpu_key
 from sim.pools import compile_pools
 from slicer import catalog, gpu_model
 from slicer.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
@@ -54,14 +54,14 @@ def test_cached_order_equals_the_published_order(policy: str, spec: str) -> None
         profile = model.profile(parsed.profile) if isinstance(parsed, SliceSpec) else None
         candidates.append(Candidate(parsed, model, profile))
     cache = GpuOrderCache(get_policy(policy), candidates)
-    withdrawals = Withdrawals(states)
+    ruled_out = RuledOut(states)
     rng = random.Random(f"{policy}/{spec}")
     for _ in range(12):
         allocated = _random_allocation(rng, models)
         published = plan_pool("n", states, policy=policy, allocated=allocated)
         keys = [gpu_key(i, [a for a in allocated if a.gpu_index == i]) for i in range(len(models))]
-        left_out = withdrawals.union(keys)
-        assert left_out == published.withdrawn
+        left_out = ruled_out.union(keys)
+        assert left_out == published.ruled_out
         order = cache.order(Occupancy.of({}, allocated))
         assert [n for n in order if n not in left_out] == list(published.order)
         # ... and the allocator walks the published slices in that same order.

@@ -159,7 +159,7 @@ def test_slice_names_sort_in_the_policys_device_order(
     # The GPU in use first, smallest slices first; the whole GPU and the slices overlapping the
     # claim's are not listed while it holds its slice.
     assert plan.order[0].startswith("gpu-9-mig-1g10gb-")
-    assert {"gpu-9", "gpu-9-mig-7g80gb-0"} <= plan.withdrawn
+    assert {"gpu-9", "gpu-9-mig-7g80gb-0"} <= plan.ruled_out
     names = [s["metadata"]["name"] for s in plan.slices]
     assert names == sorted(names) and names[0] == "node-a-z.gpu-slicer.io-000"
 
@@ -242,7 +242,7 @@ def test_a_foreign_instance_leaves_exactly_the_sets_that_can_join_it(
 
 
 @pytest.mark.parametrize("model_key", ["A30-24GB", "A100-80GB", "H100-80GB", "B200-180GB"])
-def test_devices_an_allocation_leaves_no_room_for_are_withdrawn_and_nothing_else(
+def test_devices_an_allocation_leaves_no_room_for_are_ruled_out_and_nothing_else(
     make_states: Callable[..., list[GpuState]], pool_view: Callable[..., Any], model_key: str
 ) -> None:
     states = make_states(f"{model_key}:1", mode="dynamic")
@@ -254,12 +254,12 @@ def test_devices_an_allocation_leaves_no_room_for_are_withdrawn_and_nothing_else
         # Listed: the held device and exactly the devices that can still join it.
         joinable = {d for d in full.devices if d != held_name and full.admits({held_name, d})}
         assert set(view.devices) == {held_name} | joinable, held_name
-        assert plan.withdrawn == set(full.devices) - set(view.devices), held_name
+        assert plan.ruled_out == set(full.devices) - set(view.devices), held_name
         # No allocation the scheduler can make beside the held device is lost.
         beside = {t for t in full.admitted_sets() if held_name in t}
         assert {t for t in view.admitted_sets() if held_name in t} == beside, held_name
-    # Nothing allocated, nothing withdrawn.
-    assert plan_pool("n", states, server_version=(1, 37)).withdrawn == frozenset()
+    # Nothing allocated, nothing ruled out.
+    assert plan_pool("n", states, server_version=(1, 37)).ruled_out == frozenset()
 
 
 def test_a_whole_gpu_allocated_leaves_only_itself_on_its_gpu(

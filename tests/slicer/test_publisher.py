@@ -344,8 +344,8 @@ def test_devices_an_allocation_rules_out_leave_when_the_limiter_allows_and_retur
     assert not held.changed and held.deferred_s == 20 and set(pool_order(api)) == everything
     clock[0] = 30
     written = publisher.publish(states, allocated=busy)
-    assert written.changed and written.plan.withdrawn
-    assert set(pool_order(api)) == everything - written.plan.withdrawn
+    assert written.changed and written.plan.ruled_out
+    assert set(pool_order(api)) == everything - written.plan.ruled_out
     assert "gpu-1" not in pool_order(api) and "gpu-1-mig-4g40gb-0" in pool_order(api)
     # Freed: listed again at once, though the last write was a moment ago.
     clock[0] = 31
