@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,7 +30,7 @@ from typing import Any, Literal
 
 from kube import documents
 from slicer.identity import NamespaceMode
-from webhook import yaml_text
+from webhook import json_text, yaml_text
 from webhook.convert import (
     ConvertResult,
     convert_objects,
@@ -262,9 +261,21 @@ def _render(
     if not any(result.changed) and not templates:
         return None
     if file.format == "json":
-        objects = [*result.objects, *templates]
-        value = objects[0] if len(objects) == 1 else _list(objects)
-        return json.dumps(value, indent=2) + "\n"
+        if len(result.objects) == 1 and [len(c.values) for c in file.chunks] == [1]:
+            edited = json_text.edit(
+                file.text, file.chunks[0].values[0], result.objects[0], templates
+            )
+        else:
+            edited = yaml_text.Edited(
+                json_text.rewrite(file.text, [*result.objects, *templates]),
+                "it holds more than one document",
+            )
+        if edited.whole is not None:
+            notes.append(
+                f"{file.relative}: rewritten whole, not edited in place ({edited.whole}): "
+                "check its layout in the diff"
+            )
+        return edited.text
     parts: list[str] = []
     index = 0
     for number, chunk in enumerate(file.chunks, start=1):

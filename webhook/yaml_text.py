@@ -491,14 +491,14 @@ def edit_text(
         again = documents.parse_all_fast(out)  # libyaml, as kubectl reads it
     except documents.DocumentError as exc:
         raise _CannotEdit(f"the edited text would not read back: {exc}") from exc
-    if len(again) != 1 or not _same(again[0], new):
+    if len(again) != 1 or not same(again[0], new):
         raise _CannotEdit("the edited text would not read back as the conversion")
     if unterminated:
         out = out.removesuffix(editor.eol)
     return out, editor.reemitted
 
 
-def _same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
     """Equal, and of the same types all the way down (``True`` is not ``1``).
 
     Told in C where it can be: unequal values are never the same, and equal ones are when
@@ -703,7 +703,7 @@ class _Editor:
     def value(self, node: Node, old: Any, new: Any) -> None:
         """``node`` edited from ``old`` to ``new`` in place; raises _CannotEdit when it must be
         re-emitted by its parent."""
-        if _same(old, new):
+        if same(old, new):
             return
         if isinstance(node, MappingNode) and isinstance(old, dict) and isinstance(new, dict):
             if node.flow_style:
@@ -777,7 +777,7 @@ class _Editor:
             if key not in new:
                 start, end = self.pair_lines(key_node, value_node)
                 self.delete_lines(start, end, [key_node, value_node])
-            elif not _same(old[key], new[key]):
+            elif not same(old[key], new[key]):
 
                 def whole(
                     key: Any = key, key_node: Node = key_node, value: Node = value_node
@@ -786,7 +786,7 @@ class _Editor:
                     self.replace(start, end, self.block_pairs({key: new[key]}, column, offset))
 
                 self.child(value_node, old[key], new[key], whole, str(key))
-        for after, added in _additions(old, new):
+        for after, added in additions(old, new):
             text = self.block_pairs(added, column, offset)
             if after is None:
                 self.insert_lines(self.own_line(node.value[0][0].start_mark.index), text)
@@ -863,14 +863,14 @@ class _Editor:
             else:  # ", k: v" from the end of the previous value
                 self.replace(self.end(node.value[first - 1][1]), self.end(node.value[last][1]), "")
         for key in kept:
-            if not _same(old[key], new[key]):
+            if not same(old[key], new[key]):
                 value_node = pairs[key][1]
 
                 def whole(key: Any = key, value: Node = value_node) -> None:
                     self.replace(value.start_mark.index, self.end(value), _flow(new[key]))
 
                 self.child(value_node, old[key], new[key], whole, str(key))
-        for after, added in _additions(old, new):
+        for after, added in additions(old, new):
             text = ", ".join(f"{_flow_scalar(k)}: {_flow(v)}" for k, v in added.items())
             if after is None:
                 at = pairs[kept[0]][0].start_mark.index
@@ -883,7 +883,7 @@ class _Editor:
         items = node.value
         if len(items) != len(old):
             raise _CannotEdit("a flow list whose items cannot be told apart")
-        if len(new) >= len(old) and all(_same(a, b) for a, b in zip(old, new, strict=False)):
+        if len(new) >= len(old) and all(same(a, b) for a, b in zip(old, new, strict=False)):
             added = ", ".join(_flow(v) for v in new[len(old) :])
             if items:
                 at = self.end(items[-1])
@@ -909,7 +909,7 @@ class _Editor:
         return index + 1
 
 
-def _additions(old: dict[Any, Any], new: dict[Any, Any]) -> list[tuple[Any, dict[Any, Any]]]:
+def additions(old: dict[Any, Any], new: dict[Any, Any]) -> list[tuple[Any, dict[Any, Any]]]:
     """The keys ``new`` adds, grouped by the kept key they follow (None: before the first)."""
     groups: list[tuple[Any, dict[Any, Any]]] = []
     after: Any = None

@@ -178,7 +178,7 @@ def test_values_are_the_same_only_with_the_same_types_all_the_way_down() -> None
     ]
     for a in values:
         for b in values:
-            assert yaml_text._same(a, b) == yaml_text._same_walk(a, b), (a, b)
+            assert yaml_text.same(a, b) == yaml_text._same_walk(a, b), (a, b)
 
 
 def test_a_stream_is_cut_at_the_same_lines_with_one_search_as_line_by_line() -> None:
