@@ -15,6 +15,7 @@ too long for Python to convert is refused with its line rather than crashing.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -196,6 +197,7 @@ _HEAD_PART = re.compile(r"\S+ *")
 _MARKER_WITH_CONTENT = re.compile(r"^(?:---|\.\.\.)[ \t]*[^\s#]", re.MULTILINE)
 
 
+@functools.lru_cache(maxsize=8)
 def depth_bound(text: str) -> int | None:
     """A depth that ``text``'s documents cannot exceed, told from its characters alone; None
     when they may hold aliases (a ``*``) or where the count below does not hold.
@@ -206,7 +208,8 @@ def depth_bound(text: str) -> int | None:
     properties. A flow collection starts at a bracket (a list item ``a: b`` is a mapping of its
     own). So: twice the columns where a collection may start, plus two a ``[``, one a ``{``,
     plus the scalar at the bottom. Lines must break at ``\n`` only (no tab, no other line
-    break), and no document may start on a line with content."""
+    break), and no document may start on a line with content. Remembered for the last few
+    texts: ``convert`` asks for a document's twice (whether it says nothing, how to read it)."""
     if "*" in text or "\t" in text:
         return None
     if "\r" in text and text.count("\r") != text.count("\r\n"):
@@ -224,6 +227,14 @@ def depth_bound(text: str) -> int | None:
             column += len(part)
             columns.add(column)
     return 2 * len(columns) + 2 * text.count("[") + text.count("{") + 1
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` can neither nest beyond :data:`MAX_DEPTH` nor hold an alias
+    (:func:`depth_bound`): then libyaml composes it in C even where it does not bound nesting
+    itself (:data:`C_COMPOSES` False: some wheels' libyaml), and nothing needs walking after."""
+    bound = depth_bound(text)
+    return bound is not None and bound <= MAX_DEPTH
 
 
 def _check_expansion(root: Node) -> None:
@@ -331,8 +342,9 @@ _KEY_TAGS = frozenset((_STR, *_SCALAR_TAGS))
 FAST = _CParser is not None
 """Whether PyYAML has libyaml (its wheels do): :func:`parse_all_fast` then reads with it."""
 C_COMPOSES = _libyaml_bounds_nesting()
-"""Whether :func:`parse_all_fast` composes in C (:class:`_CLoader`), or in Python
-(:class:`_FastLoader`)."""
+"""Whether :func:`parse_all_fast` composes in C (:class:`_CLoader`) whatever the text, or, where
+libyaml would recurse without a bound, only text whose depth is bounded by its characters
+(:func:`_plain`) and the rest in Python (:class:`_FastLoader`)."""
 
 
 def parse(text: str) -> Any:
@@ -364,7 +376,7 @@ def read_with_nodes(text: str) -> tuple[list[Node], list[Any]]:
     Composed by libyaml where the text holds nothing the two readers are known to read
     differently (:func:`_read_alike`): the same nodes, marks and values, five times faster;
     anything libyaml refuses is read again by the Python reader, for its verdict and message."""
-    if FAST and C_COMPOSES and _read_alike(text):
+    if FAST and _read_alike(text) and (C_COMPOSES or _plain(text)):
         try:
             return _read_with_nodes_c(text)
         except (yaml.YAMLError, RecursionError):
@@ -395,8 +407,7 @@ def _read_alike(text: str) -> bool:
 
 def _read_with_nodes_c(text: str) -> tuple[list[Node], list[Any]]:
     """:func:`read_with_nodes` on libyaml, with the same bounds (:func:`parse_all_fast`)."""
-    bound = depth_bound(text)
-    plain = bound is not None and bound <= MAX_DEPTH
+    plain = _plain(text)
     loader = _CLoader(text)
     try:
         return _nodes_and_values(loader, lambda node: not plain and _within_bounds(node))
@@ -451,10 +462,9 @@ def parse_all_fast(text: str) -> list[Any]:
     if not FAST:
         return parse_all(text)
     try:
-        if not C_COMPOSES:
+        plain = _plain(text)  # no walk needed, no alias
+        if not (plain or C_COMPOSES):
             return [d for d in yaml.load_all(text, Loader=_FastLoader) if d is not None]  # noqa: S506
-        bound = depth_bound(text)
-        plain = bound is not None and bound <= MAX_DEPTH  # no walk needed, no alias
         loader = _CLoader(text)
         try:
             values = []
