@@ -34,7 +34,8 @@ class Lock(Protocol):
 
 
 class WatchCache(Generic[T]):
-    """Objects of one kind, reduced by ``extract`` and keyed by (namespace, name), kept current."""
+    """Objects of one kind (those ``field_selector`` selects, if given), reduced by ``extract``
+    and keyed by (namespace, name), kept current."""
 
     def __init__(
         self,
@@ -49,8 +50,10 @@ class WatchCache(Generic[T]):
         on_error: Callable[[str], None] | None = None,
         absent_ok: bool = False,
         lock: Lock | None = None,
+        field_selector: str | None = None,
     ) -> None:
         self.api = api
+        self._field_selector = field_selector
         self._absent_ok = absent_ok
         self.api_version = api_version
         self.kind = kind
@@ -87,6 +90,11 @@ class WatchCache(Generic[T]):
     def values(self) -> list[T]:
         with self._lock:
             return list(self._items.values())
+
+    def items(self) -> list[tuple[tuple[str, str], T]]:
+        """((namespace, name), value) of every object kept."""
+        with self._lock:
+            return list(self._items.items())
 
     def store(self, obj: Obj) -> T:
         """Keep ``obj`` (read by the caller, say on a miss) until the watch says otherwise."""
@@ -161,7 +169,7 @@ class WatchCache(Generic[T]):
 
     def relist(self) -> None:
         """Replaces the contents with a fresh list (also usable without the thread)."""
-        listed = self.api.list(self.api_version, self.kind)
+        listed = self.api.list(self.api_version, self.kind, field_selector=self._field_selector)
         items = {object_key(obj): self._extract(obj) for obj in listed.items}
         with self._lock:
             self._items = items
@@ -177,6 +185,7 @@ class WatchCache(Generic[T]):
             self.api_version,
             self.kind,
             resource_version=self._resource_version,
+            field_selector=self._field_selector,
             timeout_s=self._watch_timeout_s,
         ):
             if self._stop.is_set():

@@ -74,6 +74,7 @@ class NodeAgent:
         self.state = parts.state
         self.claims = parts.claims
         self.demand = parts.demand
+        self.pool_watch = parts.pool_watch
         self.health = parts.health
         self.publisher = parts.publisher
         self.reconciler = parts.reconciler
@@ -112,6 +113,8 @@ class NodeAgent:
         self.claims.start()
         if self.demand is not None:
             self.demand.start()
+        if self.pool_watch is not None:
+            self.pool_watch.start()
         self._spawn("health", lambda: self.health.run(self._stop))
         self._spawn(
             "reconciler", lambda: self.reconciler.run(self._stop, self.config.reconcile_interval_s)
@@ -139,6 +142,8 @@ class NodeAgent:
         self.claims.stop()
         if self.demand is not None:
             self.demand.stop()
+        if self.pool_watch is not None:
+            self.pool_watch.stop()
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads.clear()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -35,6 +36,7 @@ from slicer.layout import StaticLayout
 from slicer.mig_mode import GpuMode, MigModeManager
 from slicer.ordering import RepublishLimiter
 from slicer.plugin import DraDriver, PluginServer
+from slicer.pool_watch import PoolWatch
 from slicer.profile_filter import ProfileFilter
 from slicer.publisher import SlicePublisher
 from slicer.reconciler import NodeView, Reconciler, Republish
@@ -119,6 +121,9 @@ class AgentParts:
     demand: NodeDemand | None = None
     """What the cluster asks of this node (its template watch runs with the agent); None when
     every profile is advertised, or without a publisher."""
+    pool_watch: PoolWatch | None = None
+    """This node's slices as the API holds them (its watch runs with the agent): what another
+    hand deleted is published again; None without a publisher."""
 
 
 def assemble(
@@ -176,6 +181,7 @@ def assemble(
     publisher: SlicePublisher | None = None
     limiter: RepublishLimiter | None = None
     demand: NodeDemand | None = None
+    pool_watch: PoolWatch | None = None
     if republish is None:
         limiter = RepublishLimiter(
             min_interval_s=config.republish_interval_s,
@@ -213,6 +219,12 @@ def assemble(
                 on_error=lambda _error: metrics.api_errors.labels("watch-templates").inc(),
             )
         republish = _publishing(publisher, feed, demand)
+        pool_watch = PoolWatch(
+            api,
+            config.node,
+            on_change=wake.set,
+            on_error=lambda _error: metrics.api_errors.labels("watch-slices").inc(),
+        )
     reconciler = Reconciler(
         state,
         claims,
@@ -222,12 +234,33 @@ def assemble(
         stale_after_s=config.stale_prepare_s,
         clock=clock.monotonic,
         wake=wake,
-        publish_key=demand.key if demand is not None else None,
+        publish_key=_publish_key(demand, pool_watch),
     )
     driver = DraDriver(state, claims, pool=config.node, max_parallel=max_parallel)
     return AgentParts(
-        metrics, state, claims, health, feed, reconciler, driver, publisher, limiter, demand
+        metrics,
+        state,
+        claims,
+        health,
+        feed,
+        reconciler,
+        driver,
+        publisher,
+        limiter,
+        demand,
+        pool_watch,
     )
+
+
+def _publish_key(
+    demand: NodeDemand | None, pool_watch: PoolWatch | None
+) -> Callable[[], Hashable] | None:
+    """What the pool depends on besides the node's view: the profiles asked for, the slices the
+    API holds (one deleted must be written again)."""
+    parts = [part.key for part in (demand, pool_watch) if part is not None]
+    if not parts:
+        return None
+    return lambda: tuple(key() for key in parts)
 
 
 def kubelet_plugin(config: AgentConfig, parts: AgentParts, *, workers: int = 8) -> PluginServer:

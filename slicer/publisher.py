@@ -325,16 +325,18 @@ class SlicePublisher:
         plan = self.plan(
             gpus, allocated=allocated, generation=max(current, 1), profiles=self._chosen
         )
-        if self._same(existing, plan.slices):
+        owner = self._owner_reference()
+        owned = _owned_by(existing, owner)
+        if owned and self._same(existing, plan.slices):
             self.metrics.publishes.labels("unchanged").inc()
             self._record(plan, current)
             return self._unwritten(existing, current, plan)
         fingerprint = order_fingerprint(plan.order)
-        wait = self._held_back(existing, plan, fingerprint)
+        wait = self._held_back(existing, plan, fingerprint) if owned else None
         if wait:
             self.metrics.publishes.labels("deferred").inc()
             return self._unwritten(existing, current, plan, deferred_s=wait)
-        return self._write_pool(plan, existing, current, fingerprint)
+        return self._write_pool(plan, existing, current, fingerprint, owner)
 
     def _unwritten(
         self,
@@ -366,7 +368,12 @@ class SlicePublisher:
         return self._limiter.due_in()
 
     def _write_pool(
-        self, plan: PoolPlan, existing: dict[str, Obj], current: int, fingerprint: str
+        self,
+        plan: PoolPlan,
+        existing: dict[str, Obj],
+        current: int,
+        fingerprint: str,
+        owner: Obj | None,
     ) -> PublishResult:
         """Write the pool at a new generation, delete what it no longer has, check the read-back.
 
@@ -374,7 +381,6 @@ class SlicePublisher:
         slices' pool generation changes (planning again for it was the same work twice)."""
         generation = max(current, self._generation) + 1
         self._generation = generation
-        owner = self._owner_reference()
         for obj in plan.slices:
             obj["spec"]["pool"]["generation"] = generation
             if owner is not None:
@@ -484,11 +490,15 @@ class SlicePublisher:
         return all(name in desired or name in plan.ruled_out for name in published)
 
     def _owner_reference(self) -> Obj | None:
-        """Slices belong to the Node, so they go when the Node is deleted."""
+        """Slices belong to the Node, so they go when the Node is deleted; a Node registered
+        again under the same name is another owner (a new uid), and the slices are written
+        again for it (:func:`_owned_by`)."""
         try:
             node = self._api.get("v1", "Node", self._node)
-        except kerr.KubeError:
-            return None
+        except (kerr.NotFound, kerr.Forbidden):
+            return None  # deleted (not registered again yet), or not ours to read: no owner
+        except kerr.KubeError as exc:
+            raise PublishError(f"cannot read Node {self._node}, its slices' owner: {exc}") from exc
         uid = node.get("metadata", {}).get("uid")
         if not uid:
             return None
@@ -767,3 +777,13 @@ class SlicePublisher:
     def _record(self, plan: PoolPlan, generation: int) -> None:
         self.metrics.devices.set(len(plan.order))
         self.metrics.generation.set(generation)
+
+
+def _owned_by(existing: dict[str, Obj], owner: Obj | None) -> bool:
+    """Whether every published slice names ``owner`` as its only owner (none, when the Node
+    cannot be read): a slice still owned by a deleted Node would be collected with it."""
+    wanted = [owner] if owner is not None else None
+    return all(
+        (obj.get("metadata", {}).get("ownerReferences") or None) == wanted
+        for obj in existing.values()
+    )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kube.errors import ApiError
 from kube.memory import InMemoryKubeApi
 from slicer.assembly import Advertise, AgentConfig, AgentParts, assemble, discover_modes
 from slicer.claim_cache import AllocatedDevice
@@ -231,3 +232,81 @@ def test_report_scaling_decides_whether_the_agent_warns_of_quadratic_scheduling(
     with caplog.at_level(logging.WARNING, logger="slicer.publisher"):
         parts.reconciler.reconcile_once()
     assert any("square" in r.getMessage() for r in caplog.records) == report
+
+
+def _node(api: InMemoryKubeApi) -> str:
+    """Registers the agent's Node (as its kubelet does); its new uid."""
+    node = api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    return str(node["metadata"]["uid"])
+
+
+def _owners(api: InMemoryKubeApi) -> list[list[str]]:
+    return [
+        [o["uid"] for o in s["metadata"].get("ownerReferences", [])] for s in api.objects(*SLICES)
+    ]
+
+
+def _settled(api: InMemoryKubeApi, parts: AgentParts) -> bool:
+    """Passes as the running agent makes them, its slice watch seeing each write, until one
+    changes nothing; whether any slice was written."""
+    assert parts.pool_watch is not None
+
+    def versions() -> dict[str, str]:
+        return {
+            s["metadata"]["name"]: s["metadata"]["resourceVersion"] for s in api.objects(*SLICES)
+        }
+
+    before = versions()
+    for _ in range(5):
+        seen = versions()
+        parts.pool_watch.sync_once()  # what the watch thread keeps current
+        parts.reconciler.reconcile_once()
+        if versions() == seen:
+            return versions() != before
+    raise AssertionError("the agent kept writing its slices")
+
+
+def test_a_pool_deleted_by_another_hand_is_published_again_for_the_node_as_it_is_now(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    now = [100.0]
+    first = _node(api)
+    parts = _on_clock(api, backend, tmp_path, now, reprobe_interval_s=600.0)
+    parts.claims.sync_once()
+    assert _settled(api, parts)
+    assert _owners(api) and all(o == [first] for o in _owners(api))
+    assert not _settled(api, parts)  # nothing changed: nothing written
+
+    # The Node is deleted: the garbage collector takes its slices along.
+    api.delete("v1", "Node", NODE)
+    for obj in api.objects(*SLICES):
+        api.delete(*SLICES, obj["metadata"]["name"])
+    assert _settled(api, parts)
+    assert _owners(api) and all(o == [] for o in _owners(api))  # no Node to own them
+
+    # Its kubelet registers it again (a new uid): the periodic pass writes them for it.
+    second = _node(api)
+    assert not _settled(api, parts)
+    now[0] = 701.0
+    assert _settled(api, parts)
+    assert all(o == [second] for o in _owners(api))
+    assert not _settled(api, parts)
+
+
+def test_a_node_that_cannot_be_read_is_retried_never_taken_for_no_owner(
+    api: InMemoryKubeApi, backend: SimulatedBackend, tmp_path: Path
+) -> None:
+    node = _node(api)
+    parts = _on_clock(api, backend, tmp_path, [100.0])
+    assert parts.pool_watch is not None
+    parts.claims.sync_once()
+    assert _settled(api, parts)
+    for obj in api.objects(*SLICES):
+        api.delete(*SLICES, obj["metadata"]["name"])
+    api.fail_next("get", ApiError("etcd timed out", status=500), kind="Node")
+    parts.pool_watch.sync_once()
+    report = parts.reconciler.reconcile_once()
+    assert any("cannot read Node" in e for e in report.errors), report
+    assert api.objects(*SLICES) == []  # nothing written without its owner
+    assert parts.reconciler.reconcile_once().republished  # the next pass
+    assert _owners(api) and all(o == [node] for o in _owners(api))

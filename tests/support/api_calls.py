@@ -91,6 +91,8 @@ DECLARED: dict[str, list[Declared]] = {
         Declared(WATCH_CACHE, "watch", *RC, "claim cache"),
         Declared(WATCH_CACHE, "list", *RCT, "what templates ask for (advertised profiles)"),
         Declared(WATCH_CACHE, "watch", *RCT, "what templates ask for"),
+        Declared(WATCH_CACHE, "list", *RS, "this node's slices (put back what is deleted)"),
+        Declared(WATCH_CACHE, "watch", *RS, "this node's slices"),
     ],
 }
 
