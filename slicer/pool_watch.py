@@ -12,9 +12,9 @@ the apiserver filters, so each agent receives only its own events), and :meth:`P
 joins the reconciler's publish key: when the slices of gpu-slicer's drivers on this node change
 (one deleted, one added), the reconciler hands the publisher its view again, which writes what
 is missing, owned by the Node as it is now (none while it is gone), and finds the rest
-unchanged. A Node registered again later is noticed by the publisher's periodic pass
-(``--reprobe-interval``, 10 minutes by default), which writes the slices again for the new
-owner: reading Nodes as they change would take list and watch on every Node of the cluster.
+unchanged. While the Node is gone the publisher looks for it every few seconds
+(``slicer.publisher.NODE_LOOK_AGAIN_S``) and writes the slices again for a Node registered
+anew: reading Nodes as they change would take list and watch on every Node of the cluster.
 """
 
 from __future__ import annotations

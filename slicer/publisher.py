@@ -77,6 +77,9 @@ PROBE_NAME_PREFIX = "gpu-slicer-io-probe-"
 """``generateName`` of the dry-run probe slices (never stored)."""
 MAX_PROBE_BACKOFF = 144
 """The probe interval grows at most this many times (10 minutes -> one day)."""
+NODE_LOOK_AGAIN_S = 10.0
+"""How often a pass looks for a Node that was not found (deleted; its kubelet registers it
+again under a new uid when it restarts), to write the slices again for it."""
 
 log = logging.getLogger("slicer.publisher")
 
@@ -177,6 +180,9 @@ class SlicePublisher:
         """The FELL_BACK recheck interval's factor: doubles each time a probe proves wrong."""
         self._version_stale = False
         """A write was Invalid: re-read the version at the next publish, due or not."""
+        self._node_missing = False
+        """The Node was not found at the last pass: its kubelet may register it again (with a
+        new uid) without anything else changing, so passes come every NODE_LOOK_AGAIN_S."""
         self._generation = 0
         """The highest generation written, so a pool that emptied out never goes back in time."""
         self._warned_release: tuple[int, int] | None = None
@@ -207,11 +213,13 @@ class SlicePublisher:
 
         The caller should publish again after this long even if nothing changed.
         """
-        if self._recheck_s is None:
-            return None
-        if self._next_check is None:
-            return self._interval()
-        return max(0.0, self._next_check - self._clock.monotonic())
+        waits = [NODE_LOOK_AGAIN_S] if self._node_missing else []
+        if self._recheck_s is not None:
+            if self._next_check is None:
+                waits.append(self._interval())
+            else:
+                waits.append(max(0.0, self._next_check - self._clock.monotonic()))
+        return min(waits) if waits else None
 
     def published_profiles(self) -> set[str]:
         """The MIG profiles this node's pool holds in the API now: its devices', and those its
@@ -493,10 +501,14 @@ class SlicePublisher:
         """Slices belong to the Node, so they go when the Node is deleted; a Node registered
         again under the same name is another owner (a new uid), and the slices are written
         again for it (:func:`_owned_by`)."""
+        self._node_missing = False
         try:
             node = self._api.get("v1", "Node", self._node)
-        except (kerr.NotFound, kerr.Forbidden):
-            return None  # deleted (not registered again yet), or not ours to read: no owner
+        except kerr.NotFound:
+            self._node_missing = True  # deleted, not registered again yet: look again soon
+            return None
+        except kerr.Forbidden:
+            return None  # not ours to read: slices without an owner
         except kerr.KubeError as exc:
             raise PublishError(f"cannot read Node {self._node}, its slices' owner: {exc}") from exc
         uid = node.get("metadata", {}).get("uid")

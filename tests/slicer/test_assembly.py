@@ -18,6 +18,7 @@ from slicer.claim_cache import AllocatedDevice
 from slicer.clock import Clock
 from slicer.device_attributes import MINIMAL_ATTRIBUTES
 from slicer.profile_filter import ProfileFilter
+from slicer.publisher import NODE_LOOK_AGAIN_S
 from slicer.reconciler import NodeView
 from slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE, allocate_claim, delete_claim
@@ -284,10 +285,11 @@ def test_a_pool_deleted_by_another_hand_is_published_again_for_the_node_as_it_is
     assert _settled(api, parts)
     assert _owners(api) and all(o == [] for o in _owners(api))  # no Node to own them
 
-    # Its kubelet registers it again (a new uid): the periodic pass writes them for it.
+    # Its kubelet registers it again (a new uid): while the Node is missing, a pass looks for
+    # it every NODE_LOOK_AGAIN_S, and writes the slices for it once it is back.
     second = _node(api)
     assert not _settled(api, parts)
-    now[0] = 701.0
+    now[0] += NODE_LOOK_AGAIN_S
     assert _settled(api, parts)
     assert all(o == [second] for o in _owners(api))
     assert not _settled(api, parts)
