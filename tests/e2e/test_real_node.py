@@ -139,23 +139,6 @@ def _caps(devices: set[str]) -> set[str]:
     return {d for d in devices if d.startswith("/dev/nvidia-caps/")}
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _restart(box: Sandbox, component: str) -> None:
-    """Stops ``component`` (``paused/``) and lets the sandbox start it again."""
-    old = box.pid(component)
-    box.pause(component)
-    box.wait(lambda: _gone(old), what=f"{component} stopped")
-    box.resume(component)
-    box.wait(lambda: box.pid(component) != old, what=f"{component} restarted")
-
-
 def _registrations(box: Sandbox) -> int:
     return box.log(f"agent-{NODE}").count("registered with the kubelet")
 
@@ -276,7 +259,7 @@ def test_the_agent_restarted_under_running_containers_loses_nothing(
     instances = real.instances(NODE)
     checkpoint = _checkpoint(real)
     registrations = _registrations(real)
-    _restart(real, f"agent-{NODE}")
+    real.restart(f"agent-{NODE}")
     real.wait(
         lambda: _registrations(real) > registrations,
         what="the restarted agent registered with the real kubelet",
@@ -296,7 +279,7 @@ def test_the_kubelet_restarted_reattaches_its_running_pods(
     claims = {c["metadata"]["uid"] for p in two_pods for c in real.claims_of(p)}
     component = f"kubelet-{NODE}"
     registrations = _registrations(real)
-    _restart(real, component)
+    real.restart(component)
     real.wait(
         lambda: real.log(component).count("Started kubelet") >= 2,
         what="the restarted kubelet running",

@@ -207,6 +207,14 @@ class Sandbox:
     def resume(self, component: str) -> None:
         (self.dir / "paused" / component).unlink(missing_ok=True)
 
+    def restart(self, component: str) -> None:
+        """Stops ``component`` (``paused/``) and lets the sandbox start it again."""
+        old = self.pid(component)
+        self.pause(component)
+        self.wait(lambda: not _alive(old), what=f"{component} stopped")
+        self.resume(component)
+        self.wait(lambda: self.pid(component) != old, what=f"{component} restarted")
+
     def log(self, component: str) -> str:
         return (self.dir / "logs" / f"{component}.log").read_text(errors="replace")
 
@@ -227,6 +235,14 @@ class Sandbox:
         out = launch.output_of(self.dir)
         text = out.read_text(errors="replace") if out.exists() else ""
         return "sandbox output (tail):\n" + "\n".join(text.splitlines()[-15:])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def resource_health(pod: Obj) -> list[Obj]:

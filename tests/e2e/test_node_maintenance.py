@@ -1,4 +1,5 @@
-"""Draining a node with a converted pod on its MIG slice, on the real node with the chart's agent.
+"""Node maintenance with a converted pod on its MIG slice, on the real node with the chart's agent:
+a drain, and the Node deleted and registered again.
 
 A sandbox of its own with one node, ``real`` (``--real-node real --install helm --agent-pod``:
 the chart's agent DaemonSet from the project's image under the real kubelet; the webhook runs
@@ -8,6 +9,14 @@ that no DaemonSet owns evicted through the Eviction API. The Deployment's conver
 evicted and terminates normally (a grace period, as a real pod's), its claim is released and
 deleted, its MIG instance destroyed and its CDI file removed; its replacement waits, unallocated,
 while the node is cordoned, and gets a slice of its own once the node is uncordoned.
+
+
+The Node deleted (``kubectl delete node``) and registered again by its kubelet on restart, as an
+admin recovers a node removed by mistake: the garbage collector deletes the pool's slices with
+their owner, the agent writes them again (``slicer.pool_watch``) and owns them to the Node as it
+is once registered again (a new uid); the running pod keeps its container and its slice
+throughout (the kubelet is back well within the pod garbage collector's 40 s for pods of a
+missing node), and a new pod gets a slice of its own.
 
 Skipped with the reason where the machine cannot run containers or the kubelet, containerd or the
 image cannot be built; under ``CI=true`` that is a failure.
@@ -21,8 +30,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from sandbox import binaries
+from slicer.identity import DRIVER
 from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,
@@ -51,27 +62,27 @@ def box(kube_binaries: binaries.Binaries) -> Iterator[Sandbox]:
         yield running
 
 
-def _deployment() -> Obj:
+def _deployment(name: str = "infer") -> Obj:
     """One replica of a probe that reports what it sees every 2 s; deleted with a grace
     period (3 s), as pods are (the tier's usual 0 would make an eviction a forced deletion)."""
-    template = probe_pod("infer", NODE, LIMITS, repeat=True)
+    template = probe_pod(name, NODE, LIMITS, repeat=True)
     template["spec"]["terminationGracePeriodSeconds"] = 3
-    template["metadata"] = {"labels": {"app": "infer"}}
+    template["metadata"] = {"labels": {"app": name}}
     del template["apiVersion"], template["kind"]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "infer"},
+        "metadata": {"name": name},
         "spec": {
             "replicas": 1,
-            "selector": {"matchLabels": {"app": "infer"}},
+            "selector": {"matchLabels": {"app": name}},
             "template": template,
         },
     }
 
 
-def _pods(box: Sandbox) -> list[Obj]:
-    listed = box.core.list_namespaced_pod(ENABLED, label_selector="app=infer").items
+def _pods(box: Sandbox, app: str = "infer") -> list[Obj]:
+    listed = box.core.list_namespaced_pod(ENABLED, label_selector=f"app={app}").items
     return [box.obj(p) for p in listed]
 
 
@@ -160,3 +171,89 @@ def test_a_drained_nodes_mig_pod_is_evicted_and_leaves_nothing_stale(box: Sandbo
     assert set(_checkpoint_claims(box)) == {new_claim["metadata"]["uid"]}
     k8s.AppsV1Api(box.client).delete_namespaced_deployment("infer", ENABLED)
     box.wait(lambda: box.instances(NODE) == [], what="the last instance destroyed")
+
+
+def _pool(box: Sandbox) -> dict[str, list[str]]:
+    """This node's slices of gpu-slicer: each one's uid -> the uids of its owners."""
+    listed = box.resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
+    return {
+        s.metadata.uid: [o.uid for o in s.metadata.owner_references or []]
+        for s in listed
+        if s.spec.driver == DRIVER
+    }
+
+
+def test_a_node_deleted_and_registered_again_keeps_its_pod_and_gets_its_pool_back(
+    box: Sandbox,
+) -> None:
+    apps = k8s.AppsV1Api(box.client)
+    apps.create_namespaced_deployment(ENABLED, _deployment("keeper"))
+    [pod] = box.wait(
+        lambda: [p for p in _pods(box, "keeper") if p["status"].get("phase") == "Running"],
+        what="the Deployment's pod running",
+        timeout_s=150,
+    )
+    name = pod["metadata"]["name"]
+    [status] = pod["status"]["containerStatuses"]
+    container = (status["containerID"], status["restartCount"])
+    [claim] = box.claims_of(pod)
+    instances = box.instances(NODE)
+    _, seen = latest_report(box, name, ENABLED)
+    old_uid = box.core.read_node(NODE).metadata.uid
+    before = _pool(box)
+    assert before and all(owners == [old_uid] for owners in before.values())
+
+    box.core.delete_node(NODE)
+    box.restart(f"kubelet-{NODE}")  # registers the Node again as it starts
+
+    new_uid = box.wait(
+        lambda: _node_uid(box) not in (None, old_uid) and _node_uid(box),
+        what="the Node registered again by its kubelet",
+        timeout_s=60,
+    )
+    after = box.wait(
+        lambda: (
+            (pool := _pool(box)) and all(owners == [new_uid] for owners in pool.values()) and pool
+        ),
+        what="the pool written again, owned by the Node registered again",
+        timeout_s=60,
+    )
+    assert not set(after) & set(before)  # collected with the deleted Node, written anew
+    current = box.pod(ENABLED, name)
+    [status] = current["status"]["containerStatuses"]
+    assert (status["containerID"], status["restartCount"]) == container
+    assert current["status"]["phase"] == "Running"
+    assert box.instances(NODE) == instances
+    assert [c["metadata"]["uid"] for c in box.claims_of(current)] == [claim["metadata"]["uid"]]
+    number, seen_now = latest_report(box, name, ENABLED)
+    _, seen_later = latest_report(box, name, ENABLED, after=number)  # still reporting
+    assert seen_later["env"] == seen_now["env"] == seen["env"]
+
+    # The node schedules again: a second replica gets a slice of its own.
+    apps.patch_namespaced_deployment_scale("keeper", ENABLED, {"spec": {"replicas": 2}})
+    [second] = box.wait(
+        lambda: [
+            p
+            for p in _pods(box, "keeper")
+            if p["metadata"]["name"] != name and p["status"].get("phase") == "Running"
+        ],
+        what="a second replica running on the node",
+        timeout_s=150,
+    )
+    _, seen_second = latest_report(box, second["metadata"]["name"], ENABLED)
+    assert seen_second["env"].startswith("NVIDIA_VISIBLE_DEVICES=MIG-")
+    assert seen_second["env"] != seen["env"]
+    assert len(box.instances(NODE)) == 2
+    apps.delete_namespaced_deployment("keeper", ENABLED)
+    box.wait(lambda: box.instances(NODE) == [], what="both instances destroyed")
+    box.wait(lambda: _cdi_claims(box) == [], what="both CDI specs removed")
+
+
+def _node_uid(box: Sandbox) -> str | None:
+    try:
+        uid: str = box.core.read_node(NODE).metadata.uid
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return uid
