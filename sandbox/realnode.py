@@ -40,6 +40,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -397,6 +398,7 @@ class RealNode:
         self.containerd: Component | None = None
         self.kubelet: Component | None = None
         self._cgroups_made = False
+        self._toolkit_cdi_dir: Path | None = None
         self.healthz_port = 0
 
     # paths inside the namespace, for the agent (its hostPaths in the chart)
@@ -447,6 +449,7 @@ class RealNode:
             "cni/net.d",
         ):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
+        self._toolkit_cdi_dir = toolkit_cdi_dir
         self.progress(f"real node {self.name}: cgroup /{self.cgroup_root}, containerd, kubelet")
         self._clear_leftovers()  # of a sandbox in this folder that was killed, not stopped
         node_host.create_cgroup_root(self.cgroup_root)
@@ -607,6 +610,22 @@ class RealNode:
             self._clear_leftovers()
         if self.holder is not None:
             stop_all([self.holder], timeout_s=5)
+
+    def reboot(self, reset_gpus: Callable[[], None]) -> None:
+        """The node reboots: every process of it ends (the kubelet, containerd, the containers,
+        the namespace that is its machine), what lives in ``/run`` is gone (containerd's state,
+        the claims' CDI specs in ``/var/run/cdi``), ``reset_gpus`` empties the GPUs and gives
+        them a new boot id, and the node starts again as at boot. What is kept is what a disk
+        keeps: the kubelet's root, containerd's root (images, container records), the agent's
+        checkpoint, the CNI leases."""
+        assert self._toolkit_cdi_dir is not None, "reboot of a node that never started"
+        self.progress(f"real node {self.name}: rebooting")
+        self.stop()
+        shutil.rmtree(self.folder / "containerd" / "state", ignore_errors=True)
+        for spec in (self.folder / "cdi").iterdir():  # the node's /var/run/cdi
+            spec.unlink()
+        reset_gpus()
+        self.start(self._toolkit_cdi_dir)
 
     def _clear_leftovers(self) -> None:
         """Containers (the processes in the node's cgroups) and runc shims (named by their

@@ -14,6 +14,7 @@ Layout of the state folder::
     ready                      written once everything is up (JSON: endpoints, pids, paths)
     logs/<component>.log       one log per process; kubelet stand-ins log to logs/kubelet.log
     paused/<component>         present: that component is stopped and not restarted
+    reboot/<node>              present: the real node reboots (removed once it is up again)
     nodes/<node>/{gpus.json,checkpoint,cdi,plugins,plugins_registry,runtime}
 
 Agents and the webhook are restarted when they exit (as a DaemonSet or Deployment would), unless
@@ -58,6 +59,8 @@ from sandbox.nodes import DEPLOY_DIR, NodeSpec
 from sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
 from sandbox.realnode import Parts, RealNode, runtime_toolkit_spec
 from slicer.plugin import dra_socket
+from slicer.simulated import SimulatedBackend
+from slicer.simulated_store import PersistedBackend
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +274,7 @@ class Sandbox:
         (self.dir / MARKER).write_text("")
         (self.dir / "sandbox.pid").write_text(f"{os.getpid()}\n")
         (self.dir / "paused").mkdir()
+        (self.dir / "reboot").mkdir()
 
     def _gpu_slicer(self, *args: str) -> list[str]:
         if self.settings.gpu_slicer is not None:
@@ -653,6 +657,9 @@ class Sandbox:
             dead += [c.name for n in self.real_nodes.values() if (c := n.holder) and not c.alive()]
             if dead:
                 raise StartupError(f"{', '.join(dead)} exited; see {self.dir / 'logs'}")
+            for name in self.real_nodes:
+                if (self.dir / "reboot" / name).exists():
+                    self._reboot(name)
             supervised = [c for n in self.real_nodes.values() for c in n.supervised()]
             for component in [self.webhook, *self.agents.values(), *supervised]:
                 if component is None:
@@ -669,6 +676,23 @@ class Sandbox:
                     )
                     component.start()
                     self._record_pids()
+
+    def _reboot(self, name: str) -> None:
+        """Reboots the real node ``name`` (its agent too, when it runs beside the node: it is
+        started again by the loop), then takes the request away."""
+        agent = self.agents.get(name)
+        if agent is not None:
+            stop_all([agent])
+        real_node = self.real_nodes[name]
+        state = self._gpu_state(name)
+        real_node.reboot(
+            lambda: PersistedBackend(
+                SimulatedBackend(real_node.gpus, node_name=name), state
+            ).reboot()
+        )
+        self._record_pids()
+        (self.dir / "reboot" / name).unlink()
+        self.progress(f"real node {name}: up again after its reboot")
 
     def _record_pids(self) -> None:
         path = self.dir / "ready"

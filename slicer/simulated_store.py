@@ -109,6 +109,11 @@ class PersistedBackend:
         payload = json.dumps(self.inner.snapshot(), indent=1).encode()
         write_atomically(self.path, payload, durable=False)  # a simulation: no power loss
 
+    def reboot(self) -> None:
+        """The node rebooted while no agent ran: the GPUs are empty, the boot id new (saved)."""
+        self.inner.reboot()
+        self._save()
+
     # --- GpuBackend: reads pass through, changes are saved -------------------------------
 
     def boot_id(self) -> str:

@@ -1,5 +1,5 @@
 """Node maintenance with a converted pod on its MIG slice, on the real node with the chart's agent:
-a drain, and the Node deleted and registered again.
+a drain, the Node deleted and registered again, and a reboot.
 
 A sandbox of its own with one node, ``real`` (``--real-node real --install helm --agent-pod``:
 the chart's agent DaemonSet from the project's image under the real kubelet; the webhook runs
@@ -17,6 +17,16 @@ their owner, the agent writes them again (``slicer.pool_watch``) and owns them t
 is once registered again (a new uid); the running pod keeps its container and its slice
 throughout (the kubelet is back well within the pod garbage collector's 40 s for pods of a
 missing node), and a new pod gets a slice of its own.
+
+
+A reboot (the sandbox's ``reboot/<node>``, ``sandbox.realnode.RealNode.reboot``): every process
+of the node ends (kubelet, containerd, the containers, the agent's pod), ``/run`` is emptied
+(containerd's state, the CDI specs) and the GPUs come back empty with a new boot id, while the
+disk keeps the kubelet's and containerd's roots and the agent's checkpoint. The kubelet starts
+the pod again; its claim keeps its allocation and is prepared again: the agent sees the new boot
+id, forgets every entry of the old boot and creates the instance anew, at the allocated
+placement, with a new UUID. Nothing of the old boot is left: one instance, one CDI spec, one
+checkpoint entry.
 
 Skipped with the reason where the machine cannot run containers or the kubelet, containerd or the
 image cannot be built; under ``CI=true`` that is a failure.
@@ -257,3 +267,50 @@ def _node_uid(box: Sandbox) -> str | None:
             return None
         raise
     return uid
+
+
+def test_a_reboot_prepares_the_pods_claim_again_and_leaves_nothing_of_the_old_boot(
+    box: Sandbox,
+) -> None:
+    apps = k8s.AppsV1Api(box.client)
+    apps.create_namespaced_deployment(ENABLED, _deployment("survivor"))
+    [pod] = box.wait(
+        lambda: [p for p in _pods(box, "survivor") if p["status"].get("phase") == "Running"],
+        what="the Deployment's pod running",
+        timeout_s=150,
+    )
+    name = pod["metadata"]["name"]
+    [status] = pod["status"]["containerStatuses"]
+    [claim] = box.claims_of(pod)
+    uid = claim["metadata"]["uid"]
+    instances = box.instances(NODE)
+    _, seen = latest_report(box, name, ENABLED)
+    boot = _checkpoint_boot(box)
+
+    box.reboot(NODE)
+
+    def restarted() -> Obj | None:
+        current = box.pod(ENABLED, name)
+        statuses = current["status"].get("containerStatuses") or [{}]
+        fresh = statuses[0].get("containerID") not in (None, status["containerID"])
+        running = "running" in (statuses[0].get("state") or {})
+        return current if fresh and running else None
+
+    current = box.wait(restarted, what="the pod's container started again", timeout_s=240)
+    assert [c["metadata"]["uid"] for c in box.claims_of(current)] == [uid]  # the same claim
+    assert box.instances(NODE) == instances  # made again at the allocated placement
+    _, seen_now = latest_report(box, name, ENABLED)
+    assert seen_now["env"].startswith("NVIDIA_VISIBLE_DEVICES=MIG-")
+    assert seen_now["env"] != seen["env"]  # a new boot: a new instance, a new UUID
+    assert _cdi_claims(box) == [f"k8s.gpu-slicer.io-claim_{uid}.json"]
+    assert set(_checkpoint_claims(box)) == {uid}
+    assert _checkpoint_boot(box) != boot
+    apps.delete_namespaced_deployment("survivor", ENABLED)
+    box.wait(lambda: box.instances(NODE) == [], what="the instance destroyed")
+    box.wait(lambda: _cdi_claims(box) == [], what="the CDI spec removed")
+
+
+def _checkpoint_boot(box: Sandbox) -> str:
+    data = json.loads((box.dir / "nodes" / NODE / "checkpoint" / "checkpoint.json").read_text())
+    boot: str = data["data"]["bootId"]
+    return boot

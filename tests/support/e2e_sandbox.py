@@ -201,6 +201,12 @@ class Sandbox:
         ready = json.loads((self.dir / "ready").read_text())
         return int(ready["pids"][component])
 
+    def reboot(self, node: str, timeout_s: float = 180) -> None:
+        """Reboots the real ``node`` (``reboot/``): back when the sandbox took the request."""
+        request = self.dir / "reboot" / node
+        request.write_text("")
+        self.wait(lambda: not request.exists(), what=f"{node} rebooted", timeout_s=timeout_s)
+
     def pause(self, component: str) -> None:
         (self.dir / "paused" / component).write_text("")
 
