@@ -54,8 +54,6 @@ PLAIN_DRIVER = "plain.devices.example.com"
 driver without MIG). Its name sorts after ``gpu-slicer.io``, as ``gpu.nvidia.com`` does: the
 scheduler's allocator looks through a node's pools in the order of their drivers' names, so
 such a driver's pods evaluate their class's selector on every gpu-slicer device first."""
-EARLY_DRIVER = "devices.example.com"
-"""The same stand-in under a name that sorts before ``gpu-slicer.io`` (as ``dra.net`` does)."""
 PLAIN_PER_SLICE = 100
 """Devices per plain slice (the API allows 128 without counters)."""
 GATE = "bench.gpu-slicer.io/hold"

@@ -45,7 +45,6 @@ def type_selector(device_type: str, drivers: tuple[str, ...] = DRIVERS) -> str:
     return f'{driver} && device.attributes["{DOMAIN}"].{TYPE_ATTRIBUTE} == "{device_type}"'
 
 
-GPU_SELECTOR = type_selector(GPU_TYPE)
 MIG_SELECTOR = type_selector(MIG_TYPE)
 
 

@@ -36,8 +36,6 @@ from gunicorn.workers.ggevent import GeventWorker
 
 log = logging.getLogger(__name__)
 
-READ_TIMEOUT_ENV = "GPU_SLICER_READ_TIMEOUT_S"
-
 
 class _Expired(Exception):
     """A connection's deadline passed while it was waited on."""
