@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from json.scanner import make_scanner
 from typing import Any
 
-from webhook.yaml_text import BOM, Edited, additions, line_ending, same
+from webhook.yaml_text import BOM, Edited, additions, line_ending, runs, same
 
 _WHITESPACE = " \t\r\n"
 _SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a decoder is what it takes
@@ -119,11 +119,7 @@ def _edit(text: str, old: Any, new: Any, templates: list[Any]) -> str:
     root = _parse(text, start)
     if _skip(text, root.end) != len(text):
         raise _CannotEdit("it holds more than one JSON value")
-    try:
-        read = json.loads(text[start:])
-    except ValueError as exc:
-        raise _CannotEdit(f"it is not JSON: {exc}") from exc
-    if not same(read, old):
+    if not same(_loaded(text[start:], "it is not JSON"), old):
         raise _CannotEdit("JSON reads it differently from YAML")
     editor = _Editor(text, root)
     listed = _is_list(old) and _is_list(new) and root.members is not None
@@ -140,13 +136,16 @@ def _edit(text: str, old: Any, new: Any, templates: list[Any]) -> str:
         wrapped = f"{_LIST_HEADER}{eol}{out[root.start : end]},{eol}{added}{eol}]}}"
         out = out[: root.start] + wrapped + out[end:]
         expected = _as_list([new, *templates])
-    try:
-        again = json.loads(out[start:])
-    except ValueError as exc:
-        raise _CannotEdit(f"the edited text would not read back: {exc}") from exc
-    if not same(again, expected):
+    if not same(_loaded(out[start:], "the edited text would not read back"), expected):
         raise _CannotEdit("the edited text would not read back as the conversion")
     return out
+
+
+def _loaded(text: str, problem: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise _CannotEdit(f"{problem}: {exc}") from exc
 
 
 def _is_list(value: Any) -> bool:
@@ -323,13 +322,7 @@ class _Editor:
     def _cut(self, removed: list[int], starts: list[int], ends: list[int]) -> None:
         """Removes the elements at ``removed`` (some kept) with their commas: a run up to the
         next kept element, or from the end of the previous one when it is the last."""
-        runs: list[list[int]] = []
-        for i in removed:
-            if runs and runs[-1][-1] == i - 1:
-                runs[-1].append(i)
-            else:
-                runs.append([i])
-        for run in runs:
+        for run in runs(removed):
             first, last = run[0], run[-1]
             if last + 1 < len(starts):
                 self.replace(starts[first], starts[last + 1], "")

@@ -852,7 +852,7 @@ class _Editor:
                 start, end, ", ".join(f"{_flow_scalar(k)}: {_flow(v)}" for k, v in new.items())
             )
             return
-        for run in _runs([i for i, k in enumerate(order) if k not in new]):
+        for run in runs([i for i, k in enumerate(order) if k not in new]):
             first, last = run[0], run[-1]
             if last + 1 < len(order):  # "k: v, " up to the next key
                 self.replace(
@@ -923,7 +923,7 @@ def additions(old: dict[Any, Any], new: dict[Any, Any]) -> list[tuple[Any, dict[
     return groups
 
 
-def _runs(indexes: list[int]) -> list[list[int]]:
+def runs(indexes: list[int]) -> list[list[int]]:
     """``[1, 2, 4]`` -> ``[[1, 2], [4]]``."""
     runs: list[list[int]] = []
     for i in indexes:

@@ -183,6 +183,17 @@ def test_a_drained_nodes_mig_pod_is_evicted_and_leaves_nothing_stale(box: Sandbo
     box.wait(lambda: box.instances(NODE) == [], what="the last instance destroyed")
 
 
+def _running_deployment(box: Sandbox, app: str) -> Obj:
+    """A one-replica Deployment of a probe, created; its pod once running."""
+    k8s.AppsV1Api(box.client).create_namespaced_deployment(ENABLED, _deployment(app))
+    [pod] = box.wait(
+        lambda: [p for p in _pods(box, app) if p["status"].get("phase") == "Running"],
+        what=f"the Deployment {app}'s pod running",
+        timeout_s=150,
+    )
+    return pod
+
+
 def _pool(box: Sandbox) -> dict[str, list[str]]:
     """This node's slices of gpu-slicer: each one's uid -> the uids of its owners."""
     listed = box.resource.list_resource_slice(field_selector=f"spec.nodeName={NODE}").items
@@ -197,12 +208,7 @@ def test_a_node_deleted_and_registered_again_keeps_its_pod_and_gets_its_pool_bac
     box: Sandbox,
 ) -> None:
     apps = k8s.AppsV1Api(box.client)
-    apps.create_namespaced_deployment(ENABLED, _deployment("keeper"))
-    [pod] = box.wait(
-        lambda: [p for p in _pods(box, "keeper") if p["status"].get("phase") == "Running"],
-        what="the Deployment's pod running",
-        timeout_s=150,
-    )
+    pod = _running_deployment(box, "keeper")
     name = pod["metadata"]["name"]
     [status] = pod["status"]["containerStatuses"]
     container = (status["containerID"], status["restartCount"])
@@ -273,12 +279,7 @@ def test_a_reboot_prepares_the_pods_claim_again_and_leaves_nothing_of_the_old_bo
     box: Sandbox,
 ) -> None:
     apps = k8s.AppsV1Api(box.client)
-    apps.create_namespaced_deployment(ENABLED, _deployment("survivor"))
-    [pod] = box.wait(
-        lambda: [p for p in _pods(box, "survivor") if p["status"].get("phase") == "Running"],
-        what="the Deployment's pod running",
-        timeout_s=150,
-    )
+    pod = _running_deployment(box, "survivor")
     name = pod["metadata"]["name"]
     [status] = pod["status"]["containerStatuses"]
     [claim] = box.claims_of(pod)
