@@ -87,6 +87,9 @@ class _Context:
     table: WorkloadTable
     quotas: Mapping[str, NamespaceQuota]
     crds: Mapping[tuple[str, str], Any]
+    gpu_free: bool = False
+    """The objects' text names no GPU (``webhook.yaml_text.may_ask_for_gpus``): none of them
+    can ask for one, so nothing is looked for outside the pod templates either."""
 
 
 def convert_objects(
@@ -102,6 +105,7 @@ def convert_objects(
     quotas: Mapping[str, NamespaceQuota] | None = None,
     crds: Mapping[tuple[str, str], Any] | None = None,
     first: int = 1,
+    gpu_free: bool = False,
 ) -> ConvertResult:
     """Convert every object; a document that cannot be converted is kept and named.
 
@@ -114,7 +118,8 @@ def convert_objects(
     webhook leaves it. DeviceClasses among ``objects`` add the names they serve to
     ``native_extended`` (:func:`tree_extended`). ``crds``: CustomResourceDefinitions by
     (group, kind) (default: those among ``objects``): an operator's kind whose CRD would prune
-    the claim is left alone (webhook.crd_schema).
+    the claim is left alone (webhook.crd_schema). ``gpu_free``: the objects were read from text
+    that names no GPU (``webhook.yaml_text.may_ask_for_gpus``).
     """
     objects = list(objects)
     context = _Context(
@@ -125,6 +130,7 @@ def convert_objects(
         table or policy_table(policy),
         tree_quotas(objects, namespace) if quotas is None else quotas,
         tree_crds(objects) if crds is None else crds,
+        gpu_free,
     )
     result = ConvertResult()
     emitted = seen if seen is not None else set()
@@ -247,10 +253,10 @@ def _convert_object(
         raise Denied(f"no apiVersion: which API group's {obj['kind']} is it?")
     workload = context.table.lookup(obj)
     if workload is None:
-        return obj, [], "", _left_alone(obj, "its kind is not one gpu-slicer knows", ())
+        return obj, [], "", _left_alone(context, obj, "its kind is not one gpu-slicer knows", ())
     why = _not_convertible(workload, context)
     if why is not None:
-        return obj, [], "", _left_alone(obj, why, ())
+        return obj, [], "", _left_alone(context, obj, why, ())
     _check_metadata(obj.get("metadata"), "metadata")
     namespace = _namespace(obj, workload, context)
     if namespace is None:
@@ -259,7 +265,7 @@ def _convert_object(
             f"{workload.runs_in} that uses it, where their claim template must be: give -n "
             "NAMESPACE (once per namespace), or let the webhook convert the pods"
         )
-        return obj, [], "", _left_alone(obj, why, ())
+        return obj, [], "", _left_alone(context, obj, why, ())
     found = _pod_paths(obj, workload)
     out: dict[str, Any] | None = None
     templates: list[dict[str, Any]] = []
@@ -294,7 +300,7 @@ def _convert_object(
         templates += conversion.templates
         summaries.append(f"{conversion.summary}{at}")
     reason = workload.note or "the GPU requests are outside the pod templates gpu-slicer reads"
-    warnings += _left_alone(out if out is not None else obj, reason, _covered(found))
+    warnings += _left_alone(context, out if out is not None else obj, reason, _covered(found))
     if out is None:
         return obj, [], "", warnings
     warnings += _converted_notes(workload, namespace, context)
@@ -418,11 +424,11 @@ def _apply(
     target["spec"] = patched["spec"]
 
 
-def _left_alone(obj: Any, reason: str, covered: Sequence[str]) -> list[str]:
+def _left_alone(context: _Context, obj: Any, reason: str, covered: Sequence[str]) -> list[str]:
     """A warning per GPU request ``obj`` still has outside the container lists translation
     read (``covered``), whatever its kind."""
     out: list[str] = []
-    if not _may_name_gpus(obj):
+    if context.gpu_free or not _may_name_gpus(obj):
         return out
     for place, resource in gpu_requests(obj):
         if any(place == c or place.startswith((f"{c}.", f"{c}[")) for c in covered):

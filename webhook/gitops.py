@@ -232,7 +232,7 @@ def _convert_file(
                 number += 1
                 continue
             values = documents.parse_all_fast(chunk.text)
-            part = convert(values, seen=set(), first=number)
+            part = convert(values, seen=set(), first=number, gpu_free=True)
             if not (any(part.changed) or part.templates or part.problems or part.warnings):
                 number += len(values)
                 continue

@@ -16,21 +16,16 @@ then waited for it would block the whole worker.
 from __future__ import annotations
 
 import _thread
-from typing import Any
-
-
-def _os_allocate_lock() -> Any:
-    try:
-        from gevent import monkey
-    except ImportError:  # gevent is a dependency; without it nothing is patched
-        return _thread.allocate_lock
-    return monkey.get_original("_thread", "allocate_lock")
-
-
-_ALLOCATE = _os_allocate_lock()
+import sys
 
 
 def memory_lock() -> _thread.LockType:
-    """The operating system's lock, whether or not gevent has patched ``threading``."""
-    lock: _thread.LockType = _ALLOCATE()
+    """The operating system's lock, whether or not gevent has patched ``threading``. Nothing
+    imports gevent here: where ``gevent.monkey`` was never imported, nothing is patched (and
+    ``convert`` starts without gevent's import time)."""
+    monkey = sys.modules.get("gevent.monkey")
+    allocate = (
+        _thread.allocate_lock if monkey is None else monkey.get_original("_thread", "allocate_lock")
+    )
+    lock: _thread.LockType = allocate()
     return lock

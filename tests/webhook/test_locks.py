@@ -7,16 +7,24 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from webhook.locks import memory_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_after_gevent_patches_threading_the_lock_is_still_the_operating_systems() -> None:
-    # A fresh interpreter: patching this one would change every other test.
+@pytest.mark.parametrize("imported", ["after", "before"])
+def test_after_gevent_patches_threading_the_lock_is_still_the_operating_systems(
+    imported: str,
+) -> None:
+    # A fresh interpreter: patching this one would change every other test. The module may
+    # be imported before gevent patches (the lock is chosen when it is made) or after.
+    patch = "from gevent import monkey; monkey.patch_all()\n"
     script = (
-        "from gevent import monkey; monkey.patch_all()\n"
-        "import threading, _thread\n"
+        ("" if imported == "after" else "from webhook.locks import memory_lock\n")
+        + patch
+        + "import threading, _thread\n"
         "from gevent.monkey import get_original\n"
         "from webhook.locks import memory_lock\n"
         "os_lock = type(get_original('_thread', 'allocate_lock')())\n"
