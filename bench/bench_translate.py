@@ -21,7 +21,12 @@ translation derives once per GPU shape and remembers; and ("new") a pod whose GP
 each call too (its first container's name differs), so the claim is derived every time (with
 more calls than the 1,024 shapes remembered, every pass misses).
 
+``--without NAMES`` runs with those of the translation's stores (``webhook.remembered``: ``derived
+claims``, ``patches``, ``gpu chains``... or ``all``) calling their function every time instead:
+what each store is worth, measured, not argued.
+
     python bench/bench_translate.py [--calls 5000] [--rounds 5] [--profile KIND]
+                                    [--without "derived claims,patches"]
 """
 
 from __future__ import annotations
@@ -41,8 +46,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_webhook import deployment_pod  # noqa: E402
+from webhook import cel, claims  # noqa: E402
 from webhook.policy import Policy, load_policy  # noqa: E402
+from webhook.remembered import BoundedCache  # noqa: E402
+from webhook.translate import chains as translate_chains  # noqa: E402
+from webhook.translate import claim as translate_claim  # noqa: E402
 from webhook.translate import translate_pod  # noqa: E402
+from webhook.translate import writing as translate_writing  # noqa: E402
 
 Pod = dict[str, Any]
 
@@ -87,6 +97,29 @@ namespaces:
 """
 
 
+def stores() -> dict[str, BoundedCache[..., Any]]:
+    """The translation's stores by name (every ``BoundedCache`` of the modules it runs)."""
+    modules = (cel, claims, translate_chains, translate_claim, translate_writing)
+    return {
+        value.name: value
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, BoundedCache)
+    }
+
+
+def without(names: str) -> list[str]:
+    """Makes the named stores (or ``all``) call their function every time; the names."""
+    found = stores()
+    wanted = sorted(found) if names == "all" else [n.strip() for n in names.split(",") if n]
+    unknown = [n for n in wanted if n not in found]
+    if unknown:
+        raise SystemExit(f"--without: no store {', '.join(unknown)}; one of {', '.join(found)}")
+    for name in wanted:
+        found[name].call = found[name].call.__wrapped__  # type: ignore[attr-defined]
+    return wanted
+
+
 def best_per_call(fn: Callable[[Pod], object], pods: list[Pod], rounds: int) -> float:
     """Seconds per call, the best of ``rounds`` passes over ``pods`` (least disturbed by other
     load on a shared machine)."""
@@ -104,12 +137,17 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=5000, help="calls per pass")
     parser.add_argument("--rounds", type=int, default=5, help="passes; the best one counts")
     parser.add_argument("--profile", metavar="KIND", help="cProfile translate_pod on this kind")
+    parser.add_argument(
+        "--without", default="", metavar="NAMES", help="stores not used (comma-separated, or all)"
+    )
     args = parser.parse_args()
 
     policy: Policy = load_policy(POLICY)
+    off = without(args.without) if args.without else []
     print(
         f"translate_pod, {args.calls} calls per pass, best of {args.rounds} passes; "
         "baseline: json.loads(json.dumps(pod)) of the same pods"
+        + (f"; without the stores {', '.join(off)}" if off else "")
     )
     print(f"{'kind':<18} {'pods':<6} {'translate us':>12} {'json us':>8} {'ratio':>6}")
     for label, (pod, namespace) in kinds().items():

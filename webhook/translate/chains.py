@@ -142,7 +142,7 @@ def _chain_need(
 ) -> Need:
     """A need whose chain is a fixed list of profiles (or ``gpu``)."""
     return Need(
-        container, count, what, via, ("chain", entries), partial(FIXED_CHAINS.call, entries)
+        container, count, what, via, ("chain", entries), partial(_fixed_chain, entries)
     )
 
 
@@ -200,8 +200,6 @@ def _gpu_models(models: tuple[str, ...]) -> tuple[gpu_model.GpuModel, ...]:
     return tuple(m for m in catalog.MODELS if m.key in models)
 
 
-GPU_MODELS = BoundedCache("gpu models", _gpu_models, maxsize=64)
-
 
 def _parse_profiles(raw: Any, models: tuple[str, ...]) -> list[str]:
     names = [n.strip() for n in str(raw).split(",")]
@@ -237,7 +235,7 @@ def _memory_chain(raw: Any, models: tuple[str, ...]) -> tuple[Entry, ...]:
     entries = MEMORY_CHAINS.call(wanted, models)
     if entries is None:
         model, largest = max(
-            ((m, p) for m in GPU_MODELS.call(models) for p in m.profiles),
+            ((m, p) for m in _gpu_models(models) for p in m.profiles),
             key=lambda mp: mp[1].memory_bytes,
         )
         raise Denied(
@@ -264,7 +262,7 @@ def _memory_entries(wanted: int, models: tuple[str, ...]) -> tuple[Entry, ...] |
     Every entry also selects on the memory capacity the node publishes (which the agent reads
     from NVML), not only on the profile name: a profile's memory differs by driver and model, so
     the catalog's figure only picks the candidates and the device's own capacity decides."""
-    found = catalog.profiles_with_memory(wanted, GPU_MODELS.call(models))
+    found = catalog.profiles_with_memory(wanted, _gpu_models(models))
     if not found:
         return None
     return tuple(
@@ -306,7 +304,7 @@ def _larger_profiles(name: str, models: tuple[str, ...]) -> tuple[str, ...]:
     """Profiles bigger than ``name`` on those of ``models`` that offer it, smallest first
     (callers pass catalog profile names, so the keys are bounded by the catalog)."""
     found: list[tuple[int, int, str]] = []
-    for model in GPU_MODELS.call(models):
+    for model in _gpu_models(models):
         if not model.has_profile(name):
             continue
         base = model.profile(name)
@@ -343,28 +341,22 @@ def _profile_of_resource(token: str, models: tuple[str, ...]) -> str:
     return token
 
 
-# --- the chains themselves: alternatives, one object per value ------------------------------
-
-ALTERNATIVES = BoundedCache("alternatives", Alternative, maxsize=2048)
-"""``Alternative`` by its fields in declaration order (kind, count, profile, min_memory_bytes,
-nvlink, full_gpu, any_of), positional."""
+# --- the chains themselves -------------------------------------------------------------------
 
 
 def _alternative(name: str | tuple[str, ...], count: int, min_memory: int | None) -> Alternative:
     """The alternative of one chain entry."""
     if isinstance(name, tuple):
-        return ALTERNATIVES.call("mig", count, None, min_memory, False, (), name)
+        return Alternative("mig", count, None, min_memory, False, (), name)
     if name == WHOLE_GPU:
-        return ALTERNATIVES.call("gpu", count, None, None, False, (), ())
-    return ALTERNATIVES.call("mig", count, name, min_memory, False, (), ())
+        return Alternative("gpu", count, None, None, False, (), ())
+    return Alternative("mig", count, name, min_memory, False, (), ())
 
 
 def _fixed_chain(entries: tuple[Entry, ...], count: int, _several: bool) -> tuple[Alternative, ...]:
     """A fixed chain for ``count`` devices (NVLink does not apply to it)."""
     return tuple(_alternative(p, count, memory) for p, memory in entries)
 
-
-FIXED_CHAINS = BoundedCache("fixed chains", _fixed_chain, maxsize=1024)
 
 
 def _gpu_chain(
@@ -389,8 +381,8 @@ GPU_CHAINS = BoundedCache("gpu chains", _gpu_chain, maxsize=1024)
 
 
 def _whole_gpus(count: int, nvlink: bool) -> Alternative:
-    return ALTERNATIVES.call("gpu", count, None, None, nvlink, (), ())
+    return Alternative("gpu", count, None, None, nvlink, (), ())
 
 
 def _full_gpu_migs(count: int, full: tuple[str, ...], nvlink: bool) -> Alternative:
-    return ALTERNATIVES.call("mig", count, None, None, nvlink, full, ())
+    return Alternative("mig", count, None, None, nvlink, full, ())
