@@ -141,9 +141,7 @@ def _chain_need(
     container: Facts, count: int, what: str, via: str | None, entries: tuple[Entry, ...]
 ) -> Need:
     """A need whose chain is a fixed list of profiles (or ``gpu``)."""
-    return Need(
-        container, count, what, via, ("chain", entries), partial(_fixed_chain, entries)
-    )
+    return Need(container, count, what, via, ("chain", entries), partial(_fixed_chain, entries))
 
 
 @dataclass(frozen=True)
@@ -198,7 +196,6 @@ def _not_offered(names: Sequence[str], models: tuple[str, ...]) -> str:
 
 def _gpu_models(models: tuple[str, ...]) -> tuple[gpu_model.GpuModel, ...]:
     return tuple(m for m in catalog.MODELS if m.key in models)
-
 
 
 def _parse_profiles(raw: Any, models: tuple[str, ...]) -> list[str]:
@@ -356,7 +353,6 @@ def _alternative(name: str | tuple[str, ...], count: int, min_memory: int | None
 def _fixed_chain(entries: tuple[Entry, ...], count: int, _several: bool) -> tuple[Alternative, ...]:
     """A fixed chain for ``count`` devices (NVLink does not apply to it)."""
     return tuple(_alternative(p, count, memory) for p, memory in entries)
-
 
 
 def _gpu_chain(
