@@ -180,9 +180,13 @@ class SlicePublisher:
         """The FELL_BACK recheck interval's factor: doubles each time a probe proves wrong."""
         self._version_stale = False
         """A write was Invalid: re-read the version at the next publish, due or not."""
+        self._node_seen = False
+        """The Node was read once: a later 404 means it was deleted, not that none exists here
+        (an API without Nodes: tests, the simulator)."""
         self._node_missing = False
-        """The Node was not found at the last pass: its kubelet may register it again (with a
-        new uid) without anything else changing, so passes come every NODE_LOOK_AGAIN_S."""
+        """The Node, seen before, was not found at the last pass: its kubelet may register it
+        again (with a new uid) without anything else changing, so passes come every
+        NODE_LOOK_AGAIN_S."""
         self._generation = 0
         """The highest generation written, so a pool that emptied out never goes back in time."""
         self._warned_release: tuple[int, int] | None = None
@@ -505,12 +509,13 @@ class SlicePublisher:
         try:
             node = self._api.get("v1", "Node", self._node)
         except kerr.NotFound:
-            self._node_missing = True  # deleted, not registered again yet: look again soon
+            self._node_missing = self._node_seen  # deleted, not back yet: look again soon
             return None
         except kerr.Forbidden:
             return None  # not ours to read: slices without an owner
         except kerr.KubeError as exc:
             raise PublishError(f"cannot read Node {self._node}, its slices' owner: {exc}") from exc
+        self._node_seen = True
         uid = node.get("metadata", {}).get("uid")
         if not uid:
             return None
