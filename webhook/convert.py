@@ -253,10 +253,15 @@ def _convert_object(
         raise Denied(f"no apiVersion: which API group's {obj['kind']} is it?")
     workload = context.table.lookup(obj)
     if workload is None:
-        return obj, [], "", _left_alone(context, obj, "its kind is not one gpu-slicer knows", ())
+        return (
+            obj,
+            [],
+            "",
+            _left_alone(obj, "its kind is not one gpu-slicer knows", (), gpu_free=context.gpu_free),
+        )
     why = _not_convertible(workload, context)
     if why is not None:
-        return obj, [], "", _left_alone(context, obj, why, ())
+        return obj, [], "", _left_alone(obj, why, (), gpu_free=context.gpu_free)
     _check_metadata(obj.get("metadata"), "metadata")
     namespace = _namespace(obj, workload, context)
     if namespace is None:
@@ -265,7 +270,7 @@ def _convert_object(
             f"{workload.runs_in} that uses it, where their claim template must be: give -n "
             "NAMESPACE (once per namespace), or let the webhook convert the pods"
         )
-        return obj, [], "", _left_alone(context, obj, why, ())
+        return obj, [], "", _left_alone(obj, why, (), gpu_free=context.gpu_free)
     found = _pod_paths(obj, workload)
     out: dict[str, Any] | None = None
     templates: list[dict[str, Any]] = []
@@ -300,7 +305,9 @@ def _convert_object(
         templates += conversion.templates
         summaries.append(f"{conversion.summary}{at}")
     reason = workload.note or "the GPU requests are outside the pod templates gpu-slicer reads"
-    warnings += _left_alone(context, out if out is not None else obj, reason, _covered(found))
+    warnings += _left_alone(
+        out if out is not None else obj, reason, _covered(found), gpu_free=context.gpu_free
+    )
     if out is None:
         return obj, [], "", warnings
     warnings += _converted_notes(workload, namespace, context)
@@ -424,11 +431,13 @@ def _apply(
     target["spec"] = patched["spec"]
 
 
-def _left_alone(context: _Context, obj: Any, reason: str, covered: Sequence[str]) -> list[str]:
+def _left_alone(
+    obj: Any, reason: str, covered: Sequence[str], *, gpu_free: bool = False
+) -> list[str]:
     """A warning per GPU request ``obj`` still has outside the container lists translation
-    read (``covered``), whatever its kind."""
+    read (``covered``), whatever its kind; none when its text named no GPU (``gpu_free``)."""
     out: list[str] = []
-    if context.gpu_free or not _may_name_gpus(obj):
+    if gpu_free or not _may_name_gpus(obj):
         return out
     for place, resource in gpu_requests(obj):
         if any(place == c or place.startswith((f"{c}.", f"{c}[")) for c in covered):
