@@ -74,6 +74,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core import catalog
+from core.devices import SliceSpec  # noqa: E402
+from core.identity import DRIVER, LEGACY_DRIVERS, RESOURCE_API  # noqa: E402
 from sandbox.hollow import (  # noqa: E402
     PLAIN_DRIVER,
     HollowCluster,
@@ -96,11 +99,8 @@ from sandbox.neighbours import (  # noqa: E402
 )
 from sim import scheduler_cost  # noqa: E402
 from sim.agreement import claim_spec_for  # noqa: E402
-from slicer import catalog  # noqa: E402
 from slicer.demand import asked_for  # noqa: E402
 from slicer.deviceclasses import device_classes  # noqa: E402
-from slicer.devices import SliceSpec  # noqa: E402
-from slicer.identity import DRIVER, LEGACY_DRIVERS, RESOURCE_API  # noqa: E402
 from slicer.layout import StaticLayout  # noqa: E402
 from slicer.profile_filter import ProfileChoice, ProfileFilter  # noqa: E402
 from slicer.simulated import SimulatedBackend  # noqa: E402

@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slicer.devices import SliceSpec  # noqa: E402
+from core.devices import SliceSpec  # noqa: E402
 from slicer.inventory import GpuState, plan_pool  # noqa: E402
 from slicer.simulated import SimulatedBackend  # noqa: E402
 

@@ -240,8 +240,8 @@ class Kubelet:
             time.sleep(0.1)
 
     def slot(self, device: str, stop: threading.Event) -> None:
-        from slicer.devices import parse_device_name
-        from slicer.identity import DRIVER
+        from core.devices import parse_device_name
+        from core.identity import DRIVER
 
         spec = parse_device_name(device)
         count = 0

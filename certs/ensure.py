@@ -45,9 +45,9 @@ from cryptography import x509
 from certs import issue as certs_issue
 from certs.errors import CertDataError, CertInputError, EnsureError
 from certs.issue import KeyPair
+from core.identity import MANAGED_BY, MANAGED_BY_LABEL
 from kube import errors as kube_errors
 from kube.api import KubeApi, Obj
-from slicer.identity import MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger(__name__)
 

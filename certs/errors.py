@@ -12,8 +12,10 @@ with ``raise ... from`` so that the cause stays visible in logs.
 
 from __future__ import annotations
 
+from core.errors import GpuSlicerError
 
-class CertError(Exception):
+
+class CertError(GpuSlicerError):
     """Base of every error the certs package raises on purpose."""
 
 

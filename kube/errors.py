@@ -15,8 +15,10 @@ Callers branch on these types only; the real implementation maps the ``kubernete
 
 from __future__ import annotations
 
+from core.errors import GpuSlicerError
 
-class KubeError(Exception):
+
+class KubeError(GpuSlicerError):
     """Base of the API seam's errors."""
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from core import catalog
 from plan.cluster import GpuNode
 from plan.verdicts import WorkloadPlan
-from slicer import catalog
 from slicer.demand import NOTHING, DeviceMenu, read_claim_spec
 from slicer.simulated import SimulatedBackend
 

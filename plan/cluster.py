@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core import catalog, gpu_model
+from core.identity import MIGRATION_LABEL, RESOURCE_API
 from kube import documents
 from kube.api import KubeApi, served
 from kube.errors import KubeError, NotFound
 from plan.errors import PlanInputError
 from plan.verdicts import resource_count
-from slicer import catalog, gpu_model
-from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 from webhook.crd_schema import pruned_fields
 from webhook.errors import PolicyError
 from webhook.policy import Policy, load_policy

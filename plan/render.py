@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from core.identity import MIGRATION_LABEL
 from plan.verdicts import Plan
-from slicer.identity import MIGRATION_LABEL
 
 Obj = dict[str, Any]
 

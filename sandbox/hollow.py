@@ -31,6 +31,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from core.devices import DeviceSpec
+from core.identity import RESOURCE_API
 from kube.client import RealKubeApi
 from kube.errors import KubeError, NotFound
 from sandbox import binaries, pki
@@ -38,8 +40,6 @@ from sandbox.cluster import ClusterSetup
 from sandbox.controlplane import ControlPlane, feature_gates
 from sandbox.process import free_port
 from slicer.device_attributes import DeviceAttributes
-from slicer.devices import DeviceSpec
-from slicer.identity import RESOURCE_API
 from slicer.layout import StaticLayout
 from slicer.preview import preview_pool
 from slicer.profile_filter import ProfileChoice

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from core.errors import GpuSlicerError
+from core.identity import RESOURCE_API
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.watch_cache import WatchCache
 from slicer.demand import Advertised, ClaimAsks, Demand, DeviceMenu, read_template
-from slicer.errors import SlicerError
-from slicer.identity import RESOURCE_API
 from slicer.inventory import GpuState
 from slicer.preview import preview_gpus
 from slicer.publisher import SlicePublisher
@@ -104,5 +104,5 @@ class HollowAgents:
             self.publishers[node].publish(self.states[node], profiles=chosen)
             with self._lock:
                 self.published.append(time.monotonic())
-        except (KubeError, SlicerError) as exc:
+        except (KubeError, GpuSlicerError) as exc:
             log.warning("hollow agent could not publish", extra={"node": node, "error": str(exc)})

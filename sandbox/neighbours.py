@@ -23,10 +23,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from slicer import catalog
+from core import catalog
+from core.gpu_model import GpuModel, Profile
+from core.identity import RESOURCE_API
 from slicer.backend import GpuInfo
-from slicer.gpu_model import GpuModel, Profile
-from slicer.identity import RESOURCE_API
 from slicer.inventory import semver
 from slicer.simulated import SimulatedBackend
 

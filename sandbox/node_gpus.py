@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from core.errors import GpuSlicerError
+from core.gpuspec import parse_gpu_spec
 from sandbox.errors import UsageError
 from sandbox.nodes import NodeSpec
-from slicer.gpuspec import parse_gpu_spec
 
 
 def check_layout(layout_file: Path, nodes: list[NodeSpec]) -> None:
@@ -30,7 +31,6 @@ def make_layout(node: NodeSpec, state_file: Path, layout_file: Path) -> None:
     """Plays mig-parted: the layout's MIG instances made on the node's GPUs before its agent
     starts. The agent advertises them only while it is on the static layout, and, as instances
     it did not create, never destroys them."""
-    from slicer.errors import SlicerError
     from slicer.layout import LayoutError, StaticLayout
     from slicer.simulated import SimulatedBackend
     from slicer.simulated_store import PersistedBackend
@@ -46,7 +46,7 @@ def make_layout(node: NodeSpec, state_file: Path, layout_file: Path) -> None:
                 gpus.create_compute_instance(
                     gpu.index, gpus.create_gpu_instance(gpu.index, profile, start)
                 )
-    except (LayoutError, SlicerError) as exc:
+    except (LayoutError, GpuSlicerError) as exc:
         raise UsageError(f"--static-layout {layout_file}: {exc}") from exc
 
 

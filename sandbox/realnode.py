@@ -47,6 +47,7 @@ from typing import Any
 
 import yaml
 
+from core.gpuspec import parse_gpu_spec
 from sandbox import binaries, node_host, oci_image
 from sandbox.errors import BuildError, StartupError
 from sandbox.node_namespace import (
@@ -57,7 +58,6 @@ from sandbox.node_namespace import (
     nvidia_device_nodes,
 )
 from sandbox.process import Component, free_port
-from slicer.gpuspec import parse_gpu_spec
 from slicer.simulated import capability_minor_range
 
 PAUSE_IMAGE = "gpu-slicer.local/pause:{release}"

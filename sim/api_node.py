@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.identity import DRIVER, RESOURCE_API
 from kube.memory import InMemoryKubeApi
 from sim.errors import AllocationError
 from sim.kubelet_client import KubeletClient, RunningClaim
@@ -18,7 +19,6 @@ from sim.pools import Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
 from slicer.checkpoint import PreparedDevice
 from slicer.demand import Advertised
-from slicer.identity import DRIVER, RESOURCE_API
 from slicer.ordering import order_fingerprint
 
 

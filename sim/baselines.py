@@ -21,12 +21,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.catalog import Placement
+from core.gpu_model import GpuModel
 from sim.demand import Demand, DemandBook, min_memory_slices, offers
 from sim.event_loop import GpuLedger, Held, Slot, Strategy
 from sim.geometry import free_placements, pack, resolve_profile
 from sim.scenario import NodeSpec, PodSpec, Scenario
-from slicer.catalog import Placement
-from slicer.gpu_model import GpuModel
 from slicer.inventory import effective_mode
 from webhook.claims import Alternative
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.devices import DeviceSpec, SliceSpec, WholeGpu
 from sim.allocator import Allocation
 from sim.asked import ClusterAsks
 from sim.demand import Demand, DemandBook, min_memory_slices
@@ -43,7 +44,6 @@ from sim.node import SimClock, SimNode, parse_device_name
 from sim.plane import ApiControlPlane, FastControlPlane, SimControlPlane
 from sim.scenario import PodSpec, Scenario
 from sim.scheduler import Scheduler
-from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
 
 Obj = dict[str, Any]
 API_POD_LIMIT = 5000

@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from core.gpu_model import GpuModel
 from sim.scenario import PodSpec, Scenario
-from slicer.gpu_model import GpuModel
 from webhook.claims import Alternative
 from webhook.errors import WebhookError
 from webhook.policy import Policy, load_policy

@@ -9,8 +9,10 @@ SimError
 
 from __future__ import annotations
 
+from core.errors import GpuSlicerError
 
-class SimError(Exception):
+
+class SimError(GpuSlicerError):
     """Base of every simulator error."""
 
 

@@ -27,12 +27,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from core import catalog
+from core.catalog import Placement
+from core.gpu_model import GpuModel
 from sim.demand import Demand
 from sim.errors import SimError
 from sim.scenario import PodSpec, Scenario
-from slicer import catalog
-from slicer.catalog import Placement
-from slicer.gpu_model import GpuModel
 from webhook.claims import Alternative
 
 Progress = Callable[[float], None]

@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from core.catalog import Placement
+from core.devices import DeviceSpec, SliceSpec, WholeGpu
+from core.gpu_model import GpuModel
+from core.identity import DRIVER
 from sim.kubelet_client import RunningClaim
 from sim.node import NodeBase, SimClock, parse_device_name
 from sim.pools import Device, Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
-from slicer.catalog import Placement
 from slicer.checkpoint import PreparedDevice
 from slicer.demand import Advertised
-from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
-from slicer.gpu_model import GpuModel
-from slicer.identity import DRIVER
 from slicer.inventory import GpuState, advertise_gpu, beside_claims, plan_pool
 from slicer.ordering import Candidate, Occupancy, OrderPolicy, RepublishLimiter
 

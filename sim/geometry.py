@@ -14,9 +14,9 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from slicer import catalog
-from slicer.catalog import Placement
-from slicer.gpu_model import GpuModel, Profile
+from core import catalog
+from core.catalog import Placement
+from core.gpu_model import GpuModel, Profile
 
 _KIND = re.compile(r"^(?P<c>\d)g$")
 

@@ -14,16 +14,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Protocol
 
+from core.catalog import Placement
+from core.devices import DeviceSpec, Mode
+from core.devices import parse_device_name as _parse_device_name
+from core.identity import DRIVER
 from sim.kubelet_client import RunningClaim
 from sim.pools import Device, Pool, compile_pool
 from sim.scenario import NodeSpec, Scenario
-from slicer.catalog import Placement
 from slicer.checkpoint import PreparedDevice
 from slicer.demand import EVERY_PROFILE, Advertised
-from slicer.devices import DeviceSpec
-from slicer.devices import parse_device_name as _parse_device_name
-from slicer.identity import DRIVER
-from slicer.inventory import GpuState, Mode, effective_mode, plan_pool
+from slicer.inventory import GpuState, effective_mode, plan_pool
 from slicer.observe import NodeView, ObservedGpu, observe_node
 from slicer.ordering import DYNAMIC_POLICIES, get_policy
 from slicer.simulated import SimulatedBackend

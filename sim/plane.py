@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import jsonpatch
 
+from core.identity import MIGRATION_LABEL, RESOURCE_API
 from kube import errors as kerrors
 from kube.memory import InMemoryKubeApi
 from sim.allocator import Allocation
@@ -28,7 +29,6 @@ from sim.node import SimClock, SimNode
 from sim.pools import Device
 from sim.scenario import PodSpec, Scenario
 from slicer.deviceclasses import device_classes
-from slicer.identity import MIGRATION_LABEL, RESOURCE_API
 
 Obj = dict[str, Any]
 

@@ -18,13 +18,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
+from core.devices import Mode
+from core.errors import GpuSlicerError
+from core.gpu_model import GpuModel
+from core.gpuspec import parse_gpu_spec
 from kube import documents
 from sim.errors import ScenarioError, UnknownNameError
 from slicer.demand import ADVERTISED_PROFILES_CHOICES, AdvertisedProfiles
-from slicer.errors import SlicerError
-from slicer.gpu_model import GpuModel
-from slicer.gpuspec import parse_gpu_spec
-from slicer.inventory import Mode
 from slicer.layout import LayoutError, StaticLayout
 
 DEFAULT_DEMAND_LATENCY_S = 2.0
@@ -390,7 +390,7 @@ def _nodes(value: Any) -> list[NodeSpec]:
             raise ScenarioError(f"{path}.gpus: required (e.g. A100-80GB:1)")
         try:
             models = tuple(parse_gpu_spec(str(body["gpus"])))
-        except SlicerError as exc:
+        except GpuSlicerError as exc:
             raise ScenarioError(f"{path}.gpus: {exc}") from exc
         mode = str(body.get("mode", "dynamic"))
         if mode not in ("dynamic", "mig", "full"):

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from slicer import catalog
-from slicer.devices import MigInstance
-from slicer.errors import CatalogError
-from slicer.gpu_model import GpuModel
+from core import catalog
+from core.devices import MigInstance
+from core.errors import CatalogError
+from core.gpu_model import GpuModel
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class GpuInfo:
     minor: int
     uuid: str
     model: str
-    """Catalog key (``slicer.catalog.get_model``) of the GPU's model."""
+    """Catalog key (``core.catalog.get_model``) of the GPU's model."""
     product_name: str
     memory_bytes: int
     pci_bus_id: str

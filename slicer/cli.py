@@ -20,10 +20,13 @@ from typing import Any
 
 import yaml
 
+from core import catalog, gpu_model
+from core.devices import MODES, DeviceSpec, parse_device_name
+from core.errors import CatalogError, DeviceNameError, GpuSlicerError, GpuSpecError
 from kube.api import KubeApi
 from kube.errors import KubeError
 from kube.settings import SettingsError, env_name
-from slicer import agent_lock, catalog, gpu_model
+from slicer import agent_lock
 from slicer.agent import NodeAgent
 from slicer.assembly import AgentConfig
 from slicer.backend import GpuBackend, HealthEvent, model_of
@@ -39,15 +42,8 @@ from slicer.cdi import (
 from slicer.demand import asked_for
 from slicer.device_attributes import ATTRIBUTES_CHOICES
 from slicer.deviceclasses import device_classes
-from slicer.devices import DeviceSpec, parse_device_name
-from slicer.errors import (
-    BackendError,
-    CatalogError,
-    CheckpointTooNew,
-    GpuSpecError,
-    SlicerError,
-)
-from slicer.inventory import KUBERNETES_VERSIONS, MODES, InventoryError, PoolPlan
+from slicer.errors import BackendError, CheckpointTooNew
+from slicer.inventory import KUBERNETES_VERSIONS, InventoryError, PoolPlan
 from slicer.layout import LayoutError, StaticLayout
 from slicer.ordering import POLICIES
 from slicer.preview import preview_pool
@@ -242,7 +238,7 @@ def run_slices(args: argparse.Namespace) -> int:
     major, minor = (int(x) for x in args.k8s_version.split("."))
     try:
         allocated = [parse_device_name(n.strip()) for n in args.allocated.split(",") if n.strip()]
-    except SlicerError as exc:
+    except DeviceNameError as exc:
         return fail(f"--allocated: {exc}")
     try:
         layout = StaticLayout.load(Path(args.static_layout)) if args.static_layout else None
@@ -270,7 +266,7 @@ def run_slices(args: argparse.Namespace) -> int:
         problem = _allocation_problem(allocated, pool, plan)
         if problem:
             return fail(problem)
-    except (SlicerError, BackendError, InventoryError) as exc:
+    except (GpuSlicerError, BackendError, InventoryError) as exc:
         return fail(str(exc))
     objects = list(pool.slices)
     if args.device_classes:
@@ -683,7 +679,7 @@ def _open_backend(settings: AgentSettings) -> GpuBackend:
         return _backend(settings)
     except GpuSpecError as exc:
         raise _Refusal(f"--simulate-gpus: {exc}") from exc
-    except SlicerError as exc:
+    except GpuSlicerError as exc:
         raise _Refusal(f"cannot open the GPUs: {exc}", code=1) from exc
 
 
@@ -759,7 +755,7 @@ def _build_agent(config: AgentConfig, backend: GpuBackend, api: KubeApi) -> Node
         raise _Refusal(f"cannot start: {exc}", code=1) from exc
     except CheckpointTooNew as exc:  # a newer agent's checkpoint: the node, not the flags
         raise _Refusal(f"cannot start: {exc}", code=1) from exc
-    except SlicerError as exc:  # e.g. a socket path over the kernel's limit
+    except GpuSlicerError as exc:  # e.g. a socket path over the kernel's limit
         raise _Refusal(str(exc)) from exc
 
 
@@ -775,7 +771,7 @@ def _serve(agent: NodeAgent, backend: GpuBackend, lock: agent_lock.AgentLock) ->
     signal.signal(signal.SIGINT, on_signal)
     try:
         agent.start()
-    except (SlicerError, OSError) as exc:
+    except (GpuSlicerError, OSError) as exc:
         agent.stop()
         print(f"gpu-slicer agent run: cannot start: {exc}", file=sys.stderr)
         return 1

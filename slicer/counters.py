@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 
+from core.gpu_model import GpuModel, Profile
 from kube.quantity import format_bytes
-from slicer.gpu_model import GpuModel, Profile
 
 ENGINE_COUNTERS: tuple[str, ...] = (
     "multiprocessors",

@@ -37,12 +37,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
+from core.devices import SliceSpec
+from core.identity import DRIVER, MEMORY_CAPACITY, MIG_CLASS
 from kube.device_cel import DeviceView, SelectorError, matches
 from slicer.backend import GpuInfo, model_of
 from slicer.device_attributes import DeviceAttributes, device_body
 from slicer.deviceclasses import MIG_SELECTOR
-from slicer.devices import SliceSpec
-from slicer.identity import DRIVER, MEMORY_CAPACITY, MIG_CLASS
 from slicer.inventory import GpuState, advertise_gpu
 from slicer.profile_filter import ProfileFilter
 

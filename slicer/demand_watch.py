@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from core.identity import RESOURCE_API
 from kube.api import KubeApi
 from kube.watch_cache import WatchCache
 from slicer.claim_cache import ClaimCache
@@ -25,7 +26,6 @@ from slicer.demand import (
     read_claim,
     read_template,
 )
-from slicer.identity import RESOURCE_API
 
 TEMPLATE_KIND = "ResourceClaimTemplate"
 

@@ -1,5 +1,5 @@
 """The DeviceClasses through which workloads ask for gpu-slicer devices (their names and the
-attribute they select on are the contract's, ``slicer.identity``).
+attribute they select on are the contract's, ``core.identity``).
 
 * ``gpu.gpu-slicer.io``: whole GPUs (``type == "gpu"``);
 * ``mig.gpu-slicer.io``: MIG slices (``type == "mig"``); a claim narrows it with selectors on
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slicer.identity import (
+from core.identity import (
     DOMAIN,
     DRIVERS,
     GPU_CLASS,

@@ -1,11 +1,9 @@
-"""Errors raised by the node agent and its pure core.
+"""Errors raised by the node agent.
 
 Every error a user can see says what went wrong and what would be valid instead.
 
-    SlicerError
-    ├── CatalogError            unknown model or profile, illegal placement
-    ├── DeviceNameError         a device name that is not one of ours
-    ├── GpuSpecError            a bad ``--gpus``/``--simulate-gpus`` spec
+    SlicerError                 (a ``core.errors.GpuSlicerError``; the MIG model's own errors
+    │                           are the core's: CatalogError, DeviceNameError, GpuSpecError)
     ├── BackendError            what NVML (or the simulator) refused; mirrors NVML's return codes
     │   ├── InsufficientResources   the placement overlaps, or a budget is exhausted
     │   ├── GpuInUse                processes or compute instances still hold it
@@ -25,23 +23,12 @@ Every error a user can see says what went wrong and what would be valid instead.
 
 from __future__ import annotations
 
+from core.errors import GpuSlicerError
 from kube.settings import SettingsError
 
 
-class SlicerError(Exception):
-    """Base of every error the slicer package raises on purpose."""
-
-
-class CatalogError(SlicerError, ValueError):
-    """The catalog has no such model, profile or placement."""
-
-
-class DeviceNameError(SlicerError, ValueError):
-    """A device name does not follow ``gpu-<i>`` or ``gpu-<i>-mig-<profile>-<start>``."""
-
-
-class GpuSpecError(SlicerError, ValueError):
-    """A simulated-GPU spec such as ``H100-80GB:2,A100-80GB:1`` is malformed."""
+class SlicerError(GpuSlicerError):
+    """Base of every error the agent raises on purpose."""
 
 
 class BackendError(SlicerError):

@@ -6,7 +6,7 @@ RTX PRO 6000 Blackwell, ...) appear faster than any table. So on a real node the
 every GPU-instance profile (``nvmlDeviceGetGpuInstanceProfileInfo``: memory, multiprocessors,
 engines, instance count, compute slices, name) and its placements
 (``nvmlDeviceGetGpuInstancePossiblePlacements``) and hands them here as :class:`ProfileFacts`.
-:func:`model_from_facts` turns them into the same :class:`slicer.gpu_model.GpuModel` the rest of the
+:func:`model_from_facts` turns them into the same :class:`core.gpu_model.GpuModel` the rest of the
 agent uses (``source="nvml"``), and :func:`differences` says, in words, where the catalog
 disagrees. Pure: data in, data out.
 
@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from slicer import catalog, gpu_model
-from slicer.catalog import Placement
-from slicer.devices import profile_token
-from slicer.errors import DeviceNameError
-from slicer.gpu_model import MIB, Engines, GpuModel, Profile
+from core import catalog, gpu_model
+from core.catalog import Placement
+from core.devices import profile_token
+from core.errors import DeviceNameError
+from core.gpu_model import MIB, Engines, GpuModel, Profile
 
 _CI = "NVML_COMPUTE_INSTANCE_PROFILE_"
 _MIG_PREFIX = re.compile(r"^\s*MIG\s+", re.IGNORECASE)

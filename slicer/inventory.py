@@ -36,24 +36,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from slicer import catalog, gpu_model
-from slicer.backend import GpuInfo, model_of
-from slicer.catalog import Placement
-from slicer.counters import (
-    Consumption,
-    CounterSet,
-    counter_set_name,
-    counter_values,
-    format_quantity,
-    profile_consumption,
-    render_counters,
-    whole_gpu_consumption,
-)
-from slicer.device_attributes import DeviceAttributes, device_body
-from slicer.devices import DeviceSpec, MigInstance, SliceSpec, WholeGpu
-from slicer.errors import SlicerError
-from slicer.gpu_model import GpuModel, Profile
-from slicer.identity import (
+from core import catalog, gpu_model
+from core.catalog import Placement
+from core.devices import DeviceSpec, DeviceTaint, MigInstance, Mode, SliceSpec, WholeGpu
+from core.gpu_model import GpuModel, Profile
+from core.identity import (
     DRIVER,
     GPU_TYPE,
     MANAGED_BY,
@@ -68,6 +55,19 @@ from slicer.identity import (
     TYPE_ATTRIBUTE,
     qualified,
 )
+from slicer.backend import GpuInfo, model_of
+from slicer.counters import (
+    Consumption,
+    CounterSet,
+    counter_set_name,
+    counter_values,
+    format_quantity,
+    profile_consumption,
+    render_counters,
+    whole_gpu_consumption,
+)
+from slicer.device_attributes import DeviceAttributes, device_body
+from slicer.errors import SlicerError
 from slicer.layout import StaticLayout
 from slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
 from slicer.profile_filter import ProfileChoice
@@ -80,8 +80,6 @@ ADVERTISED_ANNOTATION = "gpu-slicer.io/advertised-profiles"
 (``1g.10gb=asked,3g.40gb=floor``, or the admin's ``--profiles`` text). ``gpu-slicer status`` shows
 it; it is as of the pool's last write (a change of reason alone is not worth a write)."""
 
-Mode = Literal["dynamic", "mig", "full"]
-MODES: tuple[Mode, ...] = ("dynamic", "mig", "full")
 SliceLayout = Literal["combined", "split"]
 
 KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37", "1.38")
@@ -94,21 +92,6 @@ class InventoryError(SlicerError, ValueError):
 
 
 # --- inputs ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeviceTaint:
-    """A taint on every device of a GPU (health: ``gpu-slicer.io/unhealthy``)."""
-
-    key: str
-    value: str = ""
-    effect: Literal["NoSchedule", "NoExecute", "None"] = "NoSchedule"
-
-    def render(self) -> Obj:
-        out: Obj = {"key": self.key, "effect": self.effect}
-        if self.value:
-            out["value"] = self.value
-        return out
 
 
 @dataclass(frozen=True)
@@ -235,7 +218,7 @@ def _string(value: str) -> Obj:
 
 
 def _attributes(info: GpuInfo, spec: DeviceSpec, profile: Profile | None) -> Obj:
-    """Qualified with the contract's domain (:func:`slicer.identity.qualified`), so that they
+    """Qualified with the contract's domain (:func:`core.identity.qualified`), so that they
     do not depend on the driver's name."""
     attrs: Obj = {_TYPE: _string(GPU_TYPE if profile is None else MIG_TYPE)}
     if profile is not None and isinstance(spec, SliceSpec):

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core import catalog
+from core.catalog import Placement
+from core.gpu_model import GpuModel
 from kube import documents
-from slicer import catalog
-from slicer.catalog import Placement
 from slicer.errors import SlicerError
-from slicer.gpu_model import GpuModel
 
 
 class LayoutError(SlicerError, ValueError):

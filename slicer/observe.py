@@ -15,10 +15,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from core.devices import DeviceSpec, DeviceTaint, MigInstance, Mode, SliceSpec
 from slicer.backend import GpuInfo
 from slicer.checkpoint import PreparedDevice
-from slicer.devices import DeviceSpec, MigInstance, SliceSpec
-from slicer.inventory import DeviceTaint, GpuState, Mode
+from slicer.inventory import GpuState
 from slicer.state import instance_at
 
 

@@ -29,10 +29,10 @@ from functools import lru_cache
 from itertools import groupby
 from typing import Protocol
 
-from slicer.catalog import Placement, is_full_gpu_profile, is_valid
-from slicer.devices import DeviceSpec, SliceSpec, WholeGpu
+from core.catalog import Placement, is_full_gpu_profile, is_valid
+from core.devices import DeviceSpec, SliceSpec, WholeGpu
+from core.gpu_model import GpuModel, Profile
 from slicer.errors import SlicerError
-from slicer.gpu_model import GpuModel, Profile
 
 
 class OrderingError(SlicerError, ValueError):

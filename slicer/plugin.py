@@ -6,7 +6,7 @@ Sockets, as the kubelet expects them:
   kubelet's plugin watcher finds it, calls GetInfo and learns the DRA endpoint and versions.
   ``<registry dir>/gpu-slicer.io-reg.sock`` registers the same endpoint under the driver name of
   releases up to 0.1, so that the kubelet can still prepare and release the claims allocated in
-  such a release's pool after an upgrade (:data:`slicer.identity.LEGACY_DRIVERS`).
+  such a release's pool after an upgrade (:data:`core.identity.LEGACY_DRIVERS`).
 * ``<plugins dir>/z.gpu-slicer.io/dra.sock`` serves ``DRAPlugin`` in versions ``v1`` and
   ``v1beta1`` (same messages; v1beta1 lacks ``Device.share_id``) and, when given a
   :class:`~slicer.device_health.HealthFeed`, the resource-health service
@@ -37,6 +37,8 @@ from typing import Any
 
 import grpc
 
+from core.errors import GpuSlicerError
+from core.identity import DRIVER, DRIVERS
 from kube import errors as kerrors
 from kube.atomic_files import ensure_dir
 from kube.names import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, is_dns_label, is_dns_subdomain
@@ -46,7 +48,6 @@ from slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_resu
 from slicer.device_health import RESEND_S, TIMEOUT_S, DeviceHealth, HealthFeed
 from slicer.errors import BackendError, ClaimReferenceError, SlicerError
 from slicer.health_watchers import MAX_WATCHERS, HealthWatchers
-from slicer.identity import DRIVER, DRIVERS
 from slicer.proto import (
     dra_health_v1alpha1_pb2,
     dra_v1_pb2,
@@ -154,7 +155,7 @@ class DraDriver:
             self.state.unprepare(ref.uid)
         except InstanceBusy as exc:
             return str(exc)
-        except (BackendError, OSError, SlicerError) as exc:
+        except (BackendError, OSError, GpuSlicerError) as exc:
             return f"cannot unprepare claim {ref.namespace}/{ref.name}: {exc}; retry resumes it"
         return ""
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slicer import catalog
+from core import catalog
+from core.devices import DeviceSpec, Mode
 from slicer.device_attributes import DeviceAttributes
-from slicer.devices import DeviceSpec
-from slicer.inventory import GpuState, Mode, PoolPlan, default_mode, plan_pool
+from slicer.inventory import GpuState, PoolPlan, default_mode, plan_pool
 from slicer.layout import StaticLayout
 from slicer.observe import ObservedGpu, observe_node
 from slicer.profile_filter import ProfileChoice

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Protocol
 
-from slicer import catalog
+from core import catalog
+from core.gpu_model import GpuModel
 from slicer.errors import SlicerError
-from slicer.gpu_model import GpuModel
 
 
 class ProfileChoice(Protocol):

@@ -46,6 +46,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from core.devices import DeviceSpec, SliceSpec, parse_device_name
+from core.errors import DeviceNameError
+from core.identity import DOMAIN, DRIVERS, RESOURCE_API
 from kube import errors as kerr
 from kube.api import KubeApi, event_for
 from slicer import scaling
@@ -53,9 +56,7 @@ from slicer.agent_metrics import PublisherMetrics
 from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.demand import Advertised
 from slicer.device_attributes import DeviceAttributes
-from slicer.devices import DeviceSpec, SliceSpec, parse_device_name
-from slicer.errors import DeviceNameError, PublishError
-from slicer.identity import DOMAIN, DRIVERS, RESOURCE_API
+from slicer.errors import PublishError
 from slicer.inventory import (
     ADVERTISED_ANNOTATION,
     GpuState,

@@ -37,14 +37,15 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from core.devices import DeviceSpec, MigInstance, parse_device_name
+from core.errors import DeviceNameError, GpuSlicerError
+from core.identity import DRIVER
 from kube import errors as kerrors
 from slicer.backend import GpuInfo, model_of
 from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry, PreparedDevice
 from slicer.claim_cache import ClaimCache, our_results
-from slicer.devices import DeviceSpec, MigInstance, parse_device_name
-from slicer.errors import BackendError, DeviceNameError, GpuLost, SlicerError
+from slicer.errors import BackendError, GpuLost
 from slicer.health import HealthTracker
-from slicer.identity import DRIVER
 from slicer.observe import NodeView, ObservedGpu, observe_node
 from slicer.state import (
     STALE_PREPARE,
@@ -193,7 +194,7 @@ class Reconciler:
                     uid, meta.get("namespace", ""), meta["name"], our_results(claim, pool=self.pool)
                 ):
                     report.adopted.append(uid)
-            except (BackendError, OSError, SlicerError) as exc:
+            except (BackendError, OSError, GpuSlicerError) as exc:
                 report.errors.append(f"adopt {uid}: {exc}")
                 return  # try again next pass
         self.state.finish_recovery(adopted=len(report.adopted))
@@ -234,7 +235,7 @@ class Reconciler:
                 extra={"claim": entry.uid, "why": why, "error": str(exc)},
             )
             return False
-        except (BackendError, OSError, SlicerError) as exc:
+        except (BackendError, OSError, GpuSlicerError) as exc:
             report.errors.append(f"release {entry.uid} ({why}): {exc}")
             return False
         report.orphans_destroyed += present

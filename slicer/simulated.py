@@ -4,7 +4,7 @@ Tests and the simulator use :class:`SimulatedBackend` wherever the node agent wo
 ``slicer.nvml.NvmlBackend``. It refuses what NVML refuses, with the same error types
 (``slicer.errors.BackendError`` subclasses), so agent code that works here works there:
 
-* ``create_gpu_instance`` accepts a placement exactly when :func:`slicer.catalog.is_valid` holds
+* ``create_gpu_instance`` accepts a placement exactly when :func:`core.catalog.is_valid` holds
   for the instances already on the GPU plus the new one. An unknown profile or an illegal start
   raises ``NotSupported`` (NVML's answer for a profile or placement the device does not offer);
   an overlap, an exhausted count, compute budget or a second ``+me`` raises
@@ -31,7 +31,7 @@ Tests and the simulator use :class:`SimulatedBackend` wherever the node agent wo
   consecutive indices; the PCIe-only A30 has none. ``nvlink=False`` gives no GPU a domain.
 
 GPUs without MIG (an L4 or L40S beside MIG GPUs) are models without profiles
-(:func:`slicer.gpu_model.whole_only_model`): they report no MIG facts, so the agent offers them
+(:func:`core.gpu_model.whole_only_model`): they report no MIG facts, so the agent offers them
 whole, and ``set_mig_mode`` on them raises ``NotSupported`` as NVML does. No NVLink for them.
 
 Instances made by someone else (a person running ``nvidia-smi``, mig-parted) are simulated by
@@ -55,12 +55,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slicer import catalog, gpu_model
+from core import catalog, gpu_model
+from core.devices import MigInstance
+from core.errors import CatalogError
+from core.gpuspec import parse_gpu_spec
 from slicer.backend import GpuInfo, HealthEvent
-from slicer.devices import MigInstance
 from slicer.errors import (
     BackendError,
-    CatalogError,
     GpuInUse,
     GpuLost,
     GpuNotFound,
@@ -68,7 +69,6 @@ from slicer.errors import (
     NotSupported,
     ResetRequired,
 )
-from slicer.gpuspec import parse_gpu_spec
 
 BACKEND_METHODS = frozenset(
     {

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any, get_args
 
+from core.devices import MigInstance
 from kube.atomic_files import ensure_dir, write_atomically
 from slicer.backend import GpuInfo, HealthEvent, HealthKind
-from slicer.devices import MigInstance
 from slicer.errors import SlicerError
 from slicer.simulated import SimulatedBackend
 

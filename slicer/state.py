@@ -35,6 +35,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
+from core.devices import DeviceSpec, DeviceTaint, MigInstance, SliceSpec, parse_device_name
+from core.errors import DeviceNameError, GpuSlicerError
+from core.identity import DRIVER, UNHEALTHY_TAINT
 from slicer import cdi
 from slicer.agent_metrics import AgentMetrics
 from slicer.backend import GpuBackend, GpuInfo
@@ -47,10 +50,7 @@ from slicer.checkpoint import (
     PreparedDevice,
 )
 from slicer.claim_cache import AllocatedDevice
-from slicer.devices import DeviceSpec, MigInstance, SliceSpec, parse_device_name
-from slicer.errors import BackendError, DeviceNameError, GpuLost, GpuNotFound, SlicerError
-from slicer.identity import DRIVER, UNHEALTHY_TAINT
-from slicer.inventory import DeviceTaint
+from slicer.errors import BackendError, GpuLost, GpuNotFound, SlicerError
 from slicer.keyed_locks import KeyedLocks
 from slicer.layout import StaticLayout
 from slicer.mig_mode import MigModeManager
@@ -263,7 +263,7 @@ class DeviceState:
                 entry = planned_entry(uid, namespace, name, planned, self.clock(), results)
                 entry = self._refuse_occupied(entry, gpus)
                 self._put(entry)  # durable, with which instances were there before the claim
-        except (BackendError, OSError, SlicerError) as exc:
+        except (BackendError, OSError, GpuSlicerError) as exc:
             raise PrepareError(f"cannot prepare claim {namespace}/{name}: {exc}") from exc
         try:
             done: list[PreparedDevice] = []
@@ -281,7 +281,7 @@ class DeviceState:
             # Not fsynced (atomic rename only): losing it needs an OS crash, i.e. a reboot, which
             # clears every entry anyway; docs/agent.md has the argument. PrepareStarted is durable.
             self._put(completed, durable=False)
-        except (BackendError, OSError, SlicerError) as exc:
+        except (BackendError, OSError, GpuSlicerError) as exc:
             cleanup = self._undo_failed(entry)
             raise PrepareError(f"cannot prepare claim {namespace}/{name}: {exc}{cleanup}") from exc
         self._lift_rollback_taint(uid)
@@ -399,7 +399,7 @@ class DeviceState:
         current = self.entry(entry.uid) or entry
         try:
             self._release(current)
-        except (BackendError, OSError, SlicerError) as exc:
+        except (BackendError, OSError, GpuSlicerError) as exc:
             gpus = sorted({d.gpu_index for d in current.devices if d.is_mig and not d.provided})
             with self._lock:
                 for gpu in gpus:
@@ -424,7 +424,7 @@ class DeviceState:
     def _release_or_fail(self, entry: ClaimEntry, what: str) -> None:
         try:
             self._release(entry)
-        except (BackendError, OSError, SlicerError) as exc:
+        except (BackendError, OSError, GpuSlicerError) as exc:
             raise PrepareError(f"cannot undo {what}: {exc}") from exc
 
     # --- unprepare ------------------------------------------------------------------------
@@ -454,7 +454,7 @@ class DeviceState:
             except InstanceBusy:
                 self.metrics.unprepares.labels("busy").inc()
                 raise
-            except (BackendError, OSError, SlicerError):
+            except (BackendError, OSError, GpuSlicerError):
                 self.metrics.unprepares.labels("error").inc()
                 raise
             self.metrics.unprepares.labels("ok").inc()

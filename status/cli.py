@@ -16,11 +16,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 
+from core.identity import DRIVERS, RESOURCE_API
 from kube import documents
 from kube.api import KubeApi, Obj, connect
 from kube.errors import Forbidden, KubeError, NotFound, Unavailable
 from kube.names import subdomain_problem
-from slicer.identity import DRIVERS, RESOURCE_API
 from status.render import as_json, table
 from status.view import ClusterStatus, build_status, scaling_notes
 

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.identity import DRIVERS, RESOURCE_API
 from kube import documents
 from kube.api import KubeApi, Obj
 from kube.errors import KubeError
-from slicer.identity import DRIVERS, RESOURCE_API
 from status.cli import cluster_api
 
 PREFIX = "gpu-slicer uninstall-check"

@@ -18,12 +18,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kube.quantity import parse_count
-from slicer import catalog, gpu_model
-from slicer.demand import Advertised
-from slicer.devices import SliceSpec, parse_device_name
-from slicer.errors import SlicerError
-from slicer.identity import (
+from core import catalog, gpu_model
+from core.devices import SliceSpec, parse_device_name
+from core.errors import CatalogError, DeviceNameError
+from core.identity import (
     CONVERTED_ANNOTATION,
     DRIVER,
     DRIVERS,
@@ -38,6 +36,8 @@ from slicer.identity import (
     UNHEALTHY_TAINT,
     qualified,
 )
+from kube.quantity import parse_count
+from slicer.demand import Advertised
 from slicer.inventory import ADVERTISED_ANNOTATION
 from slicer.scaling import partitionable_scales, quadratic_warning
 
@@ -281,7 +281,7 @@ def _count(value: Any) -> int:
 def _model(product: str) -> gpu_model.GpuModel | None:
     try:
         return catalog.model_by_product_name(product)
-    except SlicerError:
+    except CatalogError:
         return None
 
 
@@ -328,7 +328,7 @@ def _placement(
             return index, str(profile), start, size
     try:
         spec = parse_device_name(device_name)
-    except SlicerError:
+    except DeviceNameError:
         return None
     if not isinstance(spec, SliceSpec):
         return spec.gpu_index, None, 0, 0
@@ -536,7 +536,7 @@ def parse_device_name_index(device: str) -> int | None:
     """The GPU index in a gpu-slicer device name, None if the name is not one."""
     try:
         return parse_device_name(device).gpu_index
-    except SlicerError:
+    except DeviceNameError:
         return None
 
 

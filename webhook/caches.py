@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from core.identity import MIGRATION_LABEL, RESOURCE_API, NamespaceMode
 from kube.api import KubeApi, Obj
 from kube.errors import KubeError, NotFound
 from kube.watch_cache import WatchCache
-from slicer.identity import MIGRATION_LABEL, RESOURCE_API, NamespaceMode
 from webhook.errors import WebhookError
 from webhook.extended import ExtendedClass, extended_class
 from webhook.locks import memory_lock

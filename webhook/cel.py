@@ -7,8 +7,8 @@ control characters escaped. A name such as ``x" || true || "`` stays one string.
 
 from __future__ import annotations
 
+from core.identity import MEMORY_CAPACITY, PROFILE_ATTRIBUTE
 from kube.quantity import format_bytes
-from slicer.identity import MEMORY_CAPACITY, PROFILE_ATTRIBUTE
 from webhook.remembered import BoundedCache
 from webhook.targets import TargetDriver
 

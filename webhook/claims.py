@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from slicer.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
+from core.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
 from webhook import cel
 from webhook.remembered import BoundedCache
 from webhook.targets import TargetDriver

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
+from core.identity import NamespaceMode
 from kube.settings import Settings, SettingsError
-from slicer.identity import NamespaceMode
 from webhook.errors import WebhookError
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

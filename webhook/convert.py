@@ -21,8 +21,8 @@ from typing import Any
 
 import jsonpatch
 
+from core.identity import LEGACY_GPU, NamespaceMode
 from kube import documents
-from slicer.identity import LEGACY_GPU, NamespaceMode
 from webhook.crd_schema import pruned_fields, schema_of
 from webhook.errors import Denied, ManifestError
 from webhook.extended import extended_class

@@ -32,7 +32,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from slicer.identity import NamespaceMode
+from core.identity import NamespaceMode
 from webhook.errors import BadReview, Denied
 from webhook.locks import memory_lock
 from webhook.policy import Policy

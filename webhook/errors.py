@@ -27,8 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from core.errors import GpuSlicerError
 
-class WebhookError(Exception):
+
+class WebhookError(GpuSlicerError):
     """Base of every error the webhook package raises on purpose."""
 
 

@@ -28,8 +28,8 @@ from functools import partial
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
+from core.identity import NamespaceMode
 from kube import documents
-from slicer.identity import NamespaceMode
 from webhook import json_text, yaml_text
 from webhook.convert import (
     ConvertResult,

@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
+from core.identity import NamespaceMode
 from kube import documents
 from kube.names import DNS_LABEL_MAX, is_dns_label
-from slicer.identity import NamespaceMode
 from webhook.convert import convert_objects, yaml_type
 from webhook.errors import FunctionConfigError, ManifestError, PolicyError
 from webhook.policy import Policy, load_policy

@@ -18,9 +18,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from core import catalog
+from core.errors import CatalogError
 from kube import documents
-from slicer import catalog
-from slicer.errors import CatalogError
 from webhook.errors import PolicyError, WorkloadPathError
 from webhook.suggest import did_you_mean
 from webhook.workloads import Workload, opt_in, parse_path

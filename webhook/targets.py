@@ -1,6 +1,6 @@
 """The DRA drivers the webhook can target, and the names each one publishes.
 
-``gpu-slicer`` is this project's driver: its names are the contract ``slicer.identity`` owns
+``gpu-slicer`` is this project's driver: its names are the contract ``core.identity`` owns
 (docs/architecture.md). ``nvidia`` is NVIDIA's DRA driver for GPUs: its classes
 ``gpu.nvidia.com`` / ``mig.nvidia.com`` and attribute domain ``gpu.nvidia.com``; it publishes
 the same ``profile`` attribute and ``memory`` capacity keys.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slicer.identity import DOMAIN, GPU_CLASS, MIG_CLASS, NVLINK_DOMAIN_ATTRIBUTE
+from core.identity import DOMAIN, GPU_CLASS, MIG_CLASS, NVLINK_DOMAIN_ATTRIBUTE
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+from core.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
 from kube.api import KubeApi, Obj
 from kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
-from slicer.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
 from webhook.errors import TemplateError
 from webhook.locks import memory_lock
 

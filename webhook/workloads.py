@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slicer.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
+from core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
 from webhook.errors import WorkloadPathError
 from webhook.sharing import is_sharing_resource
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.devices import MigInstance
 from slicer.backend import GpuInfo, HealthEvent
-from slicer.devices import MigInstance
 from slicer.errors import BackendError
 from slicer.nvml.discovery import Discovery
 from slicer.nvml.events import HealthWatch

@@ -15,9 +15,11 @@ from ctypes import byref, c_uint
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from slicer import catalog, gpu_model, hardware
+from core import catalog, gpu_model
+from core.errors import CatalogError
+from slicer import hardware
 from slicer.backend import GpuInfo
-from slicer.errors import BackendError, CatalogError, GpuLost, NotSupported
+from slicer.errors import BackendError, GpuLost, NotSupported
 from slicer.nvml.session import ABSENT, NvmlSession, canonical_bus_id, text
 from slicer.nvml.topology import nvlink_domains
 

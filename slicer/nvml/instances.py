@@ -16,16 +16,10 @@ from ctypes import byref
 from pathlib import Path
 from typing import Any
 
-from slicer import catalog, gpu_model
-from slicer.devices import MigInstance
-from slicer.errors import (
-    BackendError,
-    CatalogError,
-    GpuNotFound,
-    NoPermission,
-    NotSupported,
-    ResetRequired,
-)
+from core import catalog, gpu_model
+from core.devices import MigInstance
+from core.errors import CatalogError
+from slicer.errors import BackendError, GpuNotFound, NoPermission, NotSupported, ResetRequired
 from slicer.nvml.discovery import Discovery
 from slicer.nvml.session import ABSENT, NvmlSession, text
 

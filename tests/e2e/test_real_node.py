@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
+from core.devices import parse_device_name
 from sandbox import binaries, node_host, oci_image, realnode
 from sandbox.errors import BuildError
 from sandbox.node_namespace import KUBELET_SYSCTLS
-from slicer.devices import parse_device_name
 from tests.support.e2e_sandbox import (
     ENABLED,
     Sandbox,

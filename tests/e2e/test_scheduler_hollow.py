@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from core.identity import DRIVER, RESOURCE_API
 from sandbox import binaries
 from sandbox.hollow import (
     PLAIN_DRIVER,
@@ -25,7 +26,6 @@ from sandbox.hollow import (
 from sandbox.neighbours import NVIDIA_DRIVER, dynamic_mig_slices, nvidia_device_classes
 from sim.agreement import claim_spec_for
 from slicer.deviceclasses import device_classes
-from slicer.identity import DRIVER, RESOURCE_API
 from slicer.layout import StaticLayout
 from webhook.policy import Policy
 

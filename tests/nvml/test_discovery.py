@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from core import catalog, gpu_model
+from core.identity import qualified
 from kube.memory import InMemoryKubeApi
 from kube.quantity import parse_bytes
-from slicer import catalog, gpu_model
 from slicer.errors import BackendError, NoPermission
-from slicer.identity import qualified
 from slicer.nvml import NvmlBackend
 from slicer.simulated import SimulatedBackend
 from tests.support import nvml_mock

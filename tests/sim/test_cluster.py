@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from core.devices import SliceSpec
 from sim.compare import compare
 from sim.demand import DemandBook
 from sim.event_loop import Engine
 from sim.scenario import Scenario, load_scenario, parse_scenario
-from slicer.devices import SliceSpec
 
 SMALL: dict[str, Any] = {
     "name": "small",

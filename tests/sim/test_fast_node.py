@@ -7,10 +7,10 @@ import random
 
 import pytest
 
+from core import catalog, gpu_model
+from core.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
 from sim.fast_node import GpuOrderCache, RuledOut, gpu_key
 from sim.pools import compile_pools
-from slicer import catalog, gpu_model
-from slicer.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
 from slicer.inventory import GpuState, plan_pool
 from slicer.ordering import POLICIES, Occupancy, get_policy
 from slicer.simulated import SimulatedBackend

@@ -13,9 +13,9 @@ import kubernetes_validate
 import pytest
 from kubernetes.utils import quantity
 
+from core.devices import MigInstance, Mode, SliceSpec
 from kube.memory import InMemoryKubeApi
-from slicer.devices import MigInstance, SliceSpec
-from slicer.inventory import GpuState, Mode
+from slicer.inventory import GpuState
 from slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE
 
@@ -59,7 +59,7 @@ def states_for(
 
 
 def _size(model_key: str, profile: str) -> int:
-    from slicer.catalog import get_model
+    from core.catalog import get_model
 
     return get_model(model_key).profile(profile).memory_slices
 

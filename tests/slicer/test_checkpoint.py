@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from core.identity import DRIVER, LEGACY_DRIVERS
 from kube.memory import InMemoryKubeApi
 from slicer.checkpoint import (
     LEGACY_FORMAT,
@@ -26,7 +27,6 @@ from slicer.checkpoint import (
     writer,
 )
 from slicer.errors import CheckpointError, CheckpointTooNew
-from slicer.identity import DRIVER, LEGACY_DRIVERS
 from slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE, allocate_claim, build_agent, ref
 from tests.support.previous_formats import (

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from slicer import catalog, counters
+from core import catalog
+from core.devices import SliceSpec
+from core.gpu_model import GpuModel
+from slicer import counters
 from slicer.counters import binding_counters, memory_slice_counter
-from slicer.devices import SliceSpec
-from slicer.gpu_model import GpuModel
 from slicer.inventory import GpuState, build_slices
 
 MODEL_KEYS = [m.key for m in catalog.MODELS]

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from core.devices import SliceSpec, parse_device_name
 from kube.memory import InMemoryKubeApi
 from sim.agreement import claim_spec_for
 from slicer.assembly import AgentConfig, AgentParts, assemble
 from slicer.clock import Clock
-from slicer.devices import SliceSpec, parse_device_name
 from slicer.inventory import ADVERTISED_ANNOTATION
 from slicer.profile_filter import ProfileFilter
 from slicer.simulated import SimulatedBackend

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from core.devices import Mode
+from core.identity import qualified
 from sim.agreement import mixed_pods
 from sim.allocator import allocate_on_node
 from slicer.device_attributes import (
@@ -16,8 +18,6 @@ from slicer.device_attributes import (
     device_body,
 )
 from slicer.deviceclasses import device_classes
-from slicer.identity import qualified
-from slicer.inventory import Mode
 from slicer.preview import preview_pool
 from status.view import build_status
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from core.identity import DRIVER, LEGACY_DRIVERS, unqualified
 from kube.device_cel import DeviceView, matches
 from slicer.deviceclasses import (
     EXTENDED_RESOURCE_NAME,
@@ -14,7 +15,6 @@ from slicer.deviceclasses import (
     MIG_CLASS,
     device_classes,
 )
-from slicer.identity import DRIVER, LEGACY_DRIVERS, unqualified
 from slicer.inventory import GpuState, build_slices
 
 VERSIONS = ("1.34", "1.35", "1.36", "1.37")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 
+from core.devices import DeviceTaint
 from slicer.backend import HealthEvent
 from slicer.errors import BackendError
 from slicer.health import HealthTracker, is_critical
-from slicer.inventory import DeviceTaint
 from slicer.simulated import SimulatedBackend
 
 

@@ -9,13 +9,12 @@ from typing import Any, cast
 import pytest
 from kubernetes.utils import quantity
 
-from slicer import catalog
+from core import catalog
+from core.devices import DeviceTaint, SliceSpec, WholeGpu, parse_device_name
+from core.gpu_model import GpuModel
+from core.identity import DRIVER
 from slicer.counters import binding_counters
-from slicer.devices import SliceSpec, WholeGpu, parse_device_name
-from slicer.gpu_model import GpuModel
-from slicer.identity import DRIVER
 from slicer.inventory import (
-    DeviceTaint,
     GpuState,
     InventoryError,
     build_slices,

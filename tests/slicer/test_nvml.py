@@ -479,8 +479,8 @@ def test_published_profile_facts_are_nvml_s_and_differences_from_the_catalog_are
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    from core import catalog
     from kube.quantity import format_bytes
-    from slicer import catalog
     from slicer.inventory import GpuState, advertise_gpu
 
     backend, fake = backend_for(tmp_path, FakeGpu("A100-80GB"))
@@ -511,7 +511,7 @@ def test_a_gpu_the_catalog_does_not_know_is_advertised_from_what_nvml_reports(
 ) -> None:
     from dataclasses import replace
 
-    from slicer import catalog
+    from core import catalog
     from slicer.inventory import GpuState, advertise_gpu
 
     base = catalog.get_model("B200")

@@ -5,8 +5,8 @@ The reconciler, ``gpu-slicer slices`` and the simulator's nodes all observe the 
 
 from __future__ import annotations
 
+from core.devices import MigInstance, SliceSpec, WholeGpu
 from slicer.checkpoint import PreparedDevice
-from slicer.devices import MigInstance, SliceSpec, WholeGpu
 from slicer.inventory import plan_pool
 from slicer.observe import NodeView, ObservedGpu, observe_node
 from slicer.simulated import SimulatedBackend

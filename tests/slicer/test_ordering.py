@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from slicer import catalog, gpu_model
-from slicer.devices import DeviceSpec, SliceSpec, parse_device_name
+from core import catalog, gpu_model
+from core.devices import DeviceSpec, SliceSpec, parse_device_name
 from slicer.inventory import GpuState, build_slices, plan_pool
 from slicer.ordering import (
     POLICIES,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slicer import catalog
-from slicer.devices import SliceSpec
+from core import catalog
+from core.devices import SliceSpec
 from slicer.inventory import GpuState, plan_pool
 from slicer.preview import preview_pool
 from slicer.profile_filter import ProfileFilter, ProfileFilterError

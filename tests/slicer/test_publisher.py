@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from core.devices import SliceSpec
+from core.identity import DRIVER, RESOURCE_API
 from kube.errors import AlreadyExists, Conflict, Forbidden, NotFound, Unavailable
 from kube.memory import InMemoryKubeApi
 from slicer.clock import Clock
-from slicer.devices import SliceSpec
 from slicer.errors import PublishError
-from slicer.identity import DRIVER, RESOURCE_API
 from slicer.inventory import GpuState, check_limits
 from slicer.ordering import RepublishLimiter
 from slicer.publisher import (

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from core.devices import SliceSpec
 from kube.errors import Unavailable
 from kube.memory import InMemoryKubeApi
 from slicer.agent import NodeAgent
 from slicer.assembly import AgentConfig
 from slicer.clock import Clock
-from slicer.devices import SliceSpec
 from slicer.errors import InsufficientResources
 from slicer.reconciler import ReconcileReport
 from slicer.simulated import SimulatedBackend

@@ -17,8 +17,8 @@ from hypothesis.stateful import (
     rule,
 )
 
+from core import catalog, gpu_model
 from kube.memory import InMemoryKubeApi
-from slicer import catalog, gpu_model
 from slicer.backend import HealthEvent
 from slicer.errors import (
     BackendError,

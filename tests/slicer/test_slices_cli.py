@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slicer import catalog
+from core import catalog
 from slicer import cli as slicer_cli
 from slicer.inventory import check_limits
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from core.devices import SliceSpec, WholeGpu
 from kube.memory import InMemoryKubeApi
 from slicer.checkpoint import PREPARE_COMPLETED
 from slicer.claim_cache import AllocatedDevice
-from slicer.devices import SliceSpec, WholeGpu
 from slicer.errors import BackendError, InsufficientResources, SlicerError
 from slicer.simulated import BACKEND_METHODS, SimulatedBackend
 from slicer.state import InstanceBusy, PrepareError, plan_claim

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
+from core.devices import SliceSpec, WholeGpu
+from core.identity import DRIVER, LEGACY_DRIVERS
 from kube.memory import InMemoryKubeApi
 from sandbox import image, releases
 from slicer.assembly import AgentConfig, AgentParts, assemble
-from slicer.devices import SliceSpec, WholeGpu
-from slicer.identity import DRIVER, LEGACY_DRIVERS
 from slicer.inventory import GpuState, advertise_gpu
 from slicer.plugin import ClaimRef
 from slicer.simulated import SimulatedBackend

@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 
 from cli.main import build_parser, main
+from core.identity import DRIVERS
 from kube.errors import Forbidden, NotFound, Unavailable
 from kube.memory import InMemoryKubeApi
-from slicer.identity import DRIVERS
 from status import cli as status_cli
 from tests.support.scaling_cases import RELEASES, check_note
 from tests.support.status_fixtures import STATUS_SCHEMA

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.identity import DRIVER
 from kube.memory import InMemoryKubeApi
 from slicer.agent_metrics import AgentMetrics
 from slicer.assembly import AgentConfig, assemble
@@ -22,7 +23,6 @@ from slicer.backend import model_of
 from slicer.claim_cache import ClaimCache
 from slicer.clock import SYSTEM_CLOCK, Clock
 from slicer.health import HealthTracker
-from slicer.identity import DRIVER
 from slicer.inventory import default_mode
 from slicer.reconciler import NodeView, Reconciler
 from slicer.simulated import SimulatedBackend

@@ -8,8 +8,8 @@ import json
 import subprocess
 from typing import Any
 
+from core.identity import DRIVERS
 from sandbox.helm import helm_binary
-from slicer.identity import DRIVERS
 from tests.support.e2e_sandbox import Obj, Sandbox
 
 RELEASE_NAMESPACE = "gpu-slicer"

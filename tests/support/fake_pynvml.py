@@ -21,7 +21,7 @@ from typing import Any
 
 import pynvml as real
 
-from slicer import catalog, gpu_model
+from core import catalog, gpu_model
 from slicer.simulated import placement_gi_id
 
 GI_ID_OFFSET = 100

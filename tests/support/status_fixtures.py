@@ -8,10 +8,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from slicer import catalog
-from slicer.devices import SliceSpec
-from slicer.identity import DRIVER
-from slicer.inventory import DeviceTaint, GpuState, Mode, default_mode, plan_pool
+from core import catalog
+from core.devices import DeviceTaint, Mode, SliceSpec
+from core.identity import DRIVER
+from slicer.inventory import GpuState, default_mode, plan_pool
 from slicer.profile_filter import ProfileChoice
 from slicer.simulated import SimulatedBackend
 

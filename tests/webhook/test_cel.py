@@ -21,10 +21,10 @@ from celpy import celtypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core import catalog
+from core.identity import DRIVER, unqualified
 from kube.device_cel import DeviceView, matches, program
 from kube.quantity import parse_bytes
-from slicer import catalog
-from slicer.identity import DRIVER, unqualified
 from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.simulated import SimulatedBackend
 from tests.support.webhook_cases import build_pod, container

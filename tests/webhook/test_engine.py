@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from slicer.identity import NamespaceMode
+from core.identity import NamespaceMode
 from tests.support.server_fixtures import (
     RecordingTemplates,
     admission_review,

@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slicer import catalog
+from core import catalog
 from tests.support.server_fixtures import admission_review
 from webhook.app import create_app
 from webhook.config import ServerConfig

@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.main import main
+from core import catalog
 from sim.allocator import allocate_on_node
-from slicer import catalog
 from slicer.deviceclasses import device_classes
 from slicer.inventory import GpuState, build_slices, default_mode
 from slicer.simulated import SimulatedBackend

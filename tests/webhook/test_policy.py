@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
-from slicer import catalog
+from core import catalog
 from webhook.errors import PolicyError
 from webhook.policy import (
     ALL_MODELS,

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slicer.identity import CONVERTED_ANNOTATION
+from core.identity import CONVERTED_ANNOTATION
 from webhook import translate
 from webhook.errors import Denied
 from webhook.policy import Policy

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slicer import catalog
-from slicer.identity import CONVERTED_ANNOTATION
+from core import catalog
+from core.identity import CONVERTED_ANNOTATION
 from tests.support.webhook_cases import Pod, apply, build_pod, container, validate
 from webhook import claims
 from webhook.errors import Denied

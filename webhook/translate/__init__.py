@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from slicer.identity import CONVERTED_ANNOTATION
+from core.identity import CONVERTED_ANNOTATION
 from webhook import claims, sharing
 from webhook.errors import Denied
 from webhook.policy import Policy

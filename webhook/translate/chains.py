@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from core import catalog, gpu_model
+from core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
 from kube.quantity import QuantityError, format_bytes, parse_bytes
-from slicer import catalog, gpu_model
-from slicer.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
 from webhook.claims import Alternative
 from webhook.errors import Denied
 from webhook.policy import (

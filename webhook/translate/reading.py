@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
 from kube.quantity import QuantityError, parse_count
-from slicer.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
 from webhook import claims
 from webhook.errors import Denied
 from webhook.policy import Policy

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from slicer.identity import CONVERTED_ANNOTATION
+from core.identity import CONVERTED_ANNOTATION
 from webhook import claims, patch
 from webhook.remembered import BoundedCache
 from webhook.translate.claim import Derived

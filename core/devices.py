@@ -1,4 +1,5 @@
-"""The two faces of a MIG slice: the abstract spec the scheduler allocates, and the live instance.
+"""What a device is: the two faces of a MIG slice (the abstract spec the scheduler allocates,
+and the live instance), the mode a GPU is offered in, and the taints its devices carry.
 
 A ``SliceSpec`` (parent GPU index, profile, placement start) is what a ResourceSlice advertises and
 a claim's allocation names; a ``MigInstance`` is what exists on the GPU once it is created (GI and
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, Literal
 
-from slicer.errors import DeviceNameError
+from core.errors import DeviceNameError
 
 SUFFIX_TOKENS: dict[str, str] = {
     "": "",
@@ -110,3 +112,24 @@ class MigInstance:
     @property
     def memory_slices(self) -> range:
         return range(self.start, self.start + self.size)
+
+
+Mode = Literal["dynamic", "mig", "full"]
+"""How a GPU is offered: ``dynamic`` (MIG slices made on demand), ``mig`` (the static layout's
+instances) or ``full`` (the whole GPU)."""
+MODES: tuple[Mode, ...] = ("dynamic", "mig", "full")
+
+
+@dataclass(frozen=True)
+class DeviceTaint:
+    """A taint on every device of a GPU (health: ``gpu-slicer.io/unhealthy``)."""
+
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "NoExecute", "None"] = "NoSchedule"
+
+    def render(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        return out

@@ -12,7 +12,7 @@ docs/mig-geometry.md) is the one NVML enforces:
 Memory per profile differs between drivers by a fraction of a GiB, so on a real node the NVML
 backend publishes what the GPU reports (:mod:`slicer.hardware`) and uses the catalog only to name
 the model and to say where the two disagree. What a model and a profile are, and how the entries
-below are built, is :mod:`slicer.gpu_model`; this module is the data, its lookups and the
+below are built, is :mod:`core.gpu_model`; this module is the data, its lookups and the
 placement rules over it.
 """
 
@@ -21,15 +21,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from slicer.errors import CatalogError
-from slicer.gpu_model import (
-    MIB,
-    Engines,
-    GpuModel,
-    Profile,
-    eight_slice_model,
-    mig_profile,
-)
+from core.errors import CatalogError
+from core.gpu_model import MIB, Engines, GpuModel, Profile, eight_slice_model, mig_profile
 
 # --- the data -------------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.main import main
-from slicer import catalog, gpu_model
-from slicer.errors import CatalogError
+from core import catalog, gpu_model
+from core.errors import CatalogError
 
 GIB = 1024**3
 

@@ -4,7 +4,7 @@ catalog's entries are built.
 Each profile names the values that were not read off real ``nvidia-smi mig -lgip/-lgipp`` output
 in ``unconfirmed`` (``confirmed`` is true when none is); a model is confirmed when all its profiles
 are. Profile ids differ between devices: the NVML backend looks them up by the ``nvml_constant``;
-``typical_id`` is informative only. The catalog's data (:mod:`slicer.catalog`) is built from
+``typical_id`` is informative only. The catalog's data (:mod:`core.catalog`) is built from
 these types; the NVML backend builds them from what a GPU reports (:mod:`slicer.hardware`).
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
 
-from slicer.errors import CatalogError
+from core.errors import CatalogError
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -85,7 +85,7 @@ class GpuModel:
     profiles: tuple[Profile, ...]
     confirmed: bool
     source: str = "catalog"
-    """``catalog`` (slicer.catalog's tables) or ``nvml`` (read off the GPU, slicer.hardware)."""
+    """``catalog`` (core.catalog's tables) or ``nvml`` (read off the GPU, slicer.hardware)."""
 
     def profile(self, name: str) -> Profile:
         found = self._by_name.get(name)

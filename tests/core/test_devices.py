@@ -8,15 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slicer import catalog
-from slicer.devices import (
-    MigInstance,
-    SliceSpec,
-    WholeGpu,
-    parse_device_name,
-    profile_token,
-)
-from slicer.errors import DeviceNameError
+from core import catalog
+from core.devices import MigInstance, SliceSpec, WholeGpu, parse_device_name, profile_token
+from core.errors import DeviceNameError
 
 # DRA device names are DNS labels: lower-case alphanumerics and '-', at most 63 characters.
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
