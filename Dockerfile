@@ -10,6 +10,10 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# gpu_slicer/ links the package folders below into one import namespace. The development
+# sandbox is neither copied nor installed (its link in gpu_slicer/ is left dangling).
+COPY gpu_slicer/ gpu_slicer/
+COPY core/ core/
 COPY cli/ cli/
 COPY kube/ kube/
 COPY slicer/ slicer/
@@ -18,8 +22,6 @@ COPY certs/ certs/
 COPY sim/ sim/
 COPY status/ status/
 COPY plan/ plan/
-# The sandbox is a development tool; it is copied so that every package of the project installs.
-COPY sandbox/ sandbox/
 RUN python -m venv /opt/gpu-slicer \
     && /opt/gpu-slicer/bin/pip install --no-cache-dir . \
     && /opt/gpu-slicer/bin/python -m compileall -q /opt/gpu-slicer

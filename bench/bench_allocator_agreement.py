@@ -46,11 +46,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kube.client import RealKubeApi  # noqa: E402
-from kube.errors import NotFound  # noqa: E402
-from sandbox import launch  # noqa: E402
-from sandbox.errors import StartupError  # noqa: E402
-from sim.agreement import (  # noqa: E402
+from gpu_slicer.kube.client import RealKubeApi  # noqa: E402
+from gpu_slicer.kube.errors import NotFound  # noqa: E402
+from gpu_slicer.sandbox import launch  # noqa: E402
+from gpu_slicer.sandbox.errors import StartupError  # noqa: E402
+from gpu_slicer.sim.agreement import (  # noqa: E402
     ALLOCATED,
     ERROR,
     UNSCHEDULABLE,

@@ -250,7 +250,7 @@ def write_tree(folder: Path, docs: int, per_file: int, gpu_every: int) -> int:
 
 _BASELINE = """\
 import sys
-from kube import documents
+from gpu_slicer.kube import documents
 for path in sys.argv[1:]:
     paths = [p for p in __import__("pathlib").Path(path).rglob("*.yaml")] if \
 __import__("os").path.isdir(path) else [path]
@@ -296,8 +296,8 @@ def run_manifest(folder: Path, args: argparse.Namespace) -> None:
     size = path.stat().st_size / 1024 / 1024
     print(f"manifest: {size:.1f} MB, {count:,} documents (goal: under 30 s and 400 MB)")
     runs = {
-        "convert FILE": (["-m", "cli.main", "convert", str(path)], None),
-        "convert - (stdin)": (["-m", "cli.main", "convert", "-"], path),
+        "convert FILE": (["-m", "gpu_slicer.cli.main", "convert", str(path)], None),
+        "convert - (stdin)": (["-m", "gpu_slicer.cli.main", "convert", "-"], path),
     }
     figures = {label: _child(argv, stdin) for label, (argv, stdin) in runs.items()}
     base_wall, base_rss, _ = _child(["-c", _BASELINE, str(path)])
@@ -310,7 +310,7 @@ def run_tree(folder: Path, args: argparse.Namespace) -> None:
     tree = folder / "tree"
     files = write_tree(tree, args.docs, args.per_file, args.gpu_every)
     print(f"tree: {args.docs:,} documents in {files:,} files (goal: under 5 s)")
-    wall, rss, code = _child(["-m", "cli.main", "convert", str(tree)])
+    wall, rss, code = _child(["-m", "gpu_slicer.cli.main", "convert", str(tree)])
     base_wall, base_rss, _ = _child(["-c", _BASELINE, str(tree)])
     print(f"  {'baseline: parse_all':<28} {base_wall:7.2f} s  {base_rss:7.0f} MB")
     _row("convert DIR", wall, rss, code, (base_wall, base_rss))
@@ -318,7 +318,7 @@ def run_tree(folder: Path, args: argparse.Namespace) -> None:
 
 def profile(folder: Path, args: argparse.Namespace) -> None:
     """cProfile of ``convert`` in this process (stdout discarded): the top 25 by time."""
-    from cli.main import main
+    from gpu_slicer.cli.main import main
 
     if args.profile == "manifest":
         target = folder / "manifest.yaml"

@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch as k8s_watch  # noqa: E402
 
-from sandbox import launch  # noqa: E402
-from sandbox.cluster import api_client  # noqa: E402
+from gpu_slicer.sandbox import launch  # noqa: E402
+from gpu_slicer.sandbox.cluster import api_client  # noqa: E402
 
 NAMESPACE = "bench"
 NODE = "bench-node"

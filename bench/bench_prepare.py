@@ -44,14 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc  # noqa: E402
 
-from core.identity import DRIVER  # noqa: E402
-from kube.memory import InMemoryKubeApi  # noqa: E402
-from slicer.agent import NodeAgent  # noqa: E402
-from slicer.assembly import AgentConfig  # noqa: E402
-from slicer.checkpoint import Checkpoint, CheckpointStore  # noqa: E402
-from slicer.claim_cache import AllocatedDevice  # noqa: E402
-from slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc  # noqa: E402
-from slicer.simulated import SimulatedBackend  # noqa: E402
+from gpu_slicer.core.identity import DRIVER  # noqa: E402
+from gpu_slicer.kube.memory import InMemoryKubeApi  # noqa: E402
+from gpu_slicer.slicer.agent import NodeAgent  # noqa: E402
+from gpu_slicer.slicer.assembly import AgentConfig  # noqa: E402
+from gpu_slicer.slicer.checkpoint import Checkpoint, CheckpointStore  # noqa: E402
+from gpu_slicer.slicer.claim_cache import AllocatedDevice  # noqa: E402
+from gpu_slicer.slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc  # noqa: E402
+from gpu_slicer.slicer.simulated import SimulatedBackend  # noqa: E402
 
 NODE = "bench-node"
 GPUS = "H100-80GB:8"

@@ -74,10 +74,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core import catalog
-from core.devices import SliceSpec  # noqa: E402
-from core.identity import DRIVER, LEGACY_DRIVERS, RESOURCE_API  # noqa: E402
-from sandbox.hollow import (  # noqa: E402
+from gpu_slicer.core import catalog
+from gpu_slicer.core.devices import SliceSpec  # noqa: E402
+from gpu_slicer.core.identity import DRIVER, LEGACY_DRIVERS, RESOURCE_API  # noqa: E402
+from gpu_slicer.sandbox.hollow import (  # noqa: E402
     PLAIN_DRIVER,
     HollowCluster,
     RunResult,
@@ -88,8 +88,8 @@ from sandbox.hollow import (  # noqa: E402
     plain_device_class,
     plain_slices,
 )
-from sandbox.hollow_agents import HollowAgents  # noqa: E402
-from sandbox.neighbours import (  # noqa: E402
+from gpu_slicer.sandbox.hollow_agents import HollowAgents  # noqa: E402
+from gpu_slicer.sandbox.neighbours import (  # noqa: E402
     NVIDIA_DRIVER,
     dynamic_mig_slices,
     nic_claim_spec,
@@ -97,14 +97,14 @@ from sandbox.neighbours import (  # noqa: E402
     nic_slices,
     nvidia_device_classes,
 )
-from sim import scheduler_cost  # noqa: E402
-from sim.agreement import claim_spec_for  # noqa: E402
-from slicer.demand import asked_for  # noqa: E402
-from slicer.deviceclasses import device_classes  # noqa: E402
-from slicer.layout import StaticLayout  # noqa: E402
-from slicer.profile_filter import ProfileChoice, ProfileFilter  # noqa: E402
-from slicer.simulated import SimulatedBackend  # noqa: E402
-from webhook.policy import Policy  # noqa: E402
+from gpu_slicer.sim import scheduler_cost  # noqa: E402
+from gpu_slicer.sim.agreement import claim_spec_for  # noqa: E402
+from gpu_slicer.slicer.demand import asked_for  # noqa: E402
+from gpu_slicer.slicer.deviceclasses import device_classes  # noqa: E402
+from gpu_slicer.slicer.layout import StaticLayout  # noqa: E402
+from gpu_slicer.slicer.profile_filter import ProfileChoice, ProfileFilter  # noqa: E402
+from gpu_slicer.slicer.simulated import SimulatedBackend  # noqa: E402
+from gpu_slicer.webhook.policy import Policy  # noqa: E402
 
 Obj = dict[str, Any]
 

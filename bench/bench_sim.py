@@ -34,9 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.compare import compare, default_strategies  # noqa: E402
-from sim.report import table  # noqa: E402
-from sim.scenario import Scenario, load_scenario  # noqa: E402
+from gpu_slicer.sim.compare import compare, default_strategies  # noqa: E402
+from gpu_slicer.sim.report import table  # noqa: E402
+from gpu_slicer.sim.scenario import Scenario, load_scenario  # noqa: E402
 
 
 def machine() -> str:
@@ -234,7 +234,7 @@ def main() -> int:
     )
     parser.add_argument("--large-child", metavar="STRATEGY", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    logging.getLogger("slicer").setLevel(logging.WARNING)
+    logging.getLogger("gpu_slicer.slicer").setLevel(logging.WARNING)
     if args.large_child:
         large_child(args.large_child, args.large_pods)
         return 0

@@ -24,9 +24,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.devices import SliceSpec  # noqa: E402
-from slicer.inventory import GpuState, plan_pool  # noqa: E402
-from slicer.simulated import SimulatedBackend  # noqa: E402
+from gpu_slicer.core.devices import SliceSpec  # noqa: E402
+from gpu_slicer.slicer.inventory import GpuState, plan_pool  # noqa: E402
+from gpu_slicer.slicer.simulated import SimulatedBackend  # noqa: E402
 
 POLICIES = ("name", "anti-fragmentation", "best-fit")
 

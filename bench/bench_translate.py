@@ -46,13 +46,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_webhook import deployment_pod  # noqa: E402
-from webhook import cel, claims  # noqa: E402
-from webhook.policy import Policy, load_policy  # noqa: E402
-from webhook.remembered import BoundedCache  # noqa: E402
-from webhook.translate import chains as translate_chains  # noqa: E402
-from webhook.translate import claim as translate_claim  # noqa: E402
-from webhook.translate import translate_pod  # noqa: E402
-from webhook.translate import writing as translate_writing  # noqa: E402
+from gpu_slicer.webhook import cel, claims  # noqa: E402
+from gpu_slicer.webhook.policy import Policy, load_policy  # noqa: E402
+from gpu_slicer.webhook.remembered import BoundedCache  # noqa: E402
+from gpu_slicer.webhook.translate import chains as translate_chains  # noqa: E402
+from gpu_slicer.webhook.translate import claim as translate_claim  # noqa: E402
+from gpu_slicer.webhook.translate import translate_pod  # noqa: E402
+from gpu_slicer.webhook.translate import writing as translate_writing  # noqa: E402
 
 Pod = dict[str, Any]
 

@@ -58,9 +58,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sandbox.process import free_port  # noqa: E402
-from webhook.config import ServerConfig  # noqa: E402
-from webhook.server import make_dev_certificate  # noqa: E402
+from gpu_slicer.sandbox.process import free_port  # noqa: E402
+from gpu_slicer.webhook.config import ServerConfig  # noqa: E402
+from gpu_slicer.webhook.server import make_dev_certificate  # noqa: E402
 
 # ----------------------------------------------------------------------------- server side
 
@@ -69,7 +69,7 @@ class NoopReviewer:
     """An engine that answers "allowed" with the uid: the cost of everything but the review."""
 
     def review(self, body: Any, raw: bytes | None = None) -> Any:
-        from webhook.engine import ReviewResult, allowed
+        from gpu_slicer.webhook.engine import ReviewResult, allowed
 
         return ReviewResult(allowed(str(body["request"]["uid"])), "skipped", "n/a")
 
@@ -79,9 +79,9 @@ def bench_app() -> Any:
     engine (``POST /noop/mutate-pods``)."""
     from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-    from webhook.app import create_app
-    from webhook.metrics import Metrics
-    from webhook.server import Runtime
+    from gpu_slicer.webhook.app import create_app
+    from gpu_slicer.webhook.metrics import Metrics
+    from gpu_slicer.webhook.server import Runtime
 
     real = create_app()
     noop = create_app(runtime=Runtime(reviewer=NoopReviewer(), metrics=Metrics()))

@@ -169,9 +169,9 @@ class Kubelet:
     """Prepares and unprepares claims on fixed placements, retrying while the agent is down."""
 
     def __init__(self, root: Path, figures: Figures) -> None:
-        from kube.memory import InMemoryKubeApi
-        from slicer.assembly import AgentConfig
-        from slicer.simulated import SimulatedBackend
+        from gpu_slicer.kube.memory import InMemoryKubeApi
+        from gpu_slicer.slicer.assembly import AgentConfig
+        from gpu_slicer.slicer.simulated import SimulatedBackend
 
         self.figures = figures
         self.api = InMemoryKubeApi()
@@ -191,7 +191,7 @@ class Kubelet:
         self.devices = [f"gpu-{g}-mig-1g10gb-{s}" for g in (0, 1) for s in range(7)]
 
     def _start_agent(self) -> None:
-        from slicer.agent import NodeAgent
+        from gpu_slicer.slicer.agent import NodeAgent
 
         agent = NodeAgent(self.config, backend=self.backend, api=self.api)
         agent.start()
@@ -209,8 +209,8 @@ class Kubelet:
         """One kubelet call, retried until it succeeds (the kubelet retries failed calls)."""
         import grpc
 
-        from slicer.plugin import dra_socket
-        from slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc
+        from gpu_slicer.slicer.plugin import dra_socket
+        from gpu_slicer.slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc
 
         meta = claim["metadata"]
         message = dra_v1_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
@@ -240,8 +240,8 @@ class Kubelet:
             time.sleep(0.1)
 
     def slot(self, device: str, stop: threading.Event) -> None:
-        from core.devices import parse_device_name
-        from core.identity import DRIVER
+        from gpu_slicer.core.devices import parse_device_name
+        from gpu_slicer.core.identity import DRIVER
 
         spec = parse_device_name(device)
         count = 0

@@ -13,14 +13,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from certs import ensure as certs_ensure
-from certs import issue as certs_issue
-from certs.errors import CertError, CertInputError, EnsureError
-from kube import documents
-from kube.api import KubeApi, connect
-from kube.errors import KubeError
-from kube.names import subdomain_problem
-from kube.settings import env_value
+from gpu_slicer.certs import ensure as certs_ensure
+from gpu_slicer.certs import issue as certs_issue
+from gpu_slicer.certs.errors import CertError, CertInputError, EnsureError
+from gpu_slicer.kube import documents
+from gpu_slicer.kube.api import KubeApi, connect
+from gpu_slicer.kube.errors import KubeError
+from gpu_slicer.kube.names import subdomain_problem
+from gpu_slicer.kube.settings import env_value
 
 
 def _env_or_required(name: str) -> dict[str, Any]:

@@ -42,12 +42,12 @@ from typing import Any
 
 from cryptography import x509
 
-from certs import issue as certs_issue
-from certs.errors import CertDataError, CertInputError, EnsureError
-from certs.issue import KeyPair
-from core.identity import MANAGED_BY, MANAGED_BY_LABEL
-from kube import errors as kube_errors
-from kube.api import KubeApi, Obj
+from gpu_slicer.certs import issue as certs_issue
+from gpu_slicer.certs.errors import CertDataError, CertInputError, EnsureError
+from gpu_slicer.certs.issue import KeyPair
+from gpu_slicer.core.identity import MANAGED_BY, MANAGED_BY_LABEL
+from gpu_slicer.kube import errors as kube_errors
+from gpu_slicer.kube.api import KubeApi, Obj
 
 log = logging.getLogger(__name__)
 

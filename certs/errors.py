@@ -12,7 +12,7 @@ with ``raise ... from`` so that the cause stays visible in logs.
 
 from __future__ import annotations
 
-from core.errors import GpuSlicerError
+from gpu_slicer.core.errors import GpuSlicerError
 
 
 class CertError(GpuSlicerError):

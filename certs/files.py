@@ -27,8 +27,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from certs.errors import CertFileError
-from kube import atomic_files as atomic
+from gpu_slicer.certs.errors import CertFileError
+from gpu_slicer.kube import atomic_files as atomic
 
 DATA_LINK = "..data"
 

@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from certs.errors import CertDataError, CertInputError
-from certs.files import CERT_MODE, KEY_MODE, replace_files
+from gpu_slicer.certs.errors import CertDataError, CertInputError
+from gpu_slicer.certs.files import CERT_MODE, KEY_MODE, replace_files
 
 CA_FILE = "ca.crt"
 CERT_FILE = "tls.crt"

@@ -133,7 +133,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_completion(args: argparse.Namespace) -> int:
-    from cli.main import build_parser
+    from gpu_slicer.cli.main import build_parser
 
     parser = build_parser()
     sys.stdout.write(bash_script(parser) if args.shell == "bash" else zsh_script(parser))

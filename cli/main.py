@@ -15,23 +15,27 @@ from collections.abc import Sequence
 from typing import NoReturn, cast
 
 COMMANDS: dict[str, str] = {
-    "agent": "slicer.cli",
-    "catalog": "slicer.cli",
-    "slices": "slicer.cli",
-    "convert": "webhook.cli",
-    "policy": "webhook.cli",
-    "webhook": "webhook.cli",
-    "certs": "certs.cli",
-    "simulate": "sim.cli",
-    "sandbox": "sandbox.cli",
-    "plan": "plan.cli",
-    "status": "status.cli",
-    "uninstall-check": "status.uninstall",
+    "agent": "gpu_slicer.slicer.cli",
+    "catalog": "gpu_slicer.slicer.cli",
+    "slices": "gpu_slicer.slicer.cli",
+    "convert": "gpu_slicer.webhook.cli",
+    "policy": "gpu_slicer.webhook.cli",
+    "webhook": "gpu_slicer.webhook.cli",
+    "certs": "gpu_slicer.certs.cli",
+    "simulate": "gpu_slicer.sim.cli",
+    "sandbox": "gpu_slicer.sandbox.cli",
+    "plan": "gpu_slicer.plan.cli",
+    "status": "gpu_slicer.status.cli",
+    "uninstall-check": "gpu_slicer.status.uninstall",
 }
 """The module that registers each command, in the order of ``--help``. A command given on the
-command line needs only its own module imported (:func:`modules_for`): ``slicer.cli`` alone
-imports the agent, half a second that ``convert`` has no use for."""
+command line needs only its own module imported (:func:`modules_for`): the agent's ``cli``
+alone imports the agent, half a second that ``convert`` has no use for."""
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
+
+CHECKOUT_ONLY = {"gpu_slicer.sandbox.cli": "sandbox"}
+"""Commands of development tooling that a source checkout has and an installed package (the
+image's, a wheel's) does not: there the command is listed and says where to find it."""
 
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -116,8 +120,8 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentP
         parser.add_subparsers(dest="command", metavar="COMMAND", required=True),
     )
     for name in modules:
-        importlib.import_module(name).register(subparsers)
-    from cli import completion
+        _register(name, subparsers)
+    from gpu_slicer.cli import completion
 
     if tuple(modules) == COMMAND_MODULES:
         completion.register(subparsers)
@@ -134,6 +138,38 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentP
     return parser
 
 
+def _register(module: str, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module not in CHECKOUT_ONLY or not (module + ".").startswith(missing + "."):
+            raise
+        _register_absent(CHECKOUT_ONLY[module], subparsers)
+        return
+    loaded.register(subparsers)
+
+
+def _register_absent(
+    command: str, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
+) -> None:
+    parser = subparsers.add_parser(
+        command, help="(a source checkout only: not part of this installation)", add_help=False
+    )
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def absent(args: argparse.Namespace) -> int:
+        print(
+            f"gpu-slicer {command}: development tooling, run from a source checkout of "
+            "gpu-slicer (pip install -e . in the repository); this installation does not "
+            "include it",
+            file=sys.stderr,
+        )
+        return 2
+
+    parser.set_defaults(func=absent)
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """Like ``parse_args``, but an unknown flag is reported with the usage of the subcommand
     it was given to, not the top-level one."""
@@ -147,7 +183,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(modules_for(sys.argv[1:] if argv is None else argv))
     args = parse(parser, argv)
-    from cli.logs import configure_logging
+    from gpu_slicer.cli.logs import configure_logging
 
     configure_logging(args.log_level)
     try:

@@ -21,8 +21,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from core.errors import CatalogError
-from core.gpu_model import MIB, Engines, GpuModel, Profile, eight_slice_model, mig_profile
+from gpu_slicer.core.errors import CatalogError
+from gpu_slicer.core.gpu_model import (
+    MIB,
+    Engines,
+    GpuModel,
+    Profile,
+    eight_slice_model,
+    mig_profile,
+)
 
 # --- the data -------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.errors import DeviceNameError
+from gpu_slicer.core.errors import DeviceNameError
 
 SUFFIX_TOKENS: dict[str, str] = {
     "": "",

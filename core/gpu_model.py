@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
 
-from core.errors import CatalogError
+from gpu_slicer.core.errors import CatalogError
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

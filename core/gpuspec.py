@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core import catalog, gpu_model
-from core.errors import CatalogError, GpuSpecError
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.errors import CatalogError, GpuSpecError
 
 MAX_GPUS = 64
 """More GPUs than any server holds (8-16 today); a bigger spec is a typo, not a node."""

@@ -241,7 +241,7 @@ def connect(kubeconfig: str | None, *, quiet_retries: bool = False) -> KubeApi:
     refused connection is left out (the command's one line says it; DEBUG still shows them)."""
     import logging
 
-    from kube.client import RealKubeApi
+    from gpu_slicer.kube.client import RealKubeApi
 
     if quiet_retries:
         retries = logging.getLogger("urllib3.connectionpool")

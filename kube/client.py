@@ -21,8 +21,16 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from kube.api import JsonPatch, Obj, ObjectList, PatchType, Resource, WatchEvent, resource_for
-from kube.errors import (
+from gpu_slicer.kube.api import (
+    JsonPatch,
+    Obj,
+    ObjectList,
+    PatchType,
+    Resource,
+    WatchEvent,
+    resource_for,
+)
+from gpu_slicer.kube.errors import (
     AlreadyExists,
     ApiError,
     Conflict,

@@ -31,7 +31,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
-from kube.quantity import exact_value
+from gpu_slicer.kube.quantity import exact_value
 
 _REF = re.compile(
     r"""device\s*\.\s*(?P<map>attributes|capacity)\s*\[\s*"(?P<dom>[^"\\]*)"\s*\]"""

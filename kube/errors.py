@@ -15,7 +15,7 @@ Callers branch on these types only; the real implementation maps the ``kubernete
 
 from __future__ import annotations
 
-from core.errors import GpuSlicerError
+from gpu_slicer.core.errors import GpuSlicerError
 
 
 class KubeError(GpuSlicerError):

@@ -28,9 +28,17 @@ from typing import Any, Literal, NamedTuple
 
 import jsonpatch
 
-from kube.api import JsonPatch, Obj, ObjectList, PatchType, Resource, WatchEvent, resource_for
-from kube.errors import AlreadyExists, ApiError, Conflict, Invalid, KubeError, NotFound
-from kube.selectors import Selector
+from gpu_slicer.kube.api import (
+    JsonPatch,
+    Obj,
+    ObjectList,
+    PatchType,
+    Resource,
+    WatchEvent,
+    resource_for,
+)
+from gpu_slicer.kube.errors import AlreadyExists, ApiError, Conflict, Invalid, KubeError, NotFound
+from gpu_slicer.kube.selectors import Selector
 
 VERBS: tuple[str, ...] = (
     "get",

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kube.errors import ApiError
+from gpu_slicer.kube.errors import ApiError
 
 LabelOp = Literal["exists", "!exists", "=", "!=", "in", "notin"]
 

@@ -17,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from kube import documents
+from gpu_slicer.kube import documents
 
 ENV_PREFIX = "GPU_SLICER_"
 

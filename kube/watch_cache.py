@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
-from kube.api import KubeApi, Obj
-from kube.errors import ApiError, KubeError, NotFound
+from gpu_slicer.kube.api import KubeApi, Obj
+from gpu_slicer.kube.errors import ApiError, KubeError, NotFound
 
 log = logging.getLogger(__name__)
 

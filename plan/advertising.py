@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from core import catalog
-from plan.cluster import GpuNode
-from plan.verdicts import WorkloadPlan
-from slicer.demand import NOTHING, DeviceMenu, read_claim_spec
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core import catalog
+from gpu_slicer.plan.cluster import GpuNode
+from gpu_slicer.plan.verdicts import WorkloadPlan
+from gpu_slicer.slicer.demand import NOTHING, DeviceMenu, read_claim_spec
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 
 def asked_profiles(model: str, workloads: Iterable[WorkloadPlan]) -> list[str]:

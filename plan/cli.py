@@ -13,17 +13,17 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
-from kube import documents
-from kube.api import KubeApi, connect
-from kube.errors import KubeError
-from plan import cluster
-from plan.advertising import advertising_notes
-from plan.errors import PlanInputError
-from plan.render import table
-from plan.simulation import simulate
-from plan.verdicts import Plan, WorkloadPlan, plan_namespace, quota_lines
-from slicer.scaling import partitionable_scales, quadratic_warning
-from webhook.convert import policy_table
+from gpu_slicer.kube import documents
+from gpu_slicer.kube.api import KubeApi, connect
+from gpu_slicer.kube.errors import KubeError
+from gpu_slicer.plan import cluster
+from gpu_slicer.plan.advertising import advertising_notes
+from gpu_slicer.plan.errors import PlanInputError
+from gpu_slicer.plan.render import table
+from gpu_slicer.plan.simulation import simulate
+from gpu_slicer.plan.verdicts import Plan, WorkloadPlan, plan_namespace, quota_lines
+from gpu_slicer.slicer.scaling import partitionable_scales, quadratic_warning
+from gpu_slicer.webhook.convert import policy_table
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 

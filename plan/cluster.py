@@ -10,18 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core import catalog, gpu_model
-from core.identity import MIGRATION_LABEL, RESOURCE_API
-from kube import documents
-from kube.api import KubeApi, served
-from kube.errors import KubeError, NotFound
-from plan.errors import PlanInputError
-from plan.verdicts import resource_count
-from webhook.crd_schema import pruned_fields
-from webhook.errors import PolicyError
-from webhook.policy import Policy, load_policy
-from webhook.quota import NamespaceQuota, read_quotas
-from webhook.workloads import DEFAULT_TABLE, WorkloadTable
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.identity import MIGRATION_LABEL, RESOURCE_API
+from gpu_slicer.kube import documents
+from gpu_slicer.kube.api import KubeApi, served
+from gpu_slicer.kube.errors import KubeError, NotFound
+from gpu_slicer.plan.errors import PlanInputError
+from gpu_slicer.plan.verdicts import resource_count
+from gpu_slicer.webhook.crd_schema import pruned_fields
+from gpu_slicer.webhook.errors import PolicyError
+from gpu_slicer.webhook.policy import Policy, load_policy
+from gpu_slicer.webhook.quota import NamespaceQuota, read_quotas
+from gpu_slicer.webhook.workloads import DEFAULT_TABLE, WorkloadTable
 
 Obj = dict[str, Any]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from core.identity import MIGRATION_LABEL
-from plan.verdicts import Plan
+from gpu_slicer.core.identity import MIGRATION_LABEL
+from gpu_slicer.plan.verdicts import Plan
 
 Obj = dict[str, Any]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from plan.cluster import GpuNode
-from plan.verdicts import Plan
+from gpu_slicer.plan.cluster import GpuNode
+from gpu_slicer.plan.verdicts import Plan
 
 Obj = dict[str, Any]
 
@@ -34,9 +34,9 @@ def _sim_name(text: str) -> str:
 
 def simulate(plan: Plan, raw_policy: Obj, kubernetes: tuple[int, int]) -> Obj | None:
     """Today against gpu-slicer for the converted workloads on the cluster's GPU nodes."""
-    from sim.compare import compare
-    from sim.errors import SimError
-    from sim.scenario import parse_scenario
+    from gpu_slicer.sim.compare import compare
+    from gpu_slicer.sim.errors import SimError
+    from gpu_slicer.sim.scenario import parse_scenario
 
     converted = [w for w in plan.workloads if w.outcome == "convert" and w.replicas > 0]
     if not plan.nodes or not converted:

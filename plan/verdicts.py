@@ -11,20 +11,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from webhook.errors import Denied
-from webhook.policy import Policy
-from webhook.quota import (
+from gpu_slicer.webhook.errors import Denied
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.quota import (
     DEVICES_SUFFIX,
     NO_QUOTA,
     NamespaceQuota,
     conversion_escape,
     keeping_limits,
 )
-from webhook.translate import is_legacy_resource, translate_pod
-from webhook.workloads import DEFAULT_TABLE, Workload, WorkloadTable, expand, lookup, show
+from gpu_slicer.webhook.translate import is_legacy_resource, translate_pod
+from gpu_slicer.webhook.workloads import (
+    DEFAULT_TABLE,
+    Workload,
+    WorkloadTable,
+    expand,
+    lookup,
+    show,
+)
 
 if TYPE_CHECKING:
-    from plan.cluster import GpuNode
+    from gpu_slicer.plan.cluster import GpuNode
 
 Obj = dict[str, Any]
 

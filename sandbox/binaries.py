@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox.errors import BuildError, UsageError
+from gpu_slicer.sandbox.errors import BuildError, UsageError
 
 Progress = Callable[[str], None]
 

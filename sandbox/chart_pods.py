@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client as k8s
 
-from sandbox.cluster import NAMESPACE, api_client
-from sandbox.errors import StartupError, UsageError
-from sandbox.nodes import NodeSpec
-from sandbox.process import free_port
-from sandbox.realnode import CHECKPOINT_DIR
+from gpu_slicer.sandbox.cluster import NAMESPACE, api_client
+from gpu_slicer.sandbox.errors import StartupError, UsageError
+from gpu_slicer.sandbox.nodes import NodeSpec
+from gpu_slicer.sandbox.process import free_port
+from gpu_slicer.sandbox.realnode import CHECKPOINT_DIR
 
 if TYPE_CHECKING:
-    from sandbox.sandbox import Settings
+    from gpu_slicer.sandbox.sandbox import Settings
 
 AGENT_POD_GPU_STATE = f"{CHECKPOINT_DIR}/gpus.json"
 """The agent pod's simulated GPUs (``--simulate-state``): in its checkpoint hostPath."""
@@ -54,7 +54,7 @@ def check_webhook_pod(settings: Settings) -> None:
 
 def image_values() -> dict[str, Any]:
     """The project's image, imported into the real node: never pulled."""
-    from sandbox import image
+    from gpu_slicer.sandbox import image
 
     repository, tag = image.image_name().rsplit(":", 1)
     return {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"}}

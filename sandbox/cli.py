@@ -11,12 +11,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from sandbox import binaries
-from sandbox.errors import SandboxError, UsageError
-from sandbox.nodes import DEFAULT_NODES, DEPLOY_DIR, parse_node
+from gpu_slicer.sandbox import binaries
+from gpu_slicer.sandbox.errors import SandboxError, UsageError
+from gpu_slicer.sandbox.nodes import DEFAULT_NODES, DEPLOY_DIR, parse_node
 
 if TYPE_CHECKING:
-    from sandbox.sandbox import Settings
+    from gpu_slicer.sandbox.sandbox import Settings
 
 # sandbox.sandbox is imported only when the command runs: it loads the Kubernetes client
 # (urllib3, ssl), which must not be imported into every gpu-slicer command (the webhook's gevent
@@ -164,7 +164,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    from sandbox.sandbox import Settings
+    from gpu_slicer.sandbox.sandbox import Settings
 
     nodes = [parse_node(text) for text in (args.node or DEFAULT_NODES)]
     names = [n.name for n in nodes]
@@ -199,7 +199,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from sandbox.sandbox import Sandbox
+    from gpu_slicer.sandbox.sandbox import Sandbox
 
     def say(message: str) -> None:
         print(f"sandbox: {message}", file=sys.stderr, flush=True)

@@ -28,7 +28,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from sandbox.errors import StartupError, UsageError
+from gpu_slicer.sandbox.errors import StartupError, UsageError
 
 NAMESPACE = "gpu-slicer"
 WEBHOOK_SA = "gpu-slicer-webhook"

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import yaml
 
-from sandbox import binaries
-from sandbox.pki import Pki, client_kubeconfig
-from sandbox.process import Component, free_port, https_ok, stop_all
+from gpu_slicer.sandbox import binaries
+from gpu_slicer.sandbox.pki import Pki, client_kubeconfig
+from gpu_slicer.sandbox.process import Component, free_port, https_ok, stop_all
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTROLLER_MANAGER_QPS = 100.0

@@ -16,8 +16,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from sandbox.binaries import cache_root
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox.binaries import cache_root
+from gpu_slicer.sandbox.errors import BuildError
 
 ROOT = Path(__file__).resolve().parents[1]
 

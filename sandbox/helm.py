@@ -14,8 +14,8 @@ import re
 import sys
 from pathlib import Path
 
-from sandbox import go_tool
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox import go_tool
+from gpu_slicer.sandbox.errors import BuildError
 
 MODULE = go_tool.ROOT / "tools" / "helm"
 MODULE_PATH = "helm.sh/helm/v3"

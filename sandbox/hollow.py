@@ -31,19 +31,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from core.devices import DeviceSpec
-from core.identity import RESOURCE_API
-from kube.client import RealKubeApi
-from kube.errors import KubeError, NotFound
-from sandbox import binaries, pki
-from sandbox.cluster import ClusterSetup
-from sandbox.controlplane import ControlPlane, feature_gates
-from sandbox.process import free_port
-from slicer.device_attributes import DeviceAttributes
-from slicer.layout import StaticLayout
-from slicer.preview import preview_pool
-from slicer.profile_filter import ProfileChoice
-from webhook.claims import template_object
+from gpu_slicer.core.devices import DeviceSpec
+from gpu_slicer.core.identity import RESOURCE_API
+from gpu_slicer.kube.client import RealKubeApi
+from gpu_slicer.kube.errors import KubeError, NotFound
+from gpu_slicer.sandbox import binaries, pki
+from gpu_slicer.sandbox.cluster import ClusterSetup
+from gpu_slicer.sandbox.controlplane import ControlPlane, feature_gates
+from gpu_slicer.sandbox.process import free_port
+from gpu_slicer.slicer.device_attributes import DeviceAttributes
+from gpu_slicer.slicer.layout import StaticLayout
+from gpu_slicer.slicer.preview import preview_pool
+from gpu_slicer.slicer.profile_filter import ProfileChoice
+from gpu_slicer.webhook.claims import template_object
 
 Obj = dict[str, Any]
 T = TypeVar("T")

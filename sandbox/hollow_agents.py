@@ -21,16 +21,16 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from core.errors import GpuSlicerError
-from core.identity import RESOURCE_API
-from kube.api import KubeApi
-from kube.errors import KubeError
-from kube.watch_cache import WatchCache
-from slicer.demand import Advertised, ClaimAsks, Demand, DeviceMenu, read_template
-from slicer.inventory import GpuState
-from slicer.preview import preview_gpus
-from slicer.publisher import SlicePublisher
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core.errors import GpuSlicerError
+from gpu_slicer.core.identity import RESOURCE_API
+from gpu_slicer.kube.api import KubeApi
+from gpu_slicer.kube.errors import KubeError
+from gpu_slicer.kube.watch_cache import WatchCache
+from gpu_slicer.slicer.demand import Advertised, ClaimAsks, Demand, DeviceMenu, read_template
+from gpu_slicer.slicer.inventory import GpuState
+from gpu_slicer.slicer.preview import preview_gpus
+from gpu_slicer.slicer.publisher import SlicePublisher
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
 

@@ -45,9 +45,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sandbox import oci_archive
-from sandbox.binaries import Progress, cache_root, locked
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox import oci_archive
+from gpu_slicer.sandbox.binaries import Progress, cache_root, locked
+from gpu_slicer.sandbox.errors import BuildError
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"

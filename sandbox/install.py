@@ -28,8 +28,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from sandbox.binaries import Progress, cache_root, locked
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox.binaries import Progress, cache_root, locked
+from gpu_slicer.sandbox.errors import BuildError
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_SOURCE = shutil.ignore_patterns(
@@ -94,7 +94,7 @@ def install(folder: Path, *, cache: Path | None = None, progress: Progress = pri
     (_site_packages(folder) / "gpu-slicer-dependencies.pth").write_text(f"{_site_packages(deps)}\n")
     with tempfile.TemporaryDirectory(prefix="gpu-slicer-src-") as scratch:
         source = Path(scratch) / "src"
-        shutil.copytree(ROOT, source, ignore=NOT_SOURCE)
+        shutil.copytree(ROOT, source, symlinks=True, ignore=NOT_SOURCE)
         _run(
             [
                 str(folder / "bin" / "python"),

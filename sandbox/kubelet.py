@@ -51,8 +51,8 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from sandbox.cluster import serialize
-from sandbox.kubelet_health import (
+from gpu_slicer.sandbox.cluster import serialize
+from gpu_slicer.sandbox.kubelet_health import (
     AllocatedDevice,
     DeviceKey,
     HealthCache,
@@ -60,7 +60,7 @@ from sandbox.kubelet_health import (
     pod_resource_status,
     pods_holding,
 )
-from slicer.proto import (
+from gpu_slicer.slicer.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,

@@ -35,7 +35,7 @@ from typing import Any
 
 import grpc
 
-from slicer.proto import dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc
+from gpu_slicer.slicer.proto import dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sandbox import go_tool
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox import go_tool
+from gpu_slicer.sandbox.errors import BuildError
 
 MODULE = go_tool.ROOT / "tools" / "kustomize"
 MODULE_PATH = "sigs.k8s.io/kustomize/kustomize/v5"

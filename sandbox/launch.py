@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import StartupError
+from gpu_slicer.sandbox.errors import StartupError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,15 @@ def launch(
     folder: Path, nodes: Mapping[str, str], *extra: str, env: Mapping[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     """Starts the sandbox in ``folder`` with ``nodes`` (name -> GPU spec) and flags ``extra``."""
-    argv = [sys.executable, "-m", "cli.main", "sandbox", "up", "--state-dir", str(folder)]
+    argv = [
+        sys.executable,
+        "-m",
+        "gpu_slicer.cli.main",
+        "sandbox",
+        "up",
+        "--state-dir",
+        str(folder),
+    ]
     for name, gpus in nodes.items():
         argv += ["--node", f"{name}={gpus}"]
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -23,12 +23,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from core import catalog
-from core.gpu_model import GpuModel, Profile
-from core.identity import RESOURCE_API
-from slicer.backend import GpuInfo
-from slicer.inventory import semver
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core import catalog
+from gpu_slicer.core.gpu_model import GpuModel, Profile
+from gpu_slicer.core.identity import RESOURCE_API
+from gpu_slicer.slicer.backend import GpuInfo
+from gpu_slicer.slicer.inventory import semver
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 Obj = dict[str, Any]
 

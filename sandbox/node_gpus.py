@@ -9,15 +9,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from core.errors import GpuSlicerError
-from core.gpuspec import parse_gpu_spec
-from sandbox.errors import UsageError
-from sandbox.nodes import NodeSpec
+from gpu_slicer.core.errors import GpuSlicerError
+from gpu_slicer.core.gpuspec import parse_gpu_spec
+from gpu_slicer.sandbox.errors import UsageError
+from gpu_slicer.sandbox.nodes import NodeSpec
 
 
 def check_layout(layout_file: Path, nodes: list[NodeSpec]) -> None:
     """The layout file loads and fits every node's GPUs (a usage error names what does not)."""
-    from slicer.layout import LayoutError, StaticLayout
+    from gpu_slicer.slicer.layout import LayoutError, StaticLayout
 
     try:
         layout = StaticLayout.load(layout_file)
@@ -31,9 +31,9 @@ def make_layout(node: NodeSpec, state_file: Path, layout_file: Path) -> None:
     """Plays mig-parted: the layout's MIG instances made on the node's GPUs before its agent
     starts. The agent advertises them only while it is on the static layout, and, as instances
     it did not create, never destroys them."""
-    from slicer.layout import LayoutError, StaticLayout
-    from slicer.simulated import SimulatedBackend
-    from slicer.simulated_store import PersistedBackend
+    from gpu_slicer.slicer.layout import LayoutError, StaticLayout
+    from gpu_slicer.slicer.simulated import SimulatedBackend
+    from gpu_slicer.slicer.simulated_store import PersistedBackend
 
     try:
         layout = StaticLayout.load(layout_file)

@@ -138,7 +138,7 @@ def holder_argv(spec_file: Path) -> list[str]:
         "--",
         sys.executable,
         "-m",
-        "sandbox.node_namespace",
+        "gpu_slicer.sandbox.node_namespace",
         str(spec_file),
     ]
 

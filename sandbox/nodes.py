@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import GpuSpecError
-from core.gpuspec import parse_gpu_spec
-from kube.names import is_dns_label
-from sandbox.errors import UsageError
+from gpu_slicer.core.errors import GpuSpecError
+from gpu_slicer.core.gpuspec import parse_gpu_spec
+from gpu_slicer.kube.names import is_dns_label
+from gpu_slicer.sandbox.errors import UsageError
 
 DEFAULT_NODES = ("gpu-node-1=H100-80GB:2",)
 DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"

@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox.binaries import GO_DIR, Progress, _run, build_once, cache_root, install
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox.binaries import GO_DIR, Progress, _run, build_once, cache_root, install
+from gpu_slicer.sandbox.errors import BuildError
 
 MODULE = GO_DIR / "nvmlmock"
 LIBRARY = "libnvidia-ml.so.1"

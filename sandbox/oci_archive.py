@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox.errors import BuildError
 
 CONTAINERD_NAME = "io.containerd.image.name"
 """The index annotation containerd's importer names an image by."""

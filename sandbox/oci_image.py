@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import StartupError
+from gpu_slicer.sandbox.errors import StartupError
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -180,7 +180,7 @@ def import_archive(ctr: Path, address: Path, archive: Path, *, timeout_s: float 
 
 def import_into_sandbox(state_dir: Path, node: str, archive: Path) -> str:
     """Imports ``archive`` into the containerd of a running sandbox's real node ``node``."""
-    from sandbox.binaries import ensure_containerd
+    from gpu_slicer.sandbox.binaries import ensure_containerd
 
     ready = json.loads((state_dir / "ready").read_text())
     entry = ready["nodes"].get(node) or {}

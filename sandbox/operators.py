@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sandbox import go_tool
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox import go_tool
+from gpu_slicer.sandbox.errors import BuildError
 
 GO = go_tool.ROOT / "sandbox" / "go"
 JOBSET = "sigs.k8s.io/jobset"

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from certs.issue import KeyPair, new_ca, new_leaf
+from gpu_slicer.certs.issue import KeyPair, new_ca, new_leaf
 
 _DAYS = 30
 

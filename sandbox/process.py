@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sandbox.errors import StartupError, UsageError
+from gpu_slicer.sandbox.errors import StartupError, UsageError
 
 
 class Component:

@@ -47,18 +47,18 @@ from typing import Any
 
 import yaml
 
-from core.gpuspec import parse_gpu_spec
-from sandbox import binaries, node_host, oci_image
-from sandbox.errors import BuildError, StartupError
-from sandbox.node_namespace import (
+from gpu_slicer.core.gpuspec import parse_gpu_spec
+from gpu_slicer.sandbox import binaries, node_host, oci_image
+from gpu_slicer.sandbox.errors import BuildError, StartupError
+from gpu_slicer.sandbox.node_namespace import (
     Bind,
     NamespaceSpec,
     enter_argv,
     holder_argv,
     nvidia_device_nodes,
 )
-from sandbox.process import Component, free_port
-from slicer.simulated import capability_minor_range
+from gpu_slicer.sandbox.process import Component, free_port
+from gpu_slicer.slicer.simulated import capability_minor_range
 
 PAUSE_IMAGE = "gpu-slicer.local/pause:{release}"
 BUSYBOX_IMAGE = "docker.io/library/busybox:sandbox"
@@ -598,7 +598,7 @@ class RealNode:
     def stop(self) -> None:
         """The kubelet, containerd, their containers and shims, the namespace, then the
         cgroups and the pods' bridge: the host as it was."""
-        from sandbox.process import stop_all
+        from gpu_slicer.sandbox.process import stop_all
 
         if self.kubelet is not None:
             stop_all([self.kubelet], timeout_s=10)

@@ -25,9 +25,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import image
-from sandbox.binaries import Progress, cache_root, locked
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox import image
+from gpu_slicer.sandbox.binaries import Progress, cache_root, locked
+from gpu_slicer.sandbox.errors import BuildError
 
 ROOT = Path(__file__).resolve().parents[1]
 

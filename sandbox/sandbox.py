@@ -41,8 +41,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sandbox import binaries, chart_pods, node_gpus, pki
-from sandbox.cluster import (
+from gpu_slicer.sandbox import binaries, chart_pods, node_gpus, pki
+from gpu_slicer.sandbox.cluster import (
     AGENT_SA,
     APPLIED_KINDS,
     NAMESPACE,
@@ -52,15 +52,15 @@ from sandbox.cluster import (
     deploy_objects,
     webhook_configuration,
 )
-from sandbox.controlplane import ControlPlane, feature_gates
-from sandbox.errors import StartupError, UsageError
-from sandbox.kubelet import KubeletStandIn
-from sandbox.nodes import DEPLOY_DIR, NodeSpec
-from sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
-from sandbox.realnode import Parts, RealNode, runtime_toolkit_spec
-from slicer.plugin import dra_socket
-from slicer.simulated import SimulatedBackend
-from slicer.simulated_store import PersistedBackend
+from gpu_slicer.sandbox.controlplane import ControlPlane, feature_gates
+from gpu_slicer.sandbox.errors import StartupError, UsageError
+from gpu_slicer.sandbox.kubelet import KubeletStandIn
+from gpu_slicer.sandbox.nodes import DEPLOY_DIR, NodeSpec
+from gpu_slicer.sandbox.process import Component, check_port_free, free_port, https_ok, stop_all
+from gpu_slicer.sandbox.realnode import Parts, RealNode, runtime_toolkit_spec
+from gpu_slicer.slicer.plugin import dra_socket
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.simulated_store import PersistedBackend
 
 log = logging.getLogger(__name__)
 
@@ -209,15 +209,15 @@ class Sandbox:
             settings.k8s_version, kube_bin=settings.kube_bin, progress=self.progress
         )
         if settings.install == "helm":
-            from sandbox.helm import helm_binary
+            from gpu_slicer.sandbox.helm import helm_binary
 
             self.helm = helm_binary()
         if settings.real_node is not None:
-            from sandbox.realnode import ensure_parts
+            from gpu_slicer.sandbox.realnode import ensure_parts
 
             self.node_parts = ensure_parts(settings.k8s_version, progress=self.progress)
         if settings.agent_pod or settings.webhook_pod:
-            from sandbox import image
+            from gpu_slicer.sandbox import image
 
             self.agent_image = image.ensure(progress=self.progress)
         self._fresh_state_dir()
@@ -279,7 +279,7 @@ class Sandbox:
     def _gpu_slicer(self, *args: str) -> list[str]:
         if self.settings.gpu_slicer is not None:
             return [str(self.settings.gpu_slicer), *args]
-        return [sys.executable, "-m", "cli.main", *args]
+        return [sys.executable, "-m", "gpu_slicer.cli.main", *args]
 
     def _issue_webhook_tls(self) -> bytes:
         """The webhook's serving certificate, by ``gpu-slicer certs issue``; returns the CA."""
@@ -726,7 +726,7 @@ class Sandbox:
 
 def check_real_node(name: str, nodes: list[NodeSpec], state_dir: Path) -> None:
     """``--real-node`` names a node, and this machine can run containers."""
-    from sandbox.node_host import DEBIAN_PACKAGES, preflight
+    from gpu_slicer.sandbox.node_host import DEBIAN_PACKAGES, preflight
 
     if name not in {n.name for n in nodes}:
         raise UsageError(

@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.allocator import allocate_on_node
-from sim.demand import scenario_policy
-from sim.errors import AllocationError
-from sim.scenario import load_scenario
-from webhook.policy import Policy
-from webhook.translate import translate_pod
+from gpu_slicer.sim.allocator import allocate_on_node
+from gpu_slicer.sim.demand import scenario_policy
+from gpu_slicer.sim.errors import AllocationError
+from gpu_slicer.sim.scenario import load_scenario
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.translate import translate_pod
 
 Obj = dict[str, Any]
 Result = tuple[str, str, str, str]

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from kube.device_cel import SelectorError, matches
-from sim.errors import AllocationError
-from sim.pools import (
+from gpu_slicer.kube.device_cel import SelectorError, matches
+from gpu_slicer.sim.errors import AllocationError
+from gpu_slicer.sim.pools import (
     AllocatedDevices,
     CandidateList,
     CounterKey,

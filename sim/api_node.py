@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.identity import DRIVER, RESOURCE_API
-from kube.memory import InMemoryKubeApi
-from sim.errors import AllocationError
-from sim.kubelet_client import KubeletClient, RunningClaim
-from sim.node import NodeBase, SimClock
-from sim.pools import Pool, compile_pool
-from sim.scenario import NodeSpec, Scenario
-from slicer.checkpoint import PreparedDevice
-from slicer.demand import Advertised
-from slicer.ordering import order_fingerprint
+from gpu_slicer.core.identity import DRIVER, RESOURCE_API
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.sim.errors import AllocationError
+from gpu_slicer.sim.kubelet_client import KubeletClient, RunningClaim
+from gpu_slicer.sim.node import NodeBase, SimClock
+from gpu_slicer.sim.pools import Pool, compile_pool
+from gpu_slicer.sim.scenario import NodeSpec, Scenario
+from gpu_slicer.slicer.checkpoint import PreparedDevice
+from gpu_slicer.slicer.demand import Advertised
+from gpu_slicer.slicer.ordering import order_fingerprint
 
 
 class ApiNode(NodeBase):
@@ -48,8 +48,8 @@ class ApiNode(NodeBase):
 
     def _start_services(self, root: Path) -> None:
         """The agent's parts for this node, wired by the agent's own factory."""
-        from slicer.assembly import AgentConfig, assemble
-        from slicer.clock import Clock
+        from gpu_slicer.slicer.assembly import AgentConfig, assemble
+        from gpu_slicer.slicer.clock import Clock
 
         base = root / self.name
         parts = assemble(

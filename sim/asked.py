@@ -12,10 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 
-from sim.demand import Translated
-from sim.scenario import NodeSpec
-from slicer.demand import EVERY_PROFILE, Advertised, ClaimAsks, Demand, DeviceMenu, read_claim_spec
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.sim.demand import Translated
+from gpu_slicer.sim.scenario import NodeSpec
+from gpu_slicer.slicer.demand import (
+    EVERY_PROFILE,
+    Advertised,
+    ClaimAsks,
+    Demand,
+    DeviceMenu,
+    read_claim_spec,
+)
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 NodeKind = tuple[str, ...]
 """A node's GPU models (catalog keys, in index order): what the reading depends on."""

@@ -21,14 +21,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.catalog import Placement
-from core.gpu_model import GpuModel
-from sim.demand import Demand, DemandBook, min_memory_slices, offers
-from sim.event_loop import GpuLedger, Held, Slot, Strategy
-from sim.geometry import free_placements, pack, resolve_profile
-from sim.scenario import NodeSpec, PodSpec, Scenario
-from slicer.inventory import effective_mode
-from webhook.claims import Alternative
+from gpu_slicer.core.catalog import Placement
+from gpu_slicer.core.gpu_model import GpuModel
+from gpu_slicer.sim.demand import Demand, DemandBook, min_memory_slices, offers
+from gpu_slicer.sim.event_loop import GpuLedger, Held, Slot, Strategy
+from gpu_slicer.sim.geometry import free_placements, pack, resolve_profile
+from gpu_slicer.sim.scenario import NodeSpec, PodSpec, Scenario
+from gpu_slicer.slicer.inventory import effective_mode
+from gpu_slicer.webhook.claims import Alternative
 
 
 class NodeOrder:

@@ -9,12 +9,12 @@ import logging
 import os
 import sys
 
-from sim.compare import Comparison, compare, default_strategies, strategy_names
-from sim.demand import scenario_policy
-from sim.errors import ScenarioError, SimError, UnknownNameError
-from sim.report import PLOT_FORMATS, ProgressBar, as_json, plot, table
-from sim.scenario import Scenario, builtin_names, load_scenario
-from sim.scheduler_cost import Outlook, scenario_outlook
+from gpu_slicer.sim.compare import Comparison, compare, default_strategies, strategy_names
+from gpu_slicer.sim.demand import scenario_policy
+from gpu_slicer.sim.errors import ScenarioError, SimError, UnknownNameError
+from gpu_slicer.sim.report import PLOT_FORMATS, ProgressBar, as_json, plot, table
+from gpu_slicer.sim.scenario import Scenario, builtin_names, load_scenario
+from gpu_slicer.sim.scheduler_cost import Outlook, scenario_outlook
 
 DEFAULT_SCENARIO = "noon-burst"
 
@@ -88,7 +88,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     if args.log_level != "DEBUG":
         # The agent's per-claim logs would drown the comparison; problems still show.
-        logging.getLogger("slicer").setLevel(logging.WARNING)
+        logging.getLogger("gpu_slicer.slicer").setLevel(logging.WARNING)
 
     def progress(name: str) -> ProgressBar | None:
         bar = ProgressBar(name, force=args.progress)

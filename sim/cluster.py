@@ -33,17 +33,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.devices import DeviceSpec, SliceSpec, WholeGpu
-from sim.allocator import Allocation
-from sim.asked import ClusterAsks
-from sim.demand import Demand, DemandBook, min_memory_slices
-from sim.errors import AllocationError
-from sim.event_loop import GpuLedger, Held, Slot, Strategy
-from sim.kubelet_client import RunningClaim
-from sim.node import SimClock, SimNode, parse_device_name
-from sim.plane import ApiControlPlane, FastControlPlane, SimControlPlane
-from sim.scenario import PodSpec, Scenario
-from sim.scheduler import Scheduler
+from gpu_slicer.core.devices import DeviceSpec, SliceSpec, WholeGpu
+from gpu_slicer.sim.allocator import Allocation
+from gpu_slicer.sim.asked import ClusterAsks
+from gpu_slicer.sim.demand import Demand, DemandBook, min_memory_slices
+from gpu_slicer.sim.errors import AllocationError
+from gpu_slicer.sim.event_loop import GpuLedger, Held, Slot, Strategy
+from gpu_slicer.sim.kubelet_client import RunningClaim
+from gpu_slicer.sim.node import SimClock, SimNode, parse_device_name
+from gpu_slicer.sim.plane import ApiControlPlane, FastControlPlane, SimControlPlane
+from gpu_slicer.sim.scenario import PodSpec, Scenario
+from gpu_slicer.sim.scheduler import Scheduler
 
 Obj = dict[str, Any]
 API_POD_LIMIT = 5000

@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sim.baselines import baseline
-from sim.demand import DemandBook
-from sim.errors import UnknownNameError
-from sim.event_loop import Engine, Result, Strategy
-from sim.scenario import Scenario
-from slicer.ordering import POLICIES
+from gpu_slicer.sim.baselines import baseline
+from gpu_slicer.sim.demand import DemandBook
+from gpu_slicer.sim.errors import UnknownNameError
+from gpu_slicer.sim.event_loop import Engine, Result, Strategy
+from gpu_slicer.sim.scenario import Scenario
+from gpu_slicer.slicer.ordering import POLICIES
 
 DEFAULT_STRATEGIES: tuple[str, ...] = (
     "device-plugin",
@@ -66,7 +66,7 @@ def make_strategy(
     name: str, scenario: Scenario, book: DemandBook, *, through_api: bool | None = None
 ) -> Strategy:
     if name.startswith("gpu-slicer-"):
-        from sim.cluster import GpuSlicerStrategy
+        from gpu_slicer.sim.cluster import GpuSlicerStrategy
 
         return GpuSlicerStrategy(
             scenario, book, device_order=name[len("gpu-slicer-") :], through_api=through_api

@@ -25,12 +25,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from core.gpu_model import GpuModel
-from sim.scenario import PodSpec, Scenario
-from webhook.claims import Alternative
-from webhook.errors import WebhookError
-from webhook.policy import Policy, load_policy
-from webhook.translate import Conversion, translate_pod
+from gpu_slicer.core.gpu_model import GpuModel
+from gpu_slicer.sim.scenario import PodSpec, Scenario
+from gpu_slicer.webhook.claims import Alternative
+from gpu_slicer.webhook.errors import WebhookError
+from gpu_slicer.webhook.policy import Policy, load_policy
+from gpu_slicer.webhook.translate import Conversion, translate_pod
 
 Obj = dict[str, Any]
 
@@ -91,7 +91,7 @@ def scenario_policy(scenario: Scenario) -> Policy:
     """The webhook policy of the scenario (its ``policy`` key, in the webhook's own schema)."""
     if not scenario.policy:
         return Policy.default()
-    from sim.errors import ScenarioError
+    from gpu_slicer.sim.errors import ScenarioError
 
     try:
         return load_policy(json.dumps(scenario.policy), source="scenario policy")

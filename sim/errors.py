@@ -9,7 +9,7 @@ SimError
 
 from __future__ import annotations
 
-from core.errors import GpuSlicerError
+from gpu_slicer.core.errors import GpuSlicerError
 
 
 class SimError(GpuSlicerError):

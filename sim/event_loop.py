@@ -27,13 +27,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import catalog
-from core.catalog import Placement
-from core.gpu_model import GpuModel
-from sim.demand import Demand
-from sim.errors import SimError
-from sim.scenario import PodSpec, Scenario
-from webhook.claims import Alternative
+from gpu_slicer.core import catalog
+from gpu_slicer.core.catalog import Placement
+from gpu_slicer.core.gpu_model import GpuModel
+from gpu_slicer.sim.demand import Demand
+from gpu_slicer.sim.errors import SimError
+from gpu_slicer.sim.scenario import PodSpec, Scenario
+from gpu_slicer.webhook.claims import Alternative
 
 Progress = Callable[[float], None]
 
@@ -114,7 +114,7 @@ class Strategy:
             return not ledger.held
         if alt.profile is None or not ledger.model.has_profile(alt.profile) or ledger.whole:
             return False
-        from sim.geometry import fits_next_to
+        from gpu_slicer.sim.geometry import fits_next_to
 
         return fits_next_to(ledger.model, ledger.placements(), alt.profile)
 

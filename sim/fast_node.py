@@ -12,18 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from core.catalog import Placement
-from core.devices import DeviceSpec, SliceSpec, WholeGpu
-from core.gpu_model import GpuModel
-from core.identity import DRIVER
-from sim.kubelet_client import RunningClaim
-from sim.node import NodeBase, SimClock, parse_device_name
-from sim.pools import Device, Pool, compile_pool
-from sim.scenario import NodeSpec, Scenario
-from slicer.checkpoint import PreparedDevice
-from slicer.demand import Advertised
-from slicer.inventory import GpuState, advertise_gpu, beside_claims, plan_pool
-from slicer.ordering import Candidate, Occupancy, OrderPolicy, RepublishLimiter
+from gpu_slicer.core.catalog import Placement
+from gpu_slicer.core.devices import DeviceSpec, SliceSpec, WholeGpu
+from gpu_slicer.core.gpu_model import GpuModel
+from gpu_slicer.core.identity import DRIVER
+from gpu_slicer.sim.kubelet_client import RunningClaim
+from gpu_slicer.sim.node import NodeBase, SimClock, parse_device_name
+from gpu_slicer.sim.pools import Device, Pool, compile_pool
+from gpu_slicer.sim.scenario import NodeSpec, Scenario
+from gpu_slicer.slicer.checkpoint import PreparedDevice
+from gpu_slicer.slicer.demand import Advertised
+from gpu_slicer.slicer.inventory import GpuState, advertise_gpu, beside_claims, plan_pool
+from gpu_slicer.slicer.ordering import Candidate, Occupancy, OrderPolicy, RepublishLimiter
 
 GpuKey = tuple[int, tuple[Placement, ...], bool]
 """What the order of one GPU depends on: its index, the placements in use on it (sorted) and

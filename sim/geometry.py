@@ -14,9 +14,9 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from core import catalog
-from core.catalog import Placement
-from core.gpu_model import GpuModel, Profile
+from gpu_slicer.core import catalog
+from gpu_slicer.core.catalog import Placement
+from gpu_slicer.core.gpu_model import GpuModel, Profile
 
 _KIND = re.compile(r"^(?P<c>\d)g$")
 

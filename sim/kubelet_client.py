@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.pools import Device
+from gpu_slicer.sim.pools import Device
 
 
 @dataclass
@@ -40,8 +40,8 @@ class KubeletClient:
     def __init__(self, driver: Any, base: Path) -> None:
         import grpc
 
-        from slicer.plugin import PluginServer
-        from slicer.proto import dra_v1_pb2
+        from gpu_slicer.slicer.plugin import PluginServer
+        from gpu_slicer.slicer.proto import dra_v1_pb2
 
         self.pb = dra_v1_pb2
         # unix socket paths are limited to 107 bytes: keep them short.

@@ -14,19 +14,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Protocol
 
-from core.catalog import Placement
-from core.devices import DeviceSpec, Mode
-from core.devices import parse_device_name as _parse_device_name
-from core.identity import DRIVER
-from sim.kubelet_client import RunningClaim
-from sim.pools import Device, Pool, compile_pool
-from sim.scenario import NodeSpec, Scenario
-from slicer.checkpoint import PreparedDevice
-from slicer.demand import EVERY_PROFILE, Advertised
-from slicer.inventory import GpuState, effective_mode, plan_pool
-from slicer.observe import NodeView, ObservedGpu, observe_node
-from slicer.ordering import DYNAMIC_POLICIES, get_policy
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core.catalog import Placement
+from gpu_slicer.core.devices import DeviceSpec, Mode
+from gpu_slicer.core.devices import parse_device_name as _parse_device_name
+from gpu_slicer.core.identity import DRIVER
+from gpu_slicer.sim.kubelet_client import RunningClaim
+from gpu_slicer.sim.pools import Device, Pool, compile_pool
+from gpu_slicer.sim.scenario import NodeSpec, Scenario
+from gpu_slicer.slicer.checkpoint import PreparedDevice
+from gpu_slicer.slicer.demand import EVERY_PROFILE, Advertised
+from gpu_slicer.slicer.inventory import GpuState, effective_mode, plan_pool
+from gpu_slicer.slicer.observe import NodeView, ObservedGpu, observe_node
+from gpu_slicer.slicer.ordering import DYNAMIC_POLICIES, get_policy
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 parse_device_name = functools.lru_cache(maxsize=8192)(_parse_device_name)
 """Device names repeat on every node of a kind: parse each once (specs are immutable)."""

@@ -17,18 +17,18 @@ from typing import Any, Protocol
 
 import jsonpatch
 
-from core.identity import MIGRATION_LABEL, RESOURCE_API
-from kube import errors as kerrors
-from kube.memory import InMemoryKubeApi
-from sim.allocator import Allocation
-from sim.api_node import ApiNode
-from sim.demand import Translated
-from sim.fast_node import FastNode, Templates
-from sim.kubelet_client import RunningClaim, scratch_dir
-from sim.node import SimClock, SimNode
-from sim.pools import Device
-from sim.scenario import PodSpec, Scenario
-from slicer.deviceclasses import device_classes
+from gpu_slicer.core.identity import MIGRATION_LABEL, RESOURCE_API
+from gpu_slicer.kube import errors as kerrors
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.sim.allocator import Allocation
+from gpu_slicer.sim.api_node import ApiNode
+from gpu_slicer.sim.demand import Translated
+from gpu_slicer.sim.fast_node import FastNode, Templates
+from gpu_slicer.sim.kubelet_client import RunningClaim, scratch_dir
+from gpu_slicer.sim.node import SimClock, SimNode
+from gpu_slicer.sim.pools import Device
+from gpu_slicer.sim.scenario import PodSpec, Scenario
+from gpu_slicer.slicer.deviceclasses import device_classes
 
 Obj = dict[str, Any]
 

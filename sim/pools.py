@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kube.device_cel import DeviceView
-from kube.quantity import exact_value
+from gpu_slicer.kube.device_cel import DeviceView
+from gpu_slicer.kube.quantity import exact_value
 
 Obj = dict[str, Any]
 DeviceKey = tuple[str, str, str]

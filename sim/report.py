@@ -7,9 +7,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from sim.compare import Comparison
-from sim.event_loop import Result
-from sim.scenario import Scenario
+from gpu_slicer.sim.compare import Comparison
+from gpu_slicer.sim.event_loop import Result
+from gpu_slicer.sim.scenario import Scenario
 
 
 def _duration(seconds: float) -> str:
@@ -137,7 +137,7 @@ class Timeline:
 def pod_needs(scenario: Scenario) -> dict[str, float]:
     """Bytes of GPU memory each pod needs: its first choice as the webhook translates it (the
     slice right-sizing gives it, or whole GPUs), whatever a strategy hands it."""
-    from sim.demand import DemandBook
+    from gpu_slicer.sim.demand import DemandBook
 
     book = DemandBook(scenario)
     models = [m for node in scenario.nodes for m in node.models]

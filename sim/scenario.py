@@ -18,14 +18,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
-from core.devices import Mode
-from core.errors import GpuSlicerError
-from core.gpu_model import GpuModel
-from core.gpuspec import parse_gpu_spec
-from kube import documents
-from sim.errors import ScenarioError, UnknownNameError
-from slicer.demand import ADVERTISED_PROFILES_CHOICES, AdvertisedProfiles
-from slicer.layout import LayoutError, StaticLayout
+from gpu_slicer.core.devices import Mode
+from gpu_slicer.core.errors import GpuSlicerError
+from gpu_slicer.core.gpu_model import GpuModel
+from gpu_slicer.core.gpuspec import parse_gpu_spec
+from gpu_slicer.kube import documents
+from gpu_slicer.sim.errors import ScenarioError, UnknownNameError
+from gpu_slicer.slicer.demand import ADVERTISED_PROFILES_CHOICES, AdvertisedProfiles
+from gpu_slicer.slicer.layout import LayoutError, StaticLayout
 
 DEFAULT_DEMAND_LATENCY_S = 2.0
 """From a pod of a new shape to its profile on every node, as the scheduler benchmark measures
@@ -269,7 +269,7 @@ def _annotations(value: Any, path: str) -> dict[str, str]:
 
 def builtin_names() -> list[str]:
     """Scenarios shipped in ``sim/scenarios``."""
-    folder = resources.files("sim") / "scenarios"
+    folder = resources.files("gpu_slicer.sim") / "scenarios"
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -277,7 +277,9 @@ def load_scenario(name_or_path: str, *, seed: int | None = None) -> Scenario:
     """A shipped scenario by name, or a YAML file by path; ``seed`` overrides the file's."""
     path = Path(name_or_path)
     if name_or_path in builtin_names():
-        text = (resources.files("sim") / "scenarios" / f"{name_or_path}.yaml").read_text()
+        text = (
+            resources.files("gpu_slicer.sim") / "scenarios" / f"{name_or_path}.yaml"
+        ).read_text()
         source = name_or_path
     elif path.suffix in (".yaml", ".yml") or path.exists():
         source = str(path)
@@ -471,7 +473,7 @@ def _layout(name: str, raw: Any, nodes: Sequence[NodeSpec]) -> StaticLayoutSpec:
 
 def _check_layout(layout: StaticLayoutSpec, nodes: Sequence[NodeSpec]) -> None:
     """Every GPU's kinds name profiles its model has, and they fit on it together."""
-    from sim.geometry import can_pack, resolve_profile
+    from gpu_slicer.sim.geometry import can_pack, resolve_profile
 
     for node in nodes:
         for index, model in enumerate(node.models):

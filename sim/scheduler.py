@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sim.allocator import Allocation, Allocator, ParsedClaims, parse_claims
-from sim.baselines import NodeOrder
-from sim.node import SimNode
-from sim.pools import AllocatedDevices, Device, Pool
-from slicer.deviceclasses import device_classes
+from gpu_slicer.sim.allocator import Allocation, Allocator, ParsedClaims, parse_claims
+from gpu_slicer.sim.baselines import NodeOrder
+from gpu_slicer.sim.node import SimNode
+from gpu_slicer.sim.pools import AllocatedDevices, Device, Pool
+from gpu_slicer.slicer.deviceclasses import device_classes
 
 Obj = dict[str, Any]
 

@@ -27,11 +27,11 @@ from typing import Any
 
 import yaml
 
-from sim.demand import DemandBook
-from sim.errors import ScenarioError
-from sim.scenario import Scenario
-from slicer.demand import AdvertisedProfiles
-from webhook.claims import Alternative, ContainerRequest
+from gpu_slicer.sim.demand import DemandBook
+from gpu_slicer.sim.errors import ScenarioError
+from gpu_slicer.sim.scenario import Scenario
+from gpu_slicer.slicer.demand import AdvertisedProfiles
+from gpu_slicer.webhook.claims import Alternative, ContainerRequest
 
 COST_FILE = Path(__file__).with_name("scheduler-cost.yaml")
 SHAPES = ("single", "fallback", "memory", "whole", "nvlink")

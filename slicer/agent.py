@@ -30,13 +30,13 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from kube.api import KubeApi
-from slicer.agent_metrics import AgentMetrics
-from slicer.assembly import AgentConfig, assemble, kubelet_plugin
-from slicer.backend import GpuBackend
-from slicer.clock import SYSTEM_CLOCK, Clock
-from slicer.mig_mode import GpuMode
-from slicer.reconciler import Republish
+from gpu_slicer.kube.api import KubeApi
+from gpu_slicer.slicer.agent_metrics import AgentMetrics
+from gpu_slicer.slicer.assembly import AgentConfig, assemble, kubelet_plugin
+from gpu_slicer.slicer.backend import GpuBackend
+from gpu_slicer.slicer.clock import SYSTEM_CLOCK, Clock
+from gpu_slicer.slicer.mig_mode import GpuMode
+from gpu_slicer.slicer.reconciler import Republish
 
 log = logging.getLogger(__name__)
 

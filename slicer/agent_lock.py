@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from kube.atomic_files import ensure_dir
-from slicer.checkpoint import DIR_MODE
-from slicer.errors import SlicerError
+from gpu_slicer.kube.atomic_files import ensure_dir
+from gpu_slicer.slicer.checkpoint import DIR_MODE
+from gpu_slicer.slicer.errors import SlicerError
 
 LOCK_FILE = "agent.lock"
 LOCK_MODE = 0o644

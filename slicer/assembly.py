@@ -19,28 +19,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from kube.api import KubeApi
-from slicer.agent_metrics import AgentMetrics, PublisherMetrics
-from slicer.backend import GpuBackend, model_of
-from slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
-from slicer.checkpoint import CheckpointStore
-from slicer.claim_cache import ClaimCache
-from slicer.clock import SYSTEM_CLOCK, Clock
-from slicer.demand import DEFAULT_WITHDRAW_AFTER_S, AdvertisedProfiles, Demand, DeviceMenu
-from slicer.demand_watch import NodeDemand
-from slicer.device_attributes import DeviceAttributes
-from slicer.device_health import HealthFeed
-from slicer.health import HealthTracker
-from slicer.inventory import default_mode
-from slicer.layout import StaticLayout
-from slicer.mig_mode import GpuMode, MigModeManager
-from slicer.ordering import RepublishLimiter
-from slicer.plugin import DraDriver, PluginServer
-from slicer.pool_watch import PoolWatch
-from slicer.profile_filter import ProfileFilter
-from slicer.publisher import SlicePublisher
-from slicer.reconciler import NodeView, Reconciler, Republish
-from slicer.state import DeviceState
+from gpu_slicer.kube.api import KubeApi
+from gpu_slicer.slicer.agent_metrics import AgentMetrics, PublisherMetrics
+from gpu_slicer.slicer.backend import GpuBackend, model_of
+from gpu_slicer.slicer.cdi import FALLBACK_EDITS, CdiDirectory, CommonEdits
+from gpu_slicer.slicer.checkpoint import CheckpointStore
+from gpu_slicer.slicer.claim_cache import ClaimCache
+from gpu_slicer.slicer.clock import SYSTEM_CLOCK, Clock
+from gpu_slicer.slicer.demand import (
+    DEFAULT_WITHDRAW_AFTER_S,
+    AdvertisedProfiles,
+    Demand,
+    DeviceMenu,
+)
+from gpu_slicer.slicer.demand_watch import NodeDemand
+from gpu_slicer.slicer.device_attributes import DeviceAttributes
+from gpu_slicer.slicer.device_health import HealthFeed
+from gpu_slicer.slicer.health import HealthTracker
+from gpu_slicer.slicer.inventory import default_mode
+from gpu_slicer.slicer.layout import StaticLayout
+from gpu_slicer.slicer.mig_mode import GpuMode, MigModeManager
+from gpu_slicer.slicer.ordering import RepublishLimiter
+from gpu_slicer.slicer.plugin import DraDriver, PluginServer
+from gpu_slicer.slicer.pool_watch import PoolWatch
+from gpu_slicer.slicer.profile_filter import ProfileFilter
+from gpu_slicer.slicer.publisher import SlicePublisher
+from gpu_slicer.slicer.reconciler import NodeView, Reconciler, Republish
+from gpu_slicer.slicer.state import DeviceState
 
 log = logging.getLogger(__name__)
 

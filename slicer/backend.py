@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from core import catalog
-from core.devices import MigInstance
-from core.errors import CatalogError
-from core.gpu_model import GpuModel
+from gpu_slicer.core import catalog
+from gpu_slicer.core.devices import MigInstance
+from gpu_slicer.core.errors import CatalogError
+from gpu_slicer.core.gpu_model import GpuModel
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kube import documents
-from kube.atomic_files import ensure_dir, write_atomically
-from slicer.errors import SlicerError
+from gpu_slicer.kube import documents
+from gpu_slicer.kube.atomic_files import ensure_dir, write_atomically
+from gpu_slicer.slicer.errors import SlicerError
 
 CDI_VERSION = "0.6.0"
 VENDOR = "k8s.gpu-slicer.io"

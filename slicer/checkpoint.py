@@ -44,10 +44,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from core.identity import LEGACY_DRIVERS
-from kube.atomic_files import ensure_dir, write_atomically
-from slicer.cdi import claim_uid_problem
-from slicer.errors import CheckpointError, CheckpointTooNew
+from gpu_slicer.core.identity import LEGACY_DRIVERS
+from gpu_slicer.kube.atomic_files import ensure_dir, write_atomically
+from gpu_slicer.slicer.cdi import claim_uid_problem
+from gpu_slicer.slicer.errors import CheckpointError, CheckpointTooNew
 
 VERSION = 3
 """The newest format this agent writes.

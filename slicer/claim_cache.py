@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.identity import DRIVER, DRIVERS, RESOURCE_API
-from kube import errors as kerrors
-from kube.api import KubeApi, Obj
-from kube.watch_cache import WatchCache
+from gpu_slicer.core.identity import DRIVER, DRIVERS, RESOURCE_API
+from gpu_slicer.kube import errors as kerrors
+from gpu_slicer.kube.api import KubeApi, Obj
+from gpu_slicer.kube.watch_cache import WatchCache
 
 KIND = "ResourceClaim"
 

@@ -20,17 +20,17 @@ from typing import Any
 
 import yaml
 
-from core import catalog, gpu_model
-from core.devices import MODES, DeviceSpec, parse_device_name
-from core.errors import CatalogError, DeviceNameError, GpuSlicerError, GpuSpecError
-from kube.api import KubeApi
-from kube.errors import KubeError
-from kube.settings import SettingsError, env_name
-from slicer import agent_lock
-from slicer.agent import NodeAgent
-from slicer.assembly import AgentConfig
-from slicer.backend import GpuBackend, HealthEvent, model_of
-from slicer.cdi import (
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.devices import MODES, DeviceSpec, parse_device_name
+from gpu_slicer.core.errors import CatalogError, DeviceNameError, GpuSlicerError, GpuSpecError
+from gpu_slicer.kube.api import KubeApi
+from gpu_slicer.kube.errors import KubeError
+from gpu_slicer.kube.settings import SettingsError, env_name
+from gpu_slicer.slicer import agent_lock
+from gpu_slicer.slicer.agent import NodeAgent
+from gpu_slicer.slicer.assembly import AgentConfig
+from gpu_slicer.slicer.backend import GpuBackend, HealthEvent, model_of
+from gpu_slicer.slicer.cdi import (
     FALLBACK_EDITS,
     TOOLKIT_SPEC_PATHS,
     CdiError,
@@ -39,24 +39,24 @@ from slicer.cdi import (
     load_toolkit_spec,
     toolkit_spec_from_ctk,
 )
-from slicer.demand import asked_for
-from slicer.device_attributes import ATTRIBUTES_CHOICES
-from slicer.deviceclasses import device_classes
-from slicer.errors import BackendError, CheckpointTooNew
-from slicer.inventory import KUBERNETES_VERSIONS, InventoryError, PoolPlan
-from slicer.layout import LayoutError, StaticLayout
-from slicer.ordering import POLICIES
-from slicer.preview import preview_pool
-from slicer.profile_filter import ProfileChoice, ProfileFilter, ProfileFilterError
-from slicer.scaling import DEGRADES_AT_NODES
-from slicer.settings import (
+from gpu_slicer.slicer.demand import asked_for
+from gpu_slicer.slicer.device_attributes import ATTRIBUTES_CHOICES
+from gpu_slicer.slicer.deviceclasses import device_classes
+from gpu_slicer.slicer.errors import BackendError, CheckpointTooNew
+from gpu_slicer.slicer.inventory import KUBERNETES_VERSIONS, InventoryError, PoolPlan
+from gpu_slicer.slicer.layout import LayoutError, StaticLayout
+from gpu_slicer.slicer.ordering import POLICIES
+from gpu_slicer.slicer.preview import preview_pool
+from gpu_slicer.slicer.profile_filter import ProfileChoice, ProfileFilter, ProfileFilterError
+from gpu_slicer.slicer.scaling import DEGRADES_AT_NODES
+from gpu_slicer.slicer.settings import (
     BACKENDS,
     KUBE_CHOICES,
     AgentSettings,
     float_or_text,
     node_name_problem,
 )
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
 
@@ -508,7 +508,7 @@ def register_simulate_event(commands: argparse._SubParsersAction[argparse.Argume
 
 
 def run_simulate_event(args: argparse.Namespace) -> int:
-    from slicer.simulated_store import queue_event, read_state
+    from gpu_slicer.slicer.simulated_store import queue_event, read_state
 
     try:
         gpus = read_state(args.simulate_state)["gpus"]
@@ -687,11 +687,11 @@ def _backend(settings: AgentSettings) -> GpuBackend:
     if settings.backend == "simulated":
         simulated = SimulatedBackend(settings.simulate_gpus, node_name=settings.node)
         if settings.simulate_state:
-            from slicer.simulated_store import PersistedBackend
+            from gpu_slicer.slicer.simulated_store import PersistedBackend
 
             return PersistedBackend(simulated, Path(settings.simulate_state))
         return simulated
-    from slicer.nvml import NvmlBackend
+    from gpu_slicer.slicer.nvml import NvmlBackend
 
     return NvmlBackend()
 
@@ -711,10 +711,10 @@ def _open_api(settings: AgentSettings) -> KubeApi:
 
 def _api(settings: AgentSettings) -> KubeApi:
     if settings.kube == "memory":
-        from kube.memory import InMemoryKubeApi
+        from gpu_slicer.kube.memory import InMemoryKubeApi
 
         return InMemoryKubeApi()
-    from kube.client import RealKubeApi
+    from gpu_slicer.kube.client import RealKubeApi
 
     return RealKubeApi.from_config(settings.kubeconfig)
 

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from core.gpu_model import GpuModel, Profile
-from kube.quantity import format_bytes
+from gpu_slicer.core.gpu_model import GpuModel, Profile
+from gpu_slicer.kube.quantity import format_bytes
 
 ENGINE_COUNTERS: tuple[str, ...] = (
     "multiprocessors",

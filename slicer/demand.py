@@ -37,14 +37,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from core.devices import SliceSpec
-from core.identity import DRIVER, MEMORY_CAPACITY, MIG_CLASS
-from kube.device_cel import DeviceView, SelectorError, matches
-from slicer.backend import GpuInfo, model_of
-from slicer.device_attributes import DeviceAttributes, device_body
-from slicer.deviceclasses import MIG_SELECTOR
-from slicer.inventory import GpuState, advertise_gpu
-from slicer.profile_filter import ProfileFilter
+from gpu_slicer.core.devices import SliceSpec
+from gpu_slicer.core.identity import DRIVER, MEMORY_CAPACITY, MIG_CLASS
+from gpu_slicer.kube.device_cel import DeviceView, SelectorError, matches
+from gpu_slicer.slicer.backend import GpuInfo, model_of
+from gpu_slicer.slicer.device_attributes import DeviceAttributes, device_body
+from gpu_slicer.slicer.deviceclasses import MIG_SELECTOR
+from gpu_slicer.slicer.inventory import GpuState, advertise_gpu
+from gpu_slicer.slicer.profile_filter import ProfileFilter
 
 Obj = dict[str, Any]
 

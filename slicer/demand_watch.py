@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from core.identity import RESOURCE_API
-from kube.api import KubeApi
-from kube.watch_cache import WatchCache
-from slicer.claim_cache import ClaimCache
-from slicer.clock import Clock
-from slicer.demand import (
+from gpu_slicer.core.identity import RESOURCE_API
+from gpu_slicer.kube.api import KubeApi
+from gpu_slicer.kube.watch_cache import WatchCache
+from gpu_slicer.slicer.claim_cache import ClaimCache
+from gpu_slicer.slicer.clock import Clock
+from gpu_slicer.slicer.demand import (
     NOTHING,
     Advertised,
     ClaimAsks,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from core.identity import (
+from gpu_slicer.core.identity import (
     MEMORY_CAPACITY,
     NVLINK_DOMAIN_ATTRIBUTE,
     PLACEMENT_SIZE_ATTRIBUTE,

@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from core.devices import parse_device_name
-from core.errors import DeviceNameError
-from core.identity import UNHEALTHY_TAINT
+from gpu_slicer.core.devices import parse_device_name
+from gpu_slicer.core.errors import DeviceNameError
+from gpu_slicer.core.identity import UNHEALTHY_TAINT
 
 RESEND_S = 10.0
 """The whole list again after this long without a change (well inside ``TIMEOUT_S``)."""

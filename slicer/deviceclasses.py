@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.identity import (
+from gpu_slicer.core.identity import (
     DOMAIN,
     DRIVERS,
     GPU_CLASS,

@@ -23,8 +23,8 @@ Every error a user can see says what went wrong and what would be valid instead.
 
 from __future__ import annotations
 
-from core.errors import GpuSlicerError
-from kube.settings import SettingsError
+from gpu_slicer.core.errors import GpuSlicerError
+from gpu_slicer.kube.settings import SettingsError
 
 
 class SlicerError(GpuSlicerError):

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from core import catalog, gpu_model
-from core.catalog import Placement
-from core.devices import profile_token
-from core.errors import DeviceNameError
-from core.gpu_model import MIB, Engines, GpuModel, Profile
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.catalog import Placement
+from gpu_slicer.core.devices import profile_token
+from gpu_slicer.core.errors import DeviceNameError
+from gpu_slicer.core.gpu_model import MIB, Engines, GpuModel, Profile
 
 _CI = "NVML_COMPUTE_INSTANCE_PROFILE_"
 _MIG_PREFIX = re.compile(r"^\s*MIG\s+", re.IGNORECASE)

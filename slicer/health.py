@@ -15,11 +15,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from core.devices import DeviceTaint
-from core.identity import UNHEALTHY_TAINT
-from slicer.agent_metrics import AgentMetrics
-from slicer.backend import GpuBackend, HealthEvent
-from slicer.errors import BackendError
+from gpu_slicer.core.devices import DeviceTaint
+from gpu_slicer.core.identity import UNHEALTHY_TAINT
+from gpu_slicer.slicer.agent_metrics import AgentMetrics
+from gpu_slicer.slicer.backend import GpuBackend, HealthEvent
+from gpu_slicer.slicer.errors import BackendError
 
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 

@@ -36,11 +36,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from core import catalog, gpu_model
-from core.catalog import Placement
-from core.devices import DeviceSpec, DeviceTaint, MigInstance, Mode, SliceSpec, WholeGpu
-from core.gpu_model import GpuModel, Profile
-from core.identity import (
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.catalog import Placement
+from gpu_slicer.core.devices import DeviceSpec, DeviceTaint, MigInstance, Mode, SliceSpec, WholeGpu
+from gpu_slicer.core.gpu_model import GpuModel, Profile
+from gpu_slicer.core.identity import (
     DRIVER,
     GPU_TYPE,
     MANAGED_BY,
@@ -55,8 +55,8 @@ from core.identity import (
     TYPE_ATTRIBUTE,
     qualified,
 )
-from slicer.backend import GpuInfo, model_of
-from slicer.counters import (
+from gpu_slicer.slicer.backend import GpuInfo, model_of
+from gpu_slicer.slicer.counters import (
     Consumption,
     CounterSet,
     counter_set_name,
@@ -66,11 +66,11 @@ from slicer.counters import (
     render_counters,
     whole_gpu_consumption,
 )
-from slicer.device_attributes import DeviceAttributes, device_body
-from slicer.errors import SlicerError
-from slicer.layout import StaticLayout
-from slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
-from slicer.profile_filter import ProfileChoice
+from gpu_slicer.slicer.device_attributes import DeviceAttributes, device_body
+from gpu_slicer.slicer.errors import SlicerError
+from gpu_slicer.slicer.layout import StaticLayout
+from gpu_slicer.slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
+from gpu_slicer.slicer.profile_filter import ProfileChoice
 
 Obj = dict[str, Any]
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core import catalog
-from core.catalog import Placement
-from core.gpu_model import GpuModel
-from kube import documents
-from slicer.errors import SlicerError
+from gpu_slicer.core import catalog
+from gpu_slicer.core.catalog import Placement
+from gpu_slicer.core.gpu_model import GpuModel
+from gpu_slicer.kube import documents
+from gpu_slicer.slicer.errors import SlicerError
 
 
 class LayoutError(SlicerError, ValueError):

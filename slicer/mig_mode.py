@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from core.devices import Mode
-from slicer.backend import GpuBackend, GpuInfo
-from slicer.errors import BackendError, GpuInUse, ResetRequired, SlicerError
+from gpu_slicer.core.devices import Mode
+from gpu_slicer.slicer.backend import GpuBackend, GpuInfo
+from gpu_slicer.slicer.errors import BackendError, GpuInUse, ResetRequired, SlicerError
 
 GpuMode = Mode
 

@@ -15,11 +15,11 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from core.devices import DeviceSpec, DeviceTaint, MigInstance, Mode, SliceSpec
-from slicer.backend import GpuInfo
-from slicer.checkpoint import PreparedDevice
-from slicer.inventory import GpuState
-from slicer.state import instance_at
+from gpu_slicer.core.devices import DeviceSpec, DeviceTaint, MigInstance, Mode, SliceSpec
+from gpu_slicer.slicer.backend import GpuInfo
+from gpu_slicer.slicer.checkpoint import PreparedDevice
+from gpu_slicer.slicer.inventory import GpuState
+from gpu_slicer.slicer.state import instance_at
 
 
 @dataclass(frozen=True)

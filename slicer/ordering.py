@@ -29,10 +29,10 @@ from functools import lru_cache
 from itertools import groupby
 from typing import Protocol
 
-from core.catalog import Placement, is_full_gpu_profile, is_valid
-from core.devices import DeviceSpec, SliceSpec, WholeGpu
-from core.gpu_model import GpuModel, Profile
-from slicer.errors import SlicerError
+from gpu_slicer.core.catalog import Placement, is_full_gpu_profile, is_valid
+from gpu_slicer.core.devices import DeviceSpec, SliceSpec, WholeGpu
+from gpu_slicer.core.gpu_model import GpuModel, Profile
+from gpu_slicer.slicer.errors import SlicerError
 
 
 class OrderingError(SlicerError, ValueError):

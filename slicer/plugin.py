@@ -37,24 +37,24 @@ from typing import Any
 
 import grpc
 
-from core.errors import GpuSlicerError
-from core.identity import DRIVER, DRIVERS
-from kube import errors as kerrors
-from kube.atomic_files import ensure_dir
-from kube.names import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, is_dns_label, is_dns_subdomain
-from slicer.cdi import claim_uid_problem, shown
-from slicer.checkpoint import PreparedDevice
-from slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_results
-from slicer.device_health import RESEND_S, TIMEOUT_S, DeviceHealth, HealthFeed
-from slicer.errors import BackendError, ClaimReferenceError, SlicerError
-from slicer.health_watchers import MAX_WATCHERS, HealthWatchers
-from slicer.proto import (
+from gpu_slicer.core.errors import GpuSlicerError
+from gpu_slicer.core.identity import DRIVER, DRIVERS
+from gpu_slicer.kube import errors as kerrors
+from gpu_slicer.kube.atomic_files import ensure_dir
+from gpu_slicer.kube.names import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, is_dns_label, is_dns_subdomain
+from gpu_slicer.slicer.cdi import claim_uid_problem, shown
+from gpu_slicer.slicer.checkpoint import PreparedDevice
+from gpu_slicer.slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_results
+from gpu_slicer.slicer.device_health import RESEND_S, TIMEOUT_S, DeviceHealth, HealthFeed
+from gpu_slicer.slicer.errors import BackendError, ClaimReferenceError, SlicerError
+from gpu_slicer.slicer.health_watchers import MAX_WATCHERS, HealthWatchers
+from gpu_slicer.slicer.proto import (
     dra_health_v1alpha1_pb2,
     dra_v1_pb2,
     dra_v1beta1_pb2,
     pluginregistration_pb2,
 )
-from slicer.state import DeviceState, InstanceBusy, PrepareError
+from gpu_slicer.slicer.state import DeviceState, InstanceBusy, PrepareError
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from core.identity import DRIVERS, RESOURCE_API
-from kube.api import KubeApi, Obj
-from kube.watch_cache import WatchCache
+from gpu_slicer.core.identity import DRIVERS, RESOURCE_API
+from gpu_slicer.kube.api import KubeApi, Obj
+from gpu_slicer.kube.watch_cache import WatchCache
 
 
 class PoolWatch:

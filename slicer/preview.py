@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core import catalog
-from core.devices import DeviceSpec, Mode
-from slicer.device_attributes import DeviceAttributes
-from slicer.inventory import GpuState, PoolPlan, default_mode, plan_pool
-from slicer.layout import StaticLayout
-from slicer.observe import ObservedGpu, observe_node
-from slicer.profile_filter import ProfileChoice
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core import catalog
+from gpu_slicer.core.devices import DeviceSpec, Mode
+from gpu_slicer.slicer.device_attributes import DeviceAttributes
+from gpu_slicer.slicer.inventory import GpuState, PoolPlan, default_mode, plan_pool
+from gpu_slicer.slicer.layout import StaticLayout
+from gpu_slicer.slicer.observe import ObservedGpu, observe_node
+from gpu_slicer.slicer.profile_filter import ProfileChoice
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 
 def preview_pool(

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Protocol
 
-from core import catalog
-from core.gpu_model import GpuModel
-from slicer.errors import SlicerError
+from gpu_slicer.core import catalog
+from gpu_slicer.core.gpu_model import GpuModel
+from gpu_slicer.slicer.errors import SlicerError
 
 
 class ProfileChoice(Protocol):

@@ -46,27 +46,27 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from core.devices import DeviceSpec, SliceSpec, parse_device_name
-from core.errors import DeviceNameError
-from core.identity import DOMAIN, DRIVERS, RESOURCE_API
-from kube import errors as kerr
-from kube.api import KubeApi, event_for
-from slicer import scaling
-from slicer.agent_metrics import PublisherMetrics
-from slicer.clock import SYSTEM_CLOCK, Clock
-from slicer.demand import Advertised
-from slicer.device_attributes import DeviceAttributes
-from slicer.errors import PublishError
-from slicer.inventory import (
+from gpu_slicer.core.devices import DeviceSpec, SliceSpec, parse_device_name
+from gpu_slicer.core.errors import DeviceNameError
+from gpu_slicer.core.identity import DOMAIN, DRIVERS, RESOURCE_API
+from gpu_slicer.kube import errors as kerr
+from gpu_slicer.kube.api import KubeApi, event_for
+from gpu_slicer.slicer import scaling
+from gpu_slicer.slicer.agent_metrics import PublisherMetrics
+from gpu_slicer.slicer.clock import SYSTEM_CLOCK, Clock
+from gpu_slicer.slicer.demand import Advertised
+from gpu_slicer.slicer.device_attributes import DeviceAttributes
+from gpu_slicer.slicer.errors import PublishError
+from gpu_slicer.slicer.inventory import (
     ADVERTISED_ANNOTATION,
     GpuState,
     PoolPlan,
     plan_pool,
 )
-from slicer.layout import StaticLayout
-from slicer.ordering import OrderPolicy, RepublishLimiter, order_fingerprint
-from slicer.profile_filter import ProfileChoice, ProfileFilter
-from slicer.retry import RetrySettings, retrying
+from gpu_slicer.slicer.layout import StaticLayout
+from gpu_slicer.slicer.ordering import OrderPolicy, RepublishLimiter, order_fingerprint
+from gpu_slicer.slicer.profile_filter import ProfileChoice, ProfileFilter
+from gpu_slicer.slicer.retry import RetrySettings, retrying
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -82,7 +82,7 @@ NODE_LOOK_AGAIN_S = 10.0
 """How often a pass looks for a Node that was not found (deleted; its kubelet registers it
 again under a new uid when it restarts), to write the slices again for it."""
 
-log = logging.getLogger("slicer.publisher")
+log = logging.getLogger("gpu_slicer.slicer.publisher")
 
 
 class AdvertiseState(enum.Enum):

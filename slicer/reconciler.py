@@ -37,17 +37,22 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from core.devices import DeviceSpec, MigInstance, parse_device_name
-from core.errors import DeviceNameError, GpuSlicerError
-from core.identity import DRIVER
-from kube import errors as kerrors
-from slicer.backend import GpuInfo, model_of
-from slicer.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, ClaimEntry, PreparedDevice
-from slicer.claim_cache import ClaimCache, our_results
-from slicer.errors import BackendError, GpuLost
-from slicer.health import HealthTracker
-from slicer.observe import NodeView, ObservedGpu, observe_node
-from slicer.state import (
+from gpu_slicer.core.devices import DeviceSpec, MigInstance, parse_device_name
+from gpu_slicer.core.errors import DeviceNameError, GpuSlicerError
+from gpu_slicer.core.identity import DRIVER
+from gpu_slicer.kube import errors as kerrors
+from gpu_slicer.slicer.backend import GpuInfo, model_of
+from gpu_slicer.slicer.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    ClaimEntry,
+    PreparedDevice,
+)
+from gpu_slicer.slicer.claim_cache import ClaimCache, our_results
+from gpu_slicer.slicer.errors import BackendError, GpuLost
+from gpu_slicer.slicer.health import HealthTracker
+from gpu_slicer.slicer.observe import NodeView, ObservedGpu, observe_node
+from gpu_slicer.slicer.state import (
     STALE_PREPARE,
     VANISHED_CLAIM,
     DeviceState,

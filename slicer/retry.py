@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from kube import errors as kerr
-from slicer.errors import PublishError
+from gpu_slicer.kube import errors as kerr
+from gpu_slicer.slicer.errors import PublishError
 
 T = TypeVar("T")
 

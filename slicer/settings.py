@@ -22,16 +22,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kube.names import subdomain_problem
-from kube.settings import Settings, SettingsError, env_name
-from slicer.assembly import ADVERTISE_CHOICES, Advertise, AgentConfig
-from slicer.demand import (
+from gpu_slicer.kube.names import subdomain_problem
+from gpu_slicer.kube.settings import Settings, SettingsError, env_name
+from gpu_slicer.slicer.assembly import ADVERTISE_CHOICES, Advertise, AgentConfig
+from gpu_slicer.slicer.demand import (
     ADVERTISED_PROFILES_CHOICES,
     AdvertisedProfiles,
 )
-from slicer.device_attributes import ATTRIBUTES_CHOICES, DeviceAttributes
-from slicer.errors import AgentSettingsError
-from slicer.ordering import POLICIES
+from gpu_slicer.slicer.device_attributes import ATTRIBUTES_CHOICES, DeviceAttributes
+from gpu_slicer.slicer.errors import AgentSettingsError
+from gpu_slicer.slicer.ordering import POLICIES
 
 BACKENDS = ("nvml", "simulated")
 KUBE_CHOICES = ("cluster", "memory")

@@ -55,12 +55,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import catalog, gpu_model
-from core.devices import MigInstance
-from core.errors import CatalogError
-from core.gpuspec import parse_gpu_spec
-from slicer.backend import GpuInfo, HealthEvent
-from slicer.errors import (
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.devices import MigInstance
+from gpu_slicer.core.errors import CatalogError
+from gpu_slicer.core.gpuspec import parse_gpu_spec
+from gpu_slicer.slicer.backend import GpuInfo, HealthEvent
+from gpu_slicer.slicer.errors import (
     BackendError,
     GpuInUse,
     GpuLost,

@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 from typing import Any, get_args
 
-from core.devices import MigInstance
-from kube.atomic_files import ensure_dir, write_atomically
-from slicer.backend import GpuInfo, HealthEvent, HealthKind
-from slicer.errors import SlicerError
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core.devices import MigInstance
+from gpu_slicer.kube.atomic_files import ensure_dir, write_atomically
+from gpu_slicer.slicer.backend import GpuInfo, HealthEvent, HealthKind
+from gpu_slicer.slicer.errors import SlicerError
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
 

@@ -35,13 +35,19 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
-from core.devices import DeviceSpec, DeviceTaint, MigInstance, SliceSpec, parse_device_name
-from core.errors import DeviceNameError, GpuSlicerError
-from core.identity import DRIVER, UNHEALTHY_TAINT
-from slicer import cdi
-from slicer.agent_metrics import AgentMetrics
-from slicer.backend import GpuBackend, GpuInfo
-from slicer.checkpoint import (
+from gpu_slicer.core.devices import (
+    DeviceSpec,
+    DeviceTaint,
+    MigInstance,
+    SliceSpec,
+    parse_device_name,
+)
+from gpu_slicer.core.errors import DeviceNameError, GpuSlicerError
+from gpu_slicer.core.identity import DRIVER, UNHEALTHY_TAINT
+from gpu_slicer.slicer import cdi
+from gpu_slicer.slicer.agent_metrics import AgentMetrics
+from gpu_slicer.slicer.backend import GpuBackend, GpuInfo
+from gpu_slicer.slicer.checkpoint import (
     PREPARE_COMPLETED,
     PREPARE_STARTED,
     Checkpoint,
@@ -49,11 +55,11 @@ from slicer.checkpoint import (
     ClaimEntry,
     PreparedDevice,
 )
-from slicer.claim_cache import AllocatedDevice
-from slicer.errors import BackendError, GpuLost, GpuNotFound, SlicerError
-from slicer.keyed_locks import KeyedLocks
-from slicer.layout import StaticLayout
-from slicer.mig_mode import MigModeManager
+from gpu_slicer.slicer.claim_cache import AllocatedDevice
+from gpu_slicer.slicer.errors import BackendError, GpuLost, GpuNotFound, SlicerError
+from gpu_slicer.slicer.keyed_locks import KeyedLocks
+from gpu_slicer.slicer.layout import StaticLayout
+from gpu_slicer.slicer.mig_mode import MigModeManager
 
 log = logging.getLogger(__name__)
 

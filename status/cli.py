@@ -16,13 +16,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 
-from core.identity import DRIVERS, RESOURCE_API
-from kube import documents
-from kube.api import KubeApi, Obj, connect
-from kube.errors import Forbidden, KubeError, NotFound, Unavailable
-from kube.names import subdomain_problem
-from status.render import as_json, table
-from status.view import ClusterStatus, build_status, scaling_notes
+from gpu_slicer.core.identity import DRIVERS, RESOURCE_API
+from gpu_slicer.kube import documents
+from gpu_slicer.kube.api import KubeApi, Obj, connect
+from gpu_slicer.kube.errors import Forbidden, KubeError, NotFound, Unavailable
+from gpu_slicer.kube.names import subdomain_problem
+from gpu_slicer.status.render import as_json, table
+from gpu_slicer.status.view import ClusterStatus, build_status, scaling_notes
 
 PREFIX = "gpu-slicer status"
 

@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from slicer.demand import Advertised
-from status.view import ClusterStatus, Gpu, Instance, Node
+from gpu_slicer.slicer.demand import Advertised
+from gpu_slicer.status.view import ClusterStatus, Gpu, Instance, Node
 
 Obj = dict[str, Any]
 

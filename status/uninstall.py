@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.identity import DRIVERS, RESOURCE_API
-from kube import documents
-from kube.api import KubeApi, Obj
-from kube.errors import KubeError
-from status.cli import cluster_api
+from gpu_slicer.core.identity import DRIVERS, RESOURCE_API
+from gpu_slicer.kube import documents
+from gpu_slicer.kube.api import KubeApi, Obj
+from gpu_slicer.kube.errors import KubeError
+from gpu_slicer.status.cli import cluster_api
 
 PREFIX = "gpu-slicer uninstall-check"
 POLL_S = 2.0

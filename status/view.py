@@ -18,10 +18,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from core import catalog, gpu_model
-from core.devices import SliceSpec, parse_device_name
-from core.errors import CatalogError, DeviceNameError
-from core.identity import (
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.devices import SliceSpec, parse_device_name
+from gpu_slicer.core.errors import CatalogError, DeviceNameError
+from gpu_slicer.core.identity import (
     CONVERTED_ANNOTATION,
     DRIVER,
     DRIVERS,
@@ -36,10 +36,10 @@ from core.identity import (
     UNHEALTHY_TAINT,
     qualified,
 )
-from kube.quantity import parse_count
-from slicer.demand import Advertised
-from slicer.inventory import ADVERTISED_ANNOTATION
-from slicer.scaling import partitionable_scales, quadratic_warning
+from gpu_slicer.kube.quantity import parse_count
+from gpu_slicer.slicer.demand import Advertised
+from gpu_slicer.slicer.inventory import ADVERTISED_ANNOTATION
+from gpu_slicer.slicer.scaling import partitionable_scales, quadratic_warning
 
 Obj = dict[str, Any]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.logs import JsonFormatter
+from gpu_slicer.cli.logs import JsonFormatter
 
 HERE = Path(__file__).parent
 SLOW = (

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("cli", "kube", "slicer", "webhook", "certs", "sim", "sandbox", "status", "plan")
+PACKAGES = ("core", "cli", "kube", "slicer", "webhook", "certs", "sim", "sandbox", "status", "plan")
+"""The package folders linked into ``gpu_slicer``; rows name modules relative to it."""
 _ROW = re.compile(r"^\| `([a-z_]+\.[a-z_.]+)` \|", re.M)
 
 

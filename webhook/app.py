@@ -1,8 +1,8 @@
 """The Flask layer of the admission webhook: HTTP in, the engine's answer out.
 
 ``create_app(config)`` builds the app; nothing exists at import time, so gunicorn's
-``wsgi_app = "webhook.app:create_app()"`` makes one per worker after the fork. The view only
-checks what is HTTP's business, then hands the decoded body to the engine:
+``wsgi_app = "gpu_slicer.webhook.app:create_app()"`` makes one per worker after the fork. The
+view only checks what is HTTP's business, then hands the decoded body to the engine:
 
 - a body over 3 MiB (the apiserver's own cap), with a length or chunked: 413;
 - a content type other than ``application/json``: 415;
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Flask, Response, current_app, request
 
-from webhook.config import MAX_BODY_BYTES, ServerConfig
-from webhook.engine import compact_json
-from webhook.errors import BadReview, WebhookError
+from gpu_slicer.webhook.config import MAX_BODY_BYTES, ServerConfig
+from gpu_slicer.webhook.engine import compact_json
+from gpu_slicer.webhook.errors import BadReview, WebhookError
 
 if TYPE_CHECKING:
-    from webhook.server import Runtime
+    from gpu_slicer.webhook.server import Runtime
 
 log = logging.getLogger(__name__)
 RUNTIME_KEY = "gpu_slicer.runtime"
@@ -140,7 +140,7 @@ def create_app(config: ServerConfig | None = None, *, runtime: Runtime | None = 
     """The webhook app. Without ``runtime`` one is built (and started) from ``config``, which
     defaults to the ``GPU_SLICER_*`` environment (how gunicorn workers get their settings)."""
     if runtime is None:
-        from webhook.server import build_runtime
+        from gpu_slicer.webhook.server import build_runtime
 
         runtime = build_runtime(config or ServerConfig.from_env())
     app = Flask("gpu_slicer_webhook")

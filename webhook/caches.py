@@ -23,14 +23,14 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from core.identity import MIGRATION_LABEL, RESOURCE_API, NamespaceMode
-from kube.api import KubeApi, Obj
-from kube.errors import KubeError, NotFound
-from kube.watch_cache import WatchCache
-from webhook.errors import WebhookError
-from webhook.extended import ExtendedClass, extended_class
-from webhook.locks import memory_lock
-from webhook.quota import NO_QUOTA, NamespaceQuota, read_quotas
+from gpu_slicer.core.identity import MIGRATION_LABEL, RESOURCE_API, NamespaceMode
+from gpu_slicer.kube.api import KubeApi, Obj
+from gpu_slicer.kube.errors import KubeError, NotFound
+from gpu_slicer.kube.watch_cache import WatchCache
+from gpu_slicer.webhook.errors import WebhookError
+from gpu_slicer.webhook.extended import ExtendedClass, extended_class
+from gpu_slicer.webhook.locks import memory_lock
+from gpu_slicer.webhook.quota import NO_QUOTA, NamespaceQuota, read_quotas
 
 log = logging.getLogger(__name__)
 

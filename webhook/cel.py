@@ -7,10 +7,10 @@ control characters escaped. A name such as ``x" || true || "`` stays one string.
 
 from __future__ import annotations
 
-from core.identity import MEMORY_CAPACITY, PROFILE_ATTRIBUTE
-from kube.quantity import format_bytes
-from webhook.remembered import BoundedCache
-from webhook.targets import TargetDriver
+from gpu_slicer.core.identity import MEMORY_CAPACITY, PROFILE_ATTRIBUTE
+from gpu_slicer.kube.quantity import format_bytes
+from gpu_slicer.webhook.remembered import BoundedCache
+from gpu_slicer.webhook.targets import TargetDriver
 
 _SIMPLE_ESCAPES = {
     "\\": "\\\\",

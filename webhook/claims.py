@@ -23,10 +23,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
-from webhook import cel
-from webhook.remembered import BoundedCache
-from webhook.targets import TargetDriver
+from gpu_slicer.core.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
+from gpu_slicer.webhook import cel
+from gpu_slicer.webhook.remembered import BoundedCache
+from gpu_slicer.webhook.targets import TargetDriver
 
 CLAIM_NAME = "gpu-slicer"
 """The name of the pod's claim entry (``spec.resourceClaims[].name``)."""

@@ -13,12 +13,12 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from kube import documents
+from gpu_slicer.kube import documents
 
 if TYPE_CHECKING:
-    from webhook import tree_files
-    from webhook.gitops import Tree
-    from webhook.policy import Policy
+    from gpu_slicer.webhook import tree_files
+    from gpu_slicer.webhook.gitops import Tree
+    from gpu_slicer.webhook.policy import Policy
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -123,8 +123,8 @@ def _report(heading: str, problems: list[str]) -> int:
 
 
 def _policy_check(args: argparse.Namespace) -> int:
-    from webhook.errors import PolicyError
-    from webhook.policy import load_policy
+    from gpu_slicer.webhook.errors import PolicyError
+    from gpu_slicer.webhook.policy import load_policy
 
     source = "<stdin>" if args.file == "-" else args.file
     try:
@@ -149,9 +149,9 @@ def _convert(args: argparse.Namespace) -> int:
     """Exit 0: every document converted or left with a stated reason; 1: some documents (or
     files) could not be converted, read or written, each named, and the rest written; 2: bad
     flags, policy or input."""
-    from webhook import gitops, krm
-    from webhook.errors import FunctionConfigError, ManifestError, PolicyError
-    from webhook.policy import Policy, load_policy_file
+    from gpu_slicer.webhook import gitops, krm
+    from gpu_slicer.webhook.errors import FunctionConfigError, ManifestError, PolicyError
+    from gpu_slicer.webhook.policy import Policy, load_policy_file
 
     try:
         policy = load_policy_file(args.policy) if args.policy else Policy.default()
@@ -203,8 +203,8 @@ def _convert_folder(args: argparse.Namespace, folder: Path, policy: Policy) -> i
     """``convert DIR``: the tree walked without following symlinks (webhook.tree_files), each
     manifest read, converted and printed or written; every file that cannot be read, converted
     or written is named and the rest proceeds."""
-    from webhook import gitops, tree_files
-    from webhook.errors import TreeFileError
+    from gpu_slicer.webhook import gitops, tree_files
+    from gpu_slicer.webhook.errors import TreeFileError
 
     out = Path(args.out_dir) if args.out_dir else None
     if out is not None:
@@ -278,7 +278,7 @@ def _print_tree(args: argparse.Namespace, tree: Tree, *, folder: bool = False) -
     out (they are named on stderr), and so are, from a folder, a kustomization and a Helm
     chart's Chart.yaml and values (named too), so that the stream stays valid for kubectl
     apply."""
-    from webhook import convert
+    from gpu_slicer.webhook import convert
 
     not_objects = tree.not_objects() if folder else {}
     for relative, what in not_objects.items():
@@ -301,8 +301,8 @@ def _write_beside(
     args: argparse.Namespace, folder: Path, tree: Tree, modes: dict[PurePosixPath, int]
 ) -> list[str]:
     """Each changed file's conversion next to it (``<name>.gpu-slicer.<ext>``); the problems."""
-    from webhook import convert, tree_files
-    from webhook.errors import TreeFileError
+    from gpu_slicer.webhook import convert, tree_files
+    from gpu_slicer.webhook.errors import TreeFileError
 
     changed: dict[PurePosixPath, str] = {
         f.relative: f.output for f in tree.changed() if f.output is not None
@@ -349,8 +349,8 @@ def _write_out_dir(
 ) -> list[str]:
     """The whole tree under ``out``: converted files, the others copied with their modes, the
     symlinks that stay in the tree recreated, the added files; the problems."""
-    from webhook import tree_files
-    from webhook.errors import TreeFileError
+    from gpu_slicer.webhook import tree_files
+    from gpu_slicer.webhook.errors import TreeFileError
 
     converted = {f.relative: f.output for f in tree.files if f.output is not None}
     read = {f.relative for f in tree.files}
@@ -490,9 +490,9 @@ _SERVE_FLAGS = (
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from webhook.config import ConfigError, ServerConfig
-    from webhook.errors import PolicyError
-    from webhook.server import serve
+    from gpu_slicer.webhook.config import ConfigError, ServerConfig
+    from gpu_slicer.webhook.errors import PolicyError
+    from gpu_slicer.webhook.server import serve
 
     flags = {name: getattr(args, name) for name in _SERVE_FLAGS if getattr(args, name) is not None}
     try:

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
-from core.identity import NamespaceMode
-from kube.settings import Settings, SettingsError
-from webhook.errors import WebhookError
+from gpu_slicer.core.identity import NamespaceMode
+from gpu_slicer.kube.settings import Settings, SettingsError
+from gpu_slicer.webhook.errors import WebhookError
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus-client's folder for the workers' per-process files, read when it is first

@@ -21,16 +21,16 @@ from typing import Any
 
 import jsonpatch
 
-from core.identity import LEGACY_GPU, NamespaceMode
-from kube import documents
-from webhook.crd_schema import pruned_fields, schema_of
-from webhook.errors import Denied, ManifestError
-from webhook.extended import extended_class
-from webhook.policy import Policy
-from webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape, read_quotas
-from webhook.templates import ORIGIN_CONVERT, ORIGIN_LABEL
-from webhook.translate import Conversion, audit_warnings, translate_pod
-from webhook.workloads import (
+from gpu_slicer.core.identity import LEGACY_GPU, NamespaceMode
+from gpu_slicer.kube import documents
+from gpu_slicer.webhook.crd_schema import pruned_fields, schema_of
+from gpu_slicer.webhook.errors import Denied, ManifestError
+from gpu_slicer.webhook.extended import extended_class
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape, read_quotas
+from gpu_slicer.webhook.templates import ORIGIN_CONVERT, ORIGIN_LABEL
+from gpu_slicer.webhook.translate import Conversion, audit_warnings, translate_pod
+from gpu_slicer.webhook.workloads import (
     DEFAULT_TABLE,
     UNCHECKED,
     Step,
@@ -41,7 +41,7 @@ from webhook.workloads import (
     group_of,
     show,
 )
-from webhook.workloads import lookup as node_at
+from gpu_slicer.webhook.workloads import lookup as node_at
 
 _VENDOR = LEGACY_GPU[: LEGACY_GPU.index("/") + 1]
 

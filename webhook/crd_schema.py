@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.workloads import Workload
+from gpu_slicer.webhook.workloads import Workload
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _POD_CLAIM = ("resourceClaims", "[]", "resourceClaimTemplateName")

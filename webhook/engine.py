@@ -32,13 +32,18 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from core.identity import NamespaceMode
-from webhook.errors import BadReview, Denied
-from webhook.locks import memory_lock
-from webhook.policy import Policy
-from webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape
-from webhook.templates import TemplateEnsurer
-from webhook.translate import WARNING_MAX_BYTES, Conversion, audit_warnings, translate_pod
+from gpu_slicer.core.identity import NamespaceMode
+from gpu_slicer.webhook.errors import BadReview, Denied
+from gpu_slicer.webhook.locks import memory_lock
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape
+from gpu_slicer.webhook.templates import TemplateEnsurer
+from gpu_slicer.webhook.translate import (
+    WARNING_MAX_BYTES,
+    Conversion,
+    audit_warnings,
+    translate_pod,
+)
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core.errors import GpuSlicerError
+from gpu_slicer.core.errors import GpuSlicerError
 
 
 class WebhookError(GpuSlicerError):

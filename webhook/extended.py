@@ -23,12 +23,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from webhook.policy import Policy
-from webhook.targets import GPU_SLICER, NVIDIA
-from webhook.translate import is_legacy_resource
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.targets import GPU_SLICER, NVIDIA
+from gpu_slicer.webhook.translate import is_legacy_resource
 
 if TYPE_CHECKING:
-    from webhook.metrics import Metrics
+    from gpu_slicer.webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from functools import partial
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from core.identity import NamespaceMode
-from kube import documents
-from webhook import json_text, yaml_text
-from webhook.convert import (
+from gpu_slicer.core.identity import NamespaceMode
+from gpu_slicer.kube import documents
+from gpu_slicer.webhook import json_text, yaml_text
+from gpu_slicer.webhook.convert import (
     ConvertResult,
     convert_objects,
     policy_table,
@@ -39,7 +39,7 @@ from webhook.convert import (
     tree_extended,
     tree_quotas,
 )
-from webhook.policy import Policy
+from gpu_slicer.webhook.policy import Policy
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 CHART_FILE = "Chart.yaml"

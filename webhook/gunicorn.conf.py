@@ -12,14 +12,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from webhook.config import MULTIPROC_ENV, ServerConfig
+from gpu_slicer.webhook.config import MULTIPROC_ENV, ServerConfig
 
 # Workers share a folder for the template-GC lock and for prometheus-client's per-process
 # files; both are set in the environment before any worker imports prometheus_client.
 _config = ServerConfig.from_env().with_runtime_folders()
 
 # --- Application --------------------------------------------------------------------------
-wsgi_app = "webhook.app:create_app()"
+wsgi_app = "gpu_slicer.webhook.app:create_app()"
 proc_name = "gpu-slicer-webhook"
 
 # --- Socket -------------------------------------------------------------------------------
@@ -32,7 +32,7 @@ control_socket_disable = True  # gunicorn >= 25: no management socket in $HOME
 # a thread, so clients that stall take no capacity from others, and a connection that has not
 # delivered its handshake and a whole request within GPU_SLICER_READ_TIMEOUT_S is closed.
 # gthread (a thread per connection being read) let eight stalled clients block every review.
-worker_class = "webhook.worker.DeadlineGeventWorker"
+worker_class = "gpu_slicer.webhook.worker.DeadlineGeventWorker"
 workers = _config.workers
 worker_connections = _config.connections
 keepalive = 75  # seconds an idle kept-alive connection waits; the apiserver reuses connections
@@ -56,7 +56,7 @@ _contexts: dict[tuple[str, str], Any] = {}
 
 
 def ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
-    from certs.reload import ReloadingSSLContext
+    from gpu_slicer.certs.reload import ReloadingSSLContext
 
     key = (conf.certfile, conf.keyfile)
     reloading = _contexts.get(key)
@@ -80,7 +80,7 @@ loglevel = _config.log_level.lower()
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "cli.logs.JsonFormatter"}},
+    "formatters": {"json": {"()": "gpu_slicer.cli.logs.JsonFormatter"}},
     "handlers": {
         "stderr": {
             "class": "logging.StreamHandler",
@@ -119,7 +119,7 @@ def post_worker_init(worker: Any) -> None:
 
 def child_exit(server: Any, worker: Any) -> None:
     """Drop a dead worker's live values from the summed metrics."""
-    from webhook.metrics import mark_process_dead
+    from gpu_slicer.webhook.metrics import mark_process_dead
 
     mark_process_dead(worker.pid)
 

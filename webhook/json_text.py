@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from json.scanner import make_scanner
 from typing import Any
 
-from webhook.yaml_text import BOM, Edited, additions, line_ending, runs, same
+from gpu_slicer.webhook.yaml_text import BOM, Edited, additions, line_ending, runs, same
 
 _WHITESPACE = " \t\r\n"
 _SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a decoder is what it takes

@@ -16,12 +16,12 @@ from typing import Any
 
 import yaml
 
-from core.identity import NamespaceMode
-from kube import documents
-from kube.names import DNS_LABEL_MAX, is_dns_label
-from webhook.convert import convert_objects, yaml_type
-from webhook.errors import FunctionConfigError, ManifestError, PolicyError
-from webhook.policy import Policy, load_policy
+from gpu_slicer.core.identity import NamespaceMode
+from gpu_slicer.kube import documents
+from gpu_slicer.kube.names import DNS_LABEL_MAX, is_dns_label
+from gpu_slicer.webhook.convert import convert_objects, yaml_type
+from gpu_slicer.webhook.errors import FunctionConfigError, ManifestError, PolicyError
+from gpu_slicer.webhook.policy import Policy, load_policy
 
 API_VERSION = "config.kubernetes.io/v1"
 KIND = "ResourceList"

@@ -21,7 +21,7 @@ from prometheus_client import generate_latest as _generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhook.config import MULTIPROC_ENV
+from gpu_slicer.webhook.config import MULTIPROC_ENV
 
 LATENCY_BUCKETS = (
     0.0005,

@@ -18,12 +18,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from core import catalog
-from core.errors import CatalogError
-from kube import documents
-from webhook.errors import PolicyError, WorkloadPathError
-from webhook.suggest import did_you_mean
-from webhook.workloads import Workload, opt_in, parse_path
+from gpu_slicer.core import catalog
+from gpu_slicer.core.errors import CatalogError
+from gpu_slicer.kube import documents
+from gpu_slicer.webhook.errors import PolicyError, WorkloadPathError
+from gpu_slicer.webhook.suggest import did_you_mean
+from gpu_slicer.webhook.workloads import Workload, opt_in, parse_path
 
 Target = Literal["gpu-slicer", "nvidia"]
 NativeMode = Literal["defer", "convert"]

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from webhook.errors import PolicyError
-from webhook.policy import Policy, load_policy_file
+from gpu_slicer.webhook.errors import PolicyError
+from gpu_slicer.webhook.policy import Policy, load_policy_file
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from kube.quantity import QuantityError, parse_count
-from webhook.errors import Denied
-from webhook.policy import Policy
-from webhook.translate import Conversion, is_legacy_resource, translate_pod
+from gpu_slicer.kube.quantity import QuantityError, parse_count
+from gpu_slicer.webhook.errors import Denied
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.translate import Conversion, is_legacy_resource, translate_pod
 
 DEVICES_SUFFIX = ".deviceclass.resource.k8s.io/devices"
 REQUESTS_PREFIX = "requests."

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from kube.api import KubeApi
-from webhook.caches import (
+from gpu_slicer.kube.api import KubeApi
+from gpu_slicer.webhook.caches import (
     ExtendedResourceNames,
     NamespaceModes,
     NamespaceQuotas,
@@ -30,12 +30,12 @@ from webhook.caches import (
     StaticNamespaceModes,
     StaticQuotas,
 )
-from webhook.config import ConfigError, ServerConfig
-from webhook.engine import AdmissionEngine, ReviewResult
-from webhook.extended import Reporter
-from webhook.policy import Policy, load_policy_file
-from webhook.policy_reload import PolicyStore
-from webhook.templates import (
+from gpu_slicer.webhook.config import ConfigError, ServerConfig
+from gpu_slicer.webhook.engine import AdmissionEngine, ReviewResult
+from gpu_slicer.webhook.extended import Reporter
+from gpu_slicer.webhook.policy import Policy, load_policy_file
+from gpu_slicer.webhook.policy_reload import PolicyStore
+from gpu_slicer.webhook.templates import (
     ApiTemplates,
     CollectorLoop,
     ReportingTemplates,
@@ -44,7 +44,7 @@ from webhook.templates import (
 )
 
 if TYPE_CHECKING:
-    from webhook.metrics import Metrics
+    from gpu_slicer.webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,9 @@ def gc_leader(runtime_dir: str | None) -> Callable[[], bool]:
 
 def build_runtime(config: ServerConfig, *, api: KubeApi | None = None) -> Runtime:
     """A started runtime. ``api`` overrides the client built from ``config`` (tests)."""
-    from webhook.metrics import Metrics  # imported late: after PROMETHEUS_MULTIPROC_DIR is set
+    from gpu_slicer.webhook.metrics import (
+        Metrics,  # imported late: after PROMETHEUS_MULTIPROC_DIR is set
+    )
 
     metrics = Metrics(certificate=config.tls_cert)
     reporter = Reporter(metrics)
@@ -212,7 +214,7 @@ def _cluster_sources(
     DeviceClass cache joins ``sources`` before it starts, so its first listing is reported;
     what has to be stopped joins ``stoppers``."""
     if api is None:
-        from kube.client import RealKubeApi
+        from gpu_slicer.kube.client import RealKubeApi
 
         api = RealKubeApi.from_config(config.kubeconfig)
     modes = NamespaceModes(api)
@@ -243,8 +245,8 @@ def make_dev_certificate(
     directory: str | os.PathLike[str], hosts: list[str], *, days: int = 7
 ) -> tuple[Path, Path]:
     """A self-signed serving certificate for ``hosts`` (names or IPs): (cert path, key path)."""
-    from certs.files import CERT_MODE, KEY_MODE, write_cert_file
-    from certs.issue import self_signed
+    from gpu_slicer.certs.files import CERT_MODE, KEY_MODE, write_cert_file
+    from gpu_slicer.certs.issue import self_signed
 
     pair = self_signed(hosts, common_name="gpu-slicer-webhook-dev", days=days)
     folder = Path(directory)
@@ -265,8 +267,8 @@ def prepare(config: ServerConfig) -> ServerConfig:
     if config.policy:
         load_policy_file(config.policy)  # refuse to start on a bad policy: exit 2 upstream
     if not config.dev:
-        from kube.client import RealKubeApi
-        from kube.errors import KubeError
+        from gpu_slicer.kube.client import RealKubeApi
+        from gpu_slicer.kube.errors import KubeError
 
         try:  # fail here, once, rather than in every worker as it boots
             RealKubeApi.from_config(config.kubeconfig)
@@ -288,7 +290,7 @@ def prepare(config: ServerConfig) -> ServerConfig:
     if config.tls_cert and config.tls_key:
         import ssl
 
-        from certs.reload import server_context
+        from gpu_slicer.certs.reload import server_context
 
         try:  # a missing or mismatched pair would otherwise fail every handshake
             server_context(config.tls_cert, config.tls_key)
@@ -384,7 +386,7 @@ def _run_gunicorn() -> int:
                     self.cfg.set(key.lower(), value)
 
         def load(self) -> Any:
-            from webhook.app import create_app
+            from gpu_slicer.webhook.app import create_app
 
             return create_app()
 

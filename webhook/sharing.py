@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
+from gpu_slicer.core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
 
 HAMI_RESOURCES = ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")
 SHARED_SUFFIX = ".shared"

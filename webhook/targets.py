@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.identity import DOMAIN, GPU_CLASS, MIG_CLASS, NVLINK_DOMAIN_ATTRIBUTE
+from gpu_slicer.core.identity import DOMAIN, GPU_CLASS, MIG_CLASS, NVLINK_DOMAIN_ATTRIBUTE
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from core.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
-from kube.api import KubeApi, Obj
-from kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
-from webhook.errors import TemplateError
-from webhook.locks import memory_lock
+from gpu_slicer.core.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
+from gpu_slicer.kube.api import KubeApi, Obj
+from gpu_slicer.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
+from gpu_slicer.webhook.errors import TemplateError
+from gpu_slicer.webhook.locks import memory_lock
 
 log = logging.getLogger(__name__)
 

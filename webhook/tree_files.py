@@ -26,8 +26,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from kube.atomic_files import write_atomically
-from webhook.errors import TreeFileError
+from gpu_slicer.kube.atomic_files import write_atomically
+from gpu_slicer.webhook.errors import TreeFileError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 BESIDE_INFIX = ".gpu-slicer"

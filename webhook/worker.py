@@ -123,13 +123,13 @@ class DeadlineSocket:
 class DeadlineGeventWorker(GeventWorker):  # type: ignore[misc]
     """gunicorn's gevent worker with per-connection read deadlines (see the module docstring).
 
-    ``worker_class = "webhook.worker.DeadlineGeventWorker"``; the deadline comes from
+    ``worker_class = "gpu_slicer.webhook.worker.DeadlineGeventWorker"``; the deadline comes from
     ``GPU_SLICER_READ_TIMEOUT_S`` through :class:`webhook.config.ServerConfig`.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from webhook.config import ServerConfig
+        from gpu_slicer.webhook.config import ServerConfig
 
         self.read_timeout_s = ServerConfig.from_env().read_timeout_s
         self.connections: set[DeadlineSocket] = set()

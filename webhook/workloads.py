@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
-from webhook.errors import WorkloadPathError
-from webhook.sharing import is_sharing_resource
+from gpu_slicer.core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
+from gpu_slicer.webhook.errors import WorkloadPathError
+from gpu_slicer.webhook.sharing import is_sharing_resource
 
 Step = str | int
 """A key of a mapping or an index of a list, in a concrete path."""

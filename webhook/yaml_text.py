@@ -35,8 +35,8 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import ScalarNode as RuamelScalar
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from kube import documents
-from webhook.errors import YamlTextError
+from gpu_slicer.kube import documents
+from gpu_slicer.webhook.errors import YamlTextError
 
 _SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$")
 

@@ -32,6 +32,6 @@ and the boot id from ``<root>/proc/sys/kernel/random/boot_id``; ``root`` is inje
 can lay out those files, and so can the ``pynvml`` module itself (``nvml=``).
 """
 
-from slicer.nvml.backend import NvmlBackend
+from gpu_slicer.slicer.nvml.backend import NvmlBackend
 
 __all__ = ["NvmlBackend"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.devices import MigInstance
-from slicer.backend import GpuInfo, HealthEvent
-from slicer.errors import BackendError
-from slicer.nvml.discovery import Discovery
-from slicer.nvml.events import HealthWatch
-from slicer.nvml.instances import Instances
-from slicer.nvml.session import NvmlSession
+from gpu_slicer.core.devices import MigInstance
+from gpu_slicer.slicer.backend import GpuInfo, HealthEvent
+from gpu_slicer.slicer.errors import BackendError
+from gpu_slicer.slicer.nvml.discovery import Discovery
+from gpu_slicer.slicer.nvml.events import HealthWatch
+from gpu_slicer.slicer.nvml.instances import Instances
+from gpu_slicer.slicer.nvml.session import NvmlSession
 
 
 class NvmlBackend:

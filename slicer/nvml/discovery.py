@@ -15,13 +15,13 @@ from ctypes import byref, c_uint
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from core import catalog, gpu_model
-from core.errors import CatalogError
-from slicer import hardware
-from slicer.backend import GpuInfo
-from slicer.errors import BackendError, GpuLost, NotSupported
-from slicer.nvml.session import ABSENT, NvmlSession, canonical_bus_id, text
-from slicer.nvml.topology import nvlink_domains
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.errors import CatalogError
+from gpu_slicer.slicer import hardware
+from gpu_slicer.slicer.backend import GpuInfo
+from gpu_slicer.slicer.errors import BackendError, GpuLost, NotSupported
+from gpu_slicer.slicer.nvml.session import ABSENT, NvmlSession, canonical_bus_id, text
+from gpu_slicer.slicer.nvml.topology import nvlink_domains
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from slicer.backend import HealthEvent
-from slicer.nvml.session import NvmlSession, address
+from gpu_slicer.slicer.backend import HealthEvent
+from gpu_slicer.slicer.nvml.session import NvmlSession, address
 
 log = logging.getLogger(__name__)
 

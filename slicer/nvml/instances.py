@@ -16,12 +16,18 @@ from ctypes import byref
 from pathlib import Path
 from typing import Any
 
-from core import catalog, gpu_model
-from core.devices import MigInstance
-from core.errors import CatalogError
-from slicer.errors import BackendError, GpuNotFound, NoPermission, NotSupported, ResetRequired
-from slicer.nvml.discovery import Discovery
-from slicer.nvml.session import ABSENT, NvmlSession, text
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.devices import MigInstance
+from gpu_slicer.core.errors import CatalogError
+from gpu_slicer.slicer.errors import (
+    BackendError,
+    GpuNotFound,
+    NoPermission,
+    NotSupported,
+    ResetRequired,
+)
+from gpu_slicer.slicer.nvml.discovery import Discovery
+from gpu_slicer.slicer.nvml.session import ABSENT, NvmlSession, text
 
 log = logging.getLogger(__name__)
 

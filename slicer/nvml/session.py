@@ -12,8 +12,8 @@ from ctypes import byref, c_uint, c_void_p, cast
 from pathlib import Path
 from typing import Any
 
-from slicer import errors
-from slicer.errors import BackendError, GpuNotFound, NotSupported
+from gpu_slicer.slicer import errors
+from gpu_slicer.slicer.errors import BackendError, GpuNotFound, NotSupported
 
 _ERRORS: dict[str, tuple[type[BackendError], str]] = {
     "NVML_ERROR_IN_USE": (

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 from ctypes import byref
 
-from slicer.backend import GpuInfo
-from slicer.nvml.session import NvmlSession, canonical_bus_id, text
+from gpu_slicer.slicer.backend import GpuInfo
+from gpu_slicer.slicer.nvml.session import NvmlSession, canonical_bus_id, text
 
 
 def nvlink_domains(session: NvmlSession, gpus: list[GpuInfo]) -> dict[int, str | None]:

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from slicer.proto import dra_health_v1alpha1_pb2 as slicer_dot_proto_dot_dra__health__v1alpha1__pb2
+from gpu_slicer.slicer.proto import dra_health_v1alpha1_pb2 as gpu__slicer_dot_slicer_dot_proto_dot_dra__health__v1alpha1__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in slicer/proto/dra_health_v1alpha1_pb2_grpc.py depends on'
+        + ' but the generated code in gpu_slicer/slicer/proto/dra_health_v1alpha1_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class DRAResourceHealthStub:
         """
         self.NodeWatchResources = channel.unary_stream(
                 '/v1alpha1.DRAResourceHealth/NodeWatchResources',
-                request_serializer=slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.SerializeToString,
-                response_deserializer=slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.FromString,
+                request_serializer=gpu__slicer_dot_slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.SerializeToString,
+                response_deserializer=gpu__slicer_dot_slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.FromString,
                 _registered_method=True)
 
 
@@ -56,8 +56,8 @@ def add_DRAResourceHealthServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'NodeWatchResources': grpc.unary_stream_rpc_method_handler(
                     servicer.NodeWatchResources,
-                    request_deserializer=slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.FromString,
-                    response_serializer=slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.SerializeToString,
+                    request_deserializer=gpu__slicer_dot_slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.FromString,
+                    response_serializer=gpu__slicer_dot_slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -85,8 +85,8 @@ class DRAResourceHealth:
             request,
             target,
             '/v1alpha1.DRAResourceHealth/NodeWatchResources',
-            slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.SerializeToString,
-            slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.FromString,
+            gpu__slicer_dot_slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.SerializeToString,
+            gpu__slicer_dot_slicer_dot_proto_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

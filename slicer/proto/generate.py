@@ -3,11 +3,11 @@
 The generated ``*_pb2.py``, ``*_pb2.pyi`` and ``*_pb2_grpc.py`` are committed so that a node needs
 no protobuf compiler; ``tests/slicer/test_proto_generated.py`` checks they match a fresh run.
 
-    python -m slicer.proto.generate            # rewrite the files in place
-    python -m slicer.proto.generate --out DIR  # write the tree under DIR instead (for the test)
+    python -m gpu_slicer.slicer.proto.generate            # rewrite the files in place
+    python -m gpu_slicer.slicer.proto.generate --out DIR  # write the tree under DIR (the test)
 
-Imports in the generated code are package-absolute (``from slicer.proto import ...``) because
-protoc runs with the repository root as the include path.
+Imports in the generated code are package-absolute (``from gpu_slicer.slicer.proto import``):
+protoc runs with the repository root as the include path, on the files through ``gpu_slicer/``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ PROTOS = (
 
 
 def generate(out_root: Path) -> list[Path]:
-    """Run protoc for every proto into ``out_root`` (mirroring ``slicer/proto``); list the files."""
+    """Run protoc for every proto into ``out_root`` (mirroring ``gpu_slicer/slicer/proto``);
+    list the files."""
     from grpc_tools import protoc  # build-time only: not needed on a node
 
-    target = out_root / "slicer" / "proto"
+    target = out_root / "gpu_slicer" / "slicer" / "proto"
     target.mkdir(parents=True, exist_ok=True)
     include = str(Path(protoc.__file__).resolve().parent / "_proto")
     for proto in PROTOS:
@@ -41,7 +42,7 @@ def generate(out_root: Path) -> list[Path]:
             f"--python_out={out_root}",
             f"--pyi_out={out_root}",
             f"--grpc_python_out={out_root}",
-            str(Path("slicer") / "proto" / proto),
+            str(Path("gpu_slicer") / "slicer" / "proto" / proto),
         ]
         code = protoc.main(args)
         if code != 0:

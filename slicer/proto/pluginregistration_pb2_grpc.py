@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from slicer.proto import pluginregistration_pb2 as slicer_dot_proto_dot_pluginregistration__pb2
+from gpu_slicer.slicer.proto import pluginregistration_pb2 as gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in slicer/proto/pluginregistration_pb2_grpc.py depends on'
+        + ' but the generated code in gpu_slicer/slicer/proto/pluginregistration_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class RegistrationStub:
         """
         self.GetInfo = channel.unary_unary(
                 '/pluginregistration.Registration/GetInfo',
-                request_serializer=slicer_dot_proto_dot_pluginregistration__pb2.InfoRequest.SerializeToString,
-                response_deserializer=slicer_dot_proto_dot_pluginregistration__pb2.PluginInfo.FromString,
+                request_serializer=gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.InfoRequest.SerializeToString,
+                response_deserializer=gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.PluginInfo.FromString,
                 _registered_method=True)
         self.NotifyRegistrationStatus = channel.unary_unary(
                 '/pluginregistration.Registration/NotifyRegistrationStatus',
-                request_serializer=slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatus.SerializeToString,
-                response_deserializer=slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatusResponse.FromString,
+                request_serializer=gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatus.SerializeToString,
+                response_deserializer=gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatusResponse.FromString,
                 _registered_method=True)
 
 
@@ -66,13 +66,13 @@ def add_RegistrationServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInfo,
-                    request_deserializer=slicer_dot_proto_dot_pluginregistration__pb2.InfoRequest.FromString,
-                    response_serializer=slicer_dot_proto_dot_pluginregistration__pb2.PluginInfo.SerializeToString,
+                    request_deserializer=gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.InfoRequest.FromString,
+                    response_serializer=gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.PluginInfo.SerializeToString,
             ),
             'NotifyRegistrationStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.NotifyRegistrationStatus,
-                    request_deserializer=slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatus.FromString,
-                    response_serializer=slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatusResponse.SerializeToString,
+                    request_deserializer=gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatus.FromString,
+                    response_serializer=gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -100,8 +100,8 @@ class Registration:
             request,
             target,
             '/pluginregistration.Registration/GetInfo',
-            slicer_dot_proto_dot_pluginregistration__pb2.InfoRequest.SerializeToString,
-            slicer_dot_proto_dot_pluginregistration__pb2.PluginInfo.FromString,
+            gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.InfoRequest.SerializeToString,
+            gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.PluginInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -127,8 +127,8 @@ class Registration:
             request,
             target,
             '/pluginregistration.Registration/NotifyRegistrationStatus',
-            slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatus.SerializeToString,
-            slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatusResponse.FromString,
+            gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatus.SerializeToString,
+            gpu__slicer_dot_slicer_dot_proto_dot_pluginregistration__pb2.RegistrationStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

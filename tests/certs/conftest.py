@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from certs.ensure import EnsureSettings
-from kube.memory import InMemoryKubeApi
+from gpu_slicer.certs.ensure import EnsureSettings
+from gpu_slicer.kube.memory import InMemoryKubeApi
 from tests.support.certs_cases import CONFIG, NAMESPACE, SECRET, SERVICE, webhook_configuration
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from certs import cli as certs_cli
-from certs import issue as certs_issue
-from cli.main import build_parser, main
-from kube.api import KubeApi
-from kube.memory import InMemoryKubeApi
+from gpu_slicer.certs import cli as certs_cli
+from gpu_slicer.certs import issue as certs_issue
+from gpu_slicer.cli.main import build_parser, main
+from gpu_slicer.kube.api import KubeApi
+from gpu_slicer.kube.memory import InMemoryKubeApi
 from tests.support.certs_cases import CONFIG, NAMESPACE, SECRET, SERVICE
 
 

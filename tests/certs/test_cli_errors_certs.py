@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
+from gpu_slicer.cli.main import main
 
 ENSURE = ["certs", "ensure", "--namespace", "n", "--secret", "s", "--webhook-config", "w"]
 

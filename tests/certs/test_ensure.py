@@ -10,12 +10,12 @@ import kubernetes_validate
 import pytest
 from cryptography import x509
 
-from certs import issue as certs_issue
-from certs.ensure import EnsureResult, EnsureSettings, ensure, run_periodically
-from certs.errors import CertInputError, EnsureError
-from kube import errors as kube_errors
-from kube.api import Obj
-from kube.memory import InMemoryKubeApi
+from gpu_slicer.certs import issue as certs_issue
+from gpu_slicer.certs.ensure import EnsureResult, EnsureSettings, ensure, run_periodically
+from gpu_slicer.certs.errors import CertInputError, EnsureError
+from gpu_slicer.kube import errors as kube_errors
+from gpu_slicer.kube.api import Obj
+from gpu_slicer.kube.memory import InMemoryKubeApi
 from tests.support.certs_cases import CONFIG, NAMESPACE, NOW, SECRET, webhook_configuration
 
 DAY = dt.timedelta(days=1)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from certs import issue as certs_issue
-from certs.errors import CertFileError
-from certs.files import DATA_LINK, KEY_MODE, replace_files, write_cert_file
+from gpu_slicer.certs import issue as certs_issue
+from gpu_slicer.certs.errors import CertFileError
+from gpu_slicer.certs.files import DATA_LINK, KEY_MODE, replace_files, write_cert_file
 from tests.support.certs_cases import NAMESPACE, SERVICE
 
 

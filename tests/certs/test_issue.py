@@ -13,8 +13,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs import issue as certs_issue
-from certs.errors import CertDataError, CertInputError
+from gpu_slicer.certs import issue as certs_issue
+from gpu_slicer.certs.errors import CertDataError, CertInputError
 from tests.support.certs_cases import NAMESPACE, NOW, SERVICE
 
 HOST = f"{SERVICE}.{NAMESPACE}.svc"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from certs.issue import self_signed
-from certs.reload import ReloadingSSLContext
+from gpu_slicer.certs.issue import self_signed
+from gpu_slicer.certs.reload import ReloadingSSLContext
 
 
 def _pair(common_name: str) -> tuple[bytes, bytes]:
@@ -40,7 +40,7 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _counting_factory(calls: list[Path]) -> Callable[[Path, Path], ssl.SSLContext]:
-    from certs.reload import server_context
+    from gpu_slicer.certs.reload import server_context
 
     def factory(cert: Path, key: Path) -> ssl.SSLContext:
         calls.append(cert)
@@ -157,7 +157,7 @@ def _client(files: tuple[Path, Path], ciphers: str | None = None) -> ssl.SSLCont
 
 
 def test_tls_1_2_offers_only_aead_suites(files: tuple[Path, Path]) -> None:
-    from certs.reload import server_context
+    from gpu_slicer.certs.reload import server_context
 
     server = server_context(*files)
     assert "-GCM-" in _handshake(server, _client(files, "ECDHE+AESGCM"))
@@ -171,8 +171,8 @@ def test_tls_1_2_offers_only_aead_suites(files: tuple[Path, Path]) -> None:
 def test_with_a_client_ca_only_clients_with_its_certificates_get_in(
     files: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    from certs.issue import new_ca, new_leaf
-    from certs.reload import server_context
+    from gpu_slicer.certs.issue import new_ca, new_leaf
+    from gpu_slicer.certs.reload import server_context
 
     ca = new_ca(days=1, common_name="apiserver client CA")
     (tmp_path / "client-ca.crt").write_bytes(ca.cert_pem)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from certs import issue as certs_issue
-from sandbox.process import free_port
+from gpu_slicer.certs import issue as certs_issue
+from gpu_slicer.sandbox.process import free_port
 from tests.support.certs_cases import NAMESPACE, SERVICE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def _serve(folder: Path, log: Path) -> Iterator[int]:
             [
                 sys.executable,
                 "-m",
-                "cli.main",
+                "gpu_slicer.cli.main",
                 "webhook",
                 "serve",
                 "--dev",

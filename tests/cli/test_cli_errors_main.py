@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
+from gpu_slicer.cli.main import main
 
 COMMANDS = [
     [],
@@ -51,7 +51,7 @@ def test_an_unexpected_exception_is_one_line_and_exit_1(
     def broken(args: argparse.Namespace) -> int:
         raise KeyError("boom")
 
-    monkeypatch.setattr("slicer.cli.run_catalog", broken)
+    monkeypatch.setattr("gpu_slicer.slicer.cli.run_catalog", broken)
     assert main(["catalog"]) == 1
     err = capsys.readouterr().err
     assert "gpu-slicer catalog: internal error: KeyError: 'boom'" in err

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cli import completion
-from cli.main import COMMAND_MODULES, COMMANDS, build_parser, main, modules_for
+from gpu_slicer.cli import completion
+from gpu_slicer.cli.main import COMMAND_MODULES, COMMANDS, build_parser, main, modules_for
 
 
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,7 +179,7 @@ def test_a_command_named_first_is_parsed_as_by_the_whole_parser() -> None:
         assert alone[path].format_usage() == parser.format_usage(), path
     named = (["catalog"], ["--log-level", "ERROR", "catalog"], ["--log-level=INFO", "agent", "run"])
     for argv in named:
-        assert modules_for(argv) == ("slicer.cli",)
+        assert modules_for(argv) == ("gpu_slicer.slicer.cli",)
         alone_args = vars(build_parser(modules_for(argv)).parse_args(argv))
         whole_args = vars(build_parser().parse_args(argv))
         assert alone_args.keys() == whole_args.keys()

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.main import main
-from core import catalog, gpu_model
-from core.errors import CatalogError
+from gpu_slicer.cli.main import main
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.errors import CatalogError
 
 GIB = 1024**3
 

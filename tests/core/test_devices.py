@@ -8,9 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import catalog
-from core.devices import MigInstance, SliceSpec, WholeGpu, parse_device_name, profile_token
-from core.errors import DeviceNameError
+from gpu_slicer.core import catalog
+from gpu_slicer.core.devices import (
+    MigInstance,
+    SliceSpec,
+    WholeGpu,
+    parse_device_name,
+    profile_token,
+)
+from gpu_slicer.core.errors import DeviceNameError
 
 # DRA device names are DNS labels: lower-case alphanumerics and '-', at most 63 characters.
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import catalog, gpu_model
-from core.errors import GpuSpecError
-from core.gpuspec import format_gpu_spec, parse_gpu_spec
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.errors import GpuSpecError
+from gpu_slicer.core.gpuspec import format_gpu_spec, parse_gpu_spec
 
 
 def keys(models: list[gpu_model.GpuModel]) -> list[str]:

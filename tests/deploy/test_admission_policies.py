@@ -9,7 +9,7 @@ from typing import Any
 import celpy
 import pytest
 
-from kube.api import Obj
+from gpu_slicer.kube.api import Obj
 from tests.support.deploy_cases import find, render
 
 WEBHOOK_SA = "system:serviceaccount:gpu-slicer:gpu-slicer-webhook"

@@ -69,7 +69,7 @@ def test_the_entrypoint_is_the_gpu_slicer_command() -> None:
     entrypoints = [a for k, a in _stages()[-1] if k == "ENTRYPOINT"]
     assert json.loads(entrypoints[-1]) == ["gpu-slicer"]  # exec form: signals reach Python
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert project["project"]["scripts"]["gpu-slicer"] == "cli.main:main"
+    assert project["project"]["scripts"]["gpu-slicer"] == "gpu_slicer.cli.main:main"
 
 
 def test_the_image_carries_oci_labels_with_the_project_version() -> None:

@@ -17,8 +17,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from slicer.profile_filter import ProfileFilter
-from slicer.settings import AgentSettings
+from gpu_slicer.slicer.profile_filter import ProfileFilter
+from gpu_slicer.slicer.settings import AgentSettings
+from gpu_slicer.webhook import policy as webhook_policy
+from gpu_slicer.webhook.errors import PolicyError
 from tests.support import go_tools
 from tests.support.deploy_cases import (
     DEPLOY,
@@ -30,8 +32,6 @@ from tests.support.deploy_cases import (
     of_kind,
     render,
 )
-from webhook import policy as webhook_policy
-from webhook.errors import PolicyError
 
 CHART = DEPLOY / "helm" / "gpu-slicer"
 MODES = ("self-managed", "cert-manager", "openshift")
@@ -445,7 +445,7 @@ def test_the_dashboard_configmap_carries_the_dashboard_file_unchanged() -> None:
 
 def test_the_install_notes_give_the_scheduler_scaling_facts_the_agent_uses() -> None:
     # NOTES.txt is shown after `helm install`; it must say what slicer.scaling says.
-    from slicer.scaling import DEGRADES_AT_NODES, SCALES_FROM
+    from gpu_slicer.slicer.scaling import DEGRADES_AT_NODES, SCALES_FROM
 
     notes = (CHART / "templates" / "NOTES.txt").read_text()
     fixed = f"{SCALES_FROM[0]}.{SCALES_FROM[1]}"

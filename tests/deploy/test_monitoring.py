@@ -18,8 +18,8 @@ import pytest
 import yaml
 from test_helm import CHART, MONITORING, template
 
-from slicer.agent_metrics import AgentMetrics, PublisherMetrics
-from webhook.metrics import Metrics
+from gpu_slicer.slicer.agent_metrics import AgentMetrics, PublisherMetrics
+from gpu_slicer.webhook.metrics import Metrics
 
 # Series Prometheus itself makes for every target.
 BUILTIN = {"up": set[str]()}

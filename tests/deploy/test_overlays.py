@@ -12,12 +12,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from certs import cli as certs_cli
-from certs import issue as certs_issue
-from certs.ensure import ensure
-from cli.main import build_parser
-from kube.memory import InMemoryKubeApi
-from slicer import deviceclasses
+from gpu_slicer.certs import cli as certs_cli
+from gpu_slicer.certs import issue as certs_issue
+from gpu_slicer.certs.ensure import ensure
+from gpu_slicer.cli.main import build_parser
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer import deviceclasses
+from gpu_slicer.webhook import policy
 from tests.support.deploy_cases import (
     DEPLOY,
     NAMESPACE,
@@ -29,7 +30,6 @@ from tests.support.deploy_cases import (
     pod_spec,
     render,
 )
-from webhook import policy
 
 
 def _webhook_secret(objects: list[Obj]) -> str:

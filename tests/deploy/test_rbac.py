@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from certs.ensure import EnsureSettings, ensure
-from certs.errors import EnsureError
-from kube import errors as kube_errors
-from kube.api import resource_for
-from kube.memory import RBAC_VERB, InMemoryKubeApi
+from gpu_slicer.certs.ensure import EnsureSettings, ensure
+from gpu_slicer.certs.errors import EnsureError
+from gpu_slicer.kube import errors as kube_errors
+from gpu_slicer.kube.api import resource_for
+from gpu_slicer.kube.memory import RBAC_VERB, InMemoryKubeApi
+from gpu_slicer.webhook import templates
 from tests.support.api_calls import (
     COMPONENTS,
     DECLARED,
@@ -30,7 +31,6 @@ from tests.support.api_calls import (
     module_exists,
 )
 from tests.support.deploy_cases import NAMESPACE, Obj, find, render
-from webhook import templates
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slicer.plugin import dra_socket
+from gpu_slicer.slicer.plugin import dra_socket
 from tests.support.deploy_cases import (
     INSTALLABLE,
     Obj,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import binaries
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox import binaries
+from gpu_slicer.sandbox.errors import BuildError
 from tests.support.e2e_sandbox import (
     AUDIT,
     ENABLED,

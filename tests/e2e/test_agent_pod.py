@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from sandbox import binaries, image
+from gpu_slicer.sandbox import binaries, image
 from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,

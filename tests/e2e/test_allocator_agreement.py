@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sandbox import binaries
+from gpu_slicer.sandbox import binaries
 
 ROOT = Path(__file__).resolve().parents[2]
 

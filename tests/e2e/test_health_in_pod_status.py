@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.devices import parse_device_name
+from gpu_slicer.core.devices import parse_device_name
 from tests.support.e2e_sandbox import ENABLED, Sandbox, pod_manifest, resource_health
 
 NODE = "health"

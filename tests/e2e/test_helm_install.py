@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox import binaries
-from sandbox.helm import HelmUnavailable, helm_binary
+from gpu_slicer.sandbox import binaries
+from gpu_slicer.sandbox.helm import HelmUnavailable, helm_binary
 from tests.support.e2e_sandbox import (
     Sandbox,
     pod_manifest,

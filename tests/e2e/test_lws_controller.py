@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from sandbox.errors import BuildError
-from sandbox.operators import lws_binary, lws_version
+from gpu_slicer.sandbox.errors import BuildError
+from gpu_slicer.sandbox.operators import lws_binary, lws_version
 from tests.support.e2e_sandbox import ENABLED, Sandbox, start_with_enabled_namespace, stop_sandbox
 from tests.support.operator_controllers import (
     Hook,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from kube.client import RealKubeApi
-from status.cli import read_status
+from gpu_slicer.kube.client import RealKubeApi
+from gpu_slicer.status.cli import read_status
 from tests.support.e2e_sandbox import ENABLED, Sandbox, pod_manifest
 
 NODE = "a100"
@@ -91,7 +91,7 @@ def test_seven_small_slices_then_a_large_one_that_waits_for_room(sandbox: Sandbo
         [
             sys.executable,
             "-m",
-            "cli.main",
+            "gpu_slicer.cli.main",
             "status",
             "--kubeconfig",
             str(sandbox.kubeconfig),

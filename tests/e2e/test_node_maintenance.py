@@ -42,8 +42,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from core.identity import DRIVER
-from sandbox import binaries
+from gpu_slicer.core.identity import DRIVER
+from gpu_slicer.sandbox import binaries
 from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,

@@ -15,12 +15,12 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from gpu_slicer.webhook.convert import convert_objects
+from gpu_slicer.webhook.crd_schema import pruned_fields
+from gpu_slicer.webhook.policy import Policy, load_policy
+from gpu_slicer.webhook.workloads import DEFAULT_TABLE, OPERATORS, WorkloadTable, expand, lookup
 from tests.support.e2e_sandbox import Sandbox
 from tests.support.operator_crds import CRD_SETS, crd_sets
-from webhook.convert import convert_objects
-from webhook.crd_schema import pruned_fields
-from webhook.policy import Policy, load_policy
-from webhook.workloads import DEFAULT_TABLE, OPERATORS, WorkloadTable, expand, lookup
 
 NAMESPACE = "e2e-operators"
 DATA = Path(__file__).parents[1] / "webhook" / "data" / "operators.yaml"

@@ -42,7 +42,7 @@ def test_plan_reports_a_legacy_deployment_and_changes_nothing(sandbox: Sandbox) 
         [
             sys.executable,
             "-m",
-            "cli.main",
+            "gpu_slicer.cli.main",
             "plan",
             "--kubeconfig",
             str(sandbox.kubeconfig),

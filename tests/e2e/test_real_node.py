@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from core.devices import parse_device_name
-from sandbox import binaries, node_host, oci_image, realnode
-from sandbox.errors import BuildError
-from sandbox.node_namespace import KUBELET_SYSCTLS
+from gpu_slicer.core.devices import parse_device_name
+from gpu_slicer.sandbox import binaries, node_host, oci_image, realnode
+from gpu_slicer.sandbox.errors import BuildError
+from gpu_slicer.sandbox.node_namespace import KUBELET_SYSCTLS
 from tests.support.e2e_sandbox import (
     ENABLED,
     Sandbox,
@@ -404,7 +404,7 @@ def test_an_image_archive_imported_into_the_node_runs_without_a_pull(
         [
             sys.executable,
             "-m",
-            "sandbox.oci_image",
+            "gpu_slicer.sandbox.oci_image",
             "--state-dir",
             str(real.dir),
             "--node",

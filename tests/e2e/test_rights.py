@@ -7,8 +7,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from core.identity import DRIVER
-from sandbox.cluster import api_client
+from gpu_slicer.core.identity import DRIVER
+from gpu_slicer.sandbox.cluster import api_client
 from tests.support.e2e_sandbox import Sandbox
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from core.identity import DRIVER, RESOURCE_API
-from sandbox import binaries
-from sandbox.hollow import (
+from gpu_slicer.core.identity import DRIVER, RESOURCE_API
+from gpu_slicer.sandbox import binaries
+from gpu_slicer.sandbox.hollow import (
     PLAIN_DRIVER,
     HollowCluster,
     gpu_slicer_slices,
@@ -23,11 +23,11 @@ from sandbox.hollow import (
     plain_device_class,
     plain_slices,
 )
-from sandbox.neighbours import NVIDIA_DRIVER, dynamic_mig_slices, nvidia_device_classes
-from sim.agreement import claim_spec_for
-from slicer.deviceclasses import device_classes
-from slicer.layout import StaticLayout
-from webhook.policy import Policy
+from gpu_slicer.sandbox.neighbours import NVIDIA_DRIVER, dynamic_mig_slices, nvidia_device_classes
+from gpu_slicer.sim.agreement import claim_spec_for
+from gpu_slicer.slicer.deviceclasses import device_classes
+from gpu_slicer.slicer.layout import StaticLayout
+from gpu_slicer.webhook.policy import Policy
 
 NODES = [f"hollow-{i}" for i in range(3)]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import binaries
+from gpu_slicer.sandbox import binaries
 from tests.support.e2e_sandbox import (
     Sandbox,
     pod_manifest,

@@ -32,7 +32,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sandbox import binaries, chart_pods
+from gpu_slicer.sandbox import binaries, chart_pods
 from tests.support.chart_release import (
     cdi_claims,
     checkpoint_claims,
@@ -230,7 +230,7 @@ def test_the_documented_procedure_uninstalls_and_leaves_nothing_behind(
         [
             sys.executable,
             "-m",
-            "cli.main",
+            "gpu_slicer.cli.main",
             "uninstall-check",
             "--wait",
             "60",

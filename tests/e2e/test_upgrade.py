@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from core.identity import DRIVER, LEGACY_DRIVERS
-from sandbox import binaries, chart_pods, image, releases
-from sandbox.errors import BuildError
-from sandbox.process import free_port
+from gpu_slicer.core.identity import DRIVER, LEGACY_DRIVERS
+from gpu_slicer.sandbox import binaries, chart_pods, image, releases
+from gpu_slicer.sandbox.errors import BuildError
+from gpu_slicer.sandbox.process import free_port
 from tests.support.chart_release import (
     cdi_claims,
     checkpoint_claims,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kube.quantity import parse_quantity
+from gpu_slicer.kube.quantity import parse_quantity
 from tests.support.e2e_sandbox import ENABLED, Sandbox, pod_manifest
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import pytest
 from kubernetes import client as k8s_client
 
-from kube.api import KubeApi
-from kube.client import RealKubeApi
-from kube.memory import InMemoryKubeApi
+from gpu_slicer.kube.api import KubeApi
+from gpu_slicer.kube.client import RealKubeApi
+from gpu_slicer.kube.memory import InMemoryKubeApi
 from tests.support.kube_stub_apiserver import StubApiServer
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kube import atomic_files
+from gpu_slicer.kube import atomic_files
 
 
 def test_the_new_content_replaces_the_old_and_no_temporary_file_is_left(tmp_path: Path) -> None:

@@ -17,9 +17,14 @@ import yaml
 from conftest import real_api_for
 from kubernetes.client.exceptions import ApiException
 
-from kube import errors
-from kube.api import resource_for
-from kube.client import RealKubeApi, collection_path, error_from_api_exception, object_path
+from gpu_slicer.kube import errors
+from gpu_slicer.kube.api import resource_for
+from gpu_slicer.kube.client import (
+    RealKubeApi,
+    collection_path,
+    error_from_api_exception,
+    object_path,
+)
 from tests.support.kube_stub_apiserver import StubApiServer, status_body
 
 RES = "resource.k8s.io/v1"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from conftest import Seam
 
-from kube import errors
-from kube.api import WatchEvent
+from gpu_slicer.kube import errors
+from gpu_slicer.kube.api import WatchEvent
 
 RES = "resource.k8s.io/v1"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kube.device_cel import DeviceView, SelectorError, matches
+from gpu_slicer.kube.device_cel import DeviceView, SelectorError, matches
 
 DRIVER = "gpu-slicer.io"
 

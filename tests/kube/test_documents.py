@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kube import documents
+from gpu_slicer.kube import documents
 
 
 def test_a_malformed_document_names_the_line_and_column() -> None:

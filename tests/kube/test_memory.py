@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kube import errors
-from kube.memory import Call, InMemoryKubeApi, copy_obj, merge_patch
+from gpu_slicer.kube import errors
+from gpu_slicer.kube.memory import Call, InMemoryKubeApi, copy_obj, merge_patch
 
 CM = ("v1", "ConfigMap")
 

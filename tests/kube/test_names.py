@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kube import names
+from gpu_slicer.kube import names
 
 
 @pytest.mark.parametrize("name", ["gpu-node-1", "a", "node.example.com", "0x", "a" * 253])

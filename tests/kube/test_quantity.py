@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kube.quantity import (
+from gpu_slicer.kube.quantity import (
     QuantityError,
     exact_value,
     format_bytes,

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from kube import documents
+from gpu_slicer.kube import documents
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kube.selectors import (
+from gpu_slicer.kube.selectors import (
     Selector,
     SelectorError,
     field_value,

@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from kube.api import Obj
-from kube.errors import ApiError, Unavailable
-from kube.memory import InMemoryKubeApi
-from kube.watch_cache import WatchCache
+from gpu_slicer.kube.api import Obj
+from gpu_slicer.kube.errors import ApiError, Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.kube.watch_cache import WatchCache
 
 
 def namespace(name: str, mode: str) -> Obj:

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from kube.memory import InMemoryKubeApi
-from sandbox import nvml_mock
-from sandbox.errors import BuildError
-from slicer.nvml import NvmlBackend
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.sandbox import nvml_mock
+from gpu_slicer.sandbox.errors import BuildError
+from gpu_slicer.slicer.nvml import NvmlBackend
 from tests.support.agent_fixtures import Agent, build_agent
 from tests.support.nvml_mock import MockNvml
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from core import catalog, gpu_model
-from core.identity import qualified
-from kube.memory import InMemoryKubeApi
-from kube.quantity import parse_bytes
-from slicer.errors import BackendError, NoPermission
-from slicer.nvml import NvmlBackend
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.identity import qualified
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.kube.quantity import parse_bytes
+from gpu_slicer.slicer.errors import BackendError, NoPermission
+from gpu_slicer.slicer.nvml import NvmlBackend
+from gpu_slicer.slicer.simulated import SimulatedBackend
 from tests.support import nvml_mock
 from tests.support.agent_fixtures import Agent, allocate_claim, devices_by_name, node_slices
 from tests.support.nvml_mock import MockNvml

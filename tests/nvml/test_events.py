@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from slicer.backend import HealthEvent
-from slicer.health import HealthTracker
-from slicer.nvml import NvmlBackend
+from gpu_slicer.slicer.backend import HealthEvent
+from gpu_slicer.slicer.health import HealthTracker
+from gpu_slicer.slicer.nvml import NvmlBackend
 from tests.support.nvml_mock import MockNvml
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from kube.memory import InMemoryKubeApi
-from slicer.nvml import NvmlBackend
-from slicer.state import PrepareError
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.nvml import NvmlBackend
+from gpu_slicer.slicer.state import PrepareError
 from tests.support import nvml_mock
 from tests.support.agent_fixtures import (
     Agent,

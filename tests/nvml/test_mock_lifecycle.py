@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kube.memory import InMemoryKubeApi
-from slicer.nvml import NvmlBackend
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.nvml import NvmlBackend
 from tests.support.agent_fixtures import (
     Agent,
     AgentCrash,

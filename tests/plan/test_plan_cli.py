@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cli.main import build_parser
-from kube.memory import InMemoryKubeApi
-from plan import cli as plan_cli
+from gpu_slicer.cli.main import build_parser
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.plan import cli as plan_cli
 from tests.support.scaling_cases import RELEASES, check_note
 
 Obj = dict[str, Any]

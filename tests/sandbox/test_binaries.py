@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import binaries
-from sandbox.errors import UsageError
+from gpu_slicer.sandbox import binaries
+from gpu_slicer.sandbox.errors import UsageError
 
 RELEASE_GO_MOD = """module k8s.io/kubernetes
 

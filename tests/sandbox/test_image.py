@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sandbox import image, oci_archive
+from gpu_slicer.sandbox import image, oci_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 # What a runtime gives every container; the image itself ships an empty /dev.
@@ -186,8 +186,8 @@ def test_the_agent_command_is_there(archive: Path, rootfs: Path) -> None:
 
 def test_the_webhooks_gunicorn_worker_loads(archive: Path, rootfs: Path) -> None:
     # What `webhook serve` asks gunicorn for; without `packaging` installed it fails with
-    # "class uri 'webhook.worker.DeadlineGeventWorker' invalid or not found".
-    load = "from gunicorn.util import load_class; load_class('webhook.worker.DeadlineGeventWorker')"
+    # "class uri 'gpu_slicer.webhook.worker.DeadlineGeventWorker' invalid or not found".
+    load = "from gunicorn.util import load_class; load_class('gpu_slicer.webhook.worker.DeadlineGeventWorker')"
     result = _run_image(archive, rootfs, ["-c", load], entrypoint=["python"])
     assert result.returncode == 0, result.stderr
 

@@ -33,10 +33,10 @@ import grpc
 import pytest
 import yaml
 
-from sandbox.errors import BuildError
-from sandbox.install import install
-from sandbox.process import free_port
-from slicer.proto import (
+from gpu_slicer.sandbox.errors import BuildError
+from gpu_slicer.sandbox.install import install
+from gpu_slicer.sandbox.process import free_port
+from gpu_slicer.slicer.proto import (
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
     pluginregistration_pb2,
@@ -45,7 +45,7 @@ from slicer.proto import (
 from tests.support.agent_fixtures import simulated_agent_args
 from tests.support.kube_stub_apiserver import StubApiServer
 
-PACKAGES = ("cli", "kube", "slicer", "webhook", "certs", "sim", "sandbox", "status")
+PACKAGES = ("core", "cli", "kube", "slicer", "webhook", "certs", "sim", "status", "plan")
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +113,20 @@ def _stops_cleanly(proc: subprocess.Popen[str]) -> str:
 
 
 def test_every_module_of_the_package_imports_from_the_install(shipped: Path) -> None:
+    # One import namespace, every package under it, and no development tooling: the sandbox
+    # (its Go sources with it) is a checkout's only.
     script = (
-        "import importlib, pkgutil, sys\n"
+        "import importlib, importlib.util, pkgutil, sys\n"
+        "import gpu_slicer\n"
+        "found = sorted(m.name for m in pkgutil.iter_modules(gpu_slicer.__path__))\n"
+        f"assert found == sorted({PACKAGES!r}), found\n"
+        "assert importlib.util.find_spec('gpu_slicer.sandbox') is None\n"
+        f"generic = [n for n in {PACKAGES!r} + ('sandbox',) if importlib.util.find_spec(n)]\n"
+        "assert not generic, generic\n"
         f"for name in {PACKAGES!r}:\n"
-        "    package = importlib.import_module(name)\n"
-        "    assert '/site-packages/' in package.__file__, package.__file__\n"
-        "    for module in pkgutil.walk_packages(package.__path__, name + '.'):\n"
+        "    package = importlib.import_module('gpu_slicer.' + name)\n"
+        "    assert '/site-packages/gpu_slicer/' in package.__file__, package.__file__\n"
+        "    for module in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
         "        importlib.import_module(module.name)\n"
     )
     done = subprocess.run(
@@ -129,6 +137,25 @@ def test_every_module_of_the_package_imports_from_the_install(shipped: Path) -> 
         text=True,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_sandbox_command_says_it_needs_a_checkout(shipped: Path) -> None:
+    listed = subprocess.run(
+        [str(shipped / "venv" / "bin" / "gpu-slicer"), "--help"],
+        env=_env(shipped),
+        capture_output=True,
+        text=True,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "sandbox" in listed.stdout
+    done = subprocess.run(
+        [str(shipped / "venv" / "bin" / "gpu-slicer"), "sandbox", "up", "--node", "a=A100-80GB:1"],
+        env=_env(shipped),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "source checkout" in done.stderr, done.stderr
 
 
 def test_webhook_serve_answers_healthz_and_stops(shipped: Path) -> None:
@@ -243,7 +270,7 @@ def test_the_krm_function_answers_a_resource_list(shipped: Path) -> None:
 
 
 def test_the_cache_key_follows_the_declared_dependencies_only(tmp_path: Path) -> None:
-    from sandbox.install import ROOT, dependency_key, requirements
+    from gpu_slicer.sandbox.install import ROOT, dependency_key, requirements
 
     declared = requirements()
     assert "packaging>=23" in declared  # gunicorn's gevent worker imports it

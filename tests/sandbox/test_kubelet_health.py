@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from kube.memory import InMemoryKubeApi
-from sandbox.kubelet_health import (
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.sandbox.kubelet_health import (
     AllocatedDevice,
     HealthCache,
     HealthWatch,
@@ -22,10 +22,10 @@ from sandbox.kubelet_health import (
     pod_resource_status,
     pods_holding,
 )
-from slicer.agent import NodeAgent
-from slicer.plugin import PluginServer
-from slicer.proto import dra_health_v1alpha1_pb2 as pb
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.agent import NodeAgent
+from gpu_slicer.slicer.plugin import PluginServer
+from gpu_slicer.slicer.proto import dra_health_v1alpha1_pb2 as pb
+from gpu_slicer.slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import agent_config
 
 DRIVER = "gpu-slicer.io"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.kubelet import PreparedClaim, claim_names, container_device_ids
+from gpu_slicer.sandbox.kubelet import PreparedClaim, claim_names, container_device_ids
 
 
 def _pod(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from kube.names import is_dns_label
-from sandbox.neighbours import (
+from gpu_slicer.kube.names import is_dns_label
+from gpu_slicer.sandbox.neighbours import (
     NIC_DRIVER,
     NVIDIA_DRIVER,
     dynamic_mig_slices,
@@ -16,9 +16,9 @@ from sandbox.neighbours import (
     nic_slices,
     nvidia_device_classes,
 )
-from sim.allocator import Allocator, parse_claims
-from sim.pools import AllocatedDevices, compile_pools
-from slicer.inventory import check_limits
+from gpu_slicer.sim.allocator import Allocator, parse_claims
+from gpu_slicer.sim.pools import AllocatedDevices, compile_pools
+from gpu_slicer.slicer.inventory import check_limits
 
 
 def devices(slices: list[dict]) -> list[dict]:  # type: ignore[type-arg]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import node_host
+from gpu_slicer.sandbox import node_host
 
 
 @pytest.mark.skipif(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import node_host
-from sandbox.node_namespace import (
+from gpu_slicer.sandbox import node_host
+from gpu_slicer.sandbox.node_namespace import (
     SHADOWED,
     Bind,
     NamespaceSpec,
@@ -64,7 +64,7 @@ def test_a_spec_with_binds_reads_back_as_written(tmp_path: Path) -> None:
 def test_the_holder_refuses_to_run_in_its_parents_mount_namespace(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "sandbox.node_namespace", str(spec)],
+        [sys.executable, "-m", "gpu_slicer.sandbox.node_namespace", str(spec)],
         cwd=ROOT,
         capture_output=True,
         text=True,

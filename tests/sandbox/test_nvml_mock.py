@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import nvml_mock
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox import nvml_mock
+from gpu_slicer.sandbox.errors import BuildError
 
 HEADER = """
 nvmlReturn_t DECLDIR nvmlInit_v2(void);

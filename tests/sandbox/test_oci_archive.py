@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import oci_archive
+from gpu_slicer.sandbox import oci_archive
 
 
 def _tar(entries: dict[str, bytes | None]) -> bytes:

@@ -8,7 +8,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from sandbox import oci_image
+from gpu_slicer.sandbox import oci_image
 
 IMAGE = oci_image.ImageSpec("docker.io/library/tool:sandbox", entrypoint=["/bin/tool"])
 

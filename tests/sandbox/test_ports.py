@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import process
+from gpu_slicer.sandbox import process
 
 
 def test_a_picked_port_is_free_and_below_the_ephemeral_range() -> None:

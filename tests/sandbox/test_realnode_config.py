@@ -7,12 +7,12 @@ from pathlib import Path
 
 import yaml
 
-from sandbox import realnode
-from sandbox.node_host import is_static_elf, path_without
-from sandbox.node_namespace import nvidia_device_nodes
-from sandbox.sandbox import TOOLKIT_CDI_SPEC
-from slicer.cdi import common_edits_from_spec, validate_spec
-from slicer.simulated import capability_minor_range
+from gpu_slicer.sandbox import realnode
+from gpu_slicer.sandbox.node_host import is_static_elf, path_without
+from gpu_slicer.sandbox.node_namespace import nvidia_device_nodes
+from gpu_slicer.sandbox.sandbox import TOOLKIT_CDI_SPEC
+from gpu_slicer.slicer.cdi import common_edits_from_spec, validate_spec
+from gpu_slicer.slicer.simulated import capability_minor_range
 
 
 def test_containerd_config_is_version_3_toml_with_cdi_and_the_local_pause_image() -> None:

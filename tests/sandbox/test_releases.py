@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import image, releases
+from gpu_slicer.sandbox import image, releases
 
 
 def test_the_previous_release_is_exported_whole_from_its_commit(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
-from sandbox.nodes import NodeSpec
-from sandbox.sandbox import check_state_dir
+from gpu_slicer.cli.main import main
+from gpu_slicer.sandbox.nodes import NodeSpec
+from gpu_slicer.sandbox.sandbox import check_state_dir
 
 
 def _up(tmp_path: Path, *extra: str) -> list[str]:

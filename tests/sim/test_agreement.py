@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.agreement import (
+from gpu_slicer.sim.agreement import (
     ALLOCATED,
     ERROR,
     UNSCHEDULABLE,

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from sim.allocator import Allocator, allocate_on_node
-from sim.errors import AllocationError
-from sim.pools import AllocatedDevices, compile_pools, pools_for_node
+from gpu_slicer.sim.allocator import Allocator, allocate_on_node
+from gpu_slicer.sim.errors import AllocationError
+from gpu_slicer.sim.pools import AllocatedDevices, compile_pools, pools_for_node
 
 Obj = dict[str, Any]
 DRIVER = "gpu-slicer.io"

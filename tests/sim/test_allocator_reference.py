@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from sim.allocator import Allocator
-from sim.pools import AllocatedDevices, compile_pools, pools_for_node
-from slicer.inventory import GpuState, plan_pool
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.sim.allocator import Allocator
+from gpu_slicer.sim.pools import AllocatedDevices, compile_pools, pools_for_node
+from gpu_slicer.slicer.inventory import GpuState, plan_pool
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 CLASSES = {
     "mig.gpu-slicer.io": {
@@ -107,7 +107,7 @@ def _reference(
     claim: dict[str, Any], pool: Any, in_use: AllocatedDevices, allocator: Allocator
 ) -> Any:
     """Brute force over the documented semantics; returns [(request name, device name)]."""
-    from sim.allocator import parse_claims
+    from gpu_slicer.sim.allocator import parse_claims
 
     parsed = parse_claims([claim])
     constraint = (claim["spec"]["devices"].get("constraints") or [None])[0]

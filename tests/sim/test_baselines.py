@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.compare import compare
-from sim.scenario import Scenario, parse_scenario
+from gpu_slicer.sim.compare import compare
+from gpu_slicer.sim.scenario import Scenario, parse_scenario
 
 
 def one_node(gpus: str, *pods: tuple[str, str, dict[str, Any]]) -> Scenario:

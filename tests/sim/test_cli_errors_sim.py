@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main
+from gpu_slicer.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

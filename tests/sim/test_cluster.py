@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from core.devices import SliceSpec
-from sim.compare import compare
-from sim.demand import DemandBook
-from sim.event_loop import Engine
-from sim.scenario import Scenario, load_scenario, parse_scenario
+from gpu_slicer.core.devices import SliceSpec
+from gpu_slicer.sim.compare import compare
+from gpu_slicer.sim.demand import DemandBook
+from gpu_slicer.sim.event_loop import Engine
+from gpu_slicer.sim.scenario import Scenario, load_scenario, parse_scenario
 
 SMALL: dict[str, Any] = {
     "name": "small",
@@ -88,9 +88,9 @@ def test_every_strategy_ends_clean_and_never_overlaps_slices(small: Scenario) ->
 
 
 def test_the_api_path_leaves_no_claim_instance_or_checkpoint_entry(small: Scenario) -> None:
-    from sim.api_node import ApiNode
-    from sim.cluster import GpuSlicerStrategy
-    from sim.plane import ApiControlPlane
+    from gpu_slicer.sim.api_node import ApiNode
+    from gpu_slicer.sim.cluster import GpuSlicerStrategy
+    from gpu_slicer.sim.plane import ApiControlPlane
 
     strategy = GpuSlicerStrategy(
         small, DemandBook(small), device_order="best-fit", through_api=True
@@ -132,8 +132,8 @@ def test_a_node_owns_exactly_the_instances_its_checkpoint_holds(
 ) -> None:
     """As the reconciler does: the simulator's instances are all its agent's (they coincide),
     and one made behind the agent's back is foreign, so the slices stop offering it."""
-    from sim.cluster import GpuSlicerStrategy
-    from sim.node import NodeBase
+    from gpu_slicer.sim.cluster import GpuSlicerStrategy
+    from gpu_slicer.sim.node import NodeBase
 
     strategy = GpuSlicerStrategy(
         small, DemandBook(small), device_order="best-fit", through_api=through_api

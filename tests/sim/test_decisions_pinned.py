@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from sim.compare import make_strategy
-from sim.demand import DemandBook
-from sim.event_loop import Engine, Held, PodRecord
-from sim.scenario import Scenario, parse_scenario
+from gpu_slicer.sim.compare import make_strategy
+from gpu_slicer.sim.demand import DemandBook
+from gpu_slicer.sim.event_loop import Engine, Held, PodRecord
+from gpu_slicer.sim.scenario import Scenario, parse_scenario
 
 PINNED_SCENARIO: dict[str, Any] = {
     "name": "pinned",

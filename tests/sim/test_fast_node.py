@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from core import catalog, gpu_model
-from core.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
-from sim.fast_node import GpuOrderCache, RuledOut, gpu_key
-from sim.pools import compile_pools
-from slicer.inventory import GpuState, plan_pool
-from slicer.ordering import POLICIES, Occupancy, get_policy
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.devices import DeviceSpec, SliceSpec, WholeGpu, parse_device_name
+from gpu_slicer.sim.fast_node import GpuOrderCache, RuledOut, gpu_key
+from gpu_slicer.sim.pools import compile_pools
+from gpu_slicer.slicer.inventory import GpuState, plan_pool
+from gpu_slicer.slicer.ordering import POLICIES, Occupancy, get_policy
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 
 def _random_allocation(rng: random.Random, models: list[gpu_model.GpuModel]) -> list[DeviceSpec]:
@@ -45,7 +45,7 @@ def test_cached_order_equals_the_published_order(policy: str, spec: str) -> None
     models = [catalog.get_model(g.model) for g in backend.gpus()]
     empty = plan_pool("n", states, policy=policy)
     models_by_gpu = dict(enumerate(models))
-    from slicer.ordering import Candidate
+    from gpu_slicer.slicer.ordering import Candidate
 
     candidates = []
     for name in empty.order:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
-from sim.compare import compare
-from sim.report import table, timelines
-from sim.scenario import load_scenario, parse_scenario
+from gpu_slicer.cli.main import main
+from gpu_slicer.sim.compare import compare
+from gpu_slicer.sim.report import table, timelines
+from gpu_slicer.sim.scenario import load_scenario, parse_scenario
 
 
 @pytest.fixture(scope="module")

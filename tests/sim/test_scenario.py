@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from sim.errors import ScenarioError, UnknownNameError
-from sim.scenario import builtin_names, load_scenario, parse_duration, parse_scenario
+from gpu_slicer.sim.errors import ScenarioError, UnknownNameError
+from gpu_slicer.sim.scenario import builtin_names, load_scenario, parse_duration, parse_scenario
 
 BASE: dict[str, Any] = {
     "nodes": [{"name": "n", "gpus": "A100-80GB:1"}],
@@ -144,7 +144,7 @@ def _noon_burst_with(layout: Any) -> Any:
 
     import yaml
 
-    text = resources.files("sim").joinpath("scenarios/noon-burst.yaml").read_text()
+    text = resources.files("gpu_slicer.sim").joinpath("scenarios/noon-burst.yaml").read_text()
     data = yaml.safe_load(text)
     data["layouts"] = {"balanced": layout}
     return parse_scenario(data)
@@ -152,7 +152,7 @@ def _noon_burst_with(layout: Any) -> Any:
 
 def test_a_layout_in_the_agents_file_format_places_exactly_those_instances() -> None:
     # The format of `agent run --static-layout` and `slices --static-layout`, in a scenario.
-    from sim.compare import compare
+    from gpu_slicer.sim.compare import compare
 
     exact = {"default": ["3g.40gb@4", "2g.20gb@2", "1g.10gb@0", "1g.10gb@1"]}
     scenario = _noon_burst_with(exact)

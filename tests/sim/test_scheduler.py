@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from sim.allocator import Allocation
-from sim.demand import DemandBook
-from sim.node import SimClock
-from sim.plane import FastControlPlane
-from sim.scenario import Scenario, parse_scenario
-from sim.scheduler import Scheduler
+from gpu_slicer.sim.allocator import Allocation
+from gpu_slicer.sim.demand import DemandBook
+from gpu_slicer.sim.node import SimClock
+from gpu_slicer.sim.plane import FastControlPlane
+from gpu_slicer.sim.scenario import Scenario, parse_scenario
+from gpu_slicer.sim.scheduler import Scheduler
 
 
 def _scenario(rule: str) -> Scenario:

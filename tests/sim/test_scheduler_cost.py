@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
-from sim import scheduler_cost
-from sim.agreement import MIXED_KINDS
-from sim.errors import ScenarioError
-from sim.scenario import load_scenario
-from webhook.policy import Policy
-from webhook.translate import translate_pod
+from gpu_slicer.cli.main import main
+from gpu_slicer.sim import scheduler_cost
+from gpu_slicer.sim.agreement import MIXED_KINDS
+from gpu_slicer.sim.errors import ScenarioError
+from gpu_slicer.sim.scenario import load_scenario
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.translate import translate_pod
 
 
 @pytest.fixture

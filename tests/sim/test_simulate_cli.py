@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
+from gpu_slicer.cli.main import main
 
 
 def test_no_arguments_runs_noon_burst_and_prints_the_comparison(

@@ -13,10 +13,10 @@ import kubernetes_validate
 import pytest
 from kubernetes.utils import quantity
 
-from core.devices import MigInstance, Mode, SliceSpec
-from kube.memory import InMemoryKubeApi
-from slicer.inventory import GpuState
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core.devices import MigInstance, Mode, SliceSpec
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.inventory import GpuState
+from gpu_slicer.slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE
 
 parse_quantity = cast(Callable[[str], Decimal], quantity.parse_quantity)
@@ -59,7 +59,7 @@ def states_for(
 
 
 def _size(model_key: str, profile: str) -> int:
-    from core.catalog import get_model
+    from gpu_slicer.core.catalog import get_model
 
     return get_model(model_key).profile(profile).memory_slices
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cli.main import build_parser, main
-from sandbox.process import free_port
-from slicer.cli import agent_settings
-from slicer.proto import (
+from gpu_slicer.cli.main import build_parser, main
+from gpu_slicer.sandbox.process import free_port
+from gpu_slicer.slicer.cli import agent_settings
+from gpu_slicer.slicer.proto import (
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2,
@@ -244,11 +244,11 @@ def test_without_a_toolkit_spec_the_agent_says_pods_get_no_cuda_libraries(
     short_dir: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from kube.memory import InMemoryKubeApi
-    from slicer.agent import NodeAgent
-    from slicer.assembly import AgentConfig
-    from slicer.cdi import load_toolkit_spec
-    from slicer.simulated import SimulatedBackend
+    from gpu_slicer.kube.memory import InMemoryKubeApi
+    from gpu_slicer.slicer.agent import NodeAgent
+    from gpu_slicer.slicer.assembly import AgentConfig
+    from gpu_slicer.slicer.cdi import load_toolkit_spec
+    from gpu_slicer.slicer.simulated import SimulatedBackend
 
     def agent(config: AgentConfig) -> NodeAgent:
         return NodeAgent(config, backend=SimulatedBackend("A30:1"), api=InMemoryKubeApi())
@@ -288,7 +288,7 @@ def test_the_agent_process_serves_the_kubelet_and_stops_cleanly_on_sigterm(
         [
             sys.executable,
             "-m",
-            "cli.main",
+            "gpu_slicer.cli.main",
             *simulated_agent_args(short_dir),
             "--simulate-state",
             str(short_dir / "gpus.json"),
@@ -397,8 +397,8 @@ def test_simulate_event_refuses_what_no_agent_could_take(
         == 2
     )
     assert "not a running simulated agent's state file" in capsys.readouterr().err
-    from slicer.simulated import SimulatedBackend
-    from slicer.simulated_store import PersistedBackend
+    from gpu_slicer.slicer.simulated import SimulatedBackend
+    from gpu_slicer.slicer.simulated_store import PersistedBackend
 
     PersistedBackend(SimulatedBackend("A100-80GB:2"), state)
     assert (
@@ -415,7 +415,7 @@ def _settings_and_warnings(
     argv: list[str], environ: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> tuple[str, list[str]]:
     caplog.clear()
-    with caplog.at_level("WARNING", logger="slicer.cli"):
+    with caplog.at_level("WARNING", logger="gpu_slicer.slicer.cli"):
         settings = agent_settings(build_parser().parse_args(["agent", "run", *argv]), environ)
     return settings.device_order, [r.getMessage() for r in caplog.records]
 

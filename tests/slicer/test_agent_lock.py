@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from slicer import agent_lock
-from slicer.agent_lock import AgentLockHeld
+from gpu_slicer.slicer import agent_lock
+from gpu_slicer.slicer.agent_lock import AgentLockHeld
 from tests.support.agent_fixtures import simulated_agent_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def _agent(folder: Path, *extra: str) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "cli.main",
+            "gpu_slicer.cli.main",
             *simulated_agent_args(folder),
             "--metrics-bind",
             "",
@@ -129,8 +129,8 @@ def test_an_agent_given_lock_wait_takes_over_when_the_first_exits(short_dir: Pat
 
 
 def test_lock_wait_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cli.main import build_parser
-    from slicer.cli import agent_settings
+    from gpu_slicer.cli.main import build_parser
+    from gpu_slicer.slicer.cli import agent_settings
 
     monkeypatch.setenv("GPU_SLICER_LOCK_WAIT", "45")
     assert agent_settings(build_parser().parse_args(["agent", "run"])).lock_wait == 45.0

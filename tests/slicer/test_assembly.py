@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from kube.errors import ApiError
-from kube.memory import InMemoryKubeApi
-from slicer.assembly import Advertise, AgentConfig, AgentParts, assemble, discover_modes
-from slicer.claim_cache import AllocatedDevice
-from slicer.clock import Clock
-from slicer.device_attributes import MINIMAL_ATTRIBUTES
-from slicer.profile_filter import ProfileFilter
-from slicer.publisher import NODE_LOOK_AGAIN_S
-from slicer.reconciler import NodeView
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.kube.errors import ApiError
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.assembly import Advertise, AgentConfig, AgentParts, assemble, discover_modes
+from gpu_slicer.slicer.claim_cache import AllocatedDevice
+from gpu_slicer.slicer.clock import Clock
+from gpu_slicer.slicer.device_attributes import MINIMAL_ATTRIBUTES
+from gpu_slicer.slicer.profile_filter import ProfileFilter
+from gpu_slicer.slicer.publisher import NODE_LOOK_AGAIN_S
+from gpu_slicer.slicer.reconciler import NodeView
+from gpu_slicer.slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE, allocate_claim, delete_claim
 
 SLICES = ("resource.k8s.io/v1", "ResourceSlice")
@@ -230,7 +230,7 @@ def test_report_scaling_decides_whether_the_agent_warns_of_quadratic_scheduling(
     )
     parts = assemble(config, backend=backend, api=api)
     parts.claims.sync_once()
-    with caplog.at_level(logging.WARNING, logger="slicer.publisher"):
+    with caplog.at_level(logging.WARNING, logger="gpu_slicer.slicer.publisher"):
         parts.reconciler.reconcile_once()
     assert any("square" in r.getMessage() for r in caplog.records) == report
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from slicer.cdi import (
+from gpu_slicer.slicer.cdi import (
     CDI_VERSION,
     CdiDirectory,
     CdiError,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from core.identity import DRIVER, LEGACY_DRIVERS
-from kube.memory import InMemoryKubeApi
-from slicer.checkpoint import (
+from gpu_slicer.core.identity import DRIVER, LEGACY_DRIVERS
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.checkpoint import (
     LEGACY_FORMAT,
     PREPARE_COMPLETED,
     PREPARE_STARTED,
@@ -26,8 +26,8 @@ from slicer.checkpoint import (
     encode,
     writer,
 )
-from slicer.errors import CheckpointError, CheckpointTooNew
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.errors import CheckpointError, CheckpointTooNew
+from gpu_slicer.slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE, allocate_claim, build_agent, ref
 from tests.support.previous_formats import (
     CHECKPOINT_V1_FILE,

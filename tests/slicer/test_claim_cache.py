@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from kube.errors import Unavailable
-from kube.memory import InMemoryKubeApi
-from slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_results
+from gpu_slicer.kube.errors import Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_results
 from tests.support.agent_fixtures import NODE, allocate_claim, ref
 
 

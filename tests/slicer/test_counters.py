@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from core import catalog
-from core.devices import SliceSpec
-from core.gpu_model import GpuModel
-from slicer import counters
-from slicer.counters import binding_counters, memory_slice_counter
-from slicer.inventory import GpuState, build_slices
+from gpu_slicer.core import catalog
+from gpu_slicer.core.devices import SliceSpec
+from gpu_slicer.core.gpu_model import GpuModel
+from gpu_slicer.slicer import counters
+from gpu_slicer.slicer.counters import binding_counters, memory_slice_counter
+from gpu_slicer.slicer.inventory import GpuState, build_slices
 
 MODEL_KEYS = [m.key for m in catalog.MODELS]
 

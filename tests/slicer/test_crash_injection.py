@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from kube.memory import InMemoryKubeApi
-from slicer.checkpoint import PREPARE_COMPLETED
-from slicer.simulated import SimulatedBackend
-from slicer.state import instance_at
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.checkpoint import PREPARE_COMPLETED
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.state import instance_at
 from tests.support.agent_fixtures import (
     NODE,
     Agent,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sim.agreement import claim_spec_for
-from slicer.demand import (
+from gpu_slicer.sim.agreement import claim_spec_for
+from gpu_slicer.slicer.demand import (
     NOTHING,
     ClaimAsks,
     Demand,
@@ -20,8 +20,8 @@ from slicer.demand import (
     read_claim_spec,
     read_template,
 )
-from slicer.profile_filter import ProfileFilter
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.profile_filter import ProfileFilter
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 A100 = "A100-80GB:2"
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from core.devices import SliceSpec, parse_device_name
-from kube.memory import InMemoryKubeApi
-from sim.agreement import claim_spec_for
-from slicer.assembly import AgentConfig, AgentParts, assemble
-from slicer.clock import Clock
-from slicer.inventory import ADVERTISED_ANNOTATION
-from slicer.profile_filter import ProfileFilter
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core.devices import SliceSpec, parse_device_name
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.sim.agreement import claim_spec_for
+from gpu_slicer.slicer.assembly import AgentConfig, AgentParts, assemble
+from gpu_slicer.slicer.clock import Clock
+from gpu_slicer.slicer.inventory import ADVERTISED_ANNOTATION
+from gpu_slicer.slicer.profile_filter import ProfileFilter
+from gpu_slicer.slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE, allocate_claim
 
 SLICES = ("resource.k8s.io/v1", "ResourceSlice")

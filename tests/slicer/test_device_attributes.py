@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 
-from core.devices import Mode
-from core.identity import qualified
-from sim.agreement import mixed_pods
-from sim.allocator import allocate_on_node
-from slicer.device_attributes import (
+from gpu_slicer.core.devices import Mode
+from gpu_slicer.core.identity import qualified
+from gpu_slicer.sim.agreement import mixed_pods
+from gpu_slicer.sim.allocator import allocate_on_node
+from gpu_slicer.slicer.device_attributes import (
     MINIMAL_ATTRIBUTES,
     MINIMAL_CAPACITY,
     DeviceAttributes,
     device_body,
 )
-from slicer.deviceclasses import device_classes
-from slicer.preview import preview_pool
-from status.view import build_status
+from gpu_slicer.slicer.deviceclasses import device_classes
+from gpu_slicer.slicer.preview import preview_pool
+from gpu_slicer.status.view import build_status
 
 Obj = dict[str, Any]
 SERVER = (1, 37)

@@ -5,9 +5,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from slicer.device_health import DeviceHealth, HealthFeed, device_health, unhealthy_message
-from slicer.plugin import health_response
-from slicer.proto import dra_health_v1alpha1_pb2 as pb
+from gpu_slicer.slicer.device_health import (
+    DeviceHealth,
+    HealthFeed,
+    device_health,
+    unhealthy_message,
+)
+from gpu_slicer.slicer.plugin import health_response
+from gpu_slicer.slicer.proto import dra_health_v1alpha1_pb2 as pb
 
 
 def test_every_device_of_an_unhealthy_gpu_is_unhealthy_and_the_others_healthy() -> None:

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from core.identity import DRIVER, LEGACY_DRIVERS, unqualified
-from kube.device_cel import DeviceView, matches
-from slicer.deviceclasses import (
+from gpu_slicer.core.identity import DRIVER, LEGACY_DRIVERS, unqualified
+from gpu_slicer.kube.device_cel import DeviceView, matches
+from gpu_slicer.slicer.deviceclasses import (
     EXTENDED_RESOURCE_NAME,
     GPU_CLASS,
     MIG_CLASS,
     device_classes,
 )
-from slicer.inventory import GpuState, build_slices
+from gpu_slicer.slicer.inventory import GpuState, build_slices
 
 VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 

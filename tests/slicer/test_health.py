@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from core.devices import DeviceTaint
-from slicer.backend import HealthEvent
-from slicer.errors import BackendError
-from slicer.health import HealthTracker, is_critical
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core.devices import DeviceTaint
+from gpu_slicer.slicer.backend import HealthEvent
+from gpu_slicer.slicer.errors import BackendError
+from gpu_slicer.slicer.health import HealthTracker, is_critical
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 
 def tracker() -> tuple[SimulatedBackend, HealthTracker, list[int]]:

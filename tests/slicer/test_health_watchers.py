@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from slicer.health_watchers import HealthWatchers, Watcher
+from gpu_slicer.slicer.health_watchers import HealthWatchers, Watcher
 
 
 class Clock:

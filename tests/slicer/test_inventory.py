@@ -9,12 +9,12 @@ from typing import Any, cast
 import pytest
 from kubernetes.utils import quantity
 
-from core import catalog
-from core.devices import DeviceTaint, SliceSpec, WholeGpu, parse_device_name
-from core.gpu_model import GpuModel
-from core.identity import DRIVER
-from slicer.counters import binding_counters
-from slicer.inventory import (
+from gpu_slicer.core import catalog
+from gpu_slicer.core.devices import DeviceTaint, SliceSpec, WholeGpu, parse_device_name
+from gpu_slicer.core.gpu_model import GpuModel
+from gpu_slicer.core.identity import DRIVER
+from gpu_slicer.slicer.counters import binding_counters
+from gpu_slicer.slicer.inventory import (
     GpuState,
     InventoryError,
     build_slices,
@@ -24,7 +24,7 @@ from slicer.inventory import (
     plan_pool,
     semver,
 )
-from slicer.layout import StaticLayout
+from gpu_slicer.slicer.layout import StaticLayout
 
 VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 MODEL_KEYS = [m.key for m in catalog.MODELS]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from slicer.keyed_locks import KeyedLocks
+from gpu_slicer.slicer.keyed_locks import KeyedLocks
 
 
 def test_a_keyed_lock_excludes_others_of_its_key_and_is_forgotten_once_free() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kube.memory import InMemoryKubeApi
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import allocate_claim, build_agent
 
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from kube.memory import InMemoryKubeApi
-from slicer.backend import model_of
-from slicer.inventory import default_mode
-from slicer.mig_mode import MigModeBlocked, MigModeManager
-from slicer.simulated import SimulatedBackend
-from slicer.state import PrepareError
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.backend import model_of
+from gpu_slicer.slicer.inventory import default_mode
+from gpu_slicer.slicer.mig_mode import MigModeBlocked, MigModeManager
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.state import PrepareError
 from tests.support.agent_fixtures import NODE, allocate_claim, build_agent
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pynvml as real
 import pytest
 
-from slicer.backend import HealthEvent, model_of
-from slicer.errors import (
+from gpu_slicer.slicer.backend import HealthEvent, model_of
+from gpu_slicer.slicer.errors import (
     BackendError,
     GpuInUse,
     GpuLost,
@@ -18,7 +18,7 @@ from slicer.errors import (
     NotSupported,
     ResetRequired,
 )
-from slicer.nvml import NvmlBackend
+from gpu_slicer.slicer.nvml import NvmlBackend
 from tests.support.fake_pynvml import CI_ID_OFFSET, GI_ID_OFFSET, FakeGpu, FakeNvml
 
 
@@ -479,9 +479,9 @@ def test_published_profile_facts_are_nvml_s_and_differences_from_the_catalog_are
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from core import catalog
-    from kube.quantity import format_bytes
-    from slicer.inventory import GpuState, advertise_gpu
+    from gpu_slicer.core import catalog
+    from gpu_slicer.kube.quantity import format_bytes
+    from gpu_slicer.slicer.inventory import GpuState, advertise_gpu
 
     backend, fake = backend_for(tmp_path, FakeGpu("A100-80GB"))
     (info,) = backend.gpus()
@@ -511,8 +511,8 @@ def test_a_gpu_the_catalog_does_not_know_is_advertised_from_what_nvml_reports(
 ) -> None:
     from dataclasses import replace
 
-    from core import catalog
-    from slicer.inventory import GpuState, advertise_gpu
+    from gpu_slicer.core import catalog
+    from gpu_slicer.slicer.inventory import GpuState, advertise_gpu
 
     base = catalog.get_model("B200")
     future = replace(
@@ -538,7 +538,7 @@ def test_a_gpu_the_catalog_does_not_know_is_advertised_from_what_nvml_reports(
 def test_brand_and_cuda_driver_version_are_read_for_the_nvidia_compatible_attributes(
     tmp_path: Path,
 ) -> None:
-    from slicer.inventory import GpuState, advertise_gpu
+    from gpu_slicer.slicer.inventory import GpuState, advertise_gpu
 
     backend, _ = backend_for(tmp_path, FakeGpu("H100-80GB"))
     (info,) = backend.gpus()

@@ -5,11 +5,11 @@ The reconciler, ``gpu-slicer slices`` and the simulator's nodes all observe the 
 
 from __future__ import annotations
 
-from core.devices import MigInstance, SliceSpec, WholeGpu
-from slicer.checkpoint import PreparedDevice
-from slicer.inventory import plan_pool
-from slicer.observe import NodeView, ObservedGpu, observe_node
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core.devices import MigInstance, SliceSpec, WholeGpu
+from gpu_slicer.slicer.checkpoint import PreparedDevice
+from gpu_slicer.slicer.inventory import plan_pool
+from gpu_slicer.slicer.observe import NodeView, ObservedGpu, observe_node
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 NODE = "node-a"
 

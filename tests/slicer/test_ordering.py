@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from core import catalog, gpu_model
-from core.devices import DeviceSpec, SliceSpec, parse_device_name
-from slicer.inventory import GpuState, build_slices, plan_pool
-from slicer.ordering import (
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.devices import DeviceSpec, SliceSpec, parse_device_name
+from gpu_slicer.slicer.inventory import GpuState, build_slices, plan_pool
+from gpu_slicer.slicer.ordering import (
     POLICIES,
     Occupancy,
     OrderingError,

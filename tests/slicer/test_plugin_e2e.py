@@ -16,13 +16,13 @@ from typing import Any
 import grpc
 import pytest
 
-from kube.errors import Unavailable
-from kube.memory import InMemoryKubeApi
-from slicer.agent import NodeAgent
-from slicer.cdi import validate_spec
-from slicer.claim_cache import ClaimCache
-from slicer.plugin import ClaimRef, DraDriver
-from slicer.proto import (
+from gpu_slicer.kube.errors import Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.agent import NodeAgent
+from gpu_slicer.slicer.cdi import validate_spec
+from gpu_slicer.slicer.claim_cache import ClaimCache
+from gpu_slicer.slicer.plugin import ClaimRef, DraDriver
+from gpu_slicer.slicer.proto import (
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2,
@@ -32,7 +32,7 @@ from slicer.proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.simulated import SimulatedBackend
 from tests.support.agent_fixtures import NODE, agent_config, allocate_claim, build_agent, ref
 
 VERSIONS = {

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from core import catalog
-from core.devices import SliceSpec
-from slicer.inventory import GpuState, plan_pool
-from slicer.preview import preview_pool
-from slicer.profile_filter import ProfileFilter, ProfileFilterError
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core import catalog
+from gpu_slicer.core.devices import SliceSpec
+from gpu_slicer.slicer.inventory import GpuState, plan_pool
+from gpu_slicer.slicer.preview import preview_pool
+from gpu_slicer.slicer.profile_filter import ProfileFilter, ProfileFilterError
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 A100 = catalog.get_model("A100-80GB")
 H100 = catalog.get_model("H100-96GB")

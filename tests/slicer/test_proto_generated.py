@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slicer.proto import (
+from gpu_slicer.slicer.proto import (
     dra_health_v1alpha1_pb2,
     dra_v1_pb2,
     dra_v1beta1_pb2,
     pluginregistration_pb2,
 )
-from slicer.proto.generate import PROTO_DIR, generate
+from gpu_slicer.slicer.proto.generate import PROTO_DIR, generate
 
 
 def test_the_committed_generated_code_matches_a_fresh_generation(tmp_path: Path) -> None:

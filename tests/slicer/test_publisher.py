@@ -12,15 +12,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.devices import SliceSpec
-from core.identity import DRIVER, RESOURCE_API
-from kube.errors import AlreadyExists, Conflict, Forbidden, NotFound, Unavailable
-from kube.memory import InMemoryKubeApi
-from slicer.clock import Clock
-from slicer.errors import PublishError
-from slicer.inventory import GpuState, check_limits
-from slicer.ordering import RepublishLimiter
-from slicer.publisher import (
+from gpu_slicer.core.devices import SliceSpec
+from gpu_slicer.core.identity import DRIVER, RESOURCE_API
+from gpu_slicer.kube.errors import AlreadyExists, Conflict, Forbidden, NotFound, Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.clock import Clock
+from gpu_slicer.slicer.errors import PublishError
+from gpu_slicer.slicer.inventory import GpuState, check_limits
+from gpu_slicer.slicer.ordering import RepublishLimiter
+from gpu_slicer.slicer.publisher import (
     FALLBACK_REASON,
     RESTORED_REASON,
     AdvertiseState,
@@ -212,7 +212,7 @@ def test_dropped_counters_switch_to_the_static_layout_and_say_so(
     api.drop_fields("ResourceSlice", ["spec.sharedCounters", "spec.devices[].consumesCounters"])
     placed = {0: [("3g.40gb", 0)]}
     states = make_states("H100-80GB:2", instances=placed, owned=placed)
-    with caplog.at_level(logging.WARNING, logger="slicer.publisher"):
+    with caplog.at_level(logging.WARNING, logger="gpu_slicer.slicer.publisher"):
         result = publisher.publish(states)
     assert result.fell_back and result.static and publisher.static
     stored = slices_of(api)
@@ -535,7 +535,7 @@ def test_counters_on_a_release_without_the_scheduler_fix_are_reported_once(
     api = InMemoryKubeApi(server_version=version)
     metrics = PublisherMetrics()
     publisher = SlicePublisher(api, "node-a", static=static, metrics=metrics)
-    with caplog.at_level(logging.WARNING, logger="slicer.publisher"):
+    with caplog.at_level(logging.WARNING, logger="gpu_slicer.slicer.publisher"):
         publisher.publish(make_states("H200:2"))
         publisher.publish(make_states("H200:1"))
     warnings = [r.getMessage() for r in caplog.records if "square" in r.getMessage()]

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from core.devices import SliceSpec
-from kube.errors import Unavailable
-from kube.memory import InMemoryKubeApi
-from slicer.agent import NodeAgent
-from slicer.assembly import AgentConfig
-from slicer.clock import Clock
-from slicer.errors import InsufficientResources
-from slicer.reconciler import ReconcileReport
-from slicer.simulated import SimulatedBackend
-from slicer.state import PrepareError
+from gpu_slicer.core.devices import SliceSpec
+from gpu_slicer.kube.errors import Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.agent import NodeAgent
+from gpu_slicer.slicer.assembly import AgentConfig
+from gpu_slicer.slicer.clock import Clock
+from gpu_slicer.slicer.errors import InsufficientResources
+from gpu_slicer.slicer.reconciler import ReconcileReport
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.state import PrepareError
 from tests.support.agent_fixtures import (
     NODE,
     AgentCrash,

@@ -17,10 +17,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from core import catalog, gpu_model
-from kube.memory import InMemoryKubeApi
-from slicer.backend import HealthEvent
-from slicer.errors import (
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.backend import HealthEvent
+from gpu_slicer.slicer.errors import (
     BackendError,
     GpuInUse,
     GpuLost,
@@ -29,7 +29,7 @@ from slicer.errors import (
     NotSupported,
     ResetRequired,
 )
-from slicer.simulated import SimulatedBackend, placement_gi_id
+from gpu_slicer.slicer.simulated import SimulatedBackend, placement_gi_id
 from tests.support.agent_fixtures import (
     NODE,
     allocate_claim,

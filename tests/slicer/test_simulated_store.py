@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from slicer.backend import HealthEvent
-from slicer.errors import GpuLost
-from slicer.simulated import SimulatedBackend
-from slicer.simulated_store import (
+from gpu_slicer.slicer.backend import HealthEvent
+from gpu_slicer.slicer.errors import GpuLost
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.simulated_store import (
     PersistedBackend,
     StateFileError,
     events_dir,
@@ -69,7 +69,7 @@ def test_hostile_inbox_entries_get_one_warning_each_and_later_events_are_still_p
     os.mkfifo(inbox / "6-pipe.json")
     queue_event(store.path, HealthEvent(1, "xid", xid=48))
 
-    caplog.set_level(logging.WARNING, logger="slicer.simulated_store")
+    caplog.set_level(logging.WARNING, logger="gpu_slicer.slicer.simulated_store")
     assert [(e.gpu_index, e.xid) for e in store.health_events(0)] == [(1, 48)]
     for _ in range(3):  # the next polls: nothing new, no warning again
         assert store.health_events(0) == []

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from core import catalog
-from slicer import cli as slicer_cli
-from slicer.inventory import check_limits
+from gpu_slicer.core import catalog
+from gpu_slicer.slicer import cli as slicer_cli
+from gpu_slicer.slicer.inventory import check_limits
 
 VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from slicer.cli import YAML_DUMPER
-from slicer.deviceclasses import device_classes
-from slicer.inventory import GpuState, plan_pool
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.cli import YAML_DUMPER
+from gpu_slicer.slicer.deviceclasses import device_classes
+from gpu_slicer.slicer.inventory import GpuState, plan_pool
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 
 @pytest.mark.skipif(not hasattr(yaml, "CSafeDumper"), reason="PyYAML built without libyaml")

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from core.devices import SliceSpec, WholeGpu
-from kube.memory import InMemoryKubeApi
-from slicer.checkpoint import PREPARE_COMPLETED
-from slicer.claim_cache import AllocatedDevice
-from slicer.errors import BackendError, InsufficientResources, SlicerError
-from slicer.simulated import BACKEND_METHODS, SimulatedBackend
-from slicer.state import InstanceBusy, PrepareError, plan_claim
+from gpu_slicer.core.devices import SliceSpec, WholeGpu
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.checkpoint import PREPARE_COMPLETED
+from gpu_slicer.slicer.claim_cache import AllocatedDevice
+from gpu_slicer.slicer.errors import BackendError, InsufficientResources, SlicerError
+from gpu_slicer.slicer.simulated import BACKEND_METHODS, SimulatedBackend
+from gpu_slicer.slicer.state import InstanceBusy, PrepareError, plan_claim
 from tests.support.agent_fixtures import (
     NODE,
     Agent,

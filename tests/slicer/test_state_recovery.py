@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kube.memory import InMemoryKubeApi
-from slicer.checkpoint import PREPARE_STARTED
-from slicer.claim_cache import our_results
-from slicer.errors import InsufficientResources
-from slicer.simulated import SimulatedBackend
-from slicer.state import STALE_PREPARE, VANISHED_CLAIM, InstanceBusy
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.checkpoint import PREPARE_STARTED
+from gpu_slicer.slicer.claim_cache import our_results
+from gpu_slicer.slicer.errors import InsufficientResources
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.state import STALE_PREPARE, VANISHED_CLAIM, InstanceBusy
 from tests.support.agent_fixtures import NODE, Agent, allocate_claim, build_agent, ref
 
 DRIFT = "gpu_slicer_agent_drift_found_total"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kube.memory import InMemoryKubeApi
-from slicer.layout import StaticLayout
-from slicer.simulated import SimulatedBackend
-from slicer.state import PrepareError
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.layout import StaticLayout
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.state import PrepareError
 from tests.support.agent_fixtures import allocate_claim, build_agent, delete_claim, ref
 
 LAYOUT = StaticLayout.from_mapping(

@@ -14,14 +14,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kube.memory import InMemoryKubeApi
-from slicer import agent_lock
-from slicer.agent import NodeAgent
-from slicer.backend import HealthEvent
-from slicer.cdi import CdiDirectory, DeviceEdits
-from slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc
-from slicer.simulated import SimulatedBackend
-from slicer.simulated_store import events_dir, queue_event
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer import agent_lock
+from gpu_slicer.slicer.agent import NodeAgent
+from gpu_slicer.slicer.backend import HealthEvent
+from gpu_slicer.slicer.cdi import CdiDirectory, DeviceEdits
+from gpu_slicer.slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.simulated_store import events_dir, queue_event
 from tests.support.agent_fixtures import NODE, agent_config, allocate_claim, ref
 
 

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from core.devices import SliceSpec, WholeGpu
-from core.identity import DRIVER, LEGACY_DRIVERS
-from kube.memory import InMemoryKubeApi
-from sandbox import image, releases
-from slicer.assembly import AgentConfig, AgentParts, assemble
-from slicer.inventory import GpuState, advertise_gpu
-from slicer.plugin import ClaimRef
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core.devices import SliceSpec, WholeGpu
+from gpu_slicer.core.identity import DRIVER, LEGACY_DRIVERS
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.sandbox import image, releases
+from gpu_slicer.slicer.assembly import AgentConfig, AgentParts, assemble
+from gpu_slicer.slicer.inventory import GpuState, advertise_gpu
+from gpu_slicer.slicer.plugin import ClaimRef
+from gpu_slicer.slicer.simulated import SimulatedBackend
 from tests.slicer.conftest import states_for
 from tests.support.agent_fixtures import NODE, allocate_claim, build_agent
 

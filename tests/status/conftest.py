@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kube.memory import InMemoryKubeApi
+from gpu_slicer.kube.memory import InMemoryKubeApi
 from tests.support.status_fixtures import sandbox_like
 
 

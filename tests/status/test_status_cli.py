@@ -12,11 +12,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cli.main import build_parser, main
-from core.identity import DRIVERS
-from kube.errors import Forbidden, NotFound, Unavailable
-from kube.memory import InMemoryKubeApi
-from status import cli as status_cli
+from gpu_slicer.cli.main import build_parser, main
+from gpu_slicer.core.identity import DRIVERS
+from gpu_slicer.kube.errors import Forbidden, NotFound, Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.status import cli as status_cli
 from tests.support.scaling_cases import RELEASES, check_note
 from tests.support.status_fixtures import STATUS_SCHEMA
 

@@ -8,9 +8,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from slicer.demand import EVERY_PROFILE, Advertised
-from status.render import advertised_line, as_json, cell_width, picture, table
-from status.view import ClusterStatus, build_status
+from gpu_slicer.slicer.demand import EVERY_PROFILE, Advertised
+from gpu_slicer.status.render import advertised_line, as_json, cell_width, picture, table
+from gpu_slicer.status.view import ClusterStatus, build_status
 from tests.support.status_fixtures import INFER, STATUS_SCHEMA, claim, node_slices, sandbox_like
 
 Obj = dict[str, Any]

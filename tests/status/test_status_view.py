@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from slicer.demand import EVERY_PROFILE, ClaimAsks, Demand
-from slicer.profile_filter import ProfileFilter
-from status.view import ClusterStatus, PodRef, build_status
+from gpu_slicer.slicer.demand import EVERY_PROFILE, ClaimAsks, Demand
+from gpu_slicer.slicer.profile_filter import ProfileFilter
+from gpu_slicer.status.view import ClusterStatus, PodRef, build_status
 from tests.support.status_fixtures import (
     INFER,
     TRAIN,

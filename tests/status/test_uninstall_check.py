@@ -8,10 +8,10 @@ import argparse
 
 import pytest
 
-from cli.main import build_parser
-from kube.errors import Forbidden
-from kube.memory import InMemoryKubeApi
-from status import uninstall
+from gpu_slicer.cli.main import build_parser
+from gpu_slicer.kube.errors import Forbidden
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.status import uninstall
 from tests.support.status_fixtures import claim, pod
 
 

@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.identity import DRIVER
-from kube.memory import InMemoryKubeApi
-from slicer.agent_metrics import AgentMetrics
-from slicer.assembly import AgentConfig, assemble
-from slicer.backend import model_of
-from slicer.claim_cache import ClaimCache
-from slicer.clock import SYSTEM_CLOCK, Clock
-from slicer.health import HealthTracker
-from slicer.inventory import default_mode
-from slicer.reconciler import NodeView, Reconciler
-from slicer.simulated import SimulatedBackend
-from slicer.state import DeviceState
+from gpu_slicer.core.identity import DRIVER
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.agent_metrics import AgentMetrics
+from gpu_slicer.slicer.assembly import AgentConfig, assemble
+from gpu_slicer.slicer.backend import model_of
+from gpu_slicer.slicer.claim_cache import ClaimCache
+from gpu_slicer.slicer.clock import SYSTEM_CLOCK, Clock
+from gpu_slicer.slicer.health import HealthTracker
+from gpu_slicer.slicer.inventory import default_mode
+from gpu_slicer.slicer.reconciler import NodeView, Reconciler
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.slicer.state import DeviceState
 
 NODE = "node-a"
 
@@ -120,7 +120,7 @@ class Agent:
     published: list[NodeView] = field(default_factory=list)
 
     def prepare(self, claim: dict[str, Any]) -> Any:
-        from slicer.claim_cache import our_results
+        from gpu_slicer.slicer.claim_cache import our_results
 
         uid, ns, name = ref(claim)
         stored = self.claims.get(ns, name, uid)
@@ -223,7 +223,7 @@ def live_instances(backend: Any) -> list[Any]:
 
 def node_slices(backend: Any, node: str = NODE) -> list[dict[str, Any]]:
     """The ResourceSlices the agent publishes for ``backend``'s GPUs in their default modes."""
-    from slicer.inventory import GpuState, build_slices
+    from gpu_slicer.slicer.inventory import GpuState, build_slices
 
     states = [
         GpuState(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from kube.api import Obj
+from gpu_slicer.kube.api import Obj
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 NAMESPACE = "gpu-slicer"

@@ -8,8 +8,8 @@ import json
 import subprocess
 from typing import Any
 
-from core.identity import DRIVERS
-from sandbox.helm import helm_binary
+from gpu_slicer.core.identity import DRIVERS
+from gpu_slicer.sandbox.helm import helm_binary
 from tests.support.e2e_sandbox import Obj, Sandbox
 
 RELEASE_NAMESPACE = "gpu-slicer"

@@ -27,10 +27,10 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sandbox import launch
-from sandbox.cluster import api_client
-from sandbox.errors import BuildError
-from sandbox.install import install
+from gpu_slicer.sandbox import launch
+from gpu_slicer.sandbox.cluster import api_client
+from gpu_slicer.sandbox.errors import BuildError
+from gpu_slicer.sandbox.install import install
 
 Obj = dict[str, Any]
 
@@ -229,7 +229,15 @@ class Sandbox:
         inject a fault (``--gpu 0 --xid 79``) or its recovery (``--gpu 0 --recovered``)."""
         state = self.ready["nodes"][node]["gpuState"]
         done = subprocess.run(
-            [sys.executable, "-m", "cli.main", "agent", "simulate-event", "--simulate-state", state]
+            [
+                sys.executable,
+                "-m",
+                "gpu_slicer.cli.main",
+                "agent",
+                "simulate-event",
+                "--simulate-state",
+                state,
+            ]
             + list(flags),
             capture_output=True,
             text=True,
@@ -349,7 +357,7 @@ def chart_pods_sandbox(prefix: str, node: str, gpus: str, *install: str) -> Iter
     ``CI=true``. On the way out the sandbox must stop cleanly and leave no process behind."""
     from pytest import fail, skip
 
-    from sandbox import binaries, image, node_host, realnode
+    from gpu_slicer.sandbox import binaries, image, node_host, realnode
 
     def unavailable(reason: str) -> None:
         if os.environ.get("CI", "").lower() == "true":

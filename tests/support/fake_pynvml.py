@@ -21,8 +21,8 @@ from typing import Any
 
 import pynvml as real
 
-from core import catalog, gpu_model
-from slicer.simulated import placement_gi_id
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.slicer.simulated import placement_gi_id
 
 GI_ID_OFFSET = 100
 """This fake numbers GI profiles 100 + the constant's value (real ids are device-specific)."""

@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.errors import BuildError
+from gpu_slicer.sandbox.errors import BuildError
 
 
 @functools.cache
 def helm() -> Path:
-    from sandbox.helm import helm_binary
+    from gpu_slicer.sandbox.helm import helm_binary
 
     return _or_skip("helm", helm_binary)
 
 
 @functools.cache
 def kustomize() -> Path:
-    from sandbox.kustomize import kustomize_binary
+    from gpu_slicer.sandbox.kustomize import kustomize_binary
 
     return _or_skip("kustomize", kustomize_binary)
 

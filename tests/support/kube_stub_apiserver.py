@@ -17,9 +17,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from kube.api import RESOURCES, Resource
-from kube.errors import ApiError, KubeError, Unavailable
-from kube.memory import InMemoryKubeApi
+from gpu_slicer.kube.api import RESOURCES, Resource
+from gpu_slicer.kube.errors import ApiError, KubeError, Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from certs.issue import self_signed
-from sandbox.process import Component, free_port
+from gpu_slicer.certs.issue import self_signed
+from gpu_slicer.sandbox.process import Component, free_port
 from tests.support.e2e_sandbox import Sandbox
 
 
@@ -137,8 +137,8 @@ def apply_template(box: Sandbox, namespace: str, template: dict[str, Any]) -> No
 def as_git_keeps_it(box: Sandbox, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
     """``body`` converted by ``gpu-slicer convert`` (the default policy), its templates applied
     as ``kubectl apply`` would: what a GitOps tree holds after the migration."""
-    from webhook.convert import convert_objects
-    from webhook.policy import Policy
+    from gpu_slicer.webhook.convert import convert_objects
+    from gpu_slicer.webhook.policy import Policy
 
     converted = convert_objects([body], policy=Policy.default())
     (converted_body,) = converted.objects

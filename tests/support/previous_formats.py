@@ -13,7 +13,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from slicer.checkpoint import Checkpoint
+from gpu_slicer.slicer.checkpoint import Checkpoint
 
 CHECKPOINT_V1_FILE = Path(__file__).resolve().parents[1] / "slicer" / "data" / "checkpoint-v1.json"
 

@@ -22,10 +22,10 @@ from typing import Any
 import jsonpatch
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from certs import issue as certs_issue
-from kube.api import Obj
-from sandbox.process import free_port
-from webhook.config import ServerConfig
+from gpu_slicer.certs import issue as certs_issue
+from gpu_slicer.kube.api import Obj
+from gpu_slicer.sandbox.process import free_port
+from gpu_slicer.webhook.config import ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN_CONF = ROOT / "webhook" / "gunicorn.conf.py"

@@ -8,12 +8,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from core import catalog
-from core.devices import DeviceTaint, Mode, SliceSpec
-from core.identity import DRIVER
-from slicer.inventory import GpuState, default_mode, plan_pool
-from slicer.profile_filter import ProfileChoice
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core import catalog
+from gpu_slicer.core.devices import DeviceTaint, Mode, SliceSpec
+from gpu_slicer.core.identity import DRIVER
+from gpu_slicer.slicer.inventory import GpuState, default_mode, plan_pool
+from gpu_slicer.slicer.profile_filter import ProfileChoice
+from gpu_slicer.slicer.simulated import SimulatedBackend
 
 Obj = dict[str, Any]
 

@@ -12,7 +12,7 @@ import jsonpatch
 import kubernetes_validate
 import kubernetes_validate.utils
 
-from webhook.translate import Conversion
+from gpu_slicer.webhook.translate import Conversion
 
 KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 

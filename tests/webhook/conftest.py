@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from gpu_slicer.webhook.policy import Policy, load_policy
+from gpu_slicer.webhook.translate import Conversion, translate_pod
 from tests.support.webhook_cases import Pod
-from webhook.policy import Policy, load_policy
-from webhook.translate import Conversion, translate_pod
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from kube.errors import Unavailable
-from kube.memory import InMemoryKubeApi
+from gpu_slicer.kube.errors import Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.webhook.app import create_app
+from gpu_slicer.webhook.config import ServerConfig
+from gpu_slicer.webhook.server import RBAC_RULES, Runtime, build_runtime
+from gpu_slicer.webhook.templates import ApiTemplates, ReportingTemplates, TemplateCollector
 from tests.support.server_fixtures import admission_review, mig_pod, patched, plain_pod
-from webhook.app import create_app
-from webhook.config import ServerConfig
-from webhook.server import RBAC_RULES, Runtime, build_runtime
-from webhook.templates import ApiTemplates, ReportingTemplates, TemplateCollector
 
 JSON = {"Content-Type": "application/json"}
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from kube.api import Obj
-from kube.errors import NotFound, Unavailable
-from kube.memory import InMemoryKubeApi
-from webhook.caches import (
+from gpu_slicer.kube.api import Obj
+from gpu_slicer.kube.errors import NotFound, Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.webhook.caches import (
     CacheError,
     ExtendedResourceNames,
     NamespaceModes,
@@ -168,7 +168,7 @@ def test_a_watch_that_fails_while_the_cache_stops_is_not_reported_or_acted_on(
     names.cache.start()
     eventually(lambda: names.synced)
     seen = (len(changes), len([c for c in api.calls if c.verb == "list"]))
-    with caplog.at_level("WARNING", logger="webhook.caches"):
+    with caplog.at_level("WARNING", logger="gpu_slicer.webhook.caches"):
         names.cache.stop()
         api.drop.set()
         names.cache.stop(timeout_s=5)

@@ -21,17 +21,17 @@ from celpy import celtypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import catalog
-from core.identity import DRIVER, unqualified
-from kube.device_cel import DeviceView, matches, program
-from kube.quantity import parse_bytes
-from slicer.inventory import GpuState, build_slices, default_mode
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.core import catalog
+from gpu_slicer.core.identity import DRIVER, unqualified
+from gpu_slicer.kube.device_cel import DeviceView, matches, program
+from gpu_slicer.kube.quantity import parse_bytes
+from gpu_slicer.slicer.inventory import GpuState, build_slices, default_mode
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.webhook import cel
+from gpu_slicer.webhook.policy import Policy, load_policy
+from gpu_slicer.webhook.targets import GPU_SLICER, NVIDIA, TargetDriver
+from gpu_slicer.webhook.translate import translate_pod
 from tests.support.webhook_cases import build_pod, container
-from webhook import cel
-from webhook.policy import Policy, load_policy
-from webhook.targets import GPU_SLICER, NVIDIA, TargetDriver
-from webhook.translate import translate_pod
 
 Device = DeviceView
 """A device as the simulator's model of the scheduler's CEL environment presents it

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
+from gpu_slicer.cli.main import main
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

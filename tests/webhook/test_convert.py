@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main
+from gpu_slicer.cli.main import main
+from gpu_slicer.webhook.convert import POD_TEMPLATE_PATHS, convert_objects, load_documents
+from gpu_slicer.webhook.errors import ManifestError
+from gpu_slicer.webhook.policy import Policy
 from tests.support.webhook_cases import container, validate
-from webhook.convert import POD_TEMPLATE_PATHS, convert_objects, load_documents
-from webhook.errors import ManifestError
-from webhook.policy import Policy
 
 POD_SPEC = {"containers": [container("main", limits={"nvidia.com/mig-1g.10gb": 1})]}
 TEMPLATE = {"metadata": {"labels": {"app": "gpu"}}, "spec": POD_SPEC}
@@ -272,8 +272,8 @@ def test_a_list_of_objects_is_converted_item_by_item() -> None:
 )
 def test_an_object_left_alone_is_still_searched_for_gpu_requests(obj: dict[str, Any]) -> None:
     """The JSON check that spares the walk of most objects never hides a GPU request."""
-    from webhook import convert
-    from webhook.workloads import gpu_requests
+    from gpu_slicer.webhook import convert
+    from gpu_slicer.webhook.workloads import gpu_requests
 
     assert list(gpu_requests(obj))
     assert convert._may_name_gpus(obj)
@@ -281,7 +281,7 @@ def test_an_object_left_alone_is_still_searched_for_gpu_requests(obj: dict[str, 
 
 
 def test_an_object_without_gpu_names_is_not_walked() -> None:
-    from webhook import convert
+    from gpu_slicer.webhook import convert
 
     assert not convert._may_name_gpus({"limits": {"example.com/gpu": 1}, "nvidia.com": "x"})
     assert convert._left_alone({"limits": {"cpu": 1}}, "why", ()) == []

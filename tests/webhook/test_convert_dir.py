@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main
+from gpu_slicer.cli.main import main
 
 DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment
@@ -206,7 +206,7 @@ def test_an_unreadable_file_is_named_and_the_stream_stays_valid(
 def test_a_file_deleted_during_the_run_is_reported_as_such(
     repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from webhook import gitops
+    from gpu_slicer.webhook import gitops
 
     convert_tree = gitops.convert_tree
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main
-from kube import documents
+from gpu_slicer.cli.main import main
+from gpu_slicer.kube import documents
 
 HERE = Path(__file__).parent
 DATA = HERE / "data"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.main import main
+from gpu_slicer.cli.main import main
 from tests.kube.test_documents import BOMB
 
 GPU_POD = """apiVersion: v1

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from cli.main import main
-from kube import documents
-from webhook import gitops, yaml_text
+from gpu_slicer.cli.main import main
+from gpu_slicer.kube import documents
+from gpu_slicer.webhook import gitops, yaml_text
 
 PLAIN = """\
 apiVersion: v1

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main
+from gpu_slicer.cli.main import main
+from gpu_slicer.webhook.convert import convert_objects
+from gpu_slicer.webhook.policy import Policy, load_policy
+from gpu_slicer.webhook.workloads import DEFAULT_TABLE, expand, gpu_requests, lookup
 from tests.support.crd_cases import pytorch_crd
 from tests.support.webhook_cases import validate
-from webhook.convert import convert_objects
-from webhook.policy import Policy, load_policy
-from webhook.workloads import DEFAULT_TABLE, expand, gpu_requests, lookup
 
 DATA = Path(__file__).parent / "data"
 OPERATORS = [d for d in yaml.safe_load_all((DATA / "operators.yaml").read_text()) if d]
@@ -173,7 +173,7 @@ def test_the_policy_adds_paths_for_other_kinds() -> None:
     ],
 )
 def test_policy_workloads_are_checked(text: str, problem: str | None) -> None:
-    from webhook.errors import PolicyError
+    from gpu_slicer.webhook.errors import PolicyError
 
     if problem is None:
         (workload,) = load_policy(text).workloads

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.crd_schema import PRESERVE, pruned_fields
-from webhook.workloads import Workload, parse_path
+from gpu_slicer.webhook.crd_schema import PRESERVE, pruned_fields
+from gpu_slicer.webhook.workloads import Workload, parse_path
 
 OBJ = {"type": "object"}
 

@@ -12,17 +12,8 @@ from typing import Any
 
 import pytest
 
-from core.identity import NamespaceMode
-from tests.support.server_fixtures import (
-    RecordingTemplates,
-    admission_review,
-    decoded_patch,
-    mig_pod,
-    patched,
-    plain_pod,
-)
-from tests.support.webhook_cases import validate
-from webhook.engine import (
+from gpu_slicer.core.identity import NamespaceMode
+from gpu_slicer.webhook.engine import (
     AdmissionEngine,
     ReviewResult,
     TranslationMemo,
@@ -32,9 +23,18 @@ from webhook.engine import (
     review,
     review_key,
 )
-from webhook.errors import BadReview, TemplateError
-from webhook.policy import Policy
-from webhook.translate import translate_pod
+from gpu_slicer.webhook.errors import BadReview, TemplateError
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.translate import translate_pod
+from tests.support.server_fixtures import (
+    RecordingTemplates,
+    admission_review,
+    decoded_patch,
+    mig_pod,
+    patched,
+    plain_pod,
+)
+from tests.support.webhook_cases import validate
 
 NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 

@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from kube.memory import InMemoryKubeApi
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.webhook.app import create_app
+from gpu_slicer.webhook.config import ServerConfig
+from gpu_slicer.webhook.extended import ExtendedClass, Reporter, extended_class, report, serving
+from gpu_slicer.webhook.metrics import Metrics
+from gpu_slicer.webhook.policy import load_policy
+from gpu_slicer.webhook.server import Runtime, build_runtime
 from tests.support.server_fixtures import admission_review
 from tests.support.webhook_cases import build_pod, container
-from webhook.app import create_app
-from webhook.config import ServerConfig
-from webhook.extended import ExtendedClass, Reporter, extended_class, report, serving
-from webhook.metrics import Metrics
-from webhook.policy import load_policy
-from webhook.server import Runtime, build_runtime
 
 JSON = {"Content-Type": "application/json"}
 NVIDIA_CLASS = ExtendedClass("gpu.nvidia.com", "nvidia.com/gpu", "2026-03-01T10:00:00Z")
@@ -101,13 +101,13 @@ def test_the_reporter_logs_changes_and_keeps_the_gauge(caplog: pytest.LogCapture
     metrics = Metrics()
     reporter = Reporter(metrics)
     policy = load_policy("")
-    with caplog.at_level(logging.INFO, logger="webhook.extended"):
+    with caplog.at_level(logging.INFO, logger="gpu_slicer.webhook.extended"):
         reporter.update(policy, [NVIDIA_CLASS], reason="start-up")
         reporter.update(policy, [NVIDIA_CLASS], reason="DeviceClasses listed or changed")
     (record,) = caplog.records  # the unchanged second report is not logged again
     assert record.levelno == logging.WARNING and "gpu.nvidia.com" in record.getMessage()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="webhook.extended"):
+    with caplog.at_level(logging.INFO, logger="gpu_slicer.webhook.extended"):
         reporter.update(policy, [], reason="DeviceClasses listed or changed")
     assert "no DeviceClass claims an extended resource" in caplog.records[0].getMessage()
     text = metrics.exposition()[0].decode()
@@ -146,7 +146,7 @@ def served(
         ServerConfig(tls_cert="c", tls_key="k", gc_interval_s=0, **settings), api=api
     )
     try:
-        with caplog.at_level(logging.INFO, logger="webhook.extended"):
+        with caplog.at_level(logging.INFO, logger="gpu_slicer.webhook.extended"):
             client = create_app(runtime=runtime).test_client()
             wait_for(lambda: client.get("/readyz").status_code == 200)
             yield client, runtime

@@ -20,11 +20,11 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import catalog
+from gpu_slicer.core import catalog
+from gpu_slicer.webhook.app import create_app
+from gpu_slicer.webhook.config import ServerConfig
+from gpu_slicer.webhook.server import build_runtime
 from tests.support.server_fixtures import admission_review
-from webhook.app import create_app
-from webhook.config import ServerConfig
-from webhook.server import build_runtime
 
 PROFILES = catalog.all_profile_names()
 FUZZ = settings(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main
+from gpu_slicer.cli.main import main
 
 DEPLOYMENT = """\
 # The inference service of team ml.

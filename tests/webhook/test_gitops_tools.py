@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main
+from gpu_slicer.cli.main import main
+from gpu_slicer.webhook import krm
 from tests.support import go_tools
-from webhook import krm
 
 BIN = Path(sys.executable).parent
 JOB = """\

@@ -22,21 +22,21 @@ from flask.testing import FlaskClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.main import main
-from core import catalog
-from sim.allocator import allocate_on_node
-from slicer.deviceclasses import device_classes
-from slicer.inventory import GpuState, build_slices, default_mode
-from slicer.simulated import SimulatedBackend
+from gpu_slicer.cli.main import main
+from gpu_slicer.core import catalog
+from gpu_slicer.sim.allocator import allocate_on_node
+from gpu_slicer.slicer.deviceclasses import device_classes
+from gpu_slicer.slicer.inventory import GpuState, build_slices, default_mode
+from gpu_slicer.slicer.simulated import SimulatedBackend
+from gpu_slicer.webhook.app import create_app
+from gpu_slicer.webhook.config import ServerConfig
+from gpu_slicer.webhook.convert import convert_objects
+from gpu_slicer.webhook.errors import Denied
+from gpu_slicer.webhook.policy import Policy, load_policy
+from gpu_slicer.webhook.server import Runtime, build_runtime
+from gpu_slicer.webhook.translate import Conversion, device_ranges, translate_pod
 from tests.support.server_fixtures import admission_review, patched
 from tests.support.webhook_cases import Pod, apply, build_pod, container, validate
-from webhook.app import create_app
-from webhook.config import ServerConfig
-from webhook.convert import convert_objects
-from webhook.errors import Denied
-from webhook.policy import Policy, load_policy
-from webhook.server import Runtime, build_runtime
-from webhook.translate import Conversion, device_ranges, translate_pod
 
 GPU = "nvidia.com/gpu"
 CLASSES = {c["metadata"]["name"]: c for c in device_classes()}

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from cli.main import main
-from webhook import json_text
-from webhook.yaml_text import BOM
+from gpu_slicer.cli.main import main
+from gpu_slicer.webhook import json_text
+from gpu_slicer.webhook.yaml_text import BOM
 
 DEPLOYMENT: dict[str, Any] = {
     "apiVersion": "apps/v1",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.locks import memory_lock
+from gpu_slicer.webhook.locks import memory_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 

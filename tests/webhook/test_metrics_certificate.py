@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from certs.issue import self_signed
-from webhook.metrics import CERTIFICATE_EXPIRY, Metrics
+from gpu_slicer.certs.issue import self_signed
+from gpu_slicer.webhook.metrics import CERTIFICATE_EXPIRY, Metrics
 
 
 def _write_cert(path: Path, days: int) -> float:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook import patch
+from gpu_slicer.webhook import patch
 
 
 def applied(doc: dict[str, Any], ops: list[dict[str, Any]]) -> Any:

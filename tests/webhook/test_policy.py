@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
-from core import catalog
-from webhook.errors import PolicyError
-from webhook.policy import (
+from gpu_slicer.cli.main import main
+from gpu_slicer.core import catalog
+from gpu_slicer.webhook.errors import PolicyError
+from gpu_slicer.webhook.policy import (
     ALL_MODELS,
     Policy,
     full_gpu_profiles,

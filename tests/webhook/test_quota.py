@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from kube.api import Obj
-from kube.memory import InMemoryKubeApi
+from gpu_slicer.kube.api import Obj
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.webhook.caches import NamespaceQuotas
+from gpu_slicer.webhook.engine import review
+from gpu_slicer.webhook.policy import Policy, load_policy
+from gpu_slicer.webhook.quota import NO_QUOTA, NamespaceQuota, device_counts, read_quotas
+from gpu_slicer.webhook.translate import translate_pod
 from tests.support.server_fixtures import RecordingTemplates, admission_review
 from tests.support.webhook_cases import build_pod, container
-from webhook.caches import NamespaceQuotas
-from webhook.engine import review
-from webhook.policy import Policy, load_policy
-from webhook.quota import NO_QUOTA, NamespaceQuota, device_counts, read_quotas
-from webhook.translate import translate_pod
 
 GPU_CLASS = "gpu.gpu-slicer.io.deviceclass.resource.k8s.io/devices"
 MIG_CLASS = "mig.gpu-slicer.io.deviceclass.resource.k8s.io/devices"
@@ -146,7 +146,7 @@ def test_the_cache_follows_quotas_per_namespace(api: InMemoryKubeApi) -> None:
 def test_convert_leaves_pods_whose_quota_in_the_tree_would_be_escaped(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cli.main import main
+    from gpu_slicer.cli.main import main
 
     (tmp_path / "quota.yaml").write_text(
         "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: gpus, namespace: ml}\n"

@@ -6,16 +6,15 @@ import importlib
 import pkgutil
 import re
 
-import webhook
-import webhook.translate
-from webhook import remembered
-from webhook.remembered import BoundedCache
+from gpu_slicer import webhook
+from gpu_slicer.webhook import remembered, translate
+from gpu_slicer.webhook.remembered import BoundedCache
 
 
 def _declared() -> set[str]:
     """The names of the stores the webhook's modules declare."""
     found = set()
-    for package in (webhook, webhook.translate):
+    for package in (webhook, translate):
         for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
             if "." in info.name[len(package.__name__) + 1 :]:
                 continue  # gunicorn.conf: a configuration file, not an importable module

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
-from webhook.config import ConfigError, ServerConfig
+from gpu_slicer.cli.main import main
+from gpu_slicer.webhook.config import ConfigError, ServerConfig
 
 
 def test_every_setting_has_an_environment_twin_that_round_trips() -> None:

@@ -35,7 +35,7 @@ def test_a_port_in_use_exits_2_with_one_line_naming_bind(tmp_path: Path) -> None
             [
                 sys.executable,
                 "-m",
-                "cli.main",
+                "gpu_slicer.cli.main",
                 "webhook",
                 "serve",
                 "--dev",
@@ -60,7 +60,7 @@ def test_dev_mode_removes_its_runtime_folder_and_key_on_exit(tmp_path: Path) -> 
         [
             sys.executable,
             "-m",
-            "cli.main",
+            "gpu_slicer.cli.main",
             "webhook",
             "serve",
             "--dev",

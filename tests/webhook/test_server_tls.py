@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from kube.atomic_files import write_atomically
+from gpu_slicer.kube.atomic_files import write_atomically
+from gpu_slicer.webhook.server import make_dev_certificate
 from tests.support.server_fixtures import (
     ROOT,
     TestCA,
@@ -27,7 +28,6 @@ from tests.support.server_fixtures import (
     mig_pod,
     patched,
 )
-from webhook.server import make_dev_certificate
 
 
 def _client_context(cafile: Path | None = None, cadata: bytes | None = None) -> ssl.SSLContext:
@@ -238,7 +238,7 @@ def test_webhook_serve_dev_makes_a_certificate_and_answers(tmp_path: Path) -> No
             [
                 sys.executable,
                 "-m",
-                "cli.main",
+                "gpu_slicer.cli.main",
                 "webhook",
                 "serve",
                 "--dev",
@@ -282,7 +282,7 @@ def test_webhook_serve_dev_makes_a_certificate_and_answers(tmp_path: Path) -> No
 def test_with_a_client_ca_the_server_answers_only_clients_with_its_certificates(
     tmp_path: Path,
 ) -> None:
-    from certs.issue import new_ca, new_leaf
+    from gpu_slicer.certs.issue import new_ca, new_leaf
 
     cert, key = make_dev_certificate(tmp_path, ["127.0.0.1"])
     client_ca = new_ca(days=1, common_name="apiserver client CA")

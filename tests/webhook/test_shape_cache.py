@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.identity import CONVERTED_ANNOTATION
-from webhook import translate
-from webhook.errors import Denied
-from webhook.policy import Policy
-from webhook.translate.claim import DERIVED_CLAIMS
-from webhook.translate.writing import PATCHES
+from gpu_slicer.core.identity import CONVERTED_ANNOTATION
+from gpu_slicer.webhook import translate
+from gpu_slicer.webhook.errors import Denied
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.translate.claim import DERIVED_CLAIMS
+from gpu_slicer.webhook.translate.writing import PATCHES
 
 LEGACY = "nvidia.com/mig-1g.10gb"
 MISSING = object()

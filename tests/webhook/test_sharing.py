@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.main import main
+from gpu_slicer.cli.main import main
+from gpu_slicer.webhook.engine import review
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.translate import translate_pod
 from tests.support.server_fixtures import RecordingTemplates, admission_review
 from tests.support.webhook_cases import build_pod, container
-from webhook.engine import review
-from webhook.policy import Policy
-from webhook.translate import translate_pod
 
 HAMI = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}
 """A HAMi pod: one GPU's worth of sharing, 3000 MiB and 30% of its compute."""

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from gpu_slicer.webhook.server import make_dev_certificate
 from tests.support.server_fixtures import Server, admission_review, gunicorn_server, mig_pod
-from webhook.server import make_dev_certificate
 
 STALLED_PER_KIND = 24  # x 3 kinds = 72 connections, far more than gthread's 2 x 4 threads
 READ_TIMEOUT_S = 1.0

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main
-from kube.api import Obj, ObjectList
-from kube.errors import Forbidden, Unavailable
-from kube.memory import InMemoryKubeApi
-from webhook.errors import TemplateError
-from webhook.templates import (
+from gpu_slicer.cli.main import main
+from gpu_slicer.kube.api import Obj, ObjectList
+from gpu_slicer.kube.errors import Forbidden, Unavailable
+from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.webhook.errors import TemplateError
+from gpu_slicer.webhook.templates import (
     LAST_REFERENCED,
     ApiTemplates,
     TemplateCollector,
@@ -376,10 +376,10 @@ def test_several_replicas_sweeping_at_once_delete_each_template_once(
 def test_the_template_as_created_validates_for_every_supported_kubernetes_version(
     api: InMemoryKubeApi, clocks: Clocks
 ) -> None:
+    from gpu_slicer.webhook.policy import Policy
+    from gpu_slicer.webhook.translate import translate_pod
     from tests.support.server_fixtures import mig_pod
     from tests.support.webhook_cases import validate
-    from webhook.policy import Policy
-    from webhook.translate import translate_pod
 
     conversion = translate_pod(mig_pod("2g.20gb"), namespace="ml", policy=Policy.default())
     ensurer(api, clocks).ensure(conversion.templates, dry_run=False)
@@ -388,7 +388,7 @@ def test_the_template_as_created_validates_for_every_supported_kubernetes_versio
 
 
 def test_only_one_worker_of_a_pod_holds_the_gc_lock(tmp_path: Path) -> None:
-    from webhook.server import gc_leader
+    from gpu_slicer.webhook.server import gc_leader
 
     first, second = gc_leader(str(tmp_path)), gc_leader(str(tmp_path))
     assert first() is True
@@ -401,7 +401,7 @@ def test_the_collector_loop_sweeps_on_its_interval_when_it_leads(
 ) -> None:
     import time
 
-    from webhook.templates import CollectorLoop
+    from gpu_slicer.webhook.templates import CollectorLoop
 
     ensurer(api, clocks).ensure([template()], dry_run=False)
     clocks.advance(7200)

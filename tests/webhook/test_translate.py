@@ -13,18 +13,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import catalog
-from core.identity import CONVERTED_ANNOTATION
-from tests.support.webhook_cases import Pod, apply, build_pod, container, validate
-from webhook import claims
-from webhook.errors import Denied
-from webhook.policy import ALL_MODELS, Policy, full_gpu_profiles, load_policy
-from webhook.translate import (
+from gpu_slicer.core import catalog
+from gpu_slicer.core.identity import CONVERTED_ANNOTATION
+from gpu_slicer.webhook import claims
+from gpu_slicer.webhook.errors import Denied
+from gpu_slicer.webhook.policy import ALL_MODELS, Policy, full_gpu_profiles, load_policy
+from gpu_slicer.webhook.translate import (
     Conversion,
     audit_warnings,
     converted_annotation,
     translate_pod,
 )
+from tests.support.webhook_cases import Pod, apply, build_pod, container, validate
 
 Translate = Callable[..., Conversion]
 

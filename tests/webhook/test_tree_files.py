@@ -8,8 +8,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from webhook import tree_files
-from webhook.errors import TreeFileError
+from gpu_slicer.webhook import tree_files
+from gpu_slicer.webhook.errors import TreeFileError
 
 
 def test_the_walk_sorts_files_into_manifests_copies_and_links(tmp_path: Path) -> None:

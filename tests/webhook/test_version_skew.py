@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import releases
+from gpu_slicer.sandbox import releases
 
 DATA = Path(__file__).resolve().parent / "data"
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,9 +33,11 @@ def previous() -> Path:
 
 
 def _convert(tree: Path, path: Path) -> subprocess.CompletedProcess[str]:
-    """``gpu-slicer convert PATH`` with the code of ``tree``."""
+    """``gpu-slicer convert PATH`` with the code of ``tree`` (0.1 installed its packages at the
+    top level, this release under ``gpu_slicer``)."""
+    main = "gpu_slicer.cli.main" if (tree / "gpu_slicer").is_dir() else "cli.main"
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", "convert", str(path)],
+        [sys.executable, "-m", main, "convert", str(path)],
         cwd=tree,
         env={**os.environ, "PYTHONPATH": str(tree)},
         capture_output=True,

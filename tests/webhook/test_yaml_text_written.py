@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from webhook import yaml_text
+from gpu_slicer.webhook import yaml_text
 
 STRINGS = [
     "gpu-slicer-6370bc703a",

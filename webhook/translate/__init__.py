@@ -32,13 +32,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.identity import CONVERTED_ANNOTATION
-from webhook import claims, sharing
-from webhook.errors import Denied
-from webhook.policy import Policy
-from webhook.targets import target_driver
-from webhook.translate.claim import SHAPE_CACHE_TEXT_MAX, derive_for
-from webhook.translate.conversion import (
+from gpu_slicer.core.identity import CONVERTED_ANNOTATION
+from gpu_slicer.webhook import claims, sharing
+from gpu_slicer.webhook.errors import Denied
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.targets import target_driver
+from gpu_slicer.webhook.translate.claim import SHAPE_CACHE_TEXT_MAX, derive_for
+from gpu_slicer.webhook.translate.conversion import (
     CHANGE_ANNOTATION,
     MAX_CLAIM_DEVICES,
     MAX_CLAIM_REQUESTS,
@@ -48,7 +48,7 @@ from webhook.translate.conversion import (
     dict_of,
     short,
 )
-from webhook.translate.reading import (
+from gpu_slicer.webhook.translate.reading import (
     ANNOTATION_CONTAINERS,
     ANNOTATION_GPU_MEMORY,
     ANNOTATION_PROFILES,
@@ -60,8 +60,8 @@ from webhook.translate.reading import (
     left_behind,
     read_containers,
 )
-from webhook.translate.request_sharing import device_ranges
-from webhook.translate.writing import write
+from gpu_slicer.webhook.translate.request_sharing import device_ranges
+from gpu_slicer.webhook.translate.writing import write
 
 __all__ = [
     "ANNOTATIONS_READ",

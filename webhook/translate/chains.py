@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from core import catalog, gpu_model
-from core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
-from kube.quantity import QuantityError, format_bytes, parse_bytes
-from webhook.claims import Alternative
-from webhook.errors import Denied
-from webhook.policy import (
+from gpu_slicer.core import catalog, gpu_model
+from gpu_slicer.core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
+from gpu_slicer.kube.quantity import QuantityError, format_bytes, parse_bytes
+from gpu_slicer.webhook.claims import Alternative
+from gpu_slicer.webhook.errors import Denied
+from gpu_slicer.webhook.policy import (
     ALL_MODELS,
     MAX_ALTERNATIVES,
     WHOLE_GPU,
@@ -23,11 +23,11 @@ from webhook.policy import (
     model_profile_set,
     model_profiles,
 )
-from webhook.remembered import BoundedCache
-from webhook.suggest import did_you_mean
-from webhook.targets import TargetDriver
-from webhook.translate.conversion import CHANGE_ANNOTATION, short
-from webhook.translate.reading import (
+from gpu_slicer.webhook.remembered import BoundedCache
+from gpu_slicer.webhook.suggest import did_you_mean
+from gpu_slicer.webhook.targets import TargetDriver
+from gpu_slicer.webhook.translate.conversion import CHANGE_ANNOTATION, short
+from gpu_slicer.webhook.translate.reading import (
     ANNOTATION_CONTAINERS,
     ANNOTATION_GPU_MEMORY,
     ANNOTATION_PROFILES,

@@ -9,16 +9,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook import claims
-from webhook.claims import ContainerRequest
-from webhook.errors import Denied
-from webhook.policy import NamespaceRules, Target
-from webhook.remembered import BoundedCache
-from webhook.targets import target_driver
-from webhook.translate.chains import Need, needs_of
-from webhook.translate.conversion import MAX_CLAIM_DEVICES, MAX_CLAIM_REQUESTS
-from webhook.translate.reading import Facts, Shape
-from webhook.translate.request_sharing import plan_requests
+from gpu_slicer.webhook import claims
+from gpu_slicer.webhook.claims import ContainerRequest
+from gpu_slicer.webhook.errors import Denied
+from gpu_slicer.webhook.policy import NamespaceRules, Target
+from gpu_slicer.webhook.remembered import BoundedCache
+from gpu_slicer.webhook.targets import target_driver
+from gpu_slicer.webhook.translate.chains import Need, needs_of
+from gpu_slicer.webhook.translate.conversion import MAX_CLAIM_DEVICES, MAX_CLAIM_REQUESTS
+from gpu_slicer.webhook.translate.reading import Facts, Shape
+from gpu_slicer.webhook.translate.request_sharing import plan_requests
 
 SHAPE_CACHE_TEXT_MAX = 4096
 """Shapes whose names and annotation values add up to more characters are derived every time,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.claims import ContainerRequest
+from gpu_slicer.webhook.claims import ContainerRequest
 
 MAX_COUNT = 2**31 - 1
 """A legacy count above this (the largest int32) is refused as a mistake, not put in a claim."""

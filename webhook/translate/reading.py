@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
-from kube.quantity import QuantityError, parse_count
-from webhook import claims
-from webhook.errors import Denied
-from webhook.policy import Policy
-from webhook.translate.conversion import MAX_CLAIM_REQUESTS, MAX_COUNT, dict_of, short
+from gpu_slicer.core.identity import LEGACY_GPU, LEGACY_MIG_PREFIX
+from gpu_slicer.kube.quantity import QuantityError, parse_count
+from gpu_slicer.webhook import claims
+from gpu_slicer.webhook.errors import Denied
+from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.translate.conversion import MAX_CLAIM_REQUESTS, MAX_COUNT, dict_of, short
 
 ANNOTATION_PROFILES = "gpu-slicer.io/profiles"
 ANNOTATION_GPU_MEMORY = "gpu-slicer.io/gpu-memory"

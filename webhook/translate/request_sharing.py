@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook import claims
-from webhook.claims import ContainerRequest
-from webhook.translate.chains import Need
+from gpu_slicer.webhook import claims
+from gpu_slicer.webhook.claims import ContainerRequest
+from gpu_slicer.webhook.translate.chains import Need
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from typing import Any
 
 import orjson
 
-from core.identity import CONVERTED_ANNOTATION
-from webhook import claims, patch
-from webhook.remembered import BoundedCache
-from webhook.translate.claim import Derived
-from webhook.translate.conversion import Conversion, dict_of
-from webhook.translate.reading import Container
+from gpu_slicer.core.identity import CONVERTED_ANNOTATION
+from gpu_slicer.webhook import claims, patch
+from gpu_slicer.webhook.remembered import BoundedCache
+from gpu_slicer.webhook.translate.claim import Derived
+from gpu_slicer.webhook.translate.conversion import Conversion, dict_of
+from gpu_slicer.webhook.translate.reading import Container
 
 Standing = tuple[int, ...]
 """Where a pod stands for each operation of its patch (see :func:`standing`)."""
