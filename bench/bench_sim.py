@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_slicer.sim.compare import compare, default_strategies  # noqa: E402
 from gpu_slicer.sim.report import table  # noqa: E402
 from gpu_slicer.sim.scenario import Scenario, load_scenario  # noqa: E402
+from gpu_slicer.slicer.demand import ADVERTISED_PROFILES_CHOICES  # noqa: E402
 
 
 def machine() -> str:
@@ -134,19 +135,24 @@ LARGE_GOAL_S = 30.0
 LARGE_GOAL_RSS_MB = 300.0
 
 
-def large_scenario(pods: int | None) -> Scenario:
+def large_scenario(pods: int | None, advertised: str | None = None) -> Scenario:
+    """``large``, on its first ``pods`` pods, with the agents advertising ``advertised``
+    (``all``: every profile, as before demand-driven advertising; the scenario's own
+    otherwise)."""
     import dataclasses
 
     scenario = load_scenario("large")
+    if advertised:
+        scenario = dataclasses.replace(scenario, advertised_profiles=advertised)  # type: ignore[arg-type]
     if pods:
         kept = scenario.pods[:pods]
         scenario = dataclasses.replace(scenario, pods=kept, end=kept[-1].arrival)
     return scenario
 
 
-def large_child(strategy: str, pods: int | None) -> None:
+def large_child(strategy: str, pods: int | None, advertised: str | None) -> None:
     """One run in this process (the parent measures its peak RSS); prints one JSON line."""
-    scenario = large_scenario(pods)
+    scenario = large_scenario(pods, advertised)
     began = time.perf_counter()
     result = compare(scenario, [strategy]).results[0]
     elapsed = time.perf_counter() - began
@@ -163,11 +169,15 @@ def large_child(strategy: str, pods: int | None) -> None:
     )
 
 
-def run_child(strategy: str, pods: int | None) -> tuple[dict[str, object], float]:
+def run_child(
+    strategy: str, pods: int | None, advertised: str | None
+) -> tuple[dict[str, object], float]:
     """A fresh process for one run: its figures and its peak RSS in MB."""
     command = [sys.executable, __file__, "--large-child", strategy]
     if pods:
         command += ["--large-pods", str(pods)]
+    if advertised:
+        command += ["--advertised-profiles", advertised]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     output = child.stdout.read()
@@ -182,8 +192,8 @@ def spread(values: Sequence[float], fmt: str = "{:.1f}") -> str:
     return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
 
 
-def large(pods: int | None, rounds: int) -> None:
-    scenario = large_scenario(pods)
+def large(pods: int | None, rounds: int, advertised: str | None) -> None:
+    scenario = large_scenario(pods, advertised)
     print(
         f"== large: {len(scenario.nodes)} nodes, {scenario.gpu_count} GPUs, {len(scenario.pods)} "
         f"pods ({scenario.events} pod events), {rounds} rounds, each run a fresh process =="
@@ -194,7 +204,7 @@ def large(pods: int | None, rounds: int) -> None:
     ratios: list[float] = []
     for index in range(rounds):
         for name in names:
-            figures, peak = run_child(name, pods)
+            figures, peak = run_child(name, pods, advertised)
             elapsed = float(figures["seconds"])  # type: ignore[arg-type]
             seconds[name].append(elapsed)
             rss[name].append(peak)
@@ -232,18 +242,24 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=3, help="rounds of the large runs (default 3)"
     )
+    parser.add_argument(
+        "--advertised-profiles",
+        choices=ADVERTISED_PROFILES_CHOICES,
+        help="the agents' advertising in large (default: the scenario's, asked); 'all' "
+        "repeats the work of releases before demand-driven advertising, for comparisons",
+    )
     parser.add_argument("--large-child", metavar="STRATEGY", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.getLogger("gpu_slicer.slicer").setLevel(logging.WARNING)
     if args.large_child:
-        large_child(args.large_child, args.large_pods)
+        large_child(args.large_child, args.large_pods, args.advertised_profiles)
         return 0
     print(f"machine: {machine()}\n")
     if not args.only_large:
         noon_burst()
         mixed_day([int(x) for x in args.seeds.split(",")])
     if not args.skip_large:
-        large(args.large_pods, max(1, args.rounds))
+        large(args.large_pods, max(1, args.rounds), args.advertised_profiles)
     return 0
 
 

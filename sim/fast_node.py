@@ -199,6 +199,8 @@ class FastNode(NodeBase):
         self.pool: Pool | None = None
         self.orders: GpuOrderCache | None = None
         self._profiles: dict[str, str | None] = {}
+        self._hidden_for: tuple[str | None, frozenset[str]] = (None, frozenset())
+        """The choice (in words) and the devices it leaves out (:meth:`_hidden`)."""
         """Each device's MIG profile (None: a whole GPU), from the kind's template."""
         self._base: list[str] = []
         """Every device the kind could advertise, in the template's order."""
@@ -279,15 +281,22 @@ class FastNode(NodeBase):
         """The devices of ``order`` the agent advertises: whole GPUs, the chosen profiles' and
         every allocated device (never withdrawn from under a claim), less those ``left_out``
         for the allocations beside them."""
-        allows = self.choice.allows
-        profiles = self._profiles
-        allocated = self.allocated
-        return [
-            name
-            for name in order
-            if ((profile := profiles[name]) is None or allows(profile) or name in allocated)
-            and name not in left_out
-        ]
+        hidden = self._hidden()
+        excluded = left_out.union(hidden.difference(self.allocated)) if hidden else left_out
+        return [name for name in order if name not in excluded]
+
+    def _hidden(self) -> frozenset[str]:
+        """The devices whose profile the choice leaves out (allocated or not), per choice: one
+        set lookup per device then replaces a call of ``allows`` per device and look."""
+        if self._hidden_for[0] != self._choice_key:
+            allows = self.choice.allows
+            hidden = frozenset(
+                name
+                for name, profile in self._profiles.items()
+                if profile is not None and not allows(profile)
+            )
+            self._hidden_for = (self._choice_key, hidden)
+        return self._hidden_for[1]
 
     def _first_pool(self) -> Pool:
         """The first publication: the kind's template, compiled once per kind of node."""
@@ -319,6 +328,7 @@ class FastNode(NodeBase):
         else:
             pool = template[0].clone(self.name, self.name)
         self._profiles = template[2]
+        self._hidden_for = (None, frozenset())
         self._ruled_out = template[3]
         self._base = [d.name for d in pool.devices]
         self._materialized = tuple((i, (), False) for i in range(len(self.node.models)))

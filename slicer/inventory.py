@@ -30,6 +30,7 @@ Slice names end in zero-padded sequence numbers, so sorting by name keeps the po
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -200,6 +201,7 @@ class GpuAdvert:
 _NUMERIC = re.compile(r"^\d+$")
 
 
+@functools.lru_cache(maxsize=256)
 def semver(text: str) -> str | None:
     """``9.0`` -> ``9.0.0``, ``535.104.05`` -> ``535.104.5``: DRA version attributes are semver.
 

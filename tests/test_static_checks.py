@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,9 +31,19 @@ def test_mypy_accepts_every_package() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_every_package_of_the_namespace_is_in_a_layer() -> None:
+    # A package linked into gpu_slicer/ but missing from the layers would escape the contract.
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in config["contracts"] if c["type"] == "layers"]
+    layered = {p.strip() for layer in layers for p in layer.split("|")}
+    linked = {f"gpu_slicer.{p.name}" for p in (ROOT / "gpu_slicer").iterdir() if p.is_symlink()}
+    assert linked == layered
+    assert all((ROOT / "gpu_slicer" / p.split(".")[1]).resolve().parent == ROOT for p in linked)
+
+
 def test_the_layers_hold() -> None:
-    # The contracts in pyproject.toml ([tool.importlinter]): the API layer imports no
-    # component, the agent never the webhook, the webhook only the agent's shared kernel.
+    # The layers contract in pyproject.toml ([tool.importlinter]): core under the API layer
+    # under the components; the webhook and the agent never import each other.
     result = subprocess.run(
         [
             sys.executable,

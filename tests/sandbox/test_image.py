@@ -187,7 +187,8 @@ def test_the_agent_command_is_there(archive: Path, rootfs: Path) -> None:
 def test_the_webhooks_gunicorn_worker_loads(archive: Path, rootfs: Path) -> None:
     # What `webhook serve` asks gunicorn for; without `packaging` installed it fails with
     # "class uri 'gpu_slicer.webhook.worker.DeadlineGeventWorker' invalid or not found".
-    load = "from gunicorn.util import load_class; load_class('gpu_slicer.webhook.worker.DeadlineGeventWorker')"
+    worker = "gpu_slicer.webhook.worker.DeadlineGeventWorker"
+    load = f"from gunicorn.util import load_class; load_class({worker!r})"
     result = _run_image(archive, rootfs, ["-c", load], entrypoint=["python"])
     assert result.returncode == 0, result.stderr
 
