@@ -46,8 +46,10 @@ import grpc  # noqa: E402
 
 from gpu_slicer.core.identity import DRIVER  # noqa: E402
 from gpu_slicer.kube.memory import InMemoryKubeApi  # noqa: E402
-from gpu_slicer.slicer.agent import NodeAgent  # noqa: E402
-from gpu_slicer.slicer.assembly import AgentConfig  # noqa: E402
+from gpu_slicer.slicer.agent import (
+    AgentConfig,  # noqa: E402
+    NodeAgent,  # noqa: E402
+)
 from gpu_slicer.slicer.checkpoint import Checkpoint, CheckpointStore  # noqa: E402
 from gpu_slicer.slicer.claim_cache import AllocatedDevice  # noqa: E402
 from gpu_slicer.slicer.proto import dra_v1_pb2, dra_v1_pb2_grpc  # noqa: E402

@@ -170,7 +170,7 @@ class Kubelet:
 
     def __init__(self, root: Path, figures: Figures) -> None:
         from gpu_slicer.kube.memory import InMemoryKubeApi
-        from gpu_slicer.slicer.assembly import AgentConfig
+        from gpu_slicer.slicer.agent import AgentConfig
         from gpu_slicer.slicer.simulated import SimulatedBackend
 
         self.figures = figures

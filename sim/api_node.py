@@ -25,7 +25,7 @@ from gpu_slicer.slicer.ordering import order_fingerprint
 class ApiNode(NodeBase):
     """A node whose slices are published through the apiserver and prepared over gRPC.
 
-    Every part is the agent's, built by :func:`slicer.assembly.assemble` and paced by the
+    Every part is the agent's, built by :func:`slicer.agent.assemble` and paced by the
     simulated clock: the publisher with its republish limiter, called when the limiter says a
     new device order is due and when the cluster asks for other profiles."""
 
@@ -48,7 +48,7 @@ class ApiNode(NodeBase):
 
     def _start_services(self, root: Path) -> None:
         """The agent's parts for this node, wired by the agent's own factory."""
-        from gpu_slicer.slicer.assembly import AgentConfig, assemble
+        from gpu_slicer.slicer.agent import AgentConfig, assemble
         from gpu_slicer.slicer.clock import Clock
 
         base = root / self.name

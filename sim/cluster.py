@@ -4,7 +4,7 @@ What runs for real (the project's own code):
 
 * the webhook's translation (``webhook.translate.translate_pod``) and its JSON Patch, applied with
   ``jsonpatch``; the ResourceClaimTemplates it asks for;
-* per node, the agent's parts as ``slicer.assembly`` builds them, on the simulated clock: the
+* per node, the agent's parts as ``slicer.agent`` builds them, on the simulated clock: the
   node observed as the agent observes it (``slicer.observe``: only the instances its checkpoint
   holds are its own), its inventory and device-order policy (``slicer.inventory``,
   ``slicer.ordering``) on a ``SimulatedBackend``, published by its ``slicer.publisher`` through

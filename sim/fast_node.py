@@ -191,7 +191,7 @@ class FastNode(NodeBase):
             quiet_s=min(scenario.republish_quiet_s, scenario.republish_min_interval_s),
             clock=clock,
         )
-        """The agent's limiter as :func:`slicer.assembly.assemble` sets it up, told allocation
+        """The agent's limiter as :func:`slicer.agent.assemble` sets it up, told allocation
         versions instead of orders."""
         self.templates = templates
         self.gpu_keys: dict[int, GpuKey] = {i: (i, (), False) for i in range(len(node.models))}

@@ -27,8 +27,7 @@ from gpu_slicer.kube.api import KubeApi
 from gpu_slicer.kube.errors import KubeError
 from gpu_slicer.kube.settings import SettingsError, env_name
 from gpu_slicer.slicer import agent_lock
-from gpu_slicer.slicer.agent import NodeAgent
-from gpu_slicer.slicer.assembly import AgentConfig
+from gpu_slicer.slicer.agent import AgentConfig, NodeAgent
 from gpu_slicer.slicer.backend import GpuBackend, HealthEvent, model_of
 from gpu_slicer.slicer.cdi import (
     FALLBACK_EDITS,

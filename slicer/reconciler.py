@@ -107,7 +107,7 @@ class Reconciler:
         publish_key: Callable[[], Hashable] | None = None,
     ) -> None:
         """``wake`` is set by whatever wants a pass soon; given, it can be handed to the parts
-        before the reconciler exists (slicer.assembly). ``publish_key``: what else the pool
+        before the reconciler exists (slicer.agent). ``publish_key``: what else the pool
         depends on besides the node's view (the profiles the cluster asks for): a republish is
         due whenever it changes."""
         self.state = state

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from gpu_slicer.kube.names import subdomain_problem
 from gpu_slicer.kube.settings import Settings, SettingsError, env_name
-from gpu_slicer.slicer.assembly import ADVERTISE_CHOICES, Advertise, AgentConfig
+from gpu_slicer.slicer.agent import ADVERTISE_CHOICES, Advertise, AgentConfig
 from gpu_slicer.slicer.demand import (
     ADVERTISED_PROFILES_CHOICES,
     AdvertisedProfiles,
@@ -63,7 +63,7 @@ def float_or_text(value: str) -> float | str:
 
 
 _DEFAULTS = AgentConfig(node="")
-"""The agent's defaults, written once (:class:`slicer.assembly.AgentConfig`): a setting left
+"""The agent's defaults, written once (:class:`slicer.agent.AgentConfig`): a setting left
 unset is the configuration's own default."""
 
 

@@ -245,8 +245,7 @@ def test_without_a_toolkit_spec_the_agent_says_pods_get_no_cuda_libraries(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from gpu_slicer.kube.memory import InMemoryKubeApi
-    from gpu_slicer.slicer.agent import NodeAgent
-    from gpu_slicer.slicer.assembly import AgentConfig
+    from gpu_slicer.slicer.agent import AgentConfig, NodeAgent
     from gpu_slicer.slicer.cdi import load_toolkit_spec
     from gpu_slicer.slicer.simulated import SimulatedBackend
 

@@ -12,7 +12,7 @@ import pytest
 from gpu_slicer.core.devices import SliceSpec, parse_device_name
 from gpu_slicer.kube.memory import InMemoryKubeApi
 from gpu_slicer.sim.agreement import claim_spec_for
-from gpu_slicer.slicer.assembly import AgentConfig, AgentParts, assemble
+from gpu_slicer.slicer.agent import AgentConfig, AgentParts, assemble
 from gpu_slicer.slicer.clock import Clock
 from gpu_slicer.slicer.inventory import ADVERTISED_ANNOTATION
 from gpu_slicer.slicer.profile_filter import ProfileFilter

@@ -13,8 +13,7 @@ import pytest
 from gpu_slicer.core.devices import SliceSpec
 from gpu_slicer.kube.errors import Unavailable
 from gpu_slicer.kube.memory import InMemoryKubeApi
-from gpu_slicer.slicer.agent import NodeAgent
-from gpu_slicer.slicer.assembly import AgentConfig
+from gpu_slicer.slicer.agent import AgentConfig, NodeAgent
 from gpu_slicer.slicer.clock import Clock
 from gpu_slicer.slicer.errors import InsufficientResources
 from gpu_slicer.slicer.reconciler import ReconcileReport

@@ -22,7 +22,7 @@ from gpu_slicer.core.devices import SliceSpec, WholeGpu
 from gpu_slicer.core.identity import DRIVER, LEGACY_DRIVERS
 from gpu_slicer.kube.memory import InMemoryKubeApi
 from gpu_slicer.sandbox import image, releases
-from gpu_slicer.slicer.assembly import AgentConfig, AgentParts, assemble
+from gpu_slicer.slicer.agent import AgentConfig, AgentParts, assemble
 from gpu_slicer.slicer.inventory import GpuState, advertise_gpu
 from gpu_slicer.slicer.plugin import ClaimRef
 from gpu_slicer.slicer.simulated import SimulatedBackend

@@ -17,8 +17,8 @@ from typing import Any
 
 from gpu_slicer.core.identity import DRIVER
 from gpu_slicer.kube.memory import InMemoryKubeApi
+from gpu_slicer.slicer.agent import AgentConfig, assemble
 from gpu_slicer.slicer.agent_metrics import AgentMetrics
-from gpu_slicer.slicer.assembly import AgentConfig, assemble
 from gpu_slicer.slicer.backend import model_of
 from gpu_slicer.slicer.claim_cache import ClaimCache
 from gpu_slicer.slicer.clock import SYSTEM_CLOCK, Clock
@@ -108,7 +108,7 @@ def ref(claim: dict[str, Any]) -> tuple[str, str, str]:
 
 @dataclass
 class Agent:
-    """An agent's parts from slicer.assembly, as the agent wires them (no threads, no sockets)."""
+    """An agent's parts from slicer.agent, as the agent wires them (no threads, no sockets)."""
 
     backend: Any
     api: InMemoryKubeApi

@@ -1,5 +1,6 @@
-"""slicer.assembly: the parts reach each other (a change wakes the reconciler), republishing goes
-through the slice publisher unless the caller takes it over, GPUs start in their default mode."""
+"""slicer.agent's assembly: the parts reach each other (a change wakes the reconciler),
+republishing goes through the slice publisher unless the caller takes it over, GPUs start in
+their default mode."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from gpu_slicer.kube.errors import ApiError
 from gpu_slicer.kube.memory import InMemoryKubeApi
-from gpu_slicer.slicer.assembly import Advertise, AgentConfig, AgentParts, assemble, discover_modes
+from gpu_slicer.slicer.agent import Advertise, AgentConfig, AgentParts, assemble, discover_modes
 from gpu_slicer.slicer.claim_cache import AllocatedDevice
 from gpu_slicer.slicer.clock import Clock
 from gpu_slicer.slicer.device_attributes import MINIMAL_ATTRIBUTES
