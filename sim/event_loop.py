@@ -224,10 +224,12 @@ def _long_lived_heap() -> Iterator[None]:
     """A large run builds a heap of long-lived objects (pools, devices, caches) while it frees
     millions of short-lived ones by reference counting; the collector's scans of the older
     generations found next to nothing and cost about a fifth of the run. Meanwhile what exists
-    at the start is frozen and the older generations are collected less often."""
+    at the start is frozen, the youngest generation is collected every 20,000 allocations
+    instead of 700 and the older ones less often (on ``large``, 3,784 collections taking 3.3 s
+    become 573 taking 2.2 s)."""
     before = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(before[0], max(before[1], 50), max(before[2], 100))
+    gc.set_threshold(max(before[0], 20_000), max(before[1], 50), max(before[2], 100))
     try:
         yield
     finally:
