@@ -46,13 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_webhook import deployment_pod  # noqa: E402
-from gpu_slicer.webhook import cel, claims  # noqa: E402
 from gpu_slicer.webhook.policy import Policy, load_policy  # noqa: E402
-from gpu_slicer.webhook.remembered import BoundedCache  # noqa: E402
-from gpu_slicer.webhook.translate import chains as translate_chains  # noqa: E402
-from gpu_slicer.webhook.translate import claim as translate_claim  # noqa: E402
+from gpu_slicer.webhook.remembered import Remembered  # noqa: E402
 from gpu_slicer.webhook.translate import translate_pod  # noqa: E402
-from gpu_slicer.webhook.translate import writing as translate_writing  # noqa: E402
 
 Pod = dict[str, Any]
 
@@ -97,27 +93,15 @@ namespaces:
 """
 
 
-def stores() -> dict[str, BoundedCache[..., Any]]:
-    """The translation's stores by name (every ``BoundedCache`` of the modules it runs)."""
-    modules = (cel, claims, translate_chains, translate_claim, translate_writing)
-    return {
-        value.name: value
-        for module in modules
-        for value in vars(module).values()
-        if isinstance(value, BoundedCache)
-    }
-
-
-def without(names: str) -> list[str]:
-    """Makes the named stores (or ``all``) call their function every time; the names."""
-    found = stores()
-    wanted = sorted(found) if names == "all" else [n.strip() for n in names.split(",") if n]
+def remembered_without(names: str) -> tuple[Remembered, list[str]]:
+    """The translation's stores, those named (or ``all``) turned off; the names."""
+    found = [store.name for store in Remembered().stores()]
+    wanted = list(found) if names == "all" else [n.strip() for n in names.split(",") if n]
     unknown = [n for n in wanted if n not in found]
     if unknown:
         raise SystemExit(f"--without: no store {', '.join(unknown)}; one of {', '.join(found)}")
-    for name in wanted:
-        found[name].call = found[name].call.__wrapped__  # type: ignore[attr-defined]
-    return wanted
+    sizes = {"derived claims": "derived_claims", "patches": "patches"}
+    return Remembered(**{sizes[n]: 0 for n in wanted}), wanted
 
 
 def best_per_call(fn: Callable[[Pod], object], pods: list[Pod], rounds: int) -> float:
@@ -143,7 +127,7 @@ def main() -> int:
     args = parser.parse_args()
 
     policy: Policy = load_policy(POLICY)
-    off = without(args.without) if args.without else []
+    remembered, off = remembered_without(args.without)
     print(
         f"translate_pod, {args.calls} calls per pass, best of {args.rounds} passes; "
         "baseline: json.loads(json.dumps(pod)) of the same pods"
@@ -153,7 +137,7 @@ def main() -> int:
     for label, (pod, namespace) in kinds().items():
 
         def translate(p: Pod, namespace: str = namespace) -> object:
-            return translate_pod(p, namespace=namespace, policy=policy)
+            return translate_pod(p, namespace=namespace, policy=policy, remembered=remembered)
 
         def round_trip(p: Pod) -> object:
             return json.loads(json.dumps(p))
@@ -174,7 +158,7 @@ def main() -> int:
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(args.calls):
-            translate_pod(pod, namespace=namespace, policy=policy)
+            translate_pod(pod, namespace=namespace, policy=policy, remembered=remembered)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
     return 0

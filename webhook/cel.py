@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from gpu_slicer.core.identity import MEMORY_CAPACITY, PROFILE_ATTRIBUTE
 from gpu_slicer.kube.quantity import format_bytes
-from gpu_slicer.webhook.remembered import BoundedCache
 from gpu_slicer.webhook.targets import TargetDriver
 
 _SIMPLE_ESCAPES = {
@@ -58,9 +57,8 @@ def profile_selector(
 
     The memory guard is only needed when the same profile name exists with less memory on another
     GPU model than the pod asked for (profile names round the memory size).
-    Remembered: every pod asking for the same profile gets the same (immutable) string.
     """
-    return PROFILE_SELECTORS.call(target, profile, min_memory_bytes)
+    return _profile_selector(target, profile, min_memory_bytes)
 
 
 def _profile_selector(target: TargetDriver, profile: str, min_memory_bytes: int | None) -> str:
@@ -79,17 +77,13 @@ def _memory_guard(target: TargetDriver, min_memory_bytes: int | None) -> str:
     return f' && "{MEMORY_CAPACITY}" in {capacity} && {memory}.compareTo(quantity({size})) >= 0'
 
 
-def _profiles_selector(
+def profiles_selector(
     target: TargetDriver, profiles: tuple[str, ...], min_memory_bytes: int | None
 ) -> str:
     if len(profiles) == 1:
-        return PROFILE_SELECTORS.call(target, profiles[0], min_memory_bytes)
+        return _profile_selector(target, profiles[0], min_memory_bytes)
     attrs = attributes(target)
     names = ", ".join(quote(p) for p in profiles)
     return f"{_has_profile(attrs)} && {attrs}.{PROFILE_ATTRIBUTE} in [{names}]" + _memory_guard(
         target, min_memory_bytes
     )
-
-
-PROFILE_SELECTORS = BoundedCache("profile selectors", _profile_selector, maxsize=1024)
-PROFILES_SELECTORS = BoundedCache("profiles selectors", _profiles_selector, maxsize=256)

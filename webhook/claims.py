@@ -25,7 +25,6 @@ from typing import Any, Literal
 
 from gpu_slicer.core.identity import MANAGED_BY, MANAGED_BY_LABEL, RESOURCE_API
 from gpu_slicer.webhook import cel
-from gpu_slicer.webhook.remembered import BoundedCache
 from gpu_slicer.webhook.targets import TargetDriver
 
 CLAIM_NAME = "gpu-slicer"
@@ -96,27 +95,10 @@ NvlinkSet = tuple[str, ...]
 that together hold one container's devices)."""
 
 
-_CACHED_TEXT_MAX = 253
-"""Longer texts are not remembered: a pod (up to 3 MiB) could otherwise fill the cache with huge
-names. Kubernetes names are at most 253 characters, so real ones always are."""
-
-
 def dns_label(text: str, *, fallback: str = "x", max_len: int = DNS_LABEL_MAX) -> str:
-    """Turn ``text`` into an RFC 1123 label (lower case, digits, ``-``; at most ``max_len``).
-
-    Cached: the same container and profile names come back with every replica of a workload.
-    """
-    if len(text) <= _CACHED_TEXT_MAX:
-        return DNS_LABELS.call(text, fallback, max_len)
-    return _dns_label(text, fallback, max_len)
-
-
-def _dns_label(text: str, fallback: str, max_len: int) -> str:
+    """Turn ``text`` into an RFC 1123 label (lower case, digits, ``-``; at most ``max_len``)."""
     label = _NOT_DNS.sub("-", text.lower()).strip("-")[:max_len].strip("-")
     return label or fallback
-
-
-DNS_LABELS = BoundedCache("dns labels", _dns_label, maxsize=4096)
 
 
 def unique_label(base: str, taken: set[str]) -> str:
@@ -139,11 +121,13 @@ def _device_fields(target: TargetDriver, alt: Alternative) -> dict[str, Any]:
             "count": alt.count,
         }
     if alt.any_of:
-        expression = cel.PROFILES_SELECTORS.call(target, alt.any_of, alt.min_memory_bytes)
+        expression = cel.profiles_selector(target, alt.any_of, alt.min_memory_bytes)
     elif alt.profile is None:
-        expression = cel.PROFILES_SELECTORS.call(target, alt.full_gpu, None)
+        expression = cel.profiles_selector(target, alt.full_gpu, None)
     else:
-        expression = cel.PROFILE_SELECTORS.call(target, alt.profile, alt.min_memory_bytes)
+        expression = cel.profile_selector(
+            target, alt.profile, min_memory_bytes=alt.min_memory_bytes
+        )
     return {
         "deviceClassName": target.mig_class,
         "allocationMode": "ExactCount",

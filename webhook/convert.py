@@ -28,6 +28,7 @@ from gpu_slicer.webhook.errors import Denied, ManifestError
 from gpu_slicer.webhook.extended import extended_class
 from gpu_slicer.webhook.policy import Policy
 from gpu_slicer.webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape, read_quotas
+from gpu_slicer.webhook.remembered import Remembered
 from gpu_slicer.webhook.templates import ORIGIN_CONVERT, ORIGIN_LABEL
 from gpu_slicer.webhook.translate import Conversion, audit_warnings, translate_pod
 from gpu_slicer.webhook.workloads import (
@@ -90,6 +91,7 @@ class _Context:
     gpu_free: bool = False
     """The objects' text names no GPU (``webhook.yaml_text.may_ask_for_gpus``): none of them
     can ask for one, so nothing is looked for outside the pod templates either."""
+    remembered: Remembered | None = None
 
 
 def convert_objects(
@@ -106,6 +108,7 @@ def convert_objects(
     crds: Mapping[tuple[str, str], Any] | None = None,
     first: int = 1,
     gpu_free: bool = False,
+    remembered: Remembered | None = None,
 ) -> ConvertResult:
     """Convert every object; a document that cannot be converted is kept and named.
 
@@ -118,8 +121,9 @@ def convert_objects(
     webhook leaves it. DeviceClasses among ``objects`` add the names they serve to
     ``native_extended`` (:func:`tree_extended`). ``crds``: CustomResourceDefinitions by
     (group, kind) (default: those among ``objects``): an operator's kind whose CRD would prune
-    the claim is left alone (webhook.crd_schema). ``gpu_free``: the objects were read from text
-    that names no GPU (``webhook.yaml_text.may_ask_for_gpus``).
+    the claim is left alone (webhook.crd_schema). ``remembered``: the translation's stores, for
+    a caller converting many files (default: one for this call). ``gpu_free``: the objects were
+    read from text that names no GPU (``webhook.yaml_text.may_ask_for_gpus``).
     """
     objects = list(objects)
     context = _Context(
@@ -131,6 +135,7 @@ def convert_objects(
         tree_quotas(objects, namespace) if quotas is None else quotas,
         tree_crds(objects) if crds is None else crds,
         gpu_free,
+        Remembered() if remembered is None else remembered,
     )
     result = ConvertResult()
     emitted = seen if seen is not None else set()
@@ -287,6 +292,7 @@ def _convert_object(
                 namespace=namespace,
                 policy=context.policy,
                 native_extended=context.native_extended,
+                remembered=context.remembered,
             )
         except Denied as exc:
             raise Denied(f"{place + ': ' if at else ''}{exc.message}") from exc

@@ -37,6 +37,7 @@ from gpu_slicer.webhook.errors import BadReview, Denied
 from gpu_slicer.webhook.locks import memory_lock
 from gpu_slicer.webhook.policy import Policy
 from gpu_slicer.webhook.quota import NO_QUOTA, NamespaceQuota, conversion_escape
+from gpu_slicer.webhook.remembered import Remembered
 from gpu_slicer.webhook.templates import TemplateEnsurer
 from gpu_slicer.webhook.translate import (
     WARNING_MAX_BYTES,
@@ -531,6 +532,8 @@ class TranslationMemo:
         )
         self._policy: Policy | None = None
         self._lock = memory_lock()
+        self.remembered = Remembered()
+        """Claims per pod shape and patches, for the pods the memo itself has not seen."""
         self.bytes = 0  # sum of the stored keys' sizes
         self.hits = 0
         self.misses = 0
@@ -564,7 +567,11 @@ class TranslationMemo:
                 return found
             self.misses += 1
         conversion = translate_pod(
-            pod, namespace=namespace, policy=policy, native_extended=native_extended
+            pod,
+            namespace=namespace,
+            policy=policy,
+            native_extended=native_extended,
+            remembered=self.remembered,
         )
         size = len(key[3])
         if size > self.entry_max_bytes:

@@ -40,6 +40,7 @@ from gpu_slicer.webhook.convert import (
     tree_quotas,
 )
 from gpu_slicer.webhook.policy import Policy
+from gpu_slicer.webhook.remembered import Remembered
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 CHART_FILE = "Chart.yaml"
@@ -161,6 +162,7 @@ def _convert_files(
     table = policy_table(policy)
     kinds = frozenset(workload.key for workload in table)
     seen: set[tuple[str, str]] = set()
+    remembered = Remembered()  # the files of a tree share their workloads' shapes
     per_kustomization: dict[PurePosixPath, tuple[set[tuple[str, str]], list[str]]] = {}
     for file in files:
         file.result = file.output = None
@@ -178,6 +180,7 @@ def _convert_files(
             quiet_non_objects=file.patch_of is not None,
             quotas=quotas,
             crds=crds,
+            remembered=remembered,
         )
         kept = set(emitted)  # emitted only once the whole file is read
         try:

@@ -1,55 +1,45 @@
-"""What the webhook remembers of its own computations between admissions, in one place: what
-each store keys on, how big it may grow and why an answer from it is exactly what computing
-again would give. (What it keeps of the cluster's state, kept current by watches, is in
-``webhook.caches`` and ``webhook.templates``.)
+"""What translation remembers between admissions: one object, :class:`Remembered`, that its
+owner makes and passes in (``translate_pod(..., remembered=...)``); the webhook's engine keeps
+one, ``convert`` one per run. Translation itself holds no state: without the object every call
+computes afresh, and with it the answers are the same (each store holds the results of a pure
+function, and each pod gets its own copy). What the webhook keeps of the cluster's state, kept
+current by watches, is in ``webhook.caches`` and ``webhook.templates``; the engine's memo of
+whole reviews is ``webhook.engine.TranslationMemo``.
 
-Every store below holds the results of a pure function (same arguments, same result; results
-are immutable or handed out as fresh copies), so remembering changes cost, never an answer.
+Each store: what it keys on; how big it may grow; why a hit is exact.
 
-Each entry: the store; what it keys on; how big it may grow; why a hit is exact.
-
-* **engine memo** (``webhook.engine.TranslationMemo``): the namespace, the native extended
-  resource names and the review's bytes but for its uid (or the pod's own key); 256 entries,
-  8 MiB of keys, no key over 64 KiB; translation is a pure function of those, the memo empties
-  when the policy object changes, and denials are not kept.
-* **derived claims** (``webhook.translate.claim``): the pod's GPU shape (the containers' facts
-  and the gpu-slicer annotations), the namespace's rules, the target; 1,024 shapes, and a shape
-  whose names and annotation values exceed 4,096 characters, or whose annotation values are not
-  text, is never kept; the claim, its template name, record and warnings follow from these.
-* **patches** (``webhook.translate.writing``): a remembered derived claim (by identity: the key
-  holds the object, so it cannot be mistaken for a later one) and where the pod's maps and lists
-  stand; 4,096; the operations follow from those alone, and each pod decodes its own copy.
-* **memory chains**, **larger profiles** (``webhook.translate.chains``): bytes asked or a
-  catalog profile name, and the GPU model set; 256 and 1,024; the static catalog.
-* **gpu chains** (``webhook.translate.chains``): the NVLink mode, whether the target publishes
-  NVLink, the spanning profiles, the count and whether several devices are wanted; 1,024;
-  built from the arguments alone.
-* **profile selectors**, **profiles selectors** (``webhook.cel``): the target, the profile (or
-  profiles) and the minimum memory; 1,024 and 256; the CEL text is built from those alone.
-* **dns labels** (``webhook.claims``): a name of at most 253 characters (longer ones are never
-  kept), the fallback and the length limit; 4,096; the label is built from those alone.
+* **derived claims** (:func:`webhook.translate.claim.derive`): the pod's GPU shape (the
+  containers' facts and the gpu-slicer annotations), the namespace's rules, the target; 1,024
+  shapes, and a shape whose names and annotation values exceed 4,096 characters, or whose
+  annotation values are not text, is never kept. The claim, its template (as JSON, decoded per
+  pod), name, record and warnings follow from these.
+* **patches** (:func:`webhook.translate.writing.patch_json`): a remembered derived claim (by
+  identity: the key holds the object, so it cannot be mistaken for a later one) and where the
+  pod's maps and lists stand; 4,096; the operations follow from those alone, and each pod decodes
+  its own copy.
 
 What each is worth, measured (``python bench/bench_translate.py --without NAMES``, microseconds
-per pod of each kind, a pod of a known shape: mig-1g.10gb, gpu x2, gpu-memory 12Gi, profiles
-chain, right-sized; 2026-12-05): with every store 74 / 87 / 105 / 68 / 87; without **derived
-claims** 200 / 250 / 364 / 236 / 246; without **patches** 98 / 114 / 122 / 91 / 114; without
-**profiles selectors** the memory chain 199 and gpu x2 106; without **profile selectors** or
-**dns labels** 2-11 more. The chain stores serve only a shape's first pod (derived claims
-answer the rest); for that pod, with derived claims off too, **memory chains** save the memory
-chain 196, **larger profiles** 20-46 and **gpu chains** 52-57. Three stores measured within
-the noise even there and were dropped: the GPU model set of a policy's model list, chains of
-fixed entries, and one ``Alternative`` object per value.
+per pod of a known shape, pods of each kind: mig-1g.10gb, gpu x2, gpu-memory 12Gi, profiles
+chain, right-sized; best of 5 passes, 2026-12-05, while another job ran): with both stores
+17.7 / 18.9 / 18.4 / 17.5 / 21.8; without **derived claims** 79.6 / 104.6 / 257.8 / 91.5 / 94.0;
+without **patches** 28.3 / 30.2 / 26.7 / 24.2 / 31.8; without either 111.9 / 106.4 / 224.5 /
+88.1 / 93.5. (Before the stores became this object, with eight module-level stores, the same
+pods took 19.0 / 27.1 / 28.7 / 18.4 / 24.1: the claim template, now decoded from the derived
+claim's JSON, was built again for every pod from remembered selectors.)
 
-``BoundedCache`` is the object each of these (but the memo, which bounds bytes too) is: a name,
-a bound and the function, least recently used first out. Lookups go through ``call``, the
-standard library's C-implemented LRU wrapper, so keeping them explicit costs nothing per call.
+Everything else translation once remembered is computed again for each new shape only (a
+known shape's claim and template come from **derived claims**): CEL selector strings, memory
+chains per byte size, ``larger`` fallbacks, GPU chains and DNS labels. A shape's first pod pays
+for them; no later pod of the shape does. Measured on pods that are each a new shape, against
+the eight stores: 73.8 / 109.4 / 235.0 / 94.9 / 106.2 against 70.1 / 86.2 / 148.2 / 89.8 /
+98.5 us: a new memory-sized shape costs 87 us more once, a new shape of several whole GPUs 23.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Generic, ParamSpec, TypeVar, cast
+from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -71,3 +61,25 @@ class BoundedCache(Generic[P, R]):
     def clear(self) -> None:
         """Forget every result (the next call of each computes afresh)."""
         self._wrapper.cache_clear()
+
+
+class Remembered:
+    """The stores translation keeps its results in, owned by whoever calls it many times.
+
+    ``derived_claims`` and ``patches`` bound each store (0: the store is off and its function
+    runs every time, as the benchmark's ``--without`` measures)."""
+
+    def __init__(self, *, derived_claims: int = 1024, patches: int = 4096) -> None:
+        from gpu_slicer.webhook.translate.claim import derive
+        from gpu_slicer.webhook.translate.writing import patch_json
+
+        self.derived_claims = BoundedCache("derived claims", derive, maxsize=derived_claims)
+        self.patches = BoundedCache("patches", patch_json, maxsize=patches)
+
+    def stores(self) -> tuple[BoundedCache[..., Any], ...]:
+        return (self.derived_claims, self.patches)
+
+    def clear(self) -> None:
+        """Forget every result (each store computes afresh)."""
+        for store in self.stores():
+            store.clear()

@@ -19,8 +19,7 @@ from gpu_slicer.core.identity import CONVERTED_ANNOTATION
 from gpu_slicer.webhook import translate
 from gpu_slicer.webhook.errors import Denied
 from gpu_slicer.webhook.policy import Policy
-from gpu_slicer.webhook.translate.claim import DERIVED_CLAIMS
-from gpu_slicer.webhook.translate.writing import PATCHES
+from gpu_slicer.webhook.remembered import Remembered
 
 LEGACY = "nvidia.com/mig-1g.10gb"
 MISSING = object()
@@ -97,13 +96,16 @@ def _check_applied(pod: dict[str, Any], conversion: translate.Conversion) -> Non
 @given(st.lists(pods(), min_size=2, max_size=8))
 def test_pods_of_one_shape_in_any_order_get_what_each_alone_gets(batch: list[Any]) -> None:
     policy = Policy.default()
-    warm = [translate.translate_pod(p, namespace="ml", policy=policy) for p in batch]
+    remembered = Remembered()
+    warm = [
+        translate.translate_pod(p, namespace="ml", policy=policy, remembered=remembered)
+        for p in batch
+    ]
     for pod, warmed in zip(batch, warm, strict=True):
         _check_applied(pod, warmed)
-        DERIVED_CLAIMS.clear()  # nothing remembered: a claim and patch anew
-        PATCHES.clear()
-        alone = translate.translate_pod(pod, namespace="ml", policy=policy)
+        alone = translate.translate_pod(pod, namespace="ml", policy=policy)  # nothing kept
         assert _fields(warmed) == _fields(alone)
+    assert 0 < len(remembered.derived_claims) <= len(batch)
 
 
 def test_a_remembered_patch_is_a_fresh_copy_each_time() -> None:
@@ -111,21 +113,25 @@ def test_a_remembered_patch_is_a_fresh_copy_each_time() -> None:
     pod = {
         "spec": {"containers": [{"name": "main", "resources": {"limits": {LEGACY: "1"}}}]},
     }
-    first = translate.translate_pod(pod, namespace="ml", policy=policy)
+    remembered = Remembered()
+    first = translate.translate_pod(pod, namespace="ml", policy=policy, remembered=remembered)
     first.patch[0]["path"] = "/changed"
     first.patch.append({"op": "test"})
-    again = translate.translate_pod(pod, namespace="ml", policy=policy)
+    first.templates[0]["spec"]["spec"]["devices"]["requests"].clear()
+    again = translate.translate_pod(pod, namespace="ml", policy=policy, remembered=remembered)
+    assert len(remembered.patches) == 1
     assert again.patch[0]["path"] == "/spec/containers/0/resources/limits"
     assert len(again.patch) == 4
+    assert again.templates[0]["spec"]["spec"]["devices"]["requests"]
 
 
 def test_a_shape_too_large_to_keep_is_derived_each_time() -> None:
     policy = Policy.default()
     long_name = "c" * (translate.SHAPE_CACHE_TEXT_MAX + 1)
     pod = {"spec": {"containers": [{"name": long_name, "resources": {"limits": {LEGACY: "1"}}}]}}
-    DERIVED_CLAIMS.clear()
-    translate.translate_pod(pod, namespace="ml", policy=policy)
-    assert len(DERIVED_CLAIMS) == 0
+    remembered = Remembered()
+    translate.translate_pod(pod, namespace="ml", policy=policy, remembered=remembered)
+    assert len(remembered.derived_claims) == 0
 
 
 def test_annotation_values_that_are_not_text_are_translated_without_being_kept() -> None:
@@ -139,12 +145,18 @@ def test_annotation_values_that_are_not_text_are_translated_without_being_kept()
             "spec": {"containers": [{"name": "main", "resources": {"limits": {LEGACY: "1"}}}]},
         }
 
-    DERIVED_CLAIMS.clear()
+    remembered = Remembered()
     sized = translate.translate_pod(
-        pod({"gpu-slicer.io/gpu-memory": 10 * 2**30}), namespace="ml", policy=policy
+        pod({"gpu-slicer.io/gpu-memory": 10 * 2**30}),
+        namespace="ml",
+        policy=policy,
+        remembered=remembered,
     )
-    assert sized.templates and len(DERIVED_CLAIMS) == 0
+    assert sized.templates and len(remembered.derived_claims) == 0
     with pytest.raises(Denied, match="no container named"):
         translate.translate_pod(
-            pod({"gpu-slicer.io/containers": ["main"]}), namespace="ml", policy=policy
+            pod({"gpu-slicer.io/containers": ["main"]}),
+            namespace="ml",
+            policy=policy,
+            remembered=remembered,
         )

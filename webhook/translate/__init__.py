@@ -30,13 +30,14 @@ described in :mod:`webhook.remembered`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from gpu_slicer.core.identity import CONVERTED_ANNOTATION
 from gpu_slicer.webhook import claims, sharing
 from gpu_slicer.webhook.errors import Denied
 from gpu_slicer.webhook.policy import Policy
-from gpu_slicer.webhook.targets import target_driver
 from gpu_slicer.webhook.translate.claim import SHAPE_CACHE_TEXT_MAX, derive_for
 from gpu_slicer.webhook.translate.conversion import (
     CHANGE_ANNOTATION,
@@ -62,6 +63,9 @@ from gpu_slicer.webhook.translate.reading import (
 )
 from gpu_slicer.webhook.translate.request_sharing import device_ranges
 from gpu_slicer.webhook.translate.writing import write
+
+if TYPE_CHECKING:
+    from gpu_slicer.webhook.remembered import Remembered
 
 __all__ = [
     "ANNOTATIONS_READ",
@@ -90,12 +94,15 @@ def translate_pod(
     namespace: str,
     policy: Policy,
     native_extended: frozenset[str] = frozenset(),
+    remembered: Remembered | None = None,
 ) -> Conversion:
     """Translate ``pod`` (raw JSON as received); raises Denied when it cannot be admitted.
 
-    Reads the pod into its shape, derives the claim from the shape (remembered per shape:
-    replicas and pods of one workload kind ask alike), then writes the patch against this pod's
-    own JSON."""
+    Reads the pod into its shape, derives the claim from the shape, then writes the patch
+    against this pod's own JSON. ``remembered``: the caller's store of claims per shape and
+    patches per standing (replicas and pods of one workload kind ask alike; the webhook's
+    engine keeps one); None: nothing is kept, every call computes afresh. Either way the
+    answer is the same: what is kept is the result of a pure function."""
     if not isinstance(pod, dict):
         raise Denied("the object is not a Pod (expected a JSON object)")
     metadata = dict_of(pod.get("metadata"))
@@ -122,15 +129,15 @@ def translate_pod(
         # Nothing asks for devices (deferred names alone convert nothing): no shape to derive.
         return Conversion(warnings=warnings, deferred=deferred)
     shape = Shape(tuple([c.facts() for c in containers]), asked)
-    derived, remembered = derive_for(shape, policy.for_namespace(namespace), policy.target)
+    derived, kept = derive_for(shape, policy.for_namespace(namespace), policy.target, remembered)
     warnings.extend(derived.warnings)
     if not derived.requests:
         return Conversion(warnings=warnings, deferred=deferred)
-    spec_out = claims.template_spec(
-        derived.requests, target_driver(policy.target), derived.nvlink_sets
-    )
+    spec_out = orjson.loads(derived.template_spec)
     template = claims.template_object(spec_out, namespace, name=derived.template_name)
-    return write(pod, containers, derived, remembered, template, warnings, deferred)
+    return write(
+        pod, containers, derived, remembered if kept else None, template, warnings, deferred
+    )
 
 
 def audit_warnings(conversion: Conversion) -> list[str]:

@@ -23,7 +23,6 @@ from gpu_slicer.webhook.policy import (
     model_profile_set,
     model_profiles,
 )
-from gpu_slicer.webhook.remembered import BoundedCache
 from gpu_slicer.webhook.suggest import did_you_mean
 from gpu_slicer.webhook.targets import TargetDriver
 from gpu_slicer.webhook.translate.conversion import CHANGE_ANNOTATION, short
@@ -118,7 +117,7 @@ def _need(
                 )
             )
         full = full_gpu_profiles(rules.gpu_models) if rules.full_gpu_mig else ()
-        build = partial(GPU_CHAINS.call, rules.nvlink, target.nvlink_attribute is not None, full)
+        build = partial(_gpu_chain, rules.nvlink, target.nvlink_attribute is not None, full)
         return Need(container, legacy_count, what, via, ("gpu",), build)
     models = rules.gpu_models
     profile = _profile_of_resource(legacy_name[len(LEGACY_MIG_PREFIX) :], models)
@@ -130,7 +129,7 @@ def _need(
     fallbacks = rules.mig_fallback.fallbacks_for(profile)
     if fallbacks is None:
         larger = rules.mig_fallback.mode == "larger"
-        fallbacks = LARGER_PROFILES.call(profile, models) if larger else ()
+        fallbacks = _larger_profiles(profile, models) if larger else ()
     names = [profile, *(f for f in fallbacks if f != profile)][:MAX_ALTERNATIVES]
     via = "policy migFallback" if len(names) > 1 else None
     entries = tuple((n, None) for n in names)
@@ -229,7 +228,7 @@ def _memory_chain(raw: Any, models: tuple[str, ...]) -> tuple[Entry, ...]:
         raise Denied(
             f"annotation {ANNOTATION_GPU_MEMORY}: {exc}; give a size such as 12Gi or 40G"
         ) from exc
-    entries = MEMORY_CHAINS.call(wanted, models)
+    entries = _memory_entries(wanted, models)
     if entries is None:
         model, largest = max(
             ((m, p) for m in _gpu_models(models) for p in m.profiles),
@@ -266,9 +265,6 @@ def _memory_entries(wanted: int, models: tuple[str, ...]) -> tuple[Entry, ...] |
         (names[0] if len(names) == 1 else names, wanted)
         for names in _tiers(found)[:MAX_ALTERNATIVES]
     )
-
-
-MEMORY_CHAINS = BoundedCache("memory chains", _memory_entries, maxsize=256)
 
 
 def _tiers(found: list[tuple[gpu_model.GpuModel, gpu_model.Profile]]) -> list[tuple[str, ...]]:
@@ -315,9 +311,6 @@ def _larger_profiles(name: str, models: tuple[str, ...]) -> tuple[str, ...]:
             if bigger and profile.memory_bytes >= base.memory_bytes:
                 found.append((profile.memory_bytes, profile.compute_slices, profile.name))
     return tuple(dict.fromkeys(n for _m, _c, n in sorted(found)))
-
-
-LARGER_PROFILES = BoundedCache("larger profiles", _larger_profiles, maxsize=1024)
 
 
 def _profile_of_resource(token: str, models: tuple[str, ...]) -> str:
@@ -371,9 +364,6 @@ def _gpu_chain(
     if nvlink == "strict":
         return tuple(linked)
     return tuple(alt for pair in zip(linked, plain, strict=True) for alt in pair)
-
-
-GPU_CHAINS = BoundedCache("gpu chains", _gpu_chain, maxsize=1024)
 
 
 def _whole_gpus(count: int, nvlink: bool) -> Alternative:

@@ -7,18 +7,22 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import orjson
 
 from gpu_slicer.webhook import claims
 from gpu_slicer.webhook.claims import ContainerRequest
 from gpu_slicer.webhook.errors import Denied
 from gpu_slicer.webhook.policy import NamespaceRules, Target
-from gpu_slicer.webhook.remembered import BoundedCache
 from gpu_slicer.webhook.targets import target_driver
 from gpu_slicer.webhook.translate.chains import Need, needs_of
 from gpu_slicer.webhook.translate.conversion import MAX_CLAIM_DEVICES, MAX_CLAIM_REQUESTS
 from gpu_slicer.webhook.translate.reading import Facts, Shape
 from gpu_slicer.webhook.translate.request_sharing import plan_requests
+
+if TYPE_CHECKING:
+    from gpu_slicer.webhook.remembered import Remembered
 
 SHAPE_CACHE_TEXT_MAX = 4096
 """Shapes whose names and annotation values add up to more characters are derived every time,
@@ -48,21 +52,29 @@ class Derived:
     nvlink_sets: tuple[claims.NvlinkSet, ...] = ()
     uses: tuple[Use, ...] = ()
     template_name: str = ""
+    template_spec: bytes = b""
+    """The claim template's ``spec`` as JSON: each pod decodes its own copy (no selector is
+    built again for a shape already seen)."""
     changes: tuple[tuple[str, str], ...] = ()
     record: str = ""
     """The value of the ``gpu-slicer.io/converted`` annotation."""
     summary: str = ""
 
 
-def derive_for(shape: Shape, rules: NamespaceRules, target: Target) -> tuple[Derived, bool]:
-    """:func:`derive` and whether it is remembered: it is unless the shape is too large to
-    keep, or holds an annotation value that is not text (a pod read from YAML may have any)."""
+def derive_for(
+    shape: Shape, rules: NamespaceRules, target: Target, remembered: Remembered | None
+) -> tuple[Derived, bool]:
+    """:func:`derive` and whether it is remembered: it is when the caller keeps ``remembered``,
+    unless the shape is too large to keep, or holds an annotation value that is not text (a
+    pod read from YAML may have any)."""
+    if remembered is None:
+        return derive(shape, rules, target), False
     size = sum(map(len, map(_NAME, shape.containers)))
     for _key, value in shape.annotations:
         size += len(value) if isinstance(value, str) else SHAPE_CACHE_TEXT_MAX + 1
     if size > SHAPE_CACHE_TEXT_MAX:
         return derive(shape, rules, target), False
-    return DERIVED_CLAIMS.call(shape, rules, target), True
+    return remembered.derived_claims.call(shape, rules, target), True
 
 
 def derive(shape: Shape, rules: NamespaceRules, target: Target) -> Derived:
@@ -74,7 +86,8 @@ def derive(shape: Shape, rules: NamespaceRules, target: Target) -> Derived:
         return Derived(warnings=tuple(warnings))
     plan = plan_requests(needs)
     _check_claim_size(plan.requests)
-    name = claims.template_name(claims.template_spec(plan.requests, driver, plan.nvlink_sets))
+    spec = claims.template_spec(plan.requests, driver, plan.nvlink_sets)
+    name = claims.template_name(spec)
     uses = tuple(
         Use(shape.containers.index(n.container), n.container, plan.uses[id(n)]) for n in needs
     )
@@ -93,13 +106,11 @@ def derive(shape: Shape, rules: NamespaceRules, target: Target) -> Derived:
         nvlink_sets=plan.nvlink_sets,
         uses=uses,
         template_name=name,
+        template_spec=orjson.dumps(spec),
         changes=changes,
         record=record,
         summary=summary,
     )
-
-
-DERIVED_CLAIMS = BoundedCache("derived claims", derive, maxsize=1024)
 
 
 def _check_claim_size(requests: Sequence[ContainerRequest]) -> None:

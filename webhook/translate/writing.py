@@ -4,16 +4,18 @@ derived claim's requests, against where the pod's own maps and lists stand."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gpu_slicer.core.identity import CONVERTED_ANNOTATION
 from gpu_slicer.webhook import claims, patch
-from gpu_slicer.webhook.remembered import BoundedCache
 from gpu_slicer.webhook.translate.claim import Derived
 from gpu_slicer.webhook.translate.conversion import Conversion, dict_of
 from gpu_slicer.webhook.translate.reading import Container
+
+if TYPE_CHECKING:
+    from gpu_slicer.webhook.remembered import Remembered
 
 Standing = tuple[int, ...]
 """Where a pod stands for each operation of its patch (see :func:`standing`)."""
@@ -29,7 +31,7 @@ def write(
     pod: dict[str, Any],
     containers: Sequence[Container],
     derived: Derived,
-    remembered: bool,
+    remembered: Remembered | None,
     template: dict[str, Any],
     warnings: list[str],
     deferred: tuple[tuple[str, str], ...],
@@ -37,11 +39,12 @@ def write(
     """The conversion of ``pod``: its patch, with the derived claim's template and record.
 
     The operations depend on the claim and on where the pod's maps and lists stand, nothing
-    else: pods of one shape and standing get the same patch, so for a ``remembered`` claim it is
-    written once and each further pod gets a fresh copy decoded from its JSON."""
+    else: pods of one shape and standing get the same patch, so where the claim was
+    ``remembered`` (the store its patches are kept in; None: the claim was not) it is written
+    once and each further pod gets a fresh copy decoded from its JSON."""
     where = standing(pod, containers, derived)
-    if remembered:
-        ops: list[dict[str, Any]] = orjson.loads(PATCHES.call(derived, where))
+    if remembered is not None:
+        ops: list[dict[str, Any]] = orjson.loads(remembered.patches.call(derived, where))
     else:
         ops = _operations(derived, where)
     return Conversion(
@@ -99,8 +102,6 @@ def _operations(derived: Derived, where: Standing) -> list[dict[str, Any]]:
     return ops
 
 
-def _patch_json(derived: Derived, where: Standing) -> bytes:
+def patch_json(derived: Derived, where: Standing) -> bytes:
+    """The operations as JSON: what :class:`~gpu_slicer.webhook.remembered.Remembered` keeps."""
     return orjson.dumps(_operations(derived, where))
-
-
-PATCHES = BoundedCache("patches", _patch_json, maxsize=4096)
