@@ -28,7 +28,7 @@ from gpu_slicer.core.devices import SliceSpec  # noqa: E402
 from gpu_slicer.slicer.inventory import GpuState, plan_pool  # noqa: E402
 from gpu_slicer.slicer.simulated import SimulatedBackend  # noqa: E402
 
-POLICIES = ("name", "anti-fragmentation", "best-fit")
+DEVICE_ORDERS = ("name", "anti-fragmentation", "best-fit")
 
 
 def seconds(fn: Callable[[], object]) -> float:
@@ -71,21 +71,21 @@ def main() -> int:
 
         def build(policy: str, version: tuple[int, int] = version) -> list[dict[str, Any]]:
             return plan_pool(
-                "bench", states, server_version=version, policy=policy, allocated=allocated
+                "bench", states, server_version=version, device_order=policy, allocated=allocated
             ).slices
 
-        built = {policy: build(policy) for policy in POLICIES}  # warm caches, sizes
-        builds: dict[str, list[float]] = {policy: [] for policy in POLICIES}
-        ratios: dict[str, list[float]] = {policy: [] for policy in POLICIES}
-        dumps: dict[str, list[float]] = {policy: [] for policy in POLICIES}
+        built = {policy: build(policy) for policy in DEVICE_ORDERS}  # warm caches, sizes
+        builds: dict[str, list[float]] = {policy: [] for policy in DEVICE_ORDERS}
+        ratios: dict[str, list[float]] = {policy: [] for policy in DEVICE_ORDERS}
+        dumps: dict[str, list[float]] = {policy: [] for policy in DEVICE_ORDERS}
         for _ in range(args.rounds):
             base = seconds(lambda: build("name"))
-            for policy in POLICIES:
+            for policy in DEVICE_ORDERS:
                 took = seconds(functools.partial(build, policy))
                 builds[policy].append(took)
                 ratios[policy].append(took / base)
                 dumps[policy].append(seconds(functools.partial(json.dumps, built[policy])))
-        for policy in POLICIES:
+        for policy in DEVICE_ORDERS:
             slices = built[policy]
             sizes = [len(json.dumps(s, separators=(",", ":"))) for s in slices]
             devices = sum(len(s["spec"].get("devices", [])) for s in slices)

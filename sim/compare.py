@@ -16,7 +16,7 @@ from gpu_slicer.sim.demand import DemandBook
 from gpu_slicer.sim.errors import UnknownNameError
 from gpu_slicer.sim.event_loop import Engine, Result, Strategy
 from gpu_slicer.sim.scenario import Scenario
-from gpu_slicer.slicer.ordering import POLICIES
+from gpu_slicer.slicer.ordering import DEVICE_ORDERS
 
 DEFAULT_STRATEGIES: tuple[str, ...] = (
     "device-plugin",
@@ -35,7 +35,7 @@ def strategy_names(scenario: Scenario) -> list[str]:
     names = ["device-plugin"]
     names += [f"static-{layout}" for layout in scenario.layouts]
     names += ["instaslice"]
-    names += [f"gpu-slicer-{policy}" for policy in POLICIES]
+    names += [f"gpu-slicer-{policy}" for policy in DEVICE_ORDERS]
     names += ["oracle"]
     return names
 

@@ -23,7 +23,7 @@ from gpu_slicer.sim.scenario import NodeSpec, Scenario
 from gpu_slicer.slicer.checkpoint import PreparedDevice
 from gpu_slicer.slicer.demand import Advertised
 from gpu_slicer.slicer.inventory import GpuState, advertise_gpu, beside_claims, plan_pool
-from gpu_slicer.slicer.ordering import Candidate, Occupancy, OrderPolicy, RepublishLimiter
+from gpu_slicer.slicer.ordering import Candidate, DeviceOrder, Occupancy, RepublishLimiter
 
 GpuKey = tuple[int, tuple[Placement, ...], bool]
 """What the order of one GPU depends on: its index, the placements in use on it (sorted) and
@@ -55,7 +55,7 @@ class GpuOrderCache:
     ``plan_pool`` publishes is checked by tests/sim/test_fast_node.py.
     """
 
-    def __init__(self, policy: OrderPolicy, candidates: Sequence[Candidate]) -> None:
+    def __init__(self, policy: DeviceOrder, candidates: Sequence[Candidate]) -> None:
         self.policy = policy
         rank = getattr(policy, "gpu_rank", None)
         if rank is None:
@@ -307,7 +307,7 @@ class FastNode(NodeBase):
                 self.name,
                 self.view().gpus,
                 server_version=self.scenario.kubernetes,
-                policy=self.device_order,
+                device_order=self.device_order,
             )
             compiled = compile_pool(DRIVER, self.name, plan.slices)
             assert compiled is not None

@@ -25,7 +25,7 @@ from gpu_slicer.slicer.checkpoint import PreparedDevice
 from gpu_slicer.slicer.demand import EVERY_PROFILE, Advertised
 from gpu_slicer.slicer.inventory import GpuState, effective_mode, plan_pool
 from gpu_slicer.slicer.observe import NodeView, ObservedGpu, observe_node
-from gpu_slicer.slicer.ordering import DYNAMIC_POLICIES, get_policy
+from gpu_slicer.slicer.ordering import DYNAMIC_ORDERS, get_device_order
 from gpu_slicer.slicer.simulated import SimulatedBackend
 
 parse_device_name = functools.lru_cache(maxsize=8192)(_parse_device_name)
@@ -113,8 +113,8 @@ class NodeBase(ABC):
         self.name = node.name
         self.clock = clock
         self.scenario = scenario
-        self.device_order = get_policy(device_order)
-        self.dynamic = device_order in DYNAMIC_POLICIES
+        self.device_order = get_device_order(device_order)
+        self.dynamic = device_order in DYNAMIC_ORDERS
         self.backend = SimulatedBackend(
             list(node.models), node_name=node.name, sleep=lambda _s: None
         )
@@ -156,7 +156,7 @@ class NodeBase(ABC):
             self.name,
             gpus,
             server_version=self.scenario.kubernetes,
-            policy=self.device_order,
+            device_order=self.device_order,
             profiles=self.choice,
         )
         pool = compile_pool(DRIVER, self.name, plan.slices)

@@ -44,7 +44,7 @@ from gpu_slicer.slicer.deviceclasses import device_classes
 from gpu_slicer.slicer.errors import BackendError, CheckpointTooNew
 from gpu_slicer.slicer.inventory import KUBERNETES_VERSIONS, InventoryError, PoolPlan
 from gpu_slicer.slicer.layout import LayoutError, StaticLayout
-from gpu_slicer.slicer.ordering import POLICIES
+from gpu_slicer.slicer.ordering import DEVICE_ORDERS
 from gpu_slicer.slicer.preview import preview_pool
 from gpu_slicer.slicer.profile_filter import ProfileChoice, ProfileFilter, ProfileFilterError
 from gpu_slicer.slicer.scaling import DEGRADES_AT_NODES
@@ -177,7 +177,7 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     p.add_argument(
         "--order",
         default="best-fit",
-        choices=list(POLICIES),
+        choices=list(DEVICE_ORDERS),
         help="device-order policy (default best-fit)",
     )
     p.add_argument(

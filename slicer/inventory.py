@@ -70,7 +70,7 @@ from gpu_slicer.slicer.counters import (
 from gpu_slicer.slicer.device_attributes import DeviceAttributes, device_body
 from gpu_slicer.slicer.errors import SlicerError
 from gpu_slicer.slicer.layout import StaticLayout
-from gpu_slicer.slicer.ordering import Candidate, Occupancy, OrderPolicy, get_policy
+from gpu_slicer.slicer.ordering import Candidate, DeviceOrder, Occupancy, get_device_order
 from gpu_slicer.slicer.profile_filter import ProfileChoice
 
 Obj = dict[str, Any]
@@ -81,10 +81,10 @@ ADVERTISED_ANNOTATION = "gpu-slicer.io/advertised-profiles"
 (``1g.10gb=asked,3g.40gb=floor``, or the admin's ``--profiles`` text). ``gpu-slicer status`` shows
 it; it is as of the pool's last write (a change of reason alone is not worth a write)."""
 
-SliceLayout = Literal["combined", "split"]
+SliceSplit = Literal["combined", "split"]
 
 KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37", "1.38")
-"""Kubernetes server versions whose layouts and limits this module knows (1.38: its beta, as
+"""Kubernetes server versions whose slice splits and limits this module knows (1.38: its beta, as
 the sandbox runs it); newer ones are treated like the newest."""
 
 
@@ -460,10 +460,10 @@ def occupancy(gpus: Sequence[GpuState], allocated: Sequence[DeviceSpec] = ()) ->
     )
 
 
-# --- layout and limits -----------------------------------------------------------------------
+# --- split and limits ------------------------------------------------------------------------
 
 
-def slice_layout(server_version: tuple[int, int]) -> SliceLayout:
+def slice_split(server_version: tuple[int, int]) -> SliceSplit:
     """1.34 needs devices next to their counter sets; 1.35 and later forbid it."""
     if server_version < (1, 34):
         raise InventoryError(
@@ -495,7 +495,7 @@ class SliceLimits:
 
 
 def limits_for(server_version: tuple[int, int]) -> SliceLimits:
-    if slice_layout(server_version) == "combined":
+    if slice_split(server_version) == "combined":
         return SliceLimits(
             counters_per_slice=32,
             counters_consumed_per_device=32,
@@ -591,11 +591,12 @@ class PoolPlan:
     """The slices of a pool plus what was decided on the way (for logs, metrics and tests)."""
 
     slices: list[Obj]
-    layout: SliceLayout
+    split: SliceSplit
+    """Devices and counter sets in one slice (1.34) or apart (1.35 and later)."""
     static: bool
-    policy: str
+    device_order: str
     order: tuple[str, ...]
-    """Device names in the policy's order."""
+    """Device names in the device order's order."""
     ruled_out: frozenset[str] = frozenset()
     """Devices left out only because allocated devices beside them take their counters
     (:func:`beside_claims`): leaving them out can wait, listing them again cannot."""
@@ -607,7 +608,7 @@ def plan_pool(
     *,
     server_version: tuple[int, int] = (1, 36),
     generation: int = 1,
-    policy: OrderPolicy | str = "name",
+    device_order: DeviceOrder | str = "name",
     allocated: Sequence[DeviceSpec] = (),
     static: bool = False,
     static_layout: StaticLayout | None = None,
@@ -616,9 +617,9 @@ def plan_pool(
 ) -> PoolPlan:
     """Build the ResourceSlices of ``node``'s pool: advertise, order, pack, render (each device
     with the ``attributes`` the agent's ``--attributes`` chose)."""
-    layout = slice_layout(server_version)
+    split = slice_split(server_version)
     limits = limits_for(server_version)
-    order_policy = get_policy(policy) if isinstance(policy, str) else policy
+    order = get_device_order(device_order) if isinstance(device_order, str) else device_order
     keep = frozenset(allocated)
     adverts = [
         advertise_gpu(
@@ -633,13 +634,13 @@ def plan_pool(
     by_name = {d.name: d for a in adverts for d in a.devices}
     # The order of every device, then those the allocations rule out left out: the devices
     # listed keep the places they would have, so the scheduler decides as with all of them.
-    ordered_candidates = order_policy.order(
+    ordered_candidates = order.order(
         [d.candidate for d in by_name.values()], occupancy(gpus, allocated)
     )
     adverts = [beside_claims(a, keep) for a in adverts]
     listed = {d.name for a in adverts for d in a.devices}
     ordered = [by_name[c.name] for c in ordered_candidates if c.name in listed]
-    packer = _pack_combined if layout == "combined" else _pack_split
+    packer = _pack_combined if split == "combined" else _pack_split
     packed = packer(adverts, ordered, limits)
     width = max(3, len(str(max(len(packed) - 1, 0))))
     labels = {MANAGED_BY_LABEL: MANAGED_BY, LAYOUT_LABEL: "static" if static else "partitionable"}
@@ -671,9 +672,9 @@ def plan_pool(
         )
     return PoolPlan(
         slices,
-        layout,
+        split,
         static,
-        order_policy.name,
+        order.name,
         tuple(d.name for d in ordered),
         frozenset(name for a in adverts for name in a.ruled_out),
     )
@@ -690,7 +691,7 @@ def build_slices(node: str, gpus: Sequence[GpuState], **options: Any) -> list[Ob
 def check_limits(slices: Sequence[Obj], server_version: tuple[int, int]) -> list[str]:
     """Every way ``slices`` (one pool) break the apiserver's limits or the pool's consistency."""
     limits = limits_for(server_version)
-    combined = slice_layout(server_version) == "combined"
+    combined = slice_split(server_version) == "combined"
     problems = _pool_problems(slices)
     pool_sets: dict[str, set[str]] = {}
     device_names: set[str] = set()
@@ -747,7 +748,7 @@ def _slice_problems(
     cap = limits.devices_with_counters_or_taints if heavy else limits.devices
     if len(devices) > cap:
         problems.append(f"{name}: {len(devices)} devices > {cap}")
-    # In the combined layout a device may only consume the counter sets of its own slice.
+    # In the combined split a device may only consume the counter sets of its own slice.
     visible = slice_sets if combined else None
     consumed_in_slice = 0
     for d in devices:

@@ -1,9 +1,9 @@
-"""Device order is the packing policy.
+"""Device order is how the agent packs.
 
 The scheduler's allocator is first-fit: it walks pools, slices (sorted by name from 1.36 on) and
 devices in the order they are listed, and takes the first device that passes the request's
 selectors and the counter check. Nothing scores devices within a node. So the only lever a
-driver has over packing is the order in which it lists devices; each policy here is one order.
+driver has over packing is the order in which it lists devices; each class here is one order.
 
 * ``name``: canonical order (GPU index, the whole GPU, then profiles in catalog order, starts
   ascending). What NVIDIA's driver does; small requests land on GPU 0 at memory slice 0, which
@@ -17,7 +17,7 @@ driver has over packing is the order in which it lists devices; each policy here
   still possible there first. Its order changes with allocations: republish through a
   :class:`RepublishLimiter` so that a busy node does not rewrite its slices on every claim.
 
-Policies only reorder; they never add or drop devices. Pure, apart from the limiter's clock.
+Device orders only reorder; they never add or drop devices. Pure, apart from the limiter's clock.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from gpu_slicer.slicer.errors import SlicerError
 
 
 class OrderingError(SlicerError, ValueError):
-    """An unknown ordering policy was named."""
+    """An unknown device order was named."""
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A device the agent is about to advertise, as a policy sees it."""
+    """A device the agent is about to advertise, as a device order sees it."""
 
     spec: DeviceSpec
     model: GpuModel
@@ -102,7 +102,7 @@ class Occupancy:
         return model.memory_slices - len(taken)
 
 
-class OrderPolicy(Protocol):
+class DeviceOrder(Protocol):
     """Orders the pool's devices; the first device in the list that fits is the one allocated."""
 
     name: str
@@ -176,7 +176,7 @@ def _costs(model: GpuModel, present: tuple[Placement, ...] = ()) -> dict[Placeme
     }
 
 
-class NamePolicy:
+class NameOrder:
     """Canonical name order, as NVIDIA's driver lists devices."""
 
     name = "name"
@@ -194,7 +194,7 @@ class NamePolicy:
         return sorted(candidates, key=key)
 
 
-class AntiFragmentationPolicy:
+class AntiFragmentationOrder:
     """Static: small profiles first, where they destroy the fewest larger placements."""
 
     name = "anti-fragmentation"
@@ -213,7 +213,7 @@ class AntiFragmentationPolicy:
         return _leaders_first(sorted(candidates, key=key))
 
 
-class BestFitPolicy:
+class BestFitOrder:
     """Dynamic: pack onto GPUs already in use (tightest first), keep empty GPUs whole."""
 
     name = "best-fit"
@@ -253,7 +253,7 @@ def _leaders_first(ordered: list[Candidate]) -> list[Candidate]:
     each part in the order given.
 
     Every profile's devices keep their order, so the device a request gets is the same; but a
-    request for any profile finds its policy's first choice among the first few devices of a
+    request for any profile finds its order's first choice among the first few devices of a
     GPU instead of behind every placement of the smaller profiles (each device the scheduler
     rejects on the way is a CEL evaluation: on an A100 a 3g.40gb request passed 14 devices).
     """
@@ -270,23 +270,23 @@ def _leaders_first(ordered: list[Candidate]) -> list[Candidate]:
     return out
 
 
-POLICIES: dict[str, Callable[[], OrderPolicy]] = {
-    NamePolicy.name: NamePolicy,
-    AntiFragmentationPolicy.name: AntiFragmentationPolicy,
-    BestFitPolicy.name: BestFitPolicy,
+DEVICE_ORDERS: dict[str, Callable[[], DeviceOrder]] = {
+    NameOrder.name: NameOrder,
+    AntiFragmentationOrder.name: AntiFragmentationOrder,
+    BestFitOrder.name: BestFitOrder,
 }
-"""Registered policies by name; add one here to make it available to the CLI and the agent."""
+"""Registered device orders by name; add one here to make it available to the CLI and the agent."""
 
-DYNAMIC_POLICIES = frozenset({BestFitPolicy.name})
-"""Policies whose order depends on allocations, so the agent republishes when those change."""
+DYNAMIC_ORDERS = frozenset({BestFitOrder.name})
+"""Device orders that depend on allocations, so the agent republishes when those change."""
 
 
-def get_policy(name: str) -> OrderPolicy:
+def get_device_order(name: str) -> DeviceOrder:
     try:
-        return POLICIES[name]()
+        return DEVICE_ORDERS[name]()
     except KeyError:
         raise OrderingError(
-            f"unknown device-order policy {name!r}; choose one of: {', '.join(POLICIES)}"
+            f"unknown device order {name!r}; choose one of: {', '.join(DEVICE_ORDERS)}"
         ) from None
 
 
@@ -320,7 +320,7 @@ class RepublishLimiter:
         self._latest_since = 0.0
 
     def observe(self, fingerprint: str) -> None:
-        """Record the order the policy computes now."""
+        """Record the order the device order computes now."""
         if fingerprint != self._latest:
             self._latest = fingerprint
             self._latest_since = self._clock()

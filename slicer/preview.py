@@ -46,7 +46,7 @@ def preview_pool(
         preview_gpus(node, gpus, mode=mode, static_layout=static_layout),
         server_version=server_version,
         generation=generation,
-        policy=order,
+        device_order=order,
         static=static_layout is not None,
         static_layout=static_layout,
         profiles=profiles,

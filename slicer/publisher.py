@@ -64,7 +64,7 @@ from gpu_slicer.slicer.inventory import (
     plan_pool,
 )
 from gpu_slicer.slicer.layout import StaticLayout
-from gpu_slicer.slicer.ordering import OrderPolicy, RepublishLimiter, order_fingerprint
+from gpu_slicer.slicer.ordering import DeviceOrder, RepublishLimiter, order_fingerprint
 from gpu_slicer.slicer.profile_filter import ProfileChoice, ProfileFilter
 from gpu_slicer.slicer.retry import RetrySettings, retrying
 
@@ -148,7 +148,7 @@ class SlicePublisher:
         api: KubeApi,
         node_name: str,
         *,
-        device_order: OrderPolicy | str = "best-fit",
+        device_order: DeviceOrder | str = "best-fit",
         server_version: tuple[int, int] | None = None,
         static: bool = False,
         static_layout: StaticLayout | None = None,
@@ -266,7 +266,7 @@ class SlicePublisher:
             gpus,
             server_version=self.server_version(),
             generation=generation,
-            policy=self._device_order,
+            device_order=self._device_order,
             allocated=allocated,
             static=self._state.static,
             static_layout=self._static_layout,
@@ -414,9 +414,9 @@ class SlicePublisher:
                 "generation": generation,
                 "slices": len(plan.slices),
                 "deleted": len(stale),
-                "layout": plan.layout,
+                "split": plan.split,
                 "static": plan.static,
-                "policy": plan.policy,
+                "device_order": plan.device_order,
                 "devices": len(plan.order),
             },
         )
@@ -712,7 +712,7 @@ class SlicePublisher:
                 gpus,
                 server_version=self.server_version(),
                 generation=max(self._generation, 1),
-                policy=self._device_order,
+                device_order=self._device_order,
                 allocated=allocated,
                 static=False,
                 static_layout=self._static_layout,

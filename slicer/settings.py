@@ -31,7 +31,7 @@ from gpu_slicer.slicer.demand import (
 )
 from gpu_slicer.slicer.device_attributes import ATTRIBUTES_CHOICES, DeviceAttributes
 from gpu_slicer.slicer.errors import AgentSettingsError
-from gpu_slicer.slicer.ordering import POLICIES
+from gpu_slicer.slicer.ordering import DEVICE_ORDERS
 
 BACKENDS = ("nvml", "simulated")
 KUBE_CHOICES = ("cluster", "memory")
@@ -124,7 +124,7 @@ class AgentSettings(Settings):
         warnings: list[str] = []
         base = cls.from_env(env)
         legacy = env.get(LEGACY_ORDER_ENV, "")
-        if legacy in POLICIES and not env.get(env_name("device_order")):
+        if legacy in DEVICE_ORDERS and not env.get(env_name("device_order")):
             base = replace(base, device_order=legacy)
             warnings.append(
                 f"{LEGACY_ORDER_ENV}={legacy} is deprecated for agent run (webhook serve reads "
@@ -176,7 +176,7 @@ class AgentSettings(Settings):
         for flag, value, choices in (
             ("--backend", self.backend, BACKENDS),
             ("--kube", self.kube, KUBE_CHOICES),
-            ("--device-order", self.device_order, tuple(POLICIES)),
+            ("--device-order", self.device_order, tuple(DEVICE_ORDERS)),
             ("--advertise", self.advertise, ADVERTISE_CHOICES),
             ("--advertised-profiles", self.advertised_profiles, ADVERTISED_PROFILES_CHOICES),
             ("--attributes", self.attributes, ATTRIBUTES_CHOICES),

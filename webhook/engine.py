@@ -340,7 +340,7 @@ def _audit(values: Mapping[str, str]) -> dict[str, str]:
 Translator = Callable[..., Conversion]
 
 
-def review(
+def answer_review(
     body: Any,
     *,
     policy: Policy,
@@ -549,11 +549,11 @@ class TranslationMemo:
         namespace: str,
         policy: Policy,
         native_extended: frozenset[str] = frozenset(),
-        review: bytes | None = None,
+        review_bytes: bytes | None = None,
     ) -> Conversion:
-        """``translate_pod``, remembered. ``review``: the :func:`review_key` of the review the
+        """``translate_pod``, remembered. ``review_bytes``: the :func:`review_key` of the review the
         pod came in, used as the key instead of the pod's own (the two kinds never match)."""
-        kind, exact = ("pod", pod_key(pod)) if review is None else ("review", review)
+        kind, exact = ("pod", pod_key(pod)) if review_bytes is None else ("review", review_bytes)
         key = (namespace, native_extended, kind, exact)
         with self._lock:
             if policy is not self._policy:
@@ -589,7 +589,7 @@ class TranslationMemo:
 
 
 class AdmissionEngine:
-    """:func:`review` bound to live sources (reloading policy, caches, template ensurer)."""
+    """:func:`answer_review` bound to live sources (reloading policy, caches, template ensurer)."""
 
     def __init__(
         self,
@@ -614,9 +614,9 @@ class AdmissionEngine:
         translate = (
             self.memo.translate
             if key is None
-            else functools.partial(self.memo.translate, review=key)
+            else functools.partial(self.memo.translate, review_bytes=key)
         )
-        return review(
+        return answer_review(
             body,
             policy=self._policy(),
             mode_for_namespace=self._mode,

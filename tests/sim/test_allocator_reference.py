@@ -138,7 +138,7 @@ def test_the_model_finds_the_same_first_solution_as_brute_force(seed: int) -> No
     backend = SimulatedBackend("H100-80GB:2", node_name="n")
     states = [GpuState(info=g, mode="dynamic") for g in backend.gpus()]
     policy = rng.choice(["name", "anti-fragmentation"])
-    pool = pools_for_node(compile_pools(plan_pool("n", states, policy=policy).slices), "n")[0]
+    pool = pools_for_node(compile_pools(plan_pool("n", states, device_order=policy).slices), "n")[0]
     allocator = Allocator(CLASSES)
     for _ in range(25):
         in_use = AllocatedDevices()

@@ -12,7 +12,7 @@ from gpu_slicer.core.devices import DeviceSpec, SliceSpec, WholeGpu, parse_devic
 from gpu_slicer.sim.fast_node import GpuOrderCache, RuledOut, gpu_key
 from gpu_slicer.sim.pools import compile_pools
 from gpu_slicer.slicer.inventory import GpuState, plan_pool
-from gpu_slicer.slicer.ordering import POLICIES, Occupancy, get_policy
+from gpu_slicer.slicer.ordering import DEVICE_ORDERS, Occupancy, get_device_order
 from gpu_slicer.slicer.simulated import SimulatedBackend
 
 
@@ -37,13 +37,13 @@ def _random_allocation(rng: random.Random, models: list[gpu_model.GpuModel]) -> 
     return allocated
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", sorted(DEVICE_ORDERS))
 @pytest.mark.parametrize("spec", ["H100-80GB:8", "A100-80GB:2,H100-80GB:2"])
 def test_cached_order_equals_the_published_order(policy: str, spec: str) -> None:
     backend = SimulatedBackend(spec, node_name="n")
     states = [GpuState(info=g, mode="dynamic") for g in backend.gpus()]
     models = [catalog.get_model(g.model) for g in backend.gpus()]
-    empty = plan_pool("n", states, policy=policy)
+    empty = plan_pool("n", states, device_order=policy)
     models_by_gpu = dict(enumerate(models))
     from gpu_slicer.slicer.ordering import Candidate
 
@@ -53,12 +53,12 @@ def test_cached_order_equals_the_published_order(policy: str, spec: str) -> None
         model = models_by_gpu[parsed.gpu_index]
         profile = model.profile(parsed.profile) if isinstance(parsed, SliceSpec) else None
         candidates.append(Candidate(parsed, model, profile))
-    cache = GpuOrderCache(get_policy(policy), candidates)
+    cache = GpuOrderCache(get_device_order(policy), candidates)
     ruled_out = RuledOut(states)
     rng = random.Random(f"{policy}/{spec}")
     for _ in range(12):
         allocated = _random_allocation(rng, models)
-        published = plan_pool("n", states, policy=policy, allocated=allocated)
+        published = plan_pool("n", states, device_order=policy, allocated=allocated)
         keys = [gpu_key(i, [a for a in allocated if a.gpu_index == i]) for i in range(len(models))]
         left_out = ruled_out.union(keys)
         assert left_out == published.ruled_out

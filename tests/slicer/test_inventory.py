@@ -60,7 +60,7 @@ def test_every_slice_validates_strictly_against_the_schema_of_each_version(
         states[-1].owned,
         (DeviceTaint("gpu-slicer.io/unhealthy", "xid-79"),),
     )
-    slices = build_slices("node-a", states, server_version=vt(version), policy="best-fit")
+    slices = build_slices("node-a", states, server_version=vt(version), device_order="best-fit")
     assert slices
     for obj in slices:
         validate(obj, version)
@@ -104,7 +104,7 @@ def test_limits_hold_for_one_to_sixteen_gpus_of_every_model(
             "node-a",
             states16[:count],
             server_version=vt(version),
-            policy="anti-fragmentation",
+            device_order="anti-fragmentation",
             generation=7,
         )
         assert check_limits(plan.slices, vt(version)) == [], count
@@ -151,7 +151,7 @@ def test_slice_names_sort_in_the_policys_device_order(
         "node-a",
         states,
         server_version=(1, 36),
-        policy="best-fit",
+        device_order="best-fit",
         allocated=[SliceSpec(9, "3g.40gb", 0)],
     )
     assert pool_view(plan.slices).order == list(plan.order)

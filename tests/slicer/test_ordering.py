@@ -11,12 +11,12 @@ from gpu_slicer.core import catalog, gpu_model
 from gpu_slicer.core.devices import DeviceSpec, SliceSpec, parse_device_name
 from gpu_slicer.slicer.inventory import GpuState, build_slices, plan_pool
 from gpu_slicer.slicer.ordering import (
-    POLICIES,
+    DEVICE_ORDERS,
     Occupancy,
     OrderingError,
     RepublishLimiter,
     destroyed_placements,
-    get_policy,
+    get_device_order,
 )
 
 
@@ -45,8 +45,10 @@ def test_every_registered_policy_only_reorders(
 ) -> None:
     states = make_states("H100-80GB:3,A30:1")
     names = None
-    for policy in POLICIES:
-        order = plan_pool("n", states, policy=policy, allocated=[SliceSpec(1, "2g.20gb", 2)]).order
+    for policy in DEVICE_ORDERS:
+        order = plan_pool(
+            "n", states, device_order=policy, allocated=[SliceSpec(1, "2g.20gb", 2)]
+        ).order
         assert len(set(order)) == len(order)
         if names is not None:
             assert set(order) == names
@@ -55,11 +57,11 @@ def test_every_registered_policy_only_reorders(
 
 def test_an_unknown_policy_is_refused_with_the_known_names() -> None:
     with pytest.raises(OrderingError, match="name, anti-fragmentation, best-fit"):
-        get_policy("random")
+        get_device_order("random")
 
 
 def test_name_order_is_canonical_gpu_by_gpu(make_states: Callable[..., list[GpuState]]) -> None:
-    order = plan_pool("n", make_states("H100-80GB:11"), policy="name").order
+    order = plan_pool("n", make_states("H100-80GB:11"), device_order="name").order
     assert order[0] == "gpu-0" and order[1] == "gpu-0-mig-1g10gb-0"
     gpus = [parse_device_name(n).gpu_index for n in order]
     assert gpus == sorted(gpus)  # gpu-10 after gpu-9, not after gpu-1
@@ -68,7 +70,9 @@ def test_name_order_is_canonical_gpu_by_gpu(make_states: Callable[..., list[GpuS
 def test_anti_fragmentation_puts_a_small_slice_where_it_destroys_least(
     make_states: Callable[..., list[GpuState]], pool_view: Callable[..., Any]
 ) -> None:
-    view = pool_view(build_slices("n", make_states("H100-80GB:1"), policy="anti-fragmentation"))
+    view = pool_view(
+        build_slices("n", make_states("H100-80GB:1"), device_order="anti-fragmentation")
+    )
     assert first_fit(view, "1g.10gb", []) == "gpu-0-mig-1g10gb-6"
     model = catalog.get_model("H100-80GB")
     assert destroyed_placements(model, ("1g.10gb", 6)) < destroyed_placements(model, ("1g.10gb", 0))
@@ -82,7 +86,7 @@ def test_anti_fragmentation_keeps_more_large_placements_than_name_order(
     small = model.profiles[0].name
     left: dict[str, list[int]] = {}
     for policy in ("name", "anti-fragmentation"):
-        view = pool_view(build_slices("n", make_states(f"{model_key}:1"), policy=policy))
+        view = pool_view(build_slices("n", make_states(f"{model_key}:1"), device_order=policy))
         taken: list[str] = []
         left[policy] = []
         for _ in range(3):
@@ -99,8 +103,10 @@ def test_best_fit_packs_onto_a_gpu_in_use_and_keeps_empty_gpus_whole(
 ) -> None:
     states = make_states("H100-80GB:4")
     allocated: list[DeviceSpec] = [SliceSpec(3, "3g.40gb", 0)]
-    best = pool_view(build_slices("n", states, policy="best-fit", allocated=allocated))
-    static = pool_view(build_slices("n", states, policy="anti-fragmentation", allocated=allocated))
+    best = pool_view(build_slices("n", states, device_order="best-fit", allocated=allocated))
+    static = pool_view(
+        build_slices("n", states, device_order="anti-fragmentation", allocated=allocated)
+    )
     taken = [SliceSpec(3, "3g.40gb", 0).device_name]
     assert first_fit(best, "1g.10gb", taken) == "gpu-3-mig-1g10gb-6"
     assert first_fit(static, "1g.10gb", taken) == "gpu-0-mig-1g10gb-6"  # breaks an empty GPU
@@ -112,7 +118,7 @@ def test_best_fit_prefers_the_tightest_gpu_in_use(
     states = make_states(
         "H100-80GB:3", instances={2: [("1g.10gb", 6)]}, owned={2: [("1g.10gb", 6)]}
     )
-    plan = plan_pool("n", states, policy="best-fit", allocated=[SliceSpec(1, "4g.40gb", 0)])
+    plan = plan_pool("n", states, device_order="best-fit", allocated=[SliceSpec(1, "4g.40gb", 0)])
     firsts = [n for n in plan.order if "1g10gb-" in n]
     gpus = list(dict.fromkeys(parse_device_name(n).gpu_index for n in firsts))
     assert gpus == [1, 2, 0]  # in use with 4 free, in use with 7 free, then the empty GPU

@@ -198,7 +198,7 @@ def test_the_server_version_decides_the_layout(
     api.set_server_version(1, 34)
     publisher = SlicePublisher(api, "node-a", clock=NO_WAIT)
     result = publisher.publish(make_states("H100-80GB:4"))
-    assert result.plan.layout == "combined"
+    assert result.plan.split == "combined"
     assert all("sharedCounters" in s["spec"] and "devices" in s["spec"] for s in slices_of(api))
     assert check_limits(slices_of(api), (1, 34)) == []
 
@@ -507,13 +507,13 @@ def test_a_new_server_version_is_picked_up_at_the_next_recheck(
     api.set_server_version(1, 34)
     publisher = _rechecking(api, now)
     states = make_states("H100-80GB:2")
-    assert publisher.publish(states).plan.layout == "combined"
+    assert publisher.publish(states).plan.split == "combined"
     api.set_server_version(1, 36)
     now[0] = 100
     assert not publisher.publish(states).changed  # not due: the old version stays
     now[0] = 601
     result = publisher.publish(states)
-    assert result.changed and result.plan.layout == "split"
+    assert result.changed and result.plan.split == "split"
     assert check_limits(slices_of(api), (1, 36)) == []
 
 

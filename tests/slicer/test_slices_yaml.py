@@ -18,7 +18,7 @@ def test_the_c_emitter_writes_what_the_python_emitter_writes(version: tuple[int,
         GpuState(g) for g in SimulatedBackend("H100-80GB:2,A100-80GB:1", node_name="n").gpus()
     ]
     objects = device_classes(extended_resources=True) + list(
-        plan_pool("n", states, server_version=version, policy="best-fit").slices
+        plan_pool("n", states, server_version=version, device_order="best-fit").slices
     )
     assert YAML_DUMPER.__name__ == "CSafeDumper"
     fast = yaml.dump_all(objects, Dumper=YAML_DUMPER, sort_keys=False)

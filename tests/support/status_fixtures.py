@@ -64,7 +64,7 @@ def node_slices(
         states,
         server_version=server_version,
         generation=generation,
-        policy="best-fit",
+        device_order="best-fit",
         static=static,
         profiles=profiles,
     ).slices

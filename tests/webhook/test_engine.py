@@ -17,10 +17,10 @@ from gpu_slicer.webhook.engine import (
     AdmissionEngine,
     ReviewResult,
     TranslationMemo,
+    answer_review,
     compact_json,
     limit_warnings,
     pod_key,
-    review,
     review_key,
 )
 from gpu_slicer.webhook.errors import BadReview, TemplateError
@@ -47,7 +47,7 @@ def run(
     native: frozenset[str] = frozenset(),
     policy: Policy | None = None,
 ) -> ReviewResult:
-    return review(
+    return answer_review(
         body,
         policy=policy or Policy.default(),
         mode_for_namespace=lambda namespace: mode,

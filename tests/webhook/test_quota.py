@@ -15,7 +15,7 @@ import pytest
 from gpu_slicer.kube.api import Obj
 from gpu_slicer.kube.memory import InMemoryKubeApi
 from gpu_slicer.webhook.caches import NamespaceQuotas
-from gpu_slicer.webhook.engine import review
+from gpu_slicer.webhook.engine import answer_review
 from gpu_slicer.webhook.policy import Policy, load_policy
 from gpu_slicer.webhook.quota import NO_QUOTA, NamespaceQuota, device_counts, read_quotas
 from gpu_slicer.webhook.translate import translate_pod
@@ -68,7 +68,7 @@ def test_the_gpu_lines_of_every_quota_are_read_and_the_lowest_wins() -> None:
 def _review(
     quotas: NamespaceQuota, *, mode: str = "enabled", policy: Policy | None = None
 ) -> dict[str, Any]:
-    result = review(
+    result = answer_review(
         admission_review(build_pod(container(limits={"nvidia.com/gpu": 1}))),
         policy=policy or Policy.default(),
         mode_for_namespace=lambda namespace: mode,  # type: ignore[arg-type,return-value]

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpu_slicer.cli.main import main
-from gpu_slicer.webhook.engine import review
+from gpu_slicer.webhook.engine import answer_review
 from gpu_slicer.webhook.policy import Policy
 from gpu_slicer.webhook.translate import translate_pod
 from tests.support.server_fixtures import RecordingTemplates, admission_review
@@ -53,7 +53,7 @@ def test_the_sharing_resource_of_any_container_leaves_the_whole_pod() -> None:
 
 def test_the_webhook_admits_it_unchanged_and_warns_in_an_enabled_namespace() -> None:
     templates = RecordingTemplates()
-    result = review(
+    result = answer_review(
         admission_review(build_pod(container(limits=HAMI))),
         policy=Policy.default(),
         mode_for_namespace=lambda namespace: "enabled",
