@@ -6,7 +6,7 @@ What runs for real (the project's own code):
   ``jsonpatch``; the ResourceClaimTemplates it asks for;
 * per node, the agent's parts as ``slicer.agent`` builds them, on the simulated clock: the
   node observed as the agent observes it (``slicer.observe``: only the instances its checkpoint
-  holds are its own), its inventory and device-order policy (``slicer.inventory``,
+  holds are its own), its inventory and device order (``slicer.inventory``,
   ``slicer.ordering``) on a ``SimulatedBackend``, published by its ``slicer.publisher`` through
   the reconciler's publishing path, republished when that publisher's ``RepublishLimiter`` says
   a new order is due;
@@ -73,7 +73,7 @@ def _slots(allocation: Allocation) -> tuple[Slot, ...]:
 
 
 class GpuSlicerStrategy(Strategy):
-    """gpu-slicer with one device-order policy, on the whole simulated cluster."""
+    """gpu-slicer with one device order, on the whole simulated cluster."""
 
     def __init__(
         self,

@@ -59,7 +59,7 @@ class GpuOrderCache:
         self.policy = policy
         rank = getattr(policy, "gpu_rank", None)
         if rank is None:
-            raise TypeError(f"device-order policy {policy.name!r} does not rank GPUs one by one")
+            raise TypeError(f"device order {policy.name!r} does not rank GPUs one by one")
         self._rank: Callable[[int, GpuModel, Occupancy], tuple[int, ...]] = rank
         self.by_gpu: dict[int, list[Candidate]] = {}
         for c in candidates:

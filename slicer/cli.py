@@ -178,7 +178,7 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "--order",
         default="best-fit",
         choices=list(DEVICE_ORDERS),
-        help="device-order policy (default best-fit)",
+        help="device order: how the pool lists devices (default best-fit)",
     )
     p.add_argument(
         "--static-layout",

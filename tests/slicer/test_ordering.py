@@ -1,4 +1,4 @@
-"""Device-order policies, measured the way the scheduler uses them: first-fit over the list."""
+"""Device orders, measured the way the scheduler uses them: first-fit over the list."""
 
 from __future__ import annotations
 
