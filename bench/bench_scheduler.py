@@ -159,20 +159,6 @@ def models_policy(args: argparse.Namespace) -> Policy:
     return dataclasses.replace(Policy.default(), gpu_models=models)
 
 
-def without_quantity(spec: Obj) -> Obj:
-    """A diagnostic, not a claim the webhook writes: the same claim with its selectors'
-    memory comparison dropped, to show what that comparison costs the allocator."""
-    result: Obj = json.loads(json.dumps(spec))
-    cut = ' && "memory" in device.capacity'
-    for request in result["devices"]["requests"]:
-        for alternative in request.get("firstAvailable") or [request.get("exactly") or {}]:
-            for selector in alternative.get("selectors") or ():
-                if cut not in selector["cel"]["expression"]:
-                    raise ValueError("the memory claim no longer compares quantities here")
-                selector["cel"]["expression"] = selector["cel"]["expression"].split(cut)[0]
-    return result
-
-
 def variants(args: argparse.Namespace) -> list[tuple[str, tuple[str, ...], dict[str, Any]]]:
     """The publishing variants measured after the default pool: (suffix, shapes, the options
     of :func:`sandbox.hollow.gpu_slicer_slices` that stand for the agent's settings)."""
