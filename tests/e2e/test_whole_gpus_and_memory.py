@@ -29,13 +29,45 @@ def test_four_whole_gpus_on_a_four_gpu_node(sandbox: Sandbox) -> None:
     sandbox.delete_pod(ENABLED, "quad")
 
 
+def _mig_memory(sandbox: Sandbox, node: str) -> set[Any]:
+    """The memory of every MIG device the node publishes now."""
+    slices = sandbox.obj(
+        sandbox.resource.list_resource_slice(field_selector=f"spec.nodeName={node}")
+    )["items"]
+    return {
+        parse_quantity(d["capacity"]["gpu-slicer.io/memory"]["value"])
+        for s in slices
+        for d in s["spec"].get("devices") or []
+        if _attribute(d, "type") == "mig"
+    }
+
+
 def test_a_gpu_memory_annotation_gets_the_smallest_slice_with_that_much_memory(
     sandbox: Sandbox,
 ) -> None:
     node = "h100"
-    sandbox.create_pod(
-        ENABLED, pod_manifest("sized", node=node, annotations={"gpu-slicer.io/gpu-memory": "15Gi"})
+    sized = {"gpu-slicer.io/gpu-memory": "15Gi"}
+    # The shape's first pod: the agents publish what its chain asks for as they see its
+    # template, and the scheduler takes the first alternative published by then. A larger
+    # profile another workload asked for (the 4-GPU pod's full-GPU instances) may already be
+    # there, so that pod may get it (docs/agent.md, "What a node advertises").
+    sandbox.create_pod(ENABLED, pod_manifest("sized-first", node=node, annotations=sized))
+    first = sandbox.wait_running(ENABLED, "sized-first")
+    [first_claim] = sandbox.claims_of(first)
+    [first_result] = first_claim["status"]["allocation"]["devices"]["results"]
+    assert first_result["device"].startswith("gpu-0-mig-")  # a MIG slice, never the whole GPU
+    sandbox.delete_pod(ENABLED, "sized-first")
+    sandbox.wait(lambda: sandbox.instances(node) == [], what="the first pod's instance destroyed")
+    # The shape's template keeps asking for the chain's first profile: once it is published,
+    # the next pod of the shape gets the smallest slice with that much memory.
+    sandbox.wait(
+        lambda: any(
+            m >= parse_quantity("15Gi") and m < parse_quantity("30Gi")
+            for m in _mig_memory(sandbox, node)
+        ),
+        what="the chain's first profile (1g.20gb on an H100 80GB) published",
     )
+    sandbox.create_pod(ENABLED, pod_manifest("sized", node=node, annotations=sized))
     pod = sandbox.wait_running(ENABLED, "sized")
     [claim] = sandbox.claims_of(pod)
     [result] = claim["status"]["allocation"]["devices"]["results"]

@@ -123,6 +123,8 @@ def test_the_checkouts_inputs_are_the_packages_the_dockerfile_copies() -> None:
         "Dockerfile",
         "pyproject.toml",
         "README.md",
+        "gpu_slicer",
+        "core",
         "cli",
         "kube",
         "slicer",
@@ -131,7 +133,6 @@ def test_the_checkouts_inputs_are_the_packages_the_dockerfile_copies() -> None:
         "sim",
         "status",
         "plan",
-        "sandbox",
     }
     assert not any("__pycache__" in path.parts for path in image.image_inputs())
 
