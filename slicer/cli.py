@@ -586,41 +586,14 @@ def _checked_settings(args: argparse.Namespace) -> AgentSettings:
 
 
 def _agent_config(settings: AgentSettings) -> AgentConfig:
-    """What the agent's parts are built from: the checked settings, the static layout and the
-    toolkit's CDI edits read."""
+    """What the agent's parts are built from (:meth:`AgentSettings.agent_config`), with the
+    toolkit's CDI edits found, read or generated here (a failing nvidia-ctk is a runtime
+    failure, not a bad flag)."""
+    edits = _common_edits(settings)
     try:
-        layout = StaticLayout.load(settings.static_layout) if settings.static_layout else None
-    except LayoutError as exc:
-        raise _Refusal(f"--static-layout: {exc}") from exc
-    profiles = _parsed_profiles("--profiles", settings.profiles)
-    floor = _parsed_profiles("--always-advertise", settings.always_advertise)
-    return AgentConfig(
-        node=settings.node,
-        checkpoint_dir=settings.checkpoint_dir,
-        cdi_dir=settings.cdi_dir,
-        plugins_dir=settings.plugins_dir,
-        registry_dir=settings.registry_dir,
-        metrics_bind=settings.metrics_bind,
-        reconcile_interval_s=settings.seconds("reconcile_interval"),
-        device_order=settings.device_order,
-        republish_interval_s=settings.seconds("republish_interval"),
-        reprobe_interval_s=settings.seconds("reprobe_interval"),
-        cdi_common=_common_edits(settings),
-        static_layout=layout,
-        advertise=settings.advertise,
-        profiles=profiles,
-        advertised_profiles=settings.advertised_profiles,
-        always_advertise=floor,
-        withdraw_after_s=settings.seconds("withdraw_after"),
-        attributes=settings.attributes,
-    )
-
-
-def _parsed_profiles(flag: str, text: str) -> ProfileFilter | None:
-    try:
-        return ProfileFilter.parse(text)
-    except ProfileFilterError as exc:
-        raise _Refusal(f"{flag}: {exc}") from exc
+        return settings.agent_config(edits)
+    except SettingsError as exc:
+        raise _Refusal(exc.problems[0]) from exc
 
 
 def _common_edits(settings: AgentSettings) -> CommonEdits:

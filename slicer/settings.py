@@ -25,13 +25,16 @@ from typing import Any, ClassVar
 from gpu_slicer.kube.names import subdomain_problem
 from gpu_slicer.kube.settings import Settings, SettingsError, env_name
 from gpu_slicer.slicer.agent import ADVERTISE_CHOICES, Advertise, AgentConfig
+from gpu_slicer.slicer.cdi import CommonEdits
 from gpu_slicer.slicer.demand import (
     ADVERTISED_PROFILES_CHOICES,
     AdvertisedProfiles,
 )
 from gpu_slicer.slicer.device_attributes import ATTRIBUTES_CHOICES, DeviceAttributes
 from gpu_slicer.slicer.errors import AgentSettingsError
+from gpu_slicer.slicer.layout import LayoutError, StaticLayout
 from gpu_slicer.slicer.ordering import DEVICE_ORDERS
+from gpu_slicer.slicer.profile_filter import ProfileFilter, ProfileFilterError
 
 BACKENDS = ("nvml", "simulated")
 KUBE_CHOICES = ("cluster", "memory")
@@ -172,6 +175,37 @@ class AgentSettings(Settings):
                 return [str(exc)]
         return []
 
+    def agent_config(self, cdi_common: CommonEdits) -> AgentConfig:
+        """What the agent's parts are built from: these (checked) settings under the
+        configuration's names, the static layout they name read and the profile lists parsed;
+        ``cdi_common``: the toolkit's CDI edits, which the command finds. The one place where
+        flags, environment and files become the agent's configuration; AgentSettingsError
+        names the flag of a file or list that cannot be used."""
+        try:
+            layout = StaticLayout.load(self.static_layout) if self.static_layout else None
+        except LayoutError as exc:
+            raise AgentSettingsError([f"--static-layout: {exc}"]) from exc
+        return AgentConfig(
+            node=self.node,
+            checkpoint_dir=self.checkpoint_dir,
+            cdi_dir=self.cdi_dir,
+            plugins_dir=self.plugins_dir,
+            registry_dir=self.registry_dir,
+            metrics_bind=self.metrics_bind,
+            reconcile_interval_s=self.seconds("reconcile_interval"),
+            device_order=self.device_order,
+            republish_interval_s=self.seconds("republish_interval"),
+            reprobe_interval_s=self.seconds("reprobe_interval"),
+            cdi_common=cdi_common,
+            static_layout=layout,
+            advertise=self.advertise,
+            profiles=_profile_list("--profiles", self.profiles),
+            advertised_profiles=self.advertised_profiles,
+            always_advertise=_profile_list("--always-advertise", self.always_advertise),
+            withdraw_after_s=self.seconds("withdraw_after"),
+            attributes=self.attributes,
+        )
+
     def _choice_problem(self) -> str | None:
         for flag, value, choices in (
             ("--backend", self.backend, BACKENDS),
@@ -198,3 +232,10 @@ class AgentSettings(Settings):
                     "0-65535 (e.g. :9464)"
                 )
         return None
+
+
+def _profile_list(flag: str, text: str) -> ProfileFilter | None:
+    try:
+        return ProfileFilter.parse(text)
+    except ProfileFilterError as exc:
+        raise AgentSettingsError([f"{flag}: {exc}"]) from exc
