@@ -188,6 +188,8 @@ class SlicePublisher:
         """The Node, seen before, was not found at the last pass: its kubelet may register it
         again (with a new uid) without anything else changing, so passes come every
         NODE_LOOK_AGAIN_S."""
+        self._owner: Obj | None = None
+        """The owner reference last read from the Node (None: none could be had)."""
         self._generation = 0
         """The highest generation written, so a pool that emptied out never goes back in time."""
         self._warned_release: tuple[int, int] | None = None
@@ -338,7 +340,11 @@ class SlicePublisher:
         plan = self.plan(
             gpus, allocated=allocated, generation=max(current, 1), profiles=self._chosen
         )
-        owner = self._owner_reference()
+        owner = self._owner
+        if owner is None or not existing or not _owned_by(existing, owner):
+            # Read only when the pool does not already name it: a deleted Node takes its
+            # slices along (the garbage collector), so a pool still owned by it is current.
+            owner = self._owner = self._owner_reference()
         owned = _owned_by(existing, owner)
         if owned and self._same(existing, plan.slices):
             self.metrics.publishes.labels("unchanged").inc()

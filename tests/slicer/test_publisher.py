@@ -91,6 +91,23 @@ def test_the_first_publish_creates_the_whole_pool_at_generation_one(
     assert all(s["metadata"]["ownerReferences"][0]["uid"] == node_uid for s in stored)
 
 
+def test_the_node_is_read_once_while_the_pool_names_it(
+    api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
+) -> None:
+    publisher.publish(make_states("H100-80GB:4"))
+    api.clear_calls()
+    assert publisher.publish(make_states("H100-80GB:2")).changed
+    assert publisher.publish(make_states("H100-80GB:4")).changed
+    assert [c for c in api.calls if c.kind == "Node"] == []
+    # Gone with its slices (the garbage collector), it is looked for again.
+    api.delete("v1", "Node", "node-a")
+    for obj in slices_of(api):
+        api.delete("resource.k8s.io/v1", "ResourceSlice", obj["metadata"]["name"])
+    publisher.publish(make_states("H100-80GB:4"))
+    assert [c.verb for c in api.calls if c.kind == "Node" and c.verb == "get"] == ["get"]
+    assert all("ownerReferences" not in s["metadata"] for s in slices_of(api))
+
+
 def test_publishing_the_same_inventory_again_writes_nothing(
     api: InMemoryKubeApi, publisher: SlicePublisher, make_states: Callable[..., list[GpuState]]
 ) -> None:
