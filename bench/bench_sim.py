@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_slicer.sim.compare import compare, default_strategies  # noqa: E402
 from gpu_slicer.sim.report import table  # noqa: E402
 from gpu_slicer.sim.scenario import Scenario, load_scenario  # noqa: E402
-from gpu_slicer.slicer.demand import ADVERTISED_PROFILES_CHOICES  # noqa: E402
+from gpu_slicer.slicer.demand import ADVERTISED_PROFILES_CHOICES, AdvertisedProfiles  # noqa: E402
 
 
 def machine() -> str:
@@ -135,7 +135,7 @@ LARGE_GOAL_S = 30.0
 LARGE_GOAL_RSS_MB = 300.0
 
 
-def large_scenario(pods: int | None, advertised: str | None = None) -> Scenario:
+def large_scenario(pods: int | None, advertised: AdvertisedProfiles | None = None) -> Scenario:
     """``large``, on its first ``pods`` pods, with the agents advertising ``advertised``
     (``all``: every profile, as before demand-driven advertising; the scenario's own
     otherwise)."""
@@ -143,14 +143,14 @@ def large_scenario(pods: int | None, advertised: str | None = None) -> Scenario:
 
     scenario = load_scenario("large")
     if advertised:
-        scenario = dataclasses.replace(scenario, advertised_profiles=advertised)  # type: ignore[arg-type]
+        scenario = dataclasses.replace(scenario, advertised_profiles=advertised)
     if pods:
         kept = scenario.pods[:pods]
         scenario = dataclasses.replace(scenario, pods=kept, end=kept[-1].arrival)
     return scenario
 
 
-def large_child(strategy: str, pods: int | None, advertised: str | None) -> None:
+def large_child(strategy: str, pods: int | None, advertised: AdvertisedProfiles | None) -> None:
     """One run in this process (the parent measures its peak RSS); prints one JSON line."""
     scenario = large_scenario(pods, advertised)
     began = time.perf_counter()
@@ -170,7 +170,7 @@ def large_child(strategy: str, pods: int | None, advertised: str | None) -> None
 
 
 def run_child(
-    strategy: str, pods: int | None, advertised: str | None
+    strategy: str, pods: int | None, advertised: AdvertisedProfiles | None
 ) -> tuple[dict[str, object], float]:
     """A fresh process for one run: its figures and its peak RSS in MB."""
     command = [sys.executable, __file__, "--large-child", strategy]
@@ -192,7 +192,7 @@ def spread(values: Sequence[float], fmt: str = "{:.1f}") -> str:
     return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
 
 
-def large(pods: int | None, rounds: int, advertised: str | None) -> None:
+def large(pods: int | None, rounds: int, advertised: AdvertisedProfiles | None) -> None:
     scenario = large_scenario(pods, advertised)
     print(
         f"== large: {len(scenario.nodes)} nodes, {scenario.gpu_count} GPUs, {len(scenario.pods)} "

@@ -42,7 +42,7 @@ from gpu_slicer.slicer.demand import asked_for
 from gpu_slicer.slicer.device_attributes import ATTRIBUTES_CHOICES
 from gpu_slicer.slicer.deviceclasses import device_classes
 from gpu_slicer.slicer.errors import BackendError, CheckpointTooNew
-from gpu_slicer.slicer.inventory import KUBERNETES_VERSIONS, InventoryError, PoolPlan
+from gpu_slicer.slicer.inventory import KUBERNETES_VERSIONS, PoolPlan
 from gpu_slicer.slicer.layout import LayoutError, StaticLayout
 from gpu_slicer.slicer.ordering import DEVICE_ORDERS
 from gpu_slicer.slicer.preview import preview_pool
@@ -265,7 +265,7 @@ def run_slices(args: argparse.Namespace) -> int:
         problem = _allocation_problem(allocated, pool, plan)
         if problem:
             return fail(problem)
-    except (GpuSlicerError, BackendError, InventoryError) as exc:
+    except GpuSlicerError as exc:
         return fail(str(exc))
     objects = list(pool.slices)
     if args.device_classes:

@@ -46,7 +46,7 @@ from gpu_slicer.slicer.cdi import claim_uid_problem, shown
 from gpu_slicer.slicer.checkpoint import PreparedDevice
 from gpu_slicer.slicer.claim_cache import AllocatedDevice, ClaimCache, ClaimError, our_results
 from gpu_slicer.slicer.device_health import RESEND_S, TIMEOUT_S, DeviceHealth, HealthFeed
-from gpu_slicer.slicer.errors import BackendError, ClaimReferenceError, SlicerError
+from gpu_slicer.slicer.errors import ClaimReferenceError, SlicerError
 from gpu_slicer.slicer.health_watchers import MAX_WATCHERS, HealthWatchers
 from gpu_slicer.slicer.proto import (
     dra_health_v1alpha1_pb2,
@@ -155,7 +155,7 @@ class DraDriver:
             self.state.unprepare(ref.uid)
         except InstanceBusy as exc:
             return str(exc)
-        except (BackendError, OSError, GpuSlicerError) as exc:
+        except (OSError, GpuSlicerError) as exc:
             return f"cannot unprepare claim {ref.namespace}/{ref.name}: {exc}; retry resumes it"
         return ""
 

@@ -199,7 +199,7 @@ class Reconciler:
                     uid, meta.get("namespace", ""), meta["name"], our_results(claim, pool=self.pool)
                 ):
                     report.adopted.append(uid)
-            except (BackendError, OSError, GpuSlicerError) as exc:
+            except (OSError, GpuSlicerError) as exc:
                 report.errors.append(f"adopt {uid}: {exc}")
                 return  # try again next pass
         self.state.finish_recovery(adopted=len(report.adopted))
@@ -240,7 +240,7 @@ class Reconciler:
                 extra={"claim": entry.uid, "why": why, "error": str(exc)},
             )
             return False
-        except (BackendError, OSError, GpuSlicerError) as exc:
+        except (OSError, GpuSlicerError) as exc:
             report.errors.append(f"release {entry.uid} ({why}): {exc}")
             return False
         report.orphans_destroyed += present

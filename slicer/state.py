@@ -56,7 +56,7 @@ from gpu_slicer.slicer.checkpoint import (
     PreparedDevice,
 )
 from gpu_slicer.slicer.claim_cache import AllocatedDevice
-from gpu_slicer.slicer.errors import BackendError, GpuLost, GpuNotFound, SlicerError
+from gpu_slicer.slicer.errors import GpuLost, GpuNotFound, SlicerError
 from gpu_slicer.slicer.keyed_locks import KeyedLocks
 from gpu_slicer.slicer.layout import StaticLayout
 from gpu_slicer.slicer.mig_mode import MigModeManager
@@ -269,7 +269,7 @@ class DeviceState:
                 entry = planned_entry(uid, namespace, name, planned, self.clock(), results)
                 entry = self._refuse_occupied(entry, gpus)
                 self._put(entry)  # durable, with which instances were there before the claim
-        except (BackendError, OSError, GpuSlicerError) as exc:
+        except (OSError, GpuSlicerError) as exc:
             raise PrepareError(f"cannot prepare claim {namespace}/{name}: {exc}") from exc
         try:
             done: list[PreparedDevice] = []
@@ -287,7 +287,7 @@ class DeviceState:
             # Not fsynced (atomic rename only): losing it needs an OS crash, i.e. a reboot, which
             # clears every entry anyway; docs/agent.md has the argument. PrepareStarted is durable.
             self._put(completed, durable=False)
-        except (BackendError, OSError, GpuSlicerError) as exc:
+        except (OSError, GpuSlicerError) as exc:
             cleanup = self._undo_failed(entry)
             raise PrepareError(f"cannot prepare claim {namespace}/{name}: {exc}{cleanup}") from exc
         self._lift_rollback_taint(uid)
@@ -405,7 +405,7 @@ class DeviceState:
         current = self.entry(entry.uid) or entry
         try:
             self._release(current)
-        except (BackendError, OSError, GpuSlicerError) as exc:
+        except (OSError, GpuSlicerError) as exc:
             gpus = sorted({d.gpu_index for d in current.devices if d.is_mig and not d.provided})
             with self._lock:
                 for gpu in gpus:
@@ -430,7 +430,7 @@ class DeviceState:
     def _release_or_fail(self, entry: ClaimEntry, what: str) -> None:
         try:
             self._release(entry)
-        except (BackendError, OSError, GpuSlicerError) as exc:
+        except (OSError, GpuSlicerError) as exc:
             raise PrepareError(f"cannot undo {what}: {exc}") from exc
 
     # --- unprepare ------------------------------------------------------------------------
@@ -460,7 +460,7 @@ class DeviceState:
             except InstanceBusy:
                 self.metrics.unprepares.labels("busy").inc()
                 raise
-            except (BackendError, OSError, GpuSlicerError):
+            except (OSError, GpuSlicerError):
                 self.metrics.unprepares.labels("error").inc()
                 raise
             self.metrics.unprepares.labels("ok").inc()
