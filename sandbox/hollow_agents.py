@@ -61,7 +61,10 @@ class HollowAgents:
             for n in self.nodes
         }
         self._lock = threading.Lock()
+        self._writing = {n: threading.Lock() for n in self.nodes}
+        """One publish per node at a time, as the agent's reconciler runs them."""
         self._shown: frozenset[str] | None = None
+        self._chosen: Advertised | None = None
         self.published: list[float] = []
         """When each node's publish of the latest change completed (monotonic seconds)."""
         self._threads = ThreadPoolExecutor(self.workers)
@@ -93,15 +96,20 @@ class HollowAgents:
             if shown == self._shown:
                 return
             self._shown = shown
+            self._chosen = chosen
             self.published = []
         order = list(self.nodes)
         random.shuffle(order)  # no node is always first to publish
         for node in order:
-            self._threads.submit(self._publish, node, chosen)
+            self._threads.submit(self._publish, node)
 
-    def _publish(self, node: str, chosen: Advertised) -> None:
+    def _publish(self, node: str) -> None:
+        """The latest choice, as the agent's reconciler publishes what it sees when it runs."""
         try:
-            self.publishers[node].publish(self.states[node], profiles=chosen)
+            with self._writing[node]:
+                with self._lock:
+                    chosen = self._chosen
+                self.publishers[node].publish(self.states[node], profiles=chosen)
             with self._lock:
                 self.published.append(time.monotonic())
         except (KubeError, GpuSlicerError) as exc:

@@ -622,13 +622,21 @@ class SlicePublisher:
 
     @staticmethod
     def _dropped(sent: Obj, back: Obj) -> tuple[bool, bool]:
-        """(counters dropped, taints dropped) between a slice sent and what the server kept."""
+        """(counters dropped, taints dropped) between a slice sent and what the server kept.
+
+        Only a read-back of the generation sent can tell: another writer of the pool (an agent
+        of the same node during a rollout) may have replaced the slice since, and a device it
+        no longer lists lost nothing."""
         spec = back.get("spec", {})
+        if spec.get("pool", {}).get("generation") != sent["spec"]["pool"]["generation"]:
+            return False, False
         counters = bool(sent["spec"].get("sharedCounters")) and not spec.get("sharedCounters")
         taints = False
         kept = {d.get("name"): d for d in spec.get("devices") or []}
         for device in sent["spec"].get("devices") or []:
-            got = kept.get(device["name"], {})
+            got = kept.get(device["name"])
+            if got is None:
+                continue
             if device.get("consumesCounters") and not got.get("consumesCounters"):
                 counters = True
             if device.get("taints") and not got.get("taints"):

@@ -561,3 +561,36 @@ def test_counters_on_a_release_without_the_scheduler_fix_are_reported_once(
         assert "fixed in 1.37" in warnings[0] and "--advertise static" in warnings[0]
     gauge = metrics.registry.get_sample_value("gpu_slicer_slices_quadratic_scheduling")
     assert gauge == (1.0 if warned else 0.0)
+
+
+class _RewrittenBeforeReadBack(InMemoryKubeApi):
+    """An apiserver where another writer of the pool gets in between a write and its
+    read-back, once."""
+
+    rewrite: Callable[[], object] | None = None
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
+        if kind == "ResourceSlice" and self.rewrite is not None:
+            rewrite, self.rewrite = self.rewrite, None
+            rewrite()
+        return super().get(api_version, kind, name, namespace)
+
+
+def test_a_pool_rewritten_before_its_read_back_is_not_taken_for_dropped_counters(
+    make_states: Callable[..., list[GpuState]],
+) -> None:
+    """A read-back that finds a newer generation (another agent of the node, during a rollout)
+    lists other devices: that says nothing about counters, and the layout stays dynamic."""
+    api = _RewrittenBeforeReadBack(server_version=(1, 36))
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}})
+    ours = SlicePublisher(api, "node-a", clock=NO_WAIT)
+    other = SlicePublisher(api, "node-a", clock=NO_WAIT)
+    ours.publish(make_states("A100-80GB:1"), allocated=(SliceSpec(0, "1g.10gb", 0),))
+    # the other writer's pool lists fewer devices: a whole-GPU instance rules the rest out
+    api.rewrite = lambda: other.publish(
+        make_states("A100-80GB:1"), allocated=(SliceSpec(0, "7g.80gb", 0),)
+    )
+    result = ours.publish(make_states("A100-80GB:1"))
+    assert result.changed and not result.fell_back and not ours.static
+    assert ours.metrics.registry.get_sample_value("gpu_slicer_slices_counters_dropped_total") == 0
+    assert {s["spec"]["pool"]["generation"] for s in slices_of(api)} == {result.generation + 1}
