@@ -17,9 +17,9 @@ and makes the API hold exactly those:
 * Conflict (someone wrote in between) and Unavailable are retried with exponential backoff
   (waiting on the publisher's :class:`slicer.clock.Clock`); other API errors raise
   :class:`slicer.errors.PublishError`;
-* what was written is read back. An apiserver without partitionable devices drops
-  ``sharedCounters`` and ``consumesCounters`` silently; then overlapping slices would look
-  independent and the scheduler could hand out two of them. The publisher therefore switches to
+* what was written is read back from each write's reply (the object as stored). An apiserver
+  without partitionable devices drops ``sharedCounters`` and ``consumesCounters`` silently;
+  then overlapping slices would look independent and the scheduler could hand out two of them. The publisher therefore switches to
   the static layout (only existing instances, no counters), republishes, and says so: a warning
   log, a Warning Event on the Node and the metrics ``gpu_slicer_slices_counters_dropped`` and
   ``gpu_slicer_slices_static_layout``;
@@ -400,11 +400,12 @@ class SlicePublisher:
         slices' pool generation changes (planning again for it was the same work twice)."""
         generation = max(current, self._generation) + 1
         self._generation = generation
+        kept = []
         for obj in plan.slices:
             obj["spec"]["pool"]["generation"] = generation
             if owner is not None:
                 obj["metadata"]["ownerReferences"] = [owner]
-            self._write(obj, existing.get(obj["metadata"]["name"]))
+            kept.append(self._write(obj, existing.get(obj["metadata"]["name"])))
         wanted = {obj["metadata"]["name"] for obj in plan.slices}
         stale = tuple(sorted(name for name in existing if name not in wanted))
         for name in stale:
@@ -426,7 +427,7 @@ class SlicePublisher:
                 "devices": len(plan.order),
             },
         )
-        fell_back = self._follow_read_back(plan.slices)
+        fell_back = self._follow_read_back(plan.slices, kept)
         return PublishResult(
             changed=True,
             generation=generation,
@@ -437,11 +438,11 @@ class SlicePublisher:
             plan=plan,
         )
 
-    def _follow_read_back(self, written: Sequence[Obj]) -> bool:
+    def _follow_read_back(self, written: Sequence[Obj], kept: Sequence[Obj]) -> bool:
         """The read-back's transitions (PARTITIONABLE or RESTORED); True when it fell back."""
         if self._state.static:
             return False
-        if self._counters_dropped(written):
+        if self._counters_dropped(written, kept):
             contradicted = self._state is AdvertiseState.RESTORED
             self._fall_back()
             if contradicted:
@@ -604,12 +605,15 @@ class SlicePublisher:
             gave_up=lambda _last: PublishError(f"gave up deleting stale ResourceSlice {name}"),
         )
 
-    def _counters_dropped(self, desired: Sequence[Obj]) -> bool:
-        """Compare what was sent with what the apiserver kept (read back, not the write reply)."""
+    def _counters_dropped(self, desired: Sequence[Obj], kept: Sequence[Obj]) -> bool:
+        """Compare what was sent with what the apiserver kept: each write's reply is the object
+        as stored, after the apiserver dropped the fields of a gate that is off. (A read of each
+        slice again cost as much as its write's reply, and could find the pool another writer
+        of the node had written since, whose missing devices looked like dropped counters.)"""
         dropped = False
         taints_dropped = False
-        for sent in desired:
-            counters, taints = self._dropped(sent, self._get(sent["metadata"]["name"]) or {})
+        for sent, back in zip(desired, kept, strict=True):
+            counters, taints = self._dropped(sent, back)
             dropped |= counters
             taints_dropped |= taints
         if taints_dropped:
@@ -622,21 +626,13 @@ class SlicePublisher:
 
     @staticmethod
     def _dropped(sent: Obj, back: Obj) -> tuple[bool, bool]:
-        """(counters dropped, taints dropped) between a slice sent and what the server kept.
-
-        Only a read-back of the generation sent can tell: another writer of the pool (an agent
-        of the same node during a rollout) may have replaced the slice since, and a device it
-        no longer lists lost nothing."""
+        """(counters dropped, taints dropped) between a slice sent and what the server kept."""
         spec = back.get("spec", {})
-        if spec.get("pool", {}).get("generation") != sent["spec"]["pool"]["generation"]:
-            return False, False
         counters = bool(sent["spec"].get("sharedCounters")) and not spec.get("sharedCounters")
         taints = False
         kept = {d.get("name"): d for d in spec.get("devices") or []}
         for device in sent["spec"].get("devices") or []:
-            got = kept.get(device["name"])
-            if got is None:
-                continue
+            got = kept.get(device["name"], {})
             if device.get("consumesCounters") and not got.get("consumesCounters"):
                 counters = True
             if device.get("taints") and not got.get("taints"):
