@@ -21,8 +21,8 @@ and makes the API hold exactly those:
   without partitionable devices drops ``sharedCounters`` and ``consumesCounters`` silently;
   then overlapping slices would look independent and the scheduler could hand out two of
   them. The publisher therefore switches to the static layout (only existing instances, no
-  counters), republishes, and says so: a warning log, a Warning Event on the Node and the metrics ``gpu_slicer_slices_counters_dropped`` and
-  ``gpu_slicer_slices_static_layout``;
+  counters), republishes, and says so: a warning log, a Warning Event on the Node and the
+  metrics ``gpu_slicer_slices_counters_dropped`` and ``gpu_slicer_slices_static_layout``;
 * every ``recheck_interval_s`` (10 minutes by default) the publisher re-reads the apiserver's
   version (a new version may pack the pool into slices differently), and, while it is in the
   fallback, probes whether partitionable devices work now: a server-side dry-run create of the
