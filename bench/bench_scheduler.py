@@ -87,6 +87,7 @@ from gpu_slicer.sandbox.hollow import (  # noqa: E402
     plain_claim_spec,
     plain_device_class,
     plain_slices,
+    process_cpu_s,
 )
 from gpu_slicer.sandbox.hollow_agents import HollowAgents  # noqa: E402
 from gpu_slicer.sandbox.neighbours import (  # noqa: E402
@@ -543,6 +544,7 @@ def _new_shape_round_trips(args: argparse.Namespace, version: str, nodes: int) -
             try:
                 for profile in NEW_SHAPES:
                     spec = claim_spec_for([{f"nvidia.com/mig-{profile}": 1}])
+                    cpu_before = _cpu_by_part(cluster)
                     created, wait = cluster.templated_pod_wait(
                         namespace, spec, timeout_s=args.timeout
                     )
@@ -550,12 +552,15 @@ def _new_shape_round_trips(args: argparse.Namespace, version: str, nodes: int) -
                     # which part is the agents' (publishing) and which the scheduler's retry
                     done = sorted(t - created for t in agents.published)
                     first = f"{done[0]:6.2f}" if done else "     -"
-                    last = f"{done[-1]:6.2f}" if done else "     -"
                     before = sum(1 for t in done if t <= wait)
+                    everyone = agents.wait_published(timeout_s=args.timeout)
+                    spent = _cpu_by_part(cluster)
+                    cpu = ", ".join(f"{k} {spent[k] - cpu_before[k]:.1f}" for k in spent)
+                    last = f"{everyone - created:.2f} s" if everyone is not None else "never"
                     _say(
                         f"  round {round_} {profile:<11} bound {wait:6.2f} s after creation;"
                         f" first node published at {first} s, {before} before the binding,"
-                        f" {len(done)} by {last} s"
+                        f" all {nodes} by {last}; CPU s until then: {cpu}"
                     )
             finally:
                 agents.stop()
@@ -568,6 +573,18 @@ def _new_shape_round_trips(args: argparse.Namespace, version: str, nodes: int) -
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
     return waits
+
+
+def _cpu_by_part(cluster: HollowCluster) -> dict[str, float]:
+    """CPU seconds so far of each control-plane process and of this one (the hollow agents):
+    which part of a new shape's republishing is gpu-slicer's and which the cluster's."""
+    assert cluster.plane is not None
+    spent = {
+        c.name.removeprefix("kube-"): process_cpu_s(c.pid)
+        for c in cluster.plane.components
+        if c.pid is not None
+    }
+    return spent | {"agents": time.process_time()}
 
 
 def write_cost_model(path: Path, document: list[Obj]) -> None:

@@ -82,6 +82,17 @@ class HollowAgents:
         self._changed()
         self.templates.start()
 
+    def wait_published(self, timeout_s: float) -> float | None:
+        """When every node had published the latest change (monotonic), or None after
+        ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.published) >= len(self.nodes):
+                    return max(self.published)
+            time.sleep(0.05)
+        return None
+
     def stop(self) -> None:
         self.templates.stop(timeout_s=1)
         self._threads.shutdown(wait=True)
