@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from gpu_slicer.sandbox import binaries, chart_pods, image, releases
 from gpu_slicer.sandbox.errors import BuildError
 from gpu_slicer.sandbox.process import free_port
 from tests.support.chart_release import (
+    AdmissionCount,
     cdi_claims,
     checkpoint_claims,
     helm,
@@ -179,8 +181,14 @@ def test_an_upgrade_from_0_1_keeps_running_pods_their_devices_and_serves_new_one
     held = {p["device"] for p in old}
     assert len(box.instances(NODE)) == 2
 
-    # The upgrade, as the admin runs it.
-    _move_to(box, CHART, image.version())
+    # The upgrade, as the admin runs it, while pods keep arriving: the webhook's rollout
+    # (a new pod ready before the old one goes) converts every one of them.
+    with AdmissionCount(box, ENABLED, LIMITS) as admissions:
+        _move_to(box, CHART, image.version())
+        time.sleep(3)  # the old webhook pod's endpoint leaving the apiserver's view
+    print(f"[e2e] admissions during the upgrade: {admissions.converted} converted")
+    assert admissions.failures == []
+    assert admissions.converted >= 20
 
     box.wait(
         lambda: set(_pool(box)) == {DRIVER},

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+from dataclasses import dataclass, field
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
 
 from gpu_slicer.core.identity import DRIVERS
 from gpu_slicer.sandbox.helm import helm_binary
@@ -72,3 +76,57 @@ def started(box: Sandbox, namespace: str, name: str) -> tuple[str, int, str]:
     pod = box.pod(namespace, name)
     [status] = pod["status"]["containerStatuses"]
     return status["containerID"], status["restartCount"], pod["status"]["phase"]
+
+
+@dataclass
+class AdmissionCount:
+    """Pods sent for admission (server-side dry run, so nothing is created) while the release
+    changes, the way workloads keep arriving during a rollout: how many the webhook converted,
+    and every failure with the apiserver's message."""
+
+    box: Sandbox
+    namespace: str
+    limits: dict[str, str]
+    converted: int = 0
+    failures: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> AdmissionCount:
+        self._thread = threading.Thread(target=self._send, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=30)
+
+    def _send(self) -> None:
+        number = 0
+        while not self._stop.is_set():
+            number += 1
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"admission-{number}"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"limits": self.limits},
+                        }
+                    ]
+                },
+            }
+            try:
+                made = self.box.core.create_namespaced_pod(self.namespace, pod, dry_run="All")
+            except ApiException as exc:
+                self.failures.append(f"{exc.status}: {exc.body or exc.reason}")
+            else:
+                if made.spec.resource_claims:
+                    self.converted += 1
+                else:
+                    self.failures.append(f"{pod['metadata']['name']} admitted unconverted")
+            self._stop.wait(0.1)
