@@ -120,6 +120,12 @@ def _move_to(box: Sandbox, chart: Path, tag: str) -> None:
         )
 
     box.wait(agent_ready, what=f"the {tag} agent pod registered with the kubelet", timeout_s=240)
+    _webhook_rolled_to(box, tag)
+
+
+def _webhook_rolled_to(box: Sandbox, tag: str) -> None:
+    """Until the webhook serves and every pod of its Deployment runs ``tag`` (the old ones
+    gone, not only terminating)."""
     chart_pods.wait_webhook_pod(box.kubeconfig, 240)
     box.wait(
         lambda: all(
@@ -236,7 +242,8 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
 ) -> None:
     """0.1 knows only the old name: it would take the running pod's claim for a released one
     and destroy its instance. Its agent refuses the checkpoint instead (format 3) and says
-    which release to run; rolling forward again finishes the pod normally."""
+    which release to run; rolling forward again finishes the pod normally. Pods that arrive
+    while the webhook rolls back and forward are converted all along."""
     if releases.PREVIOUS.version not in _revisions(box):  # run alone: give the release one
         _move_to(box, previous[0] / "deploy" / "helm" / "gpu-slicer", releases.PREVIOUS.version)
         _move_to(box, CHART, image.version())
@@ -245,10 +252,20 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
     assert kept["driver"] == DRIVER
     instances = box.instances(NODE)
 
-    done = helm(
-        box, "rollback", "gpu-slicer", str(revisions[releases.PREVIOUS.version]), "--timeout", "4m"
-    )
-    assert done.returncode == 0, done.stderr
+    with AdmissionCount(box, ENABLED, LIMITS) as admissions:
+        done = helm(
+            box,
+            "rollback",
+            "gpu-slicer",
+            str(revisions[releases.PREVIOUS.version]),
+            "--timeout",
+            "4m",
+        )
+        assert done.returncode == 0, done.stderr
+        _webhook_rolled_to(box, releases.PREVIOUS.version)
+        time.sleep(3)  # the replaced webhook pod's endpoint leaving the apiserver's view
+    print(f"[e2e] admissions during the rollback: {admissions.converted} converted")
+    assert admissions.failures == [] and admissions.converted >= 20
 
     def refusing() -> bool:
         for pod in release_pods(box, "agent"):
@@ -270,8 +287,15 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
     _undisturbed(box, kept)
     assert box.instances(NODE) == instances
 
-    done = helm(box, "rollback", "gpu-slicer", str(revisions[image.version()]), "--timeout", "4m")
-    assert done.returncode == 0, done.stderr
+    with AdmissionCount(box, ENABLED, LIMITS) as admissions:
+        done = helm(
+            box, "rollback", "gpu-slicer", str(revisions[image.version()]), "--timeout", "4m"
+        )
+        assert done.returncode == 0, done.stderr
+        _webhook_rolled_to(box, image.version())
+        time.sleep(3)
+    print(f"[e2e] admissions rolling forward again: {admissions.converted} converted")
+    assert admissions.failures == [] and admissions.converted >= 20
     box.wait(
         lambda: any(
             p["spec"]["containers"][0]["image"].endswith(f":{image.version()}")
