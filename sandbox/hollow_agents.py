@@ -122,6 +122,7 @@ class HollowAgents:
                     chosen = self._chosen
                 self.publishers[node].publish(self.states[node], profiles=chosen)
             with self._lock:
-                self.published.append(time.monotonic())
+                if chosen is self._chosen:  # else the newer change's own publish counts
+                    self.published.append(time.monotonic())
         except (KubeError, GpuSlicerError) as exc:
             log.warning("hollow agent could not publish", extra={"node": node, "error": str(exc)})
