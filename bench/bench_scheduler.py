@@ -550,7 +550,7 @@ def _new_shape_round_trips(args: argparse.Namespace, version: str, nodes: int) -
                     )
                     waits.append(wait)
                     # which part is the agents' (publishing) and which the scheduler's retry
-                    done = sorted(t - created for t in agents.published)
+                    done = sorted(t - created for t in agents.published.values())
                     first = f"{done[0]:6.2f}" if done else "     -"
                     before = sum(1 for t in done if t <= wait)
                     everyone = agents.wait_published(timeout_s=args.timeout)
@@ -576,8 +576,9 @@ def _new_shape_round_trips(args: argparse.Namespace, version: str, nodes: int) -
 
 
 def _cpu_by_part(cluster: HollowCluster) -> dict[str, float]:
-    """CPU seconds so far of each control-plane process and of this one (the hollow agents):
-    which part of a new shape's republishing is gpu-slicer's and which the cluster's."""
+    """CPU seconds so far of each control-plane process and of this one ("agents": the hollow
+    agents, and the benchmark's own polling, a GET every 50 ms until the pod is bound): which
+    part of a new shape's republishing is gpu-slicer's and which the cluster's."""
     assert cluster.plane is not None
     spent = {
         c.name.removeprefix("kube-"): process_cpu_s(c.pid)

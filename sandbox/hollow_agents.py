@@ -65,8 +65,9 @@ class HollowAgents:
         """One publish per node at a time, as the agent's reconciler runs them."""
         self._shown: frozenset[str] | None = None
         self._chosen: Advertised | None = None
-        self.published: list[float] = []
-        """When each node's publish of the latest change completed (monotonic seconds)."""
+        self.published: dict[str, float] = {}
+        """When each node's first publish of the latest change completed (monotonic seconds):
+        a node may publish the same change twice (both queued changes run it), once counts."""
         self._threads = ThreadPoolExecutor(self.workers)
         self.templates: WatchCache[frozenset[str]] = WatchCache(
             self.api,
@@ -89,7 +90,7 @@ class HollowAgents:
         while time.monotonic() < deadline:
             with self._lock:
                 if len(self.published) >= len(self.nodes):
-                    return max(self.published)
+                    return max(self.published.values())
             time.sleep(0.05)
         return None
 
@@ -108,7 +109,7 @@ class HollowAgents:
                 return
             self._shown = shown
             self._chosen = chosen
-            self.published = []
+            self.published = {}
         order = list(self.nodes)
         random.shuffle(order)  # no node is always first to publish
         for node in order:
@@ -123,6 +124,6 @@ class HollowAgents:
                 self.publishers[node].publish(self.states[node], profiles=chosen)
             with self._lock:
                 if chosen is self._chosen:  # else the newer change's own publish counts
-                    self.published.append(time.monotonic())
+                    self.published.setdefault(node, time.monotonic())
         except (KubeError, GpuSlicerError) as exc:
             log.warning("hollow agent could not publish", extra={"node": node, "error": str(exc)})

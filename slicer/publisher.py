@@ -400,7 +400,7 @@ class SlicePublisher:
         slices' pool generation changes (planning again for it was the same work twice)."""
         generation = max(current, self._generation) + 1
         self._generation = generation
-        kept = []
+        kept: list[Obj] = []
         for obj in plan.slices:
             obj["spec"]["pool"]["generation"] = generation
             if owner is not None:
