@@ -14,6 +14,7 @@ Layout of the cache (``$GPU_SLICER_CACHE``, else ``$XDG_CACHE_HOME/gpu-slicer``,
     kube/v1.36.3/{kube-apiserver,kube-scheduler,kube-controller-manager}
     tools/<hash of our Go sources>/{etcd,cdi-inject}
     kubelet/v1.36.3/kubelet                      the real node's (same module and release)
+    kubectl/v1.36.3/kubectl                      an admin's (same module and release)
     containerd/v2.4.2/{containerd,containerd-shim-runc-v2,ctr}   ``sandbox/go/containerd``
 
 A folder is complete when its ``build.json`` exists; builds go to a temporary folder renamed into
@@ -136,17 +137,29 @@ def ensure(
     return Binaries(kube_dir=kube_dir, tools_dir=tools_dir, release=release)
 
 
-def ensure_kubelet(
-    version: str = DEFAULT_MINOR, *, cache: Path | None = None, progress: Progress = print
+NODE_COMMANDS = ("kubelet", "kubectl")
+"""Commands built alone from the control plane's module: the real node's kubelet, and the
+kubectl the end-to-end tests run as an admin would (``kubectl drain``, ``kubectl delete -k``)."""
+
+
+def ensure_command(
+    command: str,
+    version: str = DEFAULT_MINOR,
+    *,
+    cache: Path | None = None,
+    progress: Progress = print,
 ) -> Path:
-    """The kubelet of ``version``, from the control plane's module (cached or built now)."""
+    """``command`` (one of :data:`NODE_COMMANDS`) of ``version``, from the control plane's
+    module (cached or built now) into ``<command>/<release>/``."""
+    if command not in NODE_COMMANDS:
+        raise UsageError(f"{command!r} is not built alone; one of {', '.join(NODE_COMMANDS)}")
     release = release_for(version)
     cache = cache or cache_root()
 
     def build(go: str, target: Path) -> None:
-        _build_kube_commands(go, release, ["kubelet"], target, f"kubelet {release}", progress)
+        _build_kube_commands(go, release, [command], target, f"{command} {release}", progress)
 
-    return build_once(cache / "kubelet" / release, build) / "kubelet"
+    return build_once(cache / command / release, build) / command
 
 
 def containerd_version() -> str:

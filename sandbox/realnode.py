@@ -95,7 +95,7 @@ def ensure_parts(release: str, progress: binaries.Progress = print) -> Parts:
     cni = node_host.cni_bin_dir()
     if runc is None or cni is None:
         raise BuildError(f"runc and the CNI plugins are needed: {node_host.DEBIAN_PACKAGES}")
-    kubelet = binaries.ensure_kubelet(release, progress=progress)
+    kubelet = binaries.ensure_command("kubelet", release, progress=progress)
     containerd = binaries.ensure_containerd(progress=progress)
     images = ensure_images(release, progress)
     return Parts(kubelet, containerd, images, runc, cni, binaries.release_for(release))

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -34,6 +35,8 @@ from tests.support.e2e_sandbox import (
     wait_webhook_knows,
 )
 
+T = TypeVar("T")
+
 
 def _under_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
@@ -41,6 +44,17 @@ def _under_ci() -> bool:
 
 def _progress(message: str) -> None:
     print(f"[e2e] {message}", file=sys.__stderr__, flush=True)
+
+
+def _built(what: str, build: Callable[[], T]) -> T:
+    """What ``build`` builds (or finds in the cache); without it the tier is skipped, and under
+    ``CI=true`` it fails."""
+    try:
+        return build()
+    except BuildError as exc:
+        if _under_ci():
+            pytest.fail(f"the end-to-end tier needs {what}: {exc}")
+        pytest.skip(f"no {what}: {exc}")
 
 
 @pytest.fixture(scope="session")
@@ -52,12 +66,19 @@ def kube_binaries() -> binaries.Binaries:
         "an earlier test ran `webhook serve` in this process and gevent patched it; the "
         "sandbox's clients cannot run in a patched process"
     )
-    try:
-        return binaries.ensure(binaries.DEFAULT_MINOR, progress=_progress)
-    except BuildError as exc:
-        if _under_ci():
-            pytest.fail(f"the end-to-end tier needs the control plane: {exc}")
-        pytest.skip(f"no control plane: {exc}")
+    return _built(
+        "the control plane", lambda: binaries.ensure(binaries.DEFAULT_MINOR, progress=_progress)
+    )
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Path:
+    """kubectl of the default version, built once into the cache: for what a test does as an
+    admin would (``kubectl drain``)."""
+    return _built(
+        "kubectl",
+        lambda: binaries.ensure_command("kubectl", binaries.DEFAULT_MINOR, progress=_progress),
+    )
 
 
 @pytest.fixture(scope="session")

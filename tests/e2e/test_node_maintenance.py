@@ -4,11 +4,12 @@ a drain, the Node deleted and registered again, and a reboot.
 A sandbox of its own with one node, ``real`` (``--real-node real --install helm --agent-pod``:
 the chart's agent DaemonSet from the project's image under the real kubelet; the webhook runs
 beside the sandbox, so no webhook pod of its PodDisruptionBudget sits on the drained node).
-The node is drained as ``kubectl drain --ignore-daemonsets`` does it: cordoned, then every pod
-that no DaemonSet owns evicted through the Eviction API. The Deployment's converted pod is
-evicted and terminates normally (a grace period, as a real pod's), its claim is released and
-deleted, its MIG instance destroyed and its CDI file removed; its replacement waits, unallocated,
-while the node is cordoned, and gets a slice of its own once the node is uncordoned.
+The node is drained with ``kubectl drain --ignore-daemonsets`` (kubectl built from the same
+release as the control plane): cordoned, then every pod that no DaemonSet owns evicted through
+the Eviction API. The Deployment's converted pod is evicted and terminates normally (a grace
+period, as a real pod's), its claim is released and deleted, its MIG instance destroyed and its
+CDI file removed; its replacement waits, unallocated, while the node is cordoned, and gets a
+slice of its own once the node is uncordoned.
 
 
 The Node deleted (``kubectl delete node``) and registered again by its kubelet on restart, as an
@@ -35,7 +36,10 @@ image cannot be built; under ``CI=true`` that is a failure.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,26 +111,32 @@ def _checkpoint_claims(box: Sandbox) -> dict[str, Any]:
     return claims
 
 
-def _drain(box: Sandbox, node: str) -> list[str]:
-    """``kubectl drain --ignore-daemonsets``: cordon, then evict every pod on the node that no
-    DaemonSet owns; returns the evicted pods."""
-    box.core.patch_node(node, {"spec": {"unschedulable": True}})
-    evicted = []
-    for pod in box.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
-        owners = pod.metadata.owner_references or []
-        if any(o.kind == "DaemonSet" for o in owners):
-            continue
-        name, namespace = pod.metadata.name, pod.metadata.namespace
-        box.core.create_namespaced_pod_eviction(
-            name,
-            namespace,
-            k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace)),
-        )
-        evicted.append(f"{namespace}/{name}")
-    return evicted
+def _drain(box: Sandbox, kubectl: Path, node: str) -> list[str]:
+    """``kubectl drain --ignore-daemonsets`` as an admin runs it: cordon, then evict every pod
+    on the node that no DaemonSet owns, and wait until they are gone; returns the pods it
+    evicted, as it reports them."""
+    done = subprocess.run(
+        [
+            str(kubectl),
+            "--kubeconfig",
+            str(box.kubeconfig),
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--timeout=150s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, f"kubectl drain failed: {done.stdout}{done.stderr}"
+    return sorted(re.findall(r"^evicting pod (\S+)$", done.stdout + done.stderr, re.M))
 
 
-def test_a_drained_nodes_mig_pod_is_evicted_and_leaves_nothing_stale(box: Sandbox) -> None:
+def test_a_drained_nodes_mig_pod_is_evicted_and_leaves_nothing_stale(
+    box: Sandbox, kubectl: Path
+) -> None:
     k8s.AppsV1Api(box.client).create_namespaced_deployment(ENABLED, _deployment())
     [pod] = box.wait(
         lambda: [p for p in _pods(box) if p["status"].get("phase") == "Running"],
@@ -141,7 +151,7 @@ def test_a_drained_nodes_mig_pod_is_evicted_and_leaves_nothing_stale(box: Sandbo
     assert len(box.instances(NODE)) == 1
     assert _cdi_claims(box) == [f"k8s.gpu-slicer.io-claim_{uid}.json"]
 
-    evicted = _drain(box, NODE)
+    evicted = _drain(box, kubectl, NODE)
 
     assert evicted == [f"{ENABLED}/{name}"]  # the agent's DaemonSet pod stays
     box.wait_gone(ENABLED, name, timeout_s=90)  # terminated normally: unprepared by the agent

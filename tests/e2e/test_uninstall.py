@@ -15,7 +15,9 @@ stay, until an agent registers again, when the kubelet finishes it within second
 So the chart refuses: its pre-delete hook (``gpu-slicer uninstall-check``) fails ``helm
 uninstall`` before anything is deleted while a claim of the driver is allocated. The tests run
 the procedure docs/install-kubernetes.md ("Uninstall") gives, and the recovery it gives for an
-uninstall that skipped the check (``--no-hooks``, or ``kubectl delete -k`` without the check).
+uninstall that skipped the check: ``helm uninstall --no-hooks``, and ``kubectl delete -k`` of the
+self-managed overlay run by the real kubectl (built from the control plane's release) against
+the chart's objects, which have the overlay's names.
 
 Skipped with the reason where the machine cannot run containers or the kubelet, containerd or the
 image cannot be built; under ``CI=true`` that is a failure.
@@ -29,11 +31,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from gpu_slicer.sandbox import binaries, chart_pods
 from tests.support.chart_release import (
+    RELEASE_NAMESPACE,
     cdi_claims,
     checkpoint_claims,
     driver_claims,
@@ -57,7 +61,9 @@ OPTED_OUT = "e2e-opted-out"
 """Opted in, then its label removed."""
 DISABLED = "e2e-disabled"
 """Opted in, then its label set to ``disabled``."""
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpu-slicer"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+CHART = DEPLOY / "helm" / "gpu-slicer"
+OVERLAY = DEPLOY / "overlays" / "self-managed"
 NOT_REGISTERED = "unprepare dynamic resources: DRA driver z.gpu-slicer.io is not registered"
 """The real kubelet's error for a deleted pod's claims while no agent is registered."""
 
@@ -249,8 +255,51 @@ def test_the_documented_procedure_uninstalls_and_leaves_nothing_behind(
     _nothing_left(box)
 
 
+def _delete_without_the_check(box: Sandbox, kubectl: Path, how: str) -> None:
+    """Everything deleted at once while a converted pod runs: ``helm uninstall --no-hooks``, or
+    ``kubectl delete -k`` of the self-managed overlay (kubectl's own kustomize) as a Kustomize
+    install's admin runs it. The chart's objects have the overlay's names (tests/deploy), so
+    kubectl deletes what it would delete there, in its order, the namespace with the release's
+    record in it; ``--ignore-not-found`` for what the sandbox's release leaves out (the
+    certificates' Deployment, the network policies). The sandbox's own parts are then put back
+    as the sandbox made them before its install (the namespace and the webhook's certificate)."""
+    if how == "helm uninstall --no-hooks":
+        done = helm(box, "uninstall", "gpu-slicer", "--no-hooks", "--timeout", "3m")
+        assert done.returncode == 0, done.stderr
+        return
+    done = subprocess.run(
+        [
+            str(kubectl),
+            "--kubeconfig",
+            str(box.kubeconfig),
+            "delete",
+            "-k",
+            str(OVERLAY),
+            "--ignore-not-found",
+            "--timeout=180s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert 'daemonset.apps "gpu-slicer-agent" deleted' in done.stdout, done.stdout
+    assert 'namespace "gpu-slicer" deleted' in done.stdout, done.stdout
+    box.wait(
+        lambda: RELEASE_NAMESPACE not in [n.metadata.name for n in box.core.list_namespace().items],
+        what="the release's namespace gone",
+        timeout_s=180,
+    )
+    box.core.create_namespace(yaml.safe_load((DEPLOY / "base" / "namespace.yaml").read_text()))
+    box.core.create_namespaced_secret(
+        RELEASE_NAMESPACE, chart_pods.webhook_tls_secret(box.dir / "webhook-tls")
+    )
+
+
+@pytest.mark.parametrize("how", ["helm uninstall --no-hooks", "kubectl delete -k"])
 def test_an_uninstall_without_the_check_strands_a_deleted_pod_until_the_agent_is_back(
-    box: Sandbox,
+    box: Sandbox, kubectl: Path, how: str
 ) -> None:
     _install(box)
     box.wait(lambda: _converts(box, ENABLED), what="the reinstalled webhook converting")
@@ -268,8 +317,7 @@ def test_an_uninstall_without_the_check_strands_a_deleted_pod_until_the_agent_is
     instances = box.instances(NODE)
     assert len(instances) == 1
 
-    done = helm(box, "uninstall", "gpu-slicer", "--no-hooks", "--timeout", "3m")
-    assert done.returncode == 0, done.stderr
+    _delete_without_the_check(box, kubectl, how)
     box.wait(lambda: not release_pods(box, "agent"), what="the agent pod gone")
     _undisturbed(box, first)  # the running pod does not notice
     assert box.instances(NODE) == instances

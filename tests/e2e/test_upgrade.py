@@ -23,6 +23,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,18 @@ def _move_to(box: Sandbox, chart: Path, tag: str) -> None:
     _webhook_rolled_to(box, tag)
 
 
+@contextmanager
+def _every_admission_converted(box: Sandbox, during: str) -> Iterator[None]:
+    """Pods keep arriving while the body changes the release (:class:`AdmissionCount`): every
+    one is converted, none fails, and enough arrive to say so."""
+    with AdmissionCount(box, ENABLED, LIMITS) as admissions:
+        yield
+        time.sleep(3)  # the replaced webhook pod's endpoint leaving the apiserver's view
+    print(f"[e2e] admissions during {during}: {admissions.converted} converted")
+    assert admissions.failures == [], admissions.failures
+    assert admissions.converted >= 20
+
+
 def _webhook_rolled_to(box: Sandbox, tag: str) -> None:
     """Until the webhook serves and every pod of its Deployment runs ``tag`` (the old ones
     gone, not only terminating)."""
@@ -189,12 +202,8 @@ def test_an_upgrade_from_0_1_keeps_running_pods_their_devices_and_serves_new_one
 
     # The upgrade, as the admin runs it, while pods keep arriving: the webhook's rollout
     # (a new pod ready before the old one goes) converts every one of them.
-    with AdmissionCount(box, ENABLED, LIMITS) as admissions:
+    with _every_admission_converted(box, "the upgrade"):
         _move_to(box, CHART, image.version())
-        time.sleep(3)  # the old webhook pod's endpoint leaving the apiserver's view
-    print(f"[e2e] admissions during the upgrade: {admissions.converted} converted")
-    assert admissions.failures == []
-    assert admissions.converted >= 20
 
     box.wait(
         lambda: set(_pool(box)) == {DRIVER},
@@ -252,7 +261,7 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
     assert kept["driver"] == DRIVER
     instances = box.instances(NODE)
 
-    with AdmissionCount(box, ENABLED, LIMITS) as admissions:
+    with _every_admission_converted(box, "the rollback"):
         done = helm(
             box,
             "rollback",
@@ -263,9 +272,6 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
         )
         assert done.returncode == 0, done.stderr
         _webhook_rolled_to(box, releases.PREVIOUS.version)
-        time.sleep(3)  # the replaced webhook pod's endpoint leaving the apiserver's view
-    print(f"[e2e] admissions during the rollback: {admissions.converted} converted")
-    assert admissions.failures == [] and admissions.converted >= 20
 
     def refusing() -> bool:
         for pod in release_pods(box, "agent"):
@@ -287,15 +293,12 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
     _undisturbed(box, kept)
     assert box.instances(NODE) == instances
 
-    with AdmissionCount(box, ENABLED, LIMITS) as admissions:
+    with _every_admission_converted(box, "rolling forward again"):
         done = helm(
             box, "rollback", "gpu-slicer", str(revisions[image.version()]), "--timeout", "4m"
         )
         assert done.returncode == 0, done.stderr
         _webhook_rolled_to(box, image.version())
-        time.sleep(3)
-    print(f"[e2e] admissions rolling forward again: {admissions.converted} converted")
-    assert admissions.failures == [] and admissions.converted >= 20
     box.wait(
         lambda: any(
             p["spec"]["containers"][0]["image"].endswith(f":{image.version()}")
