@@ -7,8 +7,6 @@ and the count defaults to 1. GPU indices follow the order of the parts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from gpu_slicer.core import catalog, gpu_model
 from gpu_slicer.core.errors import CatalogError, GpuSpecError
 
@@ -51,23 +49,6 @@ def parse_gpu_spec(spec: str) -> list[gpu_model.GpuModel]:
                 _problem(f"{len(models)} GPUs in {spec!r}", f"a node has at most {MAX_GPUS} GPUs")
             )
     return models
-
-
-def format_gpu_spec(models: Sequence[gpu_model.GpuModel]) -> str:
-    """Inverse of :func:`parse_gpu_spec`: runs of one model become ``<key>:<count>``."""
-    parts: list[str] = []
-    run_key: str | None = None
-    run = 0
-    for model in models:
-        if model.key == run_key:
-            run += 1
-            continue
-        if run_key is not None:
-            parts.append(f"{run_key}:{run}")
-        run_key, run = model.key, 1
-    if run_key is not None:
-        parts.append(f"{run_key}:{run}")
-    return ",".join(parts)
 
 
 def _problem(what: str, hint: str) -> str:

@@ -133,13 +133,6 @@ def _larger(a: Profile, b: Profile) -> bool:
     return (b.memory_slices, b.compute_slices) > (a.memory_slices, a.compute_slices)
 
 
-def destroyed_placements(
-    model: GpuModel, placement: Placement, present: Sequence[Placement] = ()
-) -> int:
-    """How many larger placements, still possible next to ``present``, ``placement`` rules out."""
-    return _destroyed(model, placement, present, _possible(model, present))
-
-
 def _possible(model: GpuModel, present: Sequence[Placement]) -> list[tuple[Profile, Placement]]:
     """Every placement still possible next to ``present``, with its profile."""
     base = list(present)
@@ -166,8 +159,9 @@ def _destroyed(
 
 @lru_cache(maxsize=4096)
 def _costs(model: GpuModel, present: tuple[Placement, ...] = ()) -> dict[Placement, int]:
-    """:func:`destroyed_placements` of every placement of the model, next to ``present`` (what
-    is still possible next to ``present`` worked out once, not once per placement)."""
+    """Per placement of the model, how many larger placements still possible next to
+    ``present`` it rules out (what is still possible worked out once, not once per
+    placement)."""
     possible = _possible(model, present)
     return {
         (p.name, s): _destroyed(model, (p.name, s), present, possible)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from gpu_slicer.core import catalog, gpu_model
 from gpu_slicer.core.errors import GpuSpecError
-from gpu_slicer.core.gpuspec import format_gpu_spec, parse_gpu_spec
+from gpu_slicer.core.gpuspec import parse_gpu_spec
 
 
 def keys(models: list[gpu_model.GpuModel]) -> list[str]:
@@ -68,18 +66,3 @@ def test_a_bad_spec_names_the_bad_part_and_lists_known_models(spec: str, names: 
     assert names in message
     for key in catalog.model_keys():
         assert key in message
-
-
-model_lists = st.lists(st.sampled_from(catalog.MODELS), min_size=1, max_size=12)
-
-
-@settings(max_examples=60, deadline=None)
-@given(model_lists)
-def test_formatting_then_parsing_gives_back_the_same_gpus(models: list[gpu_model.GpuModel]) -> None:
-    assert parse_gpu_spec(format_gpu_spec(models)) == models
-
-
-def test_formatting_groups_runs_of_one_model() -> None:
-    h100 = catalog.get_model("H100-80GB")
-    a30 = catalog.get_model("A30")
-    assert format_gpu_spec([h100, h100, a30, h100]) == "H100-80GB:2,A30-24GB:1,H100-80GB:1"

@@ -15,7 +15,6 @@ from gpu_slicer.slicer.ordering import (
     Occupancy,
     OrderingError,
     RepublishLimiter,
-    destroyed_placements,
     get_device_order,
 )
 
@@ -74,8 +73,6 @@ def test_anti_fragmentation_puts_a_small_slice_where_it_destroys_least(
         build_slices("n", make_states("H100-80GB:1"), device_order="anti-fragmentation")
     )
     assert first_fit(view, "1g.10gb", []) == "gpu-0-mig-1g10gb-6"
-    model = catalog.get_model("H100-80GB")
-    assert destroyed_placements(model, ("1g.10gb", 6)) < destroyed_placements(model, ("1g.10gb", 0))
 
 
 @pytest.mark.parametrize("model_key", ["H100-80GB", "A100-40GB", "B200"])
