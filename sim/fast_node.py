@@ -10,6 +10,7 @@ It decides exactly like :class:`sim.api_node.ApiNode` (tests/sim/test_cluster.py
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
 from typing import Any
 
 from gpu_slicer.core.catalog import Placement
@@ -22,8 +23,20 @@ from gpu_slicer.sim.pools import Device, Pool, compile_pool
 from gpu_slicer.sim.scenario import NodeSpec, Scenario
 from gpu_slicer.slicer.checkpoint import PreparedDevice
 from gpu_slicer.slicer.demand import Advertised
-from gpu_slicer.slicer.inventory import GpuState, advertise_gpu, beside_claims, plan_pool
-from gpu_slicer.slicer.ordering import Candidate, DeviceOrder, Occupancy, RepublishLimiter
+from gpu_slicer.slicer.inventory import (
+    GpuAdvert,
+    GpuState,
+    advertise_gpu,
+    beside_claims,
+    plan_pool,
+)
+from gpu_slicer.slicer.ordering import (
+    DYNAMIC_ORDERS,
+    Candidate,
+    DeviceOrder,
+    Occupancy,
+    RepublishLimiter,
+)
 
 GpuKey = tuple[int, tuple[Placement, ...], bool]
 """What the order of one GPU depends on: its index, the placements in use on it (sorted) and
@@ -33,26 +46,14 @@ Block = tuple[tuple[int, ...], list[str]]
 """One GPU's rank among the node's GPUs and its devices in the policy's order."""
 
 
-def gpu_key(gpu: int, specs: Iterable[DeviceSpec]) -> GpuKey:
-    """The :data:`GpuKey` of ``gpu`` with the devices ``specs`` (of that GPU) allocated."""
-    placements: list[Placement] = []
-    whole = False
-    for spec in specs:
-        if isinstance(spec, WholeGpu):
-            whole = True
-        else:
-            placements.append((spec.profile, spec.start))
-    return (gpu, tuple(sorted(placements)), whole)
-
-
 class GpuOrderCache:
-    """The agent's policy order, computed per GPU and cached by what is in use on that GPU.
+    """The agent's policy order, worked out GPU by GPU.
 
     The policies order GPU by GPU: each GPU's devices are contiguous, and GPUs are sorted by a
     rank computed from the GPU's own state (``gpu_rank``). So a node's order is its GPUs' blocks
-    sorted by rank, and when one GPU changes only that GPU's block and rank are looked up again
-    (:meth:`block`). One cache serves every identical node. Equality with the order
-    ``plan_pool`` publishes is checked by tests/sim/test_fast_node.py.
+    sorted by rank, and when one GPU changes only that GPU's block and rank are worked out
+    again (:meth:`block`, kept by :class:`GpuUse` per state of the kind). Equality with the
+    order ``plan_pool`` publishes is checked by tests/sim/test_fast_node.py.
     """
 
     def __init__(self, policy: DeviceOrder, candidates: Sequence[Candidate]) -> None:
@@ -64,77 +65,57 @@ class GpuOrderCache:
         self.by_gpu: dict[int, list[Candidate]] = {}
         for c in candidates:
             self.by_gpu.setdefault(c.gpu_index, []).append(c)
-        self._blocks: dict[GpuKey, Block] = {}
 
     def block(self, key: GpuKey) -> Block:
         """The rank and device order of one GPU in the state ``key``."""
-        found = self._blocks.get(key)
-        if found is None:
-            gpu, present, whole = key
-            local = Occupancy(
-                {gpu: present} if present else {}, frozenset({gpu}) if whole else frozenset()
-            )
-            cands = self.by_gpu[gpu]
-            names = [c.name for c in self.policy.order(cands, local)]
-            found = (self._rank(gpu, cands[0].model, local), names)
-            self._blocks[key] = found
-        return found
-
-    def blocks(self, keys: Iterable[GpuKey]) -> list[list[str]]:
-        """The GPUs' device lists in the node's order, for the GPU states ``keys``."""
-        return [names for _, names in sorted(self.block(k) for k in keys)]
-
-    def order(self, occupancy: Occupancy) -> list[str]:
-        """The whole node's order for ``occupancy``."""
-        keys = []
-        for gpu in self.by_gpu:
-            present = tuple(sorted(occupancy.placements.get(gpu, ())))
-            keys.append((gpu, present, gpu in occupancy.whole_in_use))
-        return [name for names in self.blocks(keys) for name in names]
+        gpu, present, whole = key
+        local = Occupancy(
+            {gpu: present} if present else {}, frozenset({gpu}) if whole else frozenset()
+        )
+        cands = self.by_gpu[gpu]
+        names = [c.name for c in self.policy.order(cands, local)]
+        return (self._rank(gpu, cands[0].model, local), names)
 
 
 class RuledOut:
     """The devices the agent leaves out of one GPU because the GPU's allocations take their
-    counters (:func:`slicer.inventory.beside_claims`), cached by the GPU's state like the order:
-    one cache serves every identical node."""
+    counters (:func:`slicer.inventory.beside_claims`), worked out once per model, mode and
+    state whatever the GPU's index (:class:`GpuUse` keeps each state's answer)."""
 
     def __init__(self, gpus: Sequence[GpuState]) -> None:
         self.gpus = {g.index: g for g in gpus}
-        self._cache: dict[GpuKey, frozenset[str]] = {}
         self._by_kind: dict[Any, tuple[tuple[Placement, ...], bool]] = {}
         """What a GPU of one model and mode leaves out in one state, whatever its index."""
-        self._listed: dict[tuple[GpuKey, str], frozenset[str]] = {}
+        self._adverts: dict[int, GpuAdvert] = {}
+        """Per GPU, every device it could advertise empty (:func:`advertise_gpu`)."""
 
     def of(self, key: GpuKey) -> frozenset[str]:
-        found = self._cache.get(key)
-        if found is None:
-            gpu, placements, whole = key
-            state = self.gpus[gpu]
-            kind = (state.info.model, state.mode, placements, whole)
-            out = self._by_kind.get(kind)
-            if out is None:
-                out = self._work_out(state, placements, whole)
-                self._by_kind[kind] = out
-            slices, whole_out = out
-            names = [SliceSpec(gpu, p, s).device_name for p, s in slices]
-            if whole_out:
-                names.append(WholeGpu(gpu).device_name)
-            found = frozenset(names)
-            self._cache[key] = found
-        return found
+        gpu, placements, whole = key
+        state = self.gpus[gpu]
+        kind = (state.info.model, state.mode, placements, whole)
+        out = self._by_kind.get(kind)
+        if out is None:
+            out = self._by_kind[kind] = self._work_out(state, placements, whole)
+        slices, whole_out = out
+        names = [SliceSpec(gpu, p, s).device_name for p, s in slices]
+        if whole_out:
+            names.append(WholeGpu(gpu).device_name)
+        return frozenset(names)
 
-    @staticmethod
     def _work_out(
-        state: GpuState, placements: tuple[Placement, ...], whole: bool
+        self, state: GpuState, placements: tuple[Placement, ...], whole: bool
     ) -> tuple[tuple[Placement, ...], bool]:
         gpu = state.index
         held: set[DeviceSpec] = {SliceSpec(gpu, p, s) for p, s in placements}
         if whole:
             held.add(WholeGpu(gpu))
-        keep = frozenset(held)
+        advert = self._adverts.get(gpu)
+        if advert is None:
+            # Every profile is listed here, so the devices a claim holds change nothing in it.
+            advert = self._adverts[gpu] = advertise_gpu(state)
         slices: list[Placement] = []
         whole_out = False
-        for name in beside_claims(advertise_gpu(state, keep=keep), keep).ruled_out:
+        for name in beside_claims(advert, frozenset(held)).ruled_out:
             spec = parse_device_name(name)
             if isinstance(spec, SliceSpec):
                 slices.append((spec.profile, spec.start))
@@ -142,30 +123,218 @@ class RuledOut:
                 whole_out = True
         return tuple(slices), whole_out
 
-    def listed(
-        self, key: GpuKey, choice: str, shown: Callable[[Iterable[str]], list[str]]
-    ) -> frozenset[str]:
-        """Those of :meth:`of` that the agent would list under the choice of profiles named
-        ``choice`` (``shown`` filters by it): a device ruled out is never allocated, so only
+
+class GpuUse:
+    """One GPU of a kind of node in one state (:data:`GpuKey`), interned by
+    :meth:`NodeKind.use`: what the GPU's order, the devices it leaves out and the devices it
+    lists depend on is worked out once and kept on this object, and a node's GPUs are compared
+    by identity (a key's placements are never hashed again)."""
+
+    __slots__ = (
+        "key",
+        "gpu",
+        "held",
+        "_kind",
+        "_block",
+        "_ruled_out",
+        "_listed",
+        "_shown",
+        "_after",
+    )
+
+    def __init__(self, key: GpuKey, kind: NodeKind) -> None:
+        self.key = key
+        self.gpu, placements, whole = key
+        held = [SliceSpec(self.gpu, p, s).device_name for p, s in placements]
+        if whole:
+            held.append(WholeGpu(self.gpu).device_name)
+        self.held = frozenset(held)
+        """The devices allocated on the GPU in this state."""
+        self._kind = kind
+        self._block: Block | None = None
+        self._ruled_out: frozenset[str] | None = None
+        self._listed: dict[str, frozenset[str]] = {}
+        self._shown: dict[str, list[str]] = {}
+        self._after: dict[tuple[DeviceSpec, bool], GpuUse] = {}
+
+    @property
+    def block(self) -> Block:
+        """The GPU's rank and devices in the policy's order (a policy that reorders)."""
+        if self._block is None:
+            assert self._kind.orders is not None
+            self._block = self._kind.orders.block(self.key)
+        return self._block
+
+    @property
+    def order(self) -> list[str]:
+        """The GPU's devices in the order the node lists them in this state."""
+        if self._kind.orders is None:
+            return self._kind.base_blocks[self.gpu]
+        return self.block[1]
+
+    @property
+    def ruled_out(self) -> frozenset[str]:
+        """The devices the allocations on the GPU leave out (:class:`RuledOut`)."""
+        if self._ruled_out is None:
+            self._ruled_out = self._kind.ruled_out.of(self.key)
+        return self._ruled_out
+
+    def left_out(self, choice: str, hidden: frozenset[str]) -> frozenset[str]:
+        """Those of :attr:`ruled_out` the agent would list under the choice of profiles named
+        ``choice``, which leaves ``hidden`` out: a device ruled out is never allocated, so only
         the choice decides."""
-        found = self._listed.get((key, choice))
+        found = self._listed.get(choice)
         if found is None:
-            out = self.of(key)
-            found = frozenset(shown(out)) if out else out
-            self._listed[(key, choice)] = found
+            out = self.ruled_out
+            found = self._listed[choice] = out - hidden if out and hidden else out
         return found
 
-    def union(self, keys: Iterable[GpuKey]) -> frozenset[str]:
-        return frozenset().union(*(self.of(k) for k in keys))
+    def after(self, spec: DeviceSpec, allocated: bool) -> GpuUse:
+        """The state of the GPU once ``spec`` (on it) is allocated, or released."""
+        found = self._after.get((spec, allocated))
+        if found is None:
+            _, placements, whole = self.key
+            if isinstance(spec, WholeGpu):
+                key = (self.gpu, placements, allocated)
+            else:
+                placement = (spec.profile, spec.start)
+                if allocated:
+                    changed = tuple(sorted((*placements, placement)))
+                else:
+                    changed = tuple(p for p in placements if p != placement)
+                key = (self.gpu, changed, whole)
+            found = self._after[(spec, allocated)] = self._kind.use(key)
+        return found
+
+    def shown(self, choice: str, hidden: frozenset[str]) -> list[str]:
+        """What the GPU lists in this state under the choice ``choice``: :func:`shown`."""
+        found = self._shown.get(choice)
+        if found is None:
+            found = self._shown[choice] = shown(self.order, self.ruled_out, hidden, self.held)
+        return found
 
 
-Template = tuple[Pool, GpuOrderCache | None, dict[str, str | None], RuledOut]
-"""A kind of node's compiled pool (every device it could advertise), its order cache when the
-policy reorders, each device's MIG profile (None: a whole GPU) and its ruled_out."""
+def shown(
+    order: Iterable[str], ruled_out: frozenset[str], hidden: frozenset[str], held: frozenset[str]
+) -> list[str]:
+    """The devices of ``order`` the agent lists: whole GPUs, the chosen profiles' (the choice
+    leaves ``hidden`` out) and every device ``held`` (never withdrawn from under a claim), less
+    those ``ruled_out`` for the allocations beside them."""
+    excluded = ruled_out.union(hidden.difference(held)) if hidden else ruled_out
+    return [name for name in order if name not in excluded] if excluded else list(order)
 
-Templates = dict[Any, Template]
-"""Per kind of node (GPUs, mode): identical nodes share one inventory run; their slices differ
-only in names, and no selector gpu-slicer writes reads a GPU's UUID."""
+
+def candidates(order: Sequence[str], models: Sequence[GpuModel]) -> list[Candidate]:
+    """The devices named ``order`` as the agent's policies see them, on GPUs of ``models``."""
+    out = []
+    for name in order:
+        spec = parse_device_name(name)
+        model = models[spec.gpu_index]
+        profile = model.profile(spec.profile) if isinstance(spec, SliceSpec) else None
+        out.append(Candidate(spec, model, profile))
+    return out
+
+
+class NodeKind:
+    """What identical nodes (same GPUs, same mode) share: their compiled pool (every device they
+    could advertise), the policy's order cache, each device's MIG profile, the devices
+    allocations rule out and the interned states of their GPUs. Their slices differ only in
+    names, and no selector gpu-slicer writes reads a GPU's UUID."""
+
+    def __init__(self) -> None:
+        self.pool: Pool | None = None
+        """Compiled by the first node of the kind that is looked at (:meth:`compile`)."""
+        self.orders: GpuOrderCache | None = None
+        self.profiles: dict[str, str | None] = {}
+        """Each device's MIG profile (None: a whole GPU)."""
+        self.base_blocks: dict[int, list[str]] = {}
+        """Per GPU, its devices in the compiled pool's order (a policy that never reorders)."""
+        self.gpu_order: list[int] = []
+        """The GPUs in the compiled pool's order."""
+        self._ruled_out: RuledOut | None = None
+        self._uses: dict[GpuKey, GpuUse] = {}
+        self._hidden: dict[str, frozenset[str]] = {}
+
+    @property
+    def ruled_out(self) -> RuledOut:
+        assert self._ruled_out is not None, "nothing is allocated before the first look"
+        return self._ruled_out
+
+    def use(self, key: GpuKey) -> GpuUse:
+        """The one :class:`GpuUse` of ``key``."""
+        found = self._uses.get(key)
+        if found is None:
+            found = self._uses[key] = GpuUse(key, self)
+        return found
+
+    def compile(
+        self,
+        node: str,
+        gpus: Sequence[GpuState],
+        models: Sequence[GpuModel],
+        *,
+        device_order: DeviceOrder,
+        server_version: tuple[int, int],
+    ) -> None:
+        """The kind's pool and caches, from one node's inventory run (``gpus`` empty)."""
+        plan = plan_pool(node, gpus, server_version=server_version, device_order=device_order)
+        compiled = compile_pool(DRIVER, node, plan.slices)
+        assert compiled is not None
+        if device_order.name in DYNAMIC_ORDERS:
+            self.orders = GpuOrderCache(device_order, candidates(plan.order, models))
+        for device in compiled.devices:
+            spec = parse_device_name(device.name)
+            self.profiles[device.name] = spec.profile if isinstance(spec, SliceSpec) else None
+            if spec.gpu_index not in self.base_blocks:
+                self.gpu_order.append(spec.gpu_index)
+            self.base_blocks.setdefault(spec.gpu_index, []).append(device.name)
+        runs = [
+            gpu for gpu, _ in groupby(parse_device_name(d.name).gpu_index for d in compiled.devices)
+        ]
+        if len(runs) != len(self.gpu_order):
+            raise AssertionError(f"the agent's order splits a GPU's devices (GPUs in turn: {runs})")
+        self._ruled_out = RuledOut(gpus)
+        self.pool = compiled
+
+    def node_order(self, uses: Sequence[GpuUse]) -> list[int]:
+        """The GPUs of a node whose GPUs are in the states ``uses``, in the node's order."""
+        if self.orders is None:
+            return list(self.gpu_order)
+        return sorted(range(len(uses)), key=lambda i: uses[i].block[0])
+
+    def hidden(self, key: str, choice: Advertised) -> frozenset[str]:
+        """The devices whose profile ``choice`` (in words: ``key``) leaves out, allocated or
+        not: one set lookup per device then replaces a call of ``allows`` per device and
+        look."""
+        found = self._hidden.get(key)
+        if found is None:
+            allows = choice.allows
+            found = self._hidden[key] = frozenset(
+                name
+                for name, profile in self.profiles.items()
+                if profile is not None and not allows(profile)
+            )
+        return found
+
+
+def devices_changed(before: list[list[str]], after: list[list[str]]) -> frozenset[str] | None:
+    """The devices listed in ``after`` and not ``before`` or the other way round, when no
+    device listed in both moved (None when one did): GPU by GPU, the GPUs in the same order."""
+    if len(before) != len(after):
+        return None
+    changed: set[str] = set()
+    for was, now in zip(before, after, strict=True):
+        if was is now:
+            continue
+        gone, came = set(was), set(now)
+        if [n for n in was if n in came] != [n for n in now if n in gone]:
+            return None
+        changed.update(gone.symmetric_difference(came))
+    return frozenset(changed)
+
+
+NodeKinds = dict[Any, NodeKind]
+"""Per kind of node (GPUs, mode), what its nodes share."""
 
 
 class FastNode(NodeBase):
@@ -174,7 +343,12 @@ class FastNode(NodeBase):
     The limiter sees allocation versions instead of orders; a republish that fell due is applied
     at its due time with the allocations of that moment (nothing changed on the node between).
     What the publisher writes at once, a device that a release lets the allocator pick again,
-    is applied at once."""
+    is applied at once.
+
+    The node's state is one :class:`GpuUse` per GPU: the allocations now (``uses``), when the
+    last republish fell due (``_snapshot``: what the published pool leaves out) and what the
+    published order was computed for (``_materialized``; a policy that reorders may be looked
+    at without a fresh order)."""
 
     def __init__(
         self,
@@ -183,7 +357,7 @@ class FastNode(NodeBase):
         device_order: str,
         scenario: Scenario,
         clock: SimClock,
-        templates: Templates,
+        kinds: NodeKinds,
     ) -> None:
         super().__init__(node, device_order=device_order, scenario=scenario, clock=clock)
         self.limiter = RepublishLimiter(
@@ -193,45 +367,41 @@ class FastNode(NodeBase):
         )
         """The agent's limiter as :func:`slicer.agent.assemble` sets it up, told allocation
         versions instead of orders."""
-        self.templates = templates
-        self.gpu_keys: dict[int, GpuKey] = {i: (i, (), False) for i in range(len(node.models))}
-        """Per GPU, what its order depends on (kept up to date with ``allocated``)."""
+        kind = kinds.get((node.gpus, node.mode))
+        if kind is None:
+            kind = kinds[(node.gpus, node.mode)] = NodeKind()
+        self.kind = kind
+        self.uses: list[GpuUse] = [kind.use((i, (), False)) for i in range(len(node.models))]
+        """Per GPU, what is allocated on it now (kept up to date with ``allocated``)."""
         self.pool: Pool | None = None
-        self.orders: GpuOrderCache | None = None
-        self._profiles: dict[str, str | None] = {}
-        self._hidden_for: tuple[str | None, frozenset[str]] = (None, frozenset())
-        """The choice (in words) and the devices it leaves out (:meth:`_hidden`)."""
-        """Each device's MIG profile (None: a whole GPU), from the kind's template."""
-        self._base: list[str] = []
-        """Every device the kind could advertise, in the template's order."""
         self._names: list[str] | None = None
         """The devices the pool lists now, in its order (None: not published yet)."""
+        self._shown_blocks: list[list[str]] = []
+        """The pool's devices GPU by GPU, in its order."""
+        self._shown_order: list[int] = []
+        """The GPUs of ``_shown_blocks``, in that order."""
         self._choice_stale = True
         """The profiles to advertise changed since the pool was last built."""
         self.version = 0
         self._due: float | None = None
-        self._snapshot: tuple[GpuKey, ...] = tuple(self.gpu_keys.values())
+        self._snapshot: tuple[GpuUse, ...] = tuple(self.uses)
         """The GPUs' states when the last republish fell due: what the published order is of."""
-        self._materialized: tuple[GpuKey, ...] | None = None
+        self._materialized: tuple[GpuUse, ...] = self._snapshot
         """The GPUs' states the pool's current order was computed for."""
-        self._ruled_out: RuledOut | None = None
-        self._left_out: frozenset[str] = frozenset()
-        """The devices the published pool leaves out for the allocations beside them."""
-        self._left_out_for: tuple[GpuKey, ...] | None = None
-        """The GPUs' states ``_left_out`` was computed for (it follows every republish, even
-        where the order is looked up later)."""
-        self._blocks: list[list[str]] = []
-        """The pool's current order, GPU by GPU."""
-        self._ranked: list[Block] = []
-        """Per GPU (by index), its rank and block in the state ``_materialized``."""
+        self._left_out_for: tuple[GpuUse, ...] | None = None
+        """The GPUs' states the published pool leaves devices out for (it follows every
+        republish, even where the order is looked up later)."""
+        self._gpu_order: list[int] = []
+        """The GPUs in the pool's current order (by rank in the state ``_materialized``)."""
         self._mig_enabled: list[bool] | None = None
         self._instances: dict[str, list[PreparedDevice]] = {}
         """Per prepared claim (uid), its MIG devices and the instances made for them (what the
         agent's checkpoint would hold)."""
         self._published_tag = "v0"
         self._choice_key = self.choice.text()
-        """The choice of profiles in words: what :meth:`_gpu_left_out` is cached under."""
-        self._observed: tuple[GpuKey, ...] = self._snapshot
+        """The choice of profiles in words: what the GPUs' listings are cached under."""
+        self._hidden_now: frozenset[str] | None = None
+        self._observed: tuple[GpuUse, ...] = self._snapshot
         """The GPUs' states last told to the limiter (the ``name`` order's)."""
         self.limiter.published("v0")
 
@@ -240,6 +410,13 @@ class FastNode(NodeBase):
         self.choice = choice
         self._choice_key = choice.text()
         self._choice_stale = True
+        self._hidden_now = None
+
+    def _hidden(self) -> frozenset[str]:
+        """The devices the choice leaves out (:meth:`NodeKind.hidden`), until it changes."""
+        if self._hidden_now is None:
+            self._hidden_now = self.kind.hidden(self._choice_key, self.choice)
+        return self._hidden_now
 
     def ensure_pool(self, *, fresh: bool = True) -> Pool:
         """Built on first use, and reordered when a republish happened since the last look;
@@ -247,106 +424,83 @@ class FastNode(NodeBase):
         if self.pool is None:
             self.pool = self._first_pool()
         self._settle()
+        snapshot = self._snapshot
         reordered = False
-        if self._left_out_for != self._snapshot:
-            assert self._ruled_out is not None
-            left_out = self._ruled_out.union(self._snapshot)
-            reordered = left_out != self._left_out
-            self._left_out, self._left_out_for = left_out, self._snapshot
-        if fresh and self.orders is not None and self._materialized != self._snapshot:
-            # Only the GPUs whose state changed are looked up again (their keys are new).
-            before = self._materialized
+        before = self._left_out_for
+        if before is not snapshot:
             assert before is not None
-            orders = self.orders
-            self._ranked = ranked = [
-                block if key is before[i] else orders.block(key)
-                for i, (key, block) in enumerate(zip(self._snapshot, self._ranked, strict=True))
-            ]
-            blocks = [names for _, names in sorted(ranked)]
-            reordered = reordered or blocks != self._blocks
-            self._blocks = blocks
-            self._materialized = self._snapshot
+            reordered = any(
+                now.ruled_out != was.ruled_out
+                for now, was in zip(snapshot, before, strict=True)
+                if now is not was
+            )
+            self._left_out_for = snapshot
+        if fresh and self.kind.orders is not None and self._materialized is not snapshot:
+            # Only the GPUs whose state changed are ranked again (their uses are new).
+            gpu_order = self.kind.node_order(snapshot)
+            reordered = (
+                reordered
+                or gpu_order != self._gpu_order
+                or any(
+                    now is not was and now.block[1] != was.block[1]
+                    for now, was in zip(snapshot, self._materialized, strict=True)
+                )
+            )
+            self._gpu_order = gpu_order
+            self._materialized = snapshot
         if reordered or self._choice_stale:
             # A new choice is published whether or not the caller wants a fresh order.
             self._choice_stale = False
-            order = [n for b in self._blocks for n in b] if self.orders is not None else self._base
-            names = self._shown(order, self._left_out)
-            if names != self._names:
-                self.pool = self.pool.reordered(names)
-                self._names = names
-                self.publishes += 1
+            blocks = self._shown_now()
+            before_blocks = self._shown_blocks
+            if len(blocks) != len(before_blocks) or any(
+                b is not was for b, was in zip(blocks, before_blocks, strict=True)
+            ):
+                names = [name for block in blocks for name in block]
+                same_gpus = self._shown_order == self._gpu_order
+                self._shown_blocks, self._shown_order = blocks, self._gpu_order
+                if names != self._names:
+                    changed = devices_changed(before_blocks, blocks) if same_gpus else None
+                    self.pool = self.pool.reordered(names, changed)
+                    self._names = names
+                    self.publishes += 1
         return self.pool
 
-    def _shown(self, order: Iterable[str], left_out: frozenset[str]) -> list[str]:
-        """The devices of ``order`` the agent advertises: whole GPUs, the chosen profiles' and
-        every allocated device (never withdrawn from under a claim), less those ``left_out``
-        for the allocations beside them."""
+    def _shown_now(self) -> list[list[str]]:
+        """The devices the node lists, GPU by GPU in its order: each GPU's order of the state
+        ``_materialized``, less what its state ``_snapshot`` rules out and the profiles the
+        choice leaves out (but those allocated now)."""
+        choice = self._choice_key
         hidden = self._hidden()
-        excluded = left_out.union(hidden.difference(self.allocated)) if hidden else left_out
-        return [name for name in order if name not in excluded]
-
-    def _hidden(self) -> frozenset[str]:
-        """The devices whose profile the choice leaves out (allocated or not), per choice: one
-        set lookup per device then replaces a call of ``allows`` per device and look."""
-        if self._hidden_for[0] != self._choice_key:
-            allows = self.choice.allows
-            hidden = frozenset(
-                name
-                for name, profile in self._profiles.items()
-                if profile is not None and not allows(profile)
-            )
-            self._hidden_for = (self._choice_key, hidden)
-        return self._hidden_for[1]
+        blocks = []
+        # A policy that never reorders lists each GPU in one order, whatever its state.
+        ordered = self._materialized if self.kind.orders is not None else self._snapshot
+        for i in self._gpu_order:
+            order, out, now = ordered[i], self._snapshot[i], self.uses[i]
+            if order is out is now:
+                blocks.append(now.shown(choice, hidden))
+            else:
+                blocks.append(shown(order.order, out.ruled_out, hidden, now.held))
+        return blocks
 
     def _first_pool(self) -> Pool:
-        """The first publication: the kind's template, compiled once per kind of node."""
-        key = (self.node.gpus, self.node.mode)
-        template = self.templates.get(key)
-        if template is None:
-            plan = plan_pool(
+        """The first publication: the kind's pool, compiled once per kind of node."""
+        kind = self.kind
+        if kind.pool is None:
+            kind.compile(
                 self.name,
                 self.view().gpus,
-                server_version=self.scenario.kubernetes,
+                self.node.models,
                 device_order=self.device_order,
+                server_version=self.scenario.kubernetes,
             )
-            compiled = compile_pool(DRIVER, self.name, plan.slices)
-            assert compiled is not None
-            orders = (
-                GpuOrderCache(self.device_order, self._candidates(plan.order))
-                if self.dynamic
-                else None
-            )
-            profiles = {
-                d.name: spec.profile
-                if isinstance(spec := parse_device_name(d.name), SliceSpec)
-                else None
-                for d in compiled.devices
-            }
-            template = (compiled, orders, profiles, RuledOut(self.view().gpus))
-            self.templates[key] = template
-            pool = compiled
+            assert kind.pool is not None
+            pool = kind.pool
         else:
-            pool = template[0].clone(self.name, self.name)
-        self._profiles = template[2]
-        self._hidden_for = (None, frozenset())
-        self._ruled_out = template[3]
-        self._base = [d.name for d in pool.devices]
-        self._materialized = tuple((i, (), False) for i in range(len(self.node.models)))
-        if template[1] is not None:
-            self.orders = template[1]
-            self._ranked = [self.orders.block(k) for k in self._materialized]
-            self._blocks = [names for _, names in sorted(self._ranked)]
+            pool = kind.pool.clone(self.name, self.name)
+        self._left_out_for = self._snapshot
+        self._gpu_order = kind.node_order(self._snapshot)
         return pool
-
-    def _candidates(self, order: Sequence[str]) -> list[Candidate]:
-        models = {i: m for i, m in enumerate(self.node.models)}
-        out = []
-        for name in order:
-            spec = parse_device_name(name)
-            model = models[spec.gpu_index]
-            profile = model.profile(spec.profile) if isinstance(spec, SliceSpec) else None
-            out.append(Candidate(spec, model, profile))
-        return out
 
     def _settle(self) -> None:
         """A republish that fell due before now happened at its due time, with the allocations
@@ -358,7 +512,7 @@ class FastNode(NodeBase):
         self._published_tag = f"v{self.version}"
         self.limiter.published(self._published_tag)
         self.clock.now = now
-        self._snapshot = tuple(self.gpu_keys.values())
+        self._snapshot = tuple(self.uses)
         self._due = None
 
     def before_change(self) -> None:
@@ -367,42 +521,47 @@ class FastNode(NodeBase):
 
     def allocate(self, devices: Iterable[Device]) -> None:
         """Record devices allocated on this node (and the state of the GPUs they are on)."""
-        self._changed({self._add(d.name) for d in devices})
+        for device in devices:
+            if device.name not in self.allocated:
+                gpu = self._add(device.name)
+                self.uses[gpu] = self.uses[gpu].after(self.allocated[device.name], True)
 
     def deallocate(self, devices: Iterable[Device]) -> None:
-        self._changed(self._remove(devices))
-
-    def _changed(self, gpus: Iterable[int]) -> None:
-        for gpu in gpus:
-            self.gpu_keys[gpu] = gpu_key(
-                gpu, (s for s in self.allocated.values() if s.gpu_index == gpu)
-            )
+        for device in devices:
+            spec = self.allocated.get(device.name)
+            if spec is not None:
+                self._remove((device,))
+                self.uses[spec.gpu_index] = self.uses[spec.gpu_index].after(spec, False)
 
     def allocation_changed(self) -> float | None:
         """Always None: the republish falls due here and is settled when next looked at, or
         happens now when it lists a device again (what the publisher never holds back).
 
         Only the GPUs whose state changed are looked at: the others leave out what they did."""
-        current = tuple(self.gpu_keys.values())
+        current = tuple(self.uses)
         published = self._snapshot
+        choice = self._choice_key
+        hidden = self._hidden()
         changed = [
-            i for i, (was, now) in enumerate(zip(published, current, strict=True)) if was != now
+            (was, now) for was, now in zip(published, current, strict=True) if was is not now
         ]
-        if any(self._gpu_left_out(published[i]) - self._gpu_left_out(current[i]) for i in changed):
+        if any(
+            not was.left_out(choice, hidden) <= now.left_out(choice, hidden) for was, now in changed
+        ):
             self._published_now(current)
             return None
         if not self.dynamic:
             # The order never moves: only what is left out changes what the agent lists.
             seen = self._observed
             if all(
-                self._gpu_left_out(seen[i]) == self._gpu_left_out(current[i])
-                for i in range(len(current))
-                if seen[i] != current[i]
+                was.left_out(choice, hidden) == now.left_out(choice, hidden)
+                for was, now in zip(seen, current, strict=True)
+                if was is not now
             ):
                 return None
             self._observed = current
             if all(
-                self._gpu_left_out(published[i]) == self._gpu_left_out(current[i]) for i in changed
+                was.left_out(choice, hidden) == now.left_out(choice, hidden) for was, now in changed
             ):
                 self.limiter.observe(self._published_tag)  # back to what is published
                 self._due = None
@@ -413,15 +572,7 @@ class FastNode(NodeBase):
         self._due = None if due_in is None else self.clock.now + due_in
         return None
 
-    def _gpu_left_out(self, key: GpuKey) -> frozenset[str]:
-        """The devices the agent would list on one GPU but leaves out, the GPU in state
-        ``key``."""
-        assert self._ruled_out is not None  # nothing is allocated before the first look
-        return self._ruled_out.listed(
-            key, self._choice_key, lambda names: self._shown(names, frozenset())
-        )
-
-    def _published_now(self, current: tuple[GpuKey, ...]) -> None:
+    def _published_now(self, current: tuple[GpuUse, ...]) -> None:
         self.version += 1
         self._published_tag = f"v{self.version}"
         self.limiter.observe(self._published_tag)

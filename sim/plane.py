@@ -23,7 +23,7 @@ from gpu_slicer.kube.memory import InMemoryKubeApi
 from gpu_slicer.sim.allocator import Allocation
 from gpu_slicer.sim.api_node import ApiNode
 from gpu_slicer.sim.demand import Translated
-from gpu_slicer.sim.fast_node import FastNode, Templates
+from gpu_slicer.sim.fast_node import FastNode, NodeKinds
 from gpu_slicer.sim.kubelet_client import RunningClaim, scratch_dir
 from gpu_slicer.sim.node import SimClock, SimNode
 from gpu_slicer.sim.pools import Device
@@ -73,10 +73,10 @@ class FastControlPlane:
     description = "fast path: direct backend calls, slices reordered in place"
 
     def __init__(self, scenario: Scenario, *, device_order: str, clock: SimClock) -> None:
-        templates: Templates = {}
+        kinds: NodeKinds = {}
         self.nodes: dict[str, SimNode] = {
             n.name: FastNode(
-                n, device_order=device_order, scenario=scenario, clock=clock, templates=templates
+                n, device_order=device_order, scenario=scenario, clock=clock, kinds=kinds
             )
             for n in scenario.nodes
         }

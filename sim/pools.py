@@ -234,10 +234,14 @@ class Pool:
             )
         return pool
 
-    def reordered(self, names: Sequence[str]) -> Pool:
+    def reordered(self, names: Sequence[str], changed: frozenset[str] | None = None) -> Pool:
         """Devices of this pool's node in a new order, all or some (a republish that reorders,
         or lists only the profiles the cluster asks for), as the next generation; selector
-        results carry over (``members``, shared)."""
+        results carry over (``members``, shared).
+
+        ``changed``, when given, says that the new list is this one with exactly those devices
+        added or taken out, none moved: then the candidate lists of the selector sets that no
+        changed device passes are the same lists, and carry over too."""
         by_name = self.by_name
         devices = [by_name[n] for n in names]
         pool = Pool(
@@ -251,6 +255,13 @@ class Pool:
         )
         pool.members = self.members
         pool.needs = self.needs
+        if changed is not None:
+            members = self.members
+            pool.candidates = {
+                key: found
+                for key, found in self.candidates.items()
+                if members[key].isdisjoint(changed)
+            }
         return pool
 
 
