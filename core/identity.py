@@ -65,14 +65,6 @@ def qualified(name: str) -> str:
     return name if "/" in name else f"{DOMAIN}/{name}"
 
 
-def unqualified(name: str) -> str:
-    """The id of an attribute or capacity of the contract's domain, whether a slice spelled it
-    qualified (this release) or bare under the driver's domain (0.1); other domains' names stay
-    qualified."""
-    domain, slash, ident = name.rpartition("/")
-    return ident if slash and domain == DOMAIN else name
-
-
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-slicer"
 """The value of :data:`MANAGED_BY_LABEL` on everything gpu-slicer creates (DeviceClasses,

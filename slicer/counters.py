@@ -184,17 +184,6 @@ def counter_values(model: GpuModel, foreign: Iterable[tuple[Profile, int]] = ())
     return values
 
 
-def admits(available: Mapping[str, int], consumptions: Iterable[Mapping[str, int]]) -> bool:
-    """The scheduler's counter check: do these consumptions fit into ``available`` together?"""
-    used: dict[str, int] = {}
-    for consumption in consumptions:
-        for name, amount in consumption.items():
-            used[name] = used.get(name, 0) + amount
-            if used[name] > available.get(name, 0):
-                return False
-    return True
-
-
 @dataclass(frozen=True)
 class CounterSet:
     """One GPU's counter set, ready to be rendered into a ResourceSlice."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpu_slicer.core.identity import DRIVER, LEGACY_DRIVERS, unqualified
+from gpu_slicer.core.identity import DRIVER, LEGACY_DRIVERS
 from gpu_slicer.kube.device_cel import DeviceView, matches
 from gpu_slicer.slicer.deviceclasses import (
     EXTENDED_RESOURCE_NAME,
@@ -16,6 +16,7 @@ from gpu_slicer.slicer.deviceclasses import (
     device_classes,
 )
 from gpu_slicer.slicer.inventory import GpuState, build_slices
+from tests.support.agent_fixtures import bare_names
 
 VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 
@@ -76,14 +77,7 @@ def test_the_classes_select_the_pools_of_this_release_and_of_0_1_alike(
     states = make_states("A100-80GB:1", mode="mig")
     devices = [d for s in build_slices("n", states) for d in s["spec"].get("devices", [])]
     assert all("/" in k for d in devices for k in [*d["attributes"], *d["capacity"]])
-    bare = [
-        {
-            **d,
-            "attributes": {unqualified(k): v for k, v in d["attributes"].items()},
-            "capacity": {unqualified(k): v for k, v in d["capacity"].items()},
-        }
-        for d in devices
-    ]
+    bare = bare_names(devices)
     classes = {
         c["metadata"]["name"]: c["spec"]["selectors"][0]["cel"]["expression"]
         for c in device_classes()

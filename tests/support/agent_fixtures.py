@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpu_slicer.core.identity import DRIVER
+from gpu_slicer.core.identity import DOMAIN, DRIVER
 from gpu_slicer.kube.memory import InMemoryKubeApi
 from gpu_slicer.slicer.agent import AgentConfig, assemble
 from gpu_slicer.slicer.agent_metrics import AgentMetrics
@@ -232,6 +232,18 @@ def node_slices(backend: Any, node: str = NODE) -> list[dict[str, Any]]:
         for g in backend.gpus()
     ]
     return build_slices(node, states)
+
+
+def bare_names(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``devices`` as 0.1 published them (and as NVIDIA's driver names its own): attributes and
+    capacities of gpu-slicer's domain spelled bare, other domains' names kept qualified."""
+
+    def bare(names: dict[str, Any]) -> dict[str, Any]:
+        return {k.removeprefix(f"{DOMAIN}/"): v for k, v in names.items()}
+
+    return [
+        {**d, "attributes": bare(d["attributes"]), "capacity": bare(d["capacity"])} for d in devices
+    ]
 
 
 def devices_by_name(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_slicer.core import catalog
-from gpu_slicer.core.identity import DRIVER, unqualified
+from gpu_slicer.core.identity import DRIVER
 from gpu_slicer.kube.device_cel import DeviceView, matches, program
 from gpu_slicer.kube.quantity import parse_bytes
 from gpu_slicer.slicer.inventory import GpuState, build_slices, default_mode
@@ -31,6 +31,7 @@ from gpu_slicer.webhook import cel
 from gpu_slicer.webhook.policy import Policy, load_policy
 from gpu_slicer.webhook.targets import GPU_SLICER, NVIDIA, TargetDriver
 from gpu_slicer.webhook.translate import translate_pod
+from tests.support.agent_fixtures import bare_names
 from tests.support.webhook_cases import build_pod, container
 
 Device = DeviceView
@@ -56,14 +57,7 @@ def advertised() -> list[dict[str, Any]]:
 def devices(advertised: list[dict[str, Any]]) -> dict[str, list[Device]]:
     """The advertised devices in CEL form, as gpu-slicer's and as if NVIDIA's driver had them
     (its attributes bare, in its own domain)."""
-    bare = [
-        {
-            **d,
-            "attributes": {unqualified(k): v for k, v in d["attributes"].items()},
-            "capacity": {unqualified(k): v for k, v in d["capacity"].items()},
-        }
-        for d in advertised
-    ]
+    bare = bare_names(advertised)
     return {
         GPU_SLICER.name: [DeviceView(DRIVER, d) for d in advertised],
         NVIDIA.name: [DeviceView(NVIDIA.domain, d) for d in bare],
