@@ -197,8 +197,8 @@ def register_slices(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         default=None,
         metavar="LIST",
         help="what the node publishes when the cluster's claims ask for these MIG profiles "
-        "(the agent's default, --advertised-profiles asked), e.g. 1g.10gb,3g.40gb; without it, "
-        "every profile (--advertised-profiles all)",
+        "(the agent's default, --advertised-profiles asked), e.g. 1g.10gb,3g.40gb; '' for "
+        "none asked (an idle node); without it, every profile (--advertised-profiles all)",
     )
     p.add_argument(
         "--attributes",

@@ -213,12 +213,13 @@ def asked_for(
 ) -> Advertised:
     """What a node with ``gpus`` advertises when the cluster's claims ask for the profiles
     ``text`` names (``1g.10gb,3g.40gb``; patterns as in ``--profiles``): ``gpu-slicer slices
-    --demand``. Raises :class:`slicer.profile_filter.ProfileFilterError` for a name that is no
-    catalog profile."""
+    --demand``. Text that names nothing (``''``) is a cluster whose claims ask for no profile:
+    what an idle node publishes. Raises :class:`slicer.profile_filter.ProfileFilterError` for a
+    name that is no catalog profile."""
     wanted = ProfileFilter.parse(text)
     offered = DeviceMenu(gpus).profiles
     demand = Demand(offered, limit=limit)
-    chosen = offered if wanted is None else {p for p in offered if wanted.allows(p)}
+    chosen = {p for p in offered if wanted.allows(p)} if wanted is not None else set()
     demand.observe(ClaimAsks(frozenset(chosen)), 0.0)
     return demand.advertised(0.0)
 

@@ -283,3 +283,28 @@ def test_allocated_devices_leave_out_what_they_rule_out_and_bad_ones_exit_2(
     ):
         assert run([*base, "--allocated", bad]) == 2
         assert why in capsys.readouterr().err, bad
+
+
+def test_demand_lists_what_is_asked_and_nothing_asked_leaves_only_whole_gpus(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--demand`` previews the agent's default: the profiles asked (plus whole GPUs where the
+    mode offers them); ``--demand ''`` is a node whose cluster asks for no profile."""
+
+    def published(gpus: str, demand: str) -> tuple[set[str], set[str]]:
+        argv = ["slices", "--node", "n", "--gpus", gpus, "--demand", demand, "-o", "json"]
+        assert run(argv) == 0
+        items = json.loads(capsys.readouterr().out)["items"]
+        devices = [d for s in items for d in s["spec"].get("devices", [])]
+        profiles = {d["attributes"].get("gpu-slicer.io/profile", {}).get("string") for d in devices}
+        notes = {s["metadata"]["annotations"]["gpu-slicer.io/advertised-profiles"] for s in items}
+        return profiles, notes
+
+    assert published("A100-80GB:2", "1g.10gb,3g.40gb") == (
+        {"1g.10gb", "3g.40gb"},
+        {"1g.10gb=asked,3g.40gb=asked"},
+    )
+    assert published("A100-80GB:2", "") == (set(), {""})  # MIG mode: no whole GPU either
+    assert published("H100-80GB:1", "") == ({None}, {""})  # dynamic: the whole GPU alone
+    assert run(["slices", "--node", "n", "--gpus", "A100-80GB:1", "--demand", "2g.21gb"]) == 2
+    assert "'2g.21gb' is not a MIG profile" in capsys.readouterr().err
