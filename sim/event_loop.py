@@ -233,6 +233,10 @@ def _long_lived_heap() -> Iterator[None]:
     try:
         yield
     finally:
+        # What survives the run joins the oldest generation: restored thresholds would
+        # otherwise start at once a collection of the young ones, grown large meanwhile
+        # (0.3 s at the end of ``large``), to find what the last full collection would.
+        gc.freeze()
         gc.set_threshold(*before)
         gc.unfreeze()
 

@@ -124,6 +124,10 @@ class RuledOut:
         return tuple(slices), whole_out
 
 
+SAME, MORE_LEFT_OUT, LISTED_AGAIN = 0, 1, 2
+"""How what one GPU state leaves out compares with another's (:meth:`GpuUse.compared`)."""
+
+
 class GpuUse:
     """One GPU of a kind of node in one state (:data:`GpuKey`), interned by
     :meth:`NodeKind.use`: what the GPU's order, the devices it leaves out and the devices it
@@ -140,6 +144,7 @@ class GpuUse:
         "_listed",
         "_shown",
         "_after",
+        "_compared",
     )
 
     def __init__(self, key: GpuKey, kind: NodeKind) -> None:
@@ -156,6 +161,7 @@ class GpuUse:
         self._listed: dict[str, frozenset[str]] = {}
         self._shown: dict[str, list[str]] = {}
         self._after: dict[tuple[DeviceSpec, bool], GpuUse] = {}
+        self._compared: dict[tuple[GpuUse, str], int] = {}
 
     @property
     def block(self) -> Block:
@@ -187,6 +193,18 @@ class GpuUse:
         if found is None:
             out = self.ruled_out
             found = self._listed[choice] = out - hidden if out and hidden else out
+        return found
+
+    def compared(self, other: GpuUse, choice: str, hidden: frozenset[str]) -> int:
+        """How the devices :meth:`left_out` in state ``other`` differ from this state's, under
+        the choice ``choice``: :data:`SAME`, :data:`MORE_LEFT_OUT` (only more), or
+        :data:`LISTED_AGAIN` (some device this state leaves out is listed there). Kept per pair:
+        a node's GPUs step between few states."""
+        found = self._compared.get((other, choice))
+        if found is None:
+            mine, theirs = self.left_out(choice, hidden), other.left_out(choice, hidden)
+            found = SAME if mine == theirs else MORE_LEFT_OUT if mine <= theirs else LISTED_AGAIN
+            self._compared[(other, choice)] = found
         return found
 
     def after(self, spec: DeviceSpec, allocated: bool) -> GpuUse:
@@ -542,27 +560,25 @@ class FastNode(NodeBase):
         published = self._snapshot
         choice = self._choice_key
         hidden = self._hidden()
-        changed = [
-            (was, now) for was, now in zip(published, current, strict=True) if was is not now
+        since_published = [
+            was.compared(now, choice, hidden)
+            for was, now in zip(published, current, strict=True)
+            if was is not now
         ]
-        if any(
-            not was.left_out(choice, hidden) <= now.left_out(choice, hidden) for was, now in changed
-        ):
+        if LISTED_AGAIN in since_published:
             self._published_now(current)
             return None
         if not self.dynamic:
             # The order never moves: only what is left out changes what the agent lists.
             seen = self._observed
             if all(
-                was.left_out(choice, hidden) == now.left_out(choice, hidden)
+                was.compared(now, choice, hidden) == SAME
                 for was, now in zip(seen, current, strict=True)
                 if was is not now
             ):
                 return None
             self._observed = current
-            if all(
-                was.left_out(choice, hidden) == now.left_out(choice, hidden) for was, now in changed
-            ):
+            if all(found == SAME for found in since_published):
                 self.limiter.observe(self._published_tag)  # back to what is published
                 self._due = None
                 return None

@@ -12,7 +12,14 @@ import pytest
 from gpu_slicer.core import catalog, gpu_model
 from gpu_slicer.core.devices import DeviceSpec, SliceSpec, WholeGpu
 from gpu_slicer.sim.compare import compare
-from gpu_slicer.sim.fast_node import GpuKey, NodeKind, devices_changed
+from gpu_slicer.sim.fast_node import (
+    LISTED_AGAIN,
+    MORE_LEFT_OUT,
+    SAME,
+    GpuKey,
+    NodeKind,
+    devices_changed,
+)
 from gpu_slicer.sim.pools import CandidateList, Pool, compile_pools
 from gpu_slicer.sim.scenario import load_scenario
 from gpu_slicer.slicer.inventory import GpuState, plan_pool
@@ -152,3 +159,33 @@ def test_a_gpu_state_after_each_allocation_and_release_is_the_state_of_what_is_a
             held.append(added)
             use = use.after(added, True)
         assert use is kind.use(_key(0, held))
+
+
+def test_two_gpu_states_compare_as_what_each_leaves_out() -> None:
+    """``GpuUse.compared`` (kept per pair of states) says whether a republish only leaves more
+    out, which the agent may hold back, or lists a device again, which it publishes at once:
+    for random pairs of states and choices of profiles, what the sets they leave out say."""
+    backend = SimulatedBackend("A100-80GB:1", node_name="n")
+    states = [GpuState(info=g, mode="mig") for g in backend.gpus()]
+    models = [catalog.get_model("A100-80GB")]
+    kind = NodeKind()
+    order = get_device_order("name")
+    kind.compile("n", states, models, device_order=order, server_version=VERSION)
+    rng = random.Random(11)
+    uses = [kind.use(_key(0, _random_allocation(rng, models))) for _ in range(40)]
+    choices = {
+        "all": frozenset(),
+        "3g only": frozenset(uses[0].order) - {n for n in uses[0].order if "3g40gb" in n},
+    }
+    seen = {SAME: 0, MORE_LEFT_OUT: 0, LISTED_AGAIN: 0}
+    for choice, hidden in choices.items():
+        for was in uses:
+            for now in uses:
+                mine, theirs = was.left_out(choice, hidden), now.left_out(choice, hidden)
+                expected = (
+                    SAME if mine == theirs else MORE_LEFT_OUT if mine < theirs else LISTED_AGAIN
+                )
+                assert was.compared(now, choice, hidden) == expected
+                assert was.compared(now, choice, hidden) == expected  # kept, the same
+                seen[expected] += 1
+    assert all(seen.values())  # every answer came up
