@@ -88,6 +88,8 @@ class RuledOut:
         """What a GPU of one model and mode leaves out in one state, whatever its index."""
         self._adverts: dict[int, GpuAdvert] = {}
         """Per GPU, every device it could advertise empty (:func:`advertise_gpu`)."""
+        self._names: dict[tuple[int, Placement], str] = {}
+        """Device names by GPU and placement, spelled once."""
 
     def of(self, key: GpuKey) -> frozenset[str]:
         gpu, placements, whole = key
@@ -97,7 +99,13 @@ class RuledOut:
         if out is None:
             out = self._by_kind[kind] = self._work_out(state, placements, whole)
         slices, whole_out = out
-        names = [SliceSpec(gpu, p, s).device_name for p, s in slices]
+        spelled = self._names
+        names = []
+        for placement in slices:
+            name = spelled.get((gpu, placement))
+            if name is None:
+                name = spelled[(gpu, placement)] = SliceSpec(gpu, *placement).device_name
+            names.append(name)
         if whole_out:
             names.append(WholeGpu(gpu).device_name)
         return frozenset(names)
