@@ -137,7 +137,7 @@ def ensure(
     return Binaries(kube_dir=kube_dir, tools_dir=tools_dir, release=release)
 
 
-NODE_COMMANDS = ("kubelet", "kubectl")
+STANDALONE_COMMANDS = ("kubelet", "kubectl")
 """Commands built alone from the control plane's module: the real node's kubelet, and the
 kubectl the end-to-end tests run as an admin would (``kubectl drain``, ``kubectl delete -k``)."""
 
@@ -149,10 +149,10 @@ def ensure_command(
     cache: Path | None = None,
     progress: Progress = print,
 ) -> Path:
-    """``command`` (one of :data:`NODE_COMMANDS`) of ``version``, from the control plane's
+    """``command`` (one of :data:`STANDALONE_COMMANDS`) of ``version``, from the control plane's
     module (cached or built now) into ``<command>/<release>/``."""
-    if command not in NODE_COMMANDS:
-        raise UsageError(f"{command!r} is not built alone; one of {', '.join(NODE_COMMANDS)}")
+    if command not in STANDALONE_COMMANDS:
+        raise UsageError(f"{command!r} is not built alone; one of {', '.join(STANDALONE_COMMANDS)}")
     release = release_for(version)
     cache = cache or cache_root()
 

@@ -9,7 +9,7 @@ It decides exactly like :class:`sim.api_node.ApiNode` (tests/sim/test_cluster.py
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import groupby
 from typing import Any
 
@@ -82,12 +82,13 @@ class RuledOut:
     counters (:func:`slicer.inventory.beside_claims`), worked out once per model, mode and
     state whatever the GPU's index (:class:`GpuUse` keeps each state's answer)."""
 
-    def __init__(self, gpus: Sequence[GpuState]) -> None:
+    def __init__(self, gpus: Sequence[GpuState], adverts: Mapping[int, GpuAdvert]) -> None:
         self.gpus = {g.index: g for g in gpus}
+        self._adverts = adverts
+        """Per GPU, every device it could advertise empty (:func:`advertise_gpu`, every profile
+        listed, so the devices a claim holds change nothing in it)."""
         self._by_kind: dict[Any, tuple[tuple[Placement, ...], bool]] = {}
         """What a GPU of one model and mode leaves out in one state, whatever its index."""
-        self._adverts: dict[int, GpuAdvert] = {}
-        """Per GPU, every device it could advertise empty (:func:`advertise_gpu`)."""
         self._names: dict[tuple[int, Placement], str] = {}
         """Device names by GPU and placement, spelled once."""
 
@@ -117,13 +118,9 @@ class RuledOut:
         held: set[DeviceSpec] = {SliceSpec(gpu, p, s) for p, s in placements}
         if whole:
             held.add(WholeGpu(gpu))
-        advert = self._adverts.get(gpu)
-        if advert is None:
-            # Every profile is listed here, so the devices a claim holds change nothing in it.
-            advert = self._adverts[gpu] = advertise_gpu(state)
         slices: list[Placement] = []
         whole_out = False
-        for name in beside_claims(advert, frozenset(held)).ruled_out:
+        for name in beside_claims(self._adverts[gpu], frozenset(held)).ruled_out:
             spec = parse_device_name(name)
             if isinstance(spec, SliceSpec):
                 slices.append((spec.profile, spec.start))
@@ -250,17 +247,6 @@ def shown(
     return [name for name in order if name not in excluded] if excluded else list(order)
 
 
-def candidates(order: Sequence[str], models: Sequence[GpuModel]) -> list[Candidate]:
-    """The devices named ``order`` as the agent's policies see them, on GPUs of ``models``."""
-    out = []
-    for name in order:
-        spec = parse_device_name(name)
-        model = models[spec.gpu_index]
-        profile = model.profile(spec.profile) if isinstance(spec, SliceSpec) else None
-        out.append(Candidate(spec, model, profile))
-    return out
-
-
 class NodeKind:
     """What identical nodes (same GPUs, same mode) share: their compiled pool (every device they
     could advertise), the policy's order cache, each device's MIG profile, the devices
@@ -297,7 +283,6 @@ class NodeKind:
         self,
         node: str,
         gpus: Sequence[GpuState],
-        models: Sequence[GpuModel],
         *,
         device_order: DeviceOrder,
         server_version: tuple[int, int],
@@ -306,8 +291,11 @@ class NodeKind:
         plan = plan_pool(node, gpus, server_version=server_version, device_order=device_order)
         compiled = compile_pool(DRIVER, node, plan.slices)
         assert compiled is not None
+        adverts = {g.index: advertise_gpu(g) for g in gpus}
         if device_order.name in DYNAMIC_ORDERS:
-            self.orders = GpuOrderCache(device_order, candidates(plan.order, models))
+            # The devices as the agent's policies see them, in the published order.
+            seen = {d.name: d.candidate for a in adverts.values() for d in a.devices}
+            self.orders = GpuOrderCache(device_order, [seen[name] for name in plan.order])
         for device in compiled.devices:
             spec = parse_device_name(device.name)
             self.profiles[device.name] = spec.profile if isinstance(spec, SliceSpec) else None
@@ -319,7 +307,7 @@ class NodeKind:
         ]
         if len(runs) != len(self.gpu_order):
             raise AssertionError(f"the agent's order splits a GPU's devices (GPUs in turn: {runs})")
-        self._ruled_out = RuledOut(gpus)
+        self._ruled_out = RuledOut(gpus, adverts)
         self.pool = compiled
 
     def node_order(self, uses: Sequence[GpuUse]) -> list[int]:
@@ -516,7 +504,6 @@ class FastNode(NodeBase):
             kind.compile(
                 self.name,
                 self.view().gpus,
-                self.node.models,
                 device_order=self.device_order,
                 server_version=self.scenario.kubernetes,
             )

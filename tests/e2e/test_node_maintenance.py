@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_slicer.core.identity import DRIVER
 from gpu_slicer.sandbox import binaries
+from tests.support.chart_release import run_kubectl
 from tests.support.e2e_sandbox import (
     ENABLED,
     Obj,
@@ -115,20 +115,8 @@ def _drain(box: Sandbox, kubectl: Path, node: str) -> list[str]:
     """``kubectl drain --ignore-daemonsets`` as an admin runs it: cordon, then evict every pod
     on the node that no DaemonSet owns, and wait until they are gone; returns the pods it
     evicted, as it reports them."""
-    done = subprocess.run(
-        [
-            str(kubectl),
-            "--kubeconfig",
-            str(box.kubeconfig),
-            "drain",
-            node,
-            "--ignore-daemonsets",
-            "--timeout=150s",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    done = run_kubectl(
+        box, kubectl, "drain", node, "--ignore-daemonsets", "--timeout=150s", timeout_s=180
     )
     assert done.returncode == 0, f"kubectl drain failed: {done.stdout}{done.stderr}"
     return sorted(re.findall(r"^evicting pod (\S+)$", done.stdout + done.stderr, re.M))

@@ -44,6 +44,7 @@ from tests.support.chart_release import (
     helm,
     pod_log,
     release_pods,
+    run_kubectl,
     started,
 )
 from tests.support.e2e_sandbox import (
@@ -267,21 +268,15 @@ def _delete_without_the_check(box: Sandbox, kubectl: Path, how: str) -> None:
         done = helm(box, "uninstall", "gpu-slicer", "--no-hooks", "--timeout", "3m")
         assert done.returncode == 0, done.stderr
         return
-    done = subprocess.run(
-        [
-            str(kubectl),
-            "--kubeconfig",
-            str(box.kubeconfig),
-            "delete",
-            "-k",
-            str(OVERLAY),
-            "--ignore-not-found",
-            "--timeout=180s",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    done = run_kubectl(
+        box,
+        kubectl,
+        "delete",
+        "-k",
+        str(OVERLAY),
+        "--ignore-not-found",
+        "--timeout=180s",
+        timeout_s=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert 'daemonset.apps "gpu-slicer-agent" deleted' in done.stdout, done.stdout

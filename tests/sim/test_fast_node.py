@@ -67,7 +67,7 @@ def test_cached_order_equals_the_published_order(policy: str, spec: str) -> None
     states = [GpuState(info=g, mode="dynamic") for g in backend.gpus()]
     models = [catalog.get_model(g.model) for g in backend.gpus()]
     kind = NodeKind()
-    kind.compile("n", states, models, device_order=get_device_order(policy), server_version=VERSION)
+    kind.compile("n", states, device_order=get_device_order(policy), server_version=VERSION)
     rng = random.Random(f"{policy}/{spec}")
     for _ in range(12):
         allocated = _random_allocation(rng, models)
@@ -170,7 +170,7 @@ def test_two_gpu_states_compare_as_what_each_leaves_out() -> None:
     models = [catalog.get_model("A100-80GB")]
     kind = NodeKind()
     order = get_device_order("name")
-    kind.compile("n", states, models, device_order=order, server_version=VERSION)
+    kind.compile("n", states, device_order=order, server_version=VERSION)
     rng = random.Random(11)
     uses = [kind.use(_key(0, _random_allocation(rng, models))) for _ in range(40)]
     choices = {

@@ -1,6 +1,6 @@
 """The chart's release on a real-node sandbox, as the day-two tests read and drive it: helm
-against the sandbox, the chart's pods and their logs, and what the agent leaves on the node
-(its claims' CDI files and checkpoint entries)."""
+and kubectl against the sandbox, the chart's pods and their logs, and what the agent leaves on
+the node (its claims' CDI files and checkpoint entries)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import subprocess
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -33,6 +34,20 @@ def helm(box: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=300,
+    )
+
+
+def run_kubectl(
+    box: Sandbox, binary: Path, *args: str, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """``kubectl`` (the ``kubectl`` fixture's ``binary``) against the sandbox's cluster, as its
+    admin runs it; the test reads the outcome."""
+    return subprocess.run(
+        [str(binary), "--kubeconfig", str(box.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
     )
 
 
