@@ -435,8 +435,7 @@ class FastNode(NodeBase):
     def ensure_pool(self, *, fresh: bool = True) -> Pool:
         """Built on first use, and reordered when a republish happened since the last look;
         listing only the devices of the profiles the cluster asks for (and those allocated)."""
-        if self.pool is None:
-            self.pool = self._first_pool()
+        source = self._first_pool() if self.pool is None else None
         self._settle()
         snapshot = self._snapshot
         reordered = False
@@ -474,10 +473,17 @@ class FastNode(NodeBase):
                 same_gpus = self._shown_order == self._gpu_order
                 self._shown_blocks, self._shown_order = blocks, self._gpu_order
                 if names != self._names:
-                    changed = devices_changed(before_blocks, blocks) if same_gpus else None
-                    self.pool = self.pool.reordered(names, changed)
+                    if source is not None:
+                        self.pool = self._first_listing(source, names)
+                    else:
+                        assert self.pool is not None
+                        changed = devices_changed(before_blocks, blocks) if same_gpus else None
+                        self.pool = self.pool.reordered(names, changed)
                     self._names = names
                     self.publishes += 1
+        if self.pool is None:  # a node without GPUs lists nothing
+            assert source is not None
+            self.pool = self._first_listing(source, [])
         return self.pool
 
     def _shown_now(self) -> list[list[str]]:
@@ -498,7 +504,8 @@ class FastNode(NodeBase):
         return blocks
 
     def _first_pool(self) -> Pool:
-        """The first publication: the kind's pool, compiled once per kind of node."""
+        """What the first publication lists from: the kind's pool, compiled once per kind of
+        node (by the first node of the kind looked at, under its name)."""
         kind = self.kind
         if kind.pool is None:
             kind.compile(
@@ -508,12 +515,15 @@ class FastNode(NodeBase):
                 server_version=self.scenario.kubernetes,
             )
             assert kind.pool is not None
-            pool = kind.pool
-        else:
-            pool = kind.pool.clone(self.name, self.name)
         self._left_out_for = self._snapshot
         self._gpu_order = kind.node_order(self._snapshot)
-        return pool
+        return kind.pool
+
+    def _first_listing(self, source: Pool, names: list[str]) -> Pool:
+        """The first publication: ``names`` of the kind's pool, as this node's."""
+        if source.name == self.name:
+            return source.reordered(names)
+        return source.clone(self.name, self.name, names)
 
     def _settle(self) -> None:
         """A republish that fell due before now happened at its due time, with the allocations

@@ -12,12 +12,15 @@ survive across scheduling attempts (:mod:`sim.allocator` searches them).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_slicer.kube.device_cel import DeviceView
 from gpu_slicer.kube.quantity import exact_value
+
+if TYPE_CHECKING:
+    from _collections_abc import dict_items, dict_keys, dict_values
 
 Obj = dict[str, Any]
 DeviceKey = tuple[str, str, str]
@@ -192,6 +195,54 @@ class CandidateList:
         return found
 
 
+class Twins(dict[str, Device]):
+    """A node's devices by name, each the twin of an identical node's device (:meth:`Device.twin`)
+    made when first looked up: a node lists a few of the devices its kind could advertise (the
+    profiles the cluster asks for), and a large cluster has a thousand nodes. Lookups of devices
+    already made run at a dict's speed; everything else answers for every device of the source,
+    as a complete mapping would."""
+
+    def __init__(self, source: Mapping[str, Device], pool: str) -> None:
+        super().__init__()
+        self._source = source
+        self._pool = pool
+
+    def __missing__(self, name: str) -> Device:
+        twin = self[name] = self._source[name].twin(self._pool)
+        return twin
+
+    def _complete(self) -> Twins:
+        """Every device made, in the source's order."""
+        if dict.__len__(self) < len(self._source):
+            made = dict(dict.items(self))
+            self.clear()
+            for name, device in self._source.items():
+                found = made.get(name)
+                self[name] = found if found is not None else device.twin(self._pool)
+        return self
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._source
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self._source else default
+
+    def keys(self) -> dict_keys[str, Device]:
+        return dict.keys(self._complete())
+
+    def values(self) -> dict_values[str, Device]:
+        return dict.values(self._complete())
+
+    def items(self) -> dict_items[str, Device]:
+        return dict.items(self._complete())
+
+
 @dataclass(eq=False)
 class Pool:
     """The devices of one (driver, pool) in the scheduler's order, and the pool's counters."""
@@ -220,18 +271,22 @@ class Pool:
         if not self.by_name:
             self.by_name = {d.name: d for d in self.devices}
 
-    def clone(self, name: str, node_name: str | None) -> Pool:
-        """The same devices for another pool (an identical node): devices share their slice
-        entries and selector results with this pool's."""
-        devices = [d.twin(name) for d in self.devices]
-        pool = Pool(self.driver, name, self.generation, node_name, devices, self.counters)
+    def clone(self, name: str, node_name: str | None, listing: Sequence[str]) -> Pool:
+        """The devices ``listing`` names, for another pool (an identical node), as the next
+        generation: devices share their slice entries and selector results with this pool's,
+        and are made only once the node lists them (:class:`Twins`)."""
+        by_name = Twins(self.by_name, name)
+        pool = Pool(
+            self.driver,
+            name,
+            self.generation + 1,
+            node_name,
+            [by_name[n] for n in listing],
+            self.counters,
+            by_name=by_name,
+        )
         pool.needs = self.needs
         pool.members = self.members
-        position = {id(d): i for i, d in enumerate(self.devices)}
-        for key, matching in self.candidates.items():
-            pool.candidates[key] = CandidateList.of(
-                [devices[position[id(d)]] for d in matching.devices], self.needs.setdefault(key, {})
-            )
         return pool
 
     def reordered(self, names: Sequence[str], changed: frozenset[str] | None = None) -> Pool:
