@@ -30,6 +30,11 @@ pools at a time:
 8. with ``--busy PROFILE``: what is asked, as published while a claim holds one ``PROFILE``
    slice on every GPU (the devices it leaves no counters for are left out): ``nic-busy``,
    ``single-busy``... A busy cluster's nodes cost other pods that much.
+9. with ``--one-placement``, a what-if that no agent setting publishes: what is asked, but only
+   the first placement of each profile on each GPU (a quarter of the devices for three
+   profiles on an A100; an agent would then republish between two pods of one profile on one
+   GPU): ``nic-one``, ``single-one``... and with ``--minimal-attributes`` also ``-one-minimal``.
+   It measures what listing fewer devices would still save (docs/performance.md).
 
 With ``--new-shape ROUNDS`` it measures instead how long a pod of a shape no node advertises yet
 waits, from its creation to its binding, with hollow agents publishing what is asked
@@ -44,7 +49,8 @@ shared machine; absolute rates move with the host.
 
     python bench/bench_scheduler.py [--versions 1.36,1.37] [--nodes 20,100,250] [--pods 100]
         [--gpus A100-80GB:8] [--timeout 60] [--demand 1g.10gb,3g.40gb] [--static]
-        [--profiles LIST] [--minimal-attributes] [--busy 3g.40gb] [--workloads nic,single,...]
+        [--profiles LIST] [--minimal-attributes] [--busy 3g.40gb] [--one-placement]
+        [--workloads nic,single,...]
         [--json FILE]
     python bench/bench_scheduler.py --new-shape 3 [--versions 1.37] [--nodes 100]
 
@@ -57,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -75,7 +82,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_slicer.core import catalog
-from gpu_slicer.core.devices import SliceSpec  # noqa: E402
+from gpu_slicer.core.devices import SliceSpec, parse_device_name  # noqa: E402
 from gpu_slicer.core.identity import DRIVER, LEGACY_DRIVERS, RESOURCE_API  # noqa: E402
 from gpu_slicer.sandbox.hollow import (  # noqa: E402
     PLAIN_DRIVER,
@@ -178,6 +185,11 @@ def variants(args: argparse.Namespace) -> list[tuple[str, tuple[str, ...], dict[
     if args.busy:
         busy = {"profiles": "asked", "allocated": args.busy}
         found.append(("busy", tuple(ASKED_SHAPES), busy))
+    if args.one_placement:
+        one = {"profiles": "asked", "one_placement": True}
+        found.append(("one", tuple(ASKED_SHAPES), one))
+        if args.minimal_attributes:
+            found.append(("one-minimal", tuple(ASKED_SHAPES), one | minimal))
     if kept is not None:
         found.append(("profiles", tuple(SHAPES), profiles))
         if args.minimal_attributes:
@@ -284,10 +296,7 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
             labels = {f"{shape}-{suffix}" for shape in ("nic", *shapes)}
             if args.workloads and not labels & args.workloads:
                 continue
-            pool = {
-                n: gpu_slicer_slices(n, args.gpus, server, **node_options(args, n, options))
-                for n in names
-            }
+            pool = {n: variant_slices(args, n, server, options) for n in names}
             with pools(suffix, pool, DRIVER):
                 run("nic", nic, f"nic-{suffix}")
                 for shape in shapes:
@@ -298,6 +307,45 @@ def measure(args: argparse.Namespace, version: str, nodes: int) -> list[RunResul
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
     return results
+
+
+def variant_slices(
+    args: argparse.Namespace, node: str, server: tuple[int, int], options: dict[str, Any]
+) -> list[Obj]:
+    """What ``node`` publishes under a variant's options."""
+    settings = node_options(args, node, options)
+    one = settings.pop("one_placement", False)
+    slices = gpu_slicer_slices(node, args.gpus, server, **settings)
+    return first_placements(slices) if one else slices
+
+
+def first_placements(slices: list[Obj]) -> list[Obj]:
+    """The what-if of ``--one-placement``: of each profile on each GPU only the placement
+    listed first (the agent's device order), whole GPUs and counter sets as they were; slices
+    left without devices or counters go, and the pool counts those that stay."""
+    seen: set[tuple[int, str]] = set()
+    kept_slices: list[Obj] = []
+    for original in slices:
+        spec = original["spec"]
+        devices = []
+        for device in spec.get("devices") or ():
+            found = parse_device_name(device["name"])
+            if isinstance(found, SliceSpec):
+                if (found.gpu_index, found.profile) in seen:
+                    continue
+                seen.add((found.gpu_index, found.profile))
+            devices.append(device)
+        if not devices and not spec.get("sharedCounters"):
+            continue
+        kept = copy.deepcopy(original)
+        if devices:
+            kept["spec"]["devices"] = devices
+        else:
+            kept["spec"].pop("devices", None)
+        kept_slices.append(kept)
+    for kept in kept_slices:
+        kept["spec"]["pool"]["resourceSliceCount"] = len(kept_slices)
+    return kept_slices
 
 
 def node_options(args: argparse.Namespace, node: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -396,6 +444,12 @@ def main() -> int:
         default="",
         metavar="PROFILE",
         help="also measure what is asked as published while each GPU holds a PROFILE slice",
+    )
+    parser.add_argument(
+        "--one-placement",
+        action="store_true",
+        help="also measure a what-if: what is asked, only the first placement of each profile "
+        "on each GPU",
     )
     parser.add_argument("--workloads", default="", help="only these runs (comma-separated)")
     parser.add_argument(
