@@ -181,7 +181,7 @@ class NodeBase(ABC):
         """The devices the node's agent holds prepared: what its checkpoint says."""
 
     def instance_placements(self, gpu: int) -> list[Placement]:
-        return sorted((i.profile, i.start) for i in self.backend.instances(gpu))
+        return self.backend.placements(gpu)
 
     def mig_calls(self) -> tuple[int, int]:
         created = sum(1 for c in self.backend.calls if c[0] == "create_gpu_instance")

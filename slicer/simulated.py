@@ -196,6 +196,9 @@ class SimulatedBackend:
         self._serial = 0
         self.calls: list[tuple[str, tuple[object, ...]]] = []
         """Every backend call as ``(method, args)``, in order, failed ones included."""
+        self._coexisting: set[tuple[int, tuple[tuple[str, int], ...]]] = set()
+        """(GPU, its instances' placements sorted) known to coexist: a GPU steps between few
+        sets of instances, and a simulated cluster creates instances by the tens of thousands."""
         self._gpus: list[_Gpu] = []
         for index, model in enumerate(models):
             if not model.profiles:
@@ -276,6 +279,14 @@ class SimulatedBackend:
                 for gi in sorted(gpu.instances.values(), key=lambda gi: (gi.start, gi.gi_id))
             ]
 
+    def placements(self, gpu_index: int) -> list[tuple[str, int]]:
+        """(profile, start) of every GPU instance, sorted: what the simulator checks its
+        instances against after each prepare. Not an NVML call: neither recorded in
+        :attr:`calls` nor subject to injected faults."""
+        with self._lock:
+            gpu = self._live_gpu(gpu_index)
+            return sorted((gi.profile.name, gi.start) for gi in gpu.instances.values())
+
     def create_gpu_instance(self, gpu_index: int, profile: str, start: int) -> int:
         self._enter("create_gpu_instance", gpu_index, gpu_index, profile, start)
         with self._lock:
@@ -290,14 +301,20 @@ class SimulatedBackend:
                 prof = catalog.check_placement(gpu.model, profile, start)
             except CatalogError as exc:
                 raise NotSupported(str(exc), gpu=gpu_index) from exc
-            present = [(gi.profile.name, gi.start) for gi in gpu.instances.values()]
-            problems = catalog.violations(gpu.model, [*present, (profile, start)])
-            if problems:
-                raise InsufficientResources(
-                    f"cannot create {profile} at memory slice {start} on GPU {gpu_index}: "
-                    + "; ".join(problems),
-                    gpu=gpu_index,
-                )
+            wanted = [
+                *((gi.profile.name, gi.start) for gi in gpu.instances.values()),
+                (profile, start),
+            ]
+            known = (gpu_index, tuple(sorted(wanted)))
+            if known not in self._coexisting:
+                problems = catalog.violations(gpu.model, wanted)
+                if problems:
+                    raise InsufficientResources(
+                        f"cannot create {profile} at memory slice {start} on GPU {gpu_index}: "
+                        + "; ".join(problems),
+                        gpu=gpu_index,
+                    )
+                self._coexisting.add(known)
             gi_id = placement_gi_id(gpu.model, prof, start)
             gpu.instances[gi_id] = _GpuInstance(gi_id=gi_id, profile=prof, start=start)
             return gi_id

@@ -173,6 +173,29 @@ def test_overlap_count_compute_and_media_limits_are_insufficient_resources() -> 
     assert len(backend.instances(0)) == 4
 
 
+def test_instances_known_to_coexist_never_admit_a_second_one_at_the_same_placement() -> None:
+    backend = SimulatedBackend("A100-80GB")
+    gi = backend.create_gpu_instance(0, "1g.10gb", 0)
+    backend.destroy_gpu_instance(0, gi)
+    assert backend.create_gpu_instance(0, "1g.10gb", 0) == gi  # the same set again
+    with pytest.raises(InsufficientResources, match="overlaps 1g.10gb@0"):
+        backend.create_gpu_instance(0, "1g.10gb", 0)
+    assert backend.placements(0) == [("1g.10gb", 0)]
+
+
+def test_placements_are_the_instances_read_without_an_nvml_call() -> None:
+    backend = SimulatedBackend("A100-80GB")
+    backend.create_gpu_instance(0, "3g.40gb", 4)
+    backend.create_gpu_instance(0, "1g.10gb", 0)
+    recorded = len(backend.calls)
+    assert backend.placements(0) == [("1g.10gb", 0), ("3g.40gb", 4)]
+    assert len(backend.calls) == recorded
+    assert [(i.profile, i.start) for i in backend.instances(0)] == backend.placements(0)
+    backend.lose_gpu(0)
+    with pytest.raises(GpuLost):
+        backend.placements(0)
+
+
 def test_creating_on_a_gpu_in_full_mode_is_not_supported_and_lists_nothing() -> None:
     backend = SimulatedBackend("H100-80GB")
     with pytest.raises(NotSupported, match="MIG mode is disabled"):
