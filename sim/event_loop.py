@@ -63,26 +63,49 @@ class GpuLedger:
     index: int
     model: GpuModel
     held: dict[str, list[Slot]] = field(default_factory=dict)
-    """pod name -> slots held on this GPU."""
+    """pod name -> slots held on this GPU (changed through :meth:`hold` and :meth:`drop`)."""
+    _placements: tuple[Placement, ...] | None = field(default=None, repr=False, compare=False)
+    _whole: bool | None = field(default=None, repr=False, compare=False)
+    _used: int | None = field(default=None, repr=False, compare=False)
+
+    def hold(self, pod: str, slots: list[Slot]) -> None:
+        self.held[pod] = slots
+        self._changed()
+
+    def drop(self, pod: str) -> None:
+        if self.held.pop(pod, None) is not None:
+            self._changed()
+
+    def _changed(self) -> None:
+        # What the slots held decide is kept until they change: every pod placed or released
+        # reads it several times, on each GPU it touches.
+        self._placements = self._whole = self._used = None
 
     def placements(self) -> tuple[Placement, ...]:
-        return tuple(
-            sorted(
-                (s.profile, s.start)
-                for slots in self.held.values()
-                for s in slots
-                if s.profile is not None
+        if self._placements is None:
+            self._placements = tuple(
+                sorted(
+                    (s.profile, s.start)
+                    for slots in self.held.values()
+                    for s in slots
+                    if s.profile is not None
+                )
             )
-        )
+        return self._placements
 
     @property
     def whole(self) -> bool:
-        return any(s.profile is None for slots in self.held.values() for s in slots)
+        if self._whole is None:
+            self._whole = any(s.profile is None for slots in self.held.values() for s in slots)
+        return self._whole
 
     def used_slices(self) -> int:
-        if self.whole:
-            return self.model.memory_slices
-        return sum(self.model.profile(p).memory_slices for p, _ in self.placements())
+        if self._used is None:
+            if self.whole:
+                self._used = self.model.memory_slices
+            else:
+                self._used = sum(self.model.profile(p).memory_slices for p, _ in self.placements())
+        return self._used
 
 
 class Strategy:
@@ -294,7 +317,7 @@ class Engine:
             before = ledger.used_slices()
             if ledger.whole or (ledger.held and any(s.profile is None for s in slots)):
                 raise InvariantError(f"{name} shares GPU {held.node}/{gpu} held whole")
-            ledger.held[name] = slots
+            ledger.hold(name, slots)
             if self.check_overlaps:
                 problems = self._violations(ledger.model, ledger.placements())
                 if problems:
@@ -320,7 +343,7 @@ class Engine:
         for gpu in {s.gpu for s in held.slots}:
             ledger = self.ledgers[(held.node, gpu)]
             before = ledger.used_slices()
-            ledger.held.pop(record.pod.name, None)
+            ledger.drop(record.pod.name)
             self.used += ledger.used_slices() - before
         record.held = None
 
