@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gpu_slicer.core.devices import parse_device_name
 from gpu_slicer.sandbox import binaries, node_host, oci_image, realnode
 from gpu_slicer.sandbox.errors import BuildError
 from gpu_slicer.sandbox.node_namespace import KUBELET_SYSCTLS
+from gpu_slicer.slicer.simulated_store import events_dir
 from tests.support.e2e_sandbox import (
     ENABLED,
     Sandbox,
@@ -218,6 +220,43 @@ def _health_trouble(kubelet_log: str) -> list[str]:
     ]
 
 
+def _health_story(box: Sandbox, pod: Obj, wanted: str) -> str:
+    """What a timed-out health wait needs to be understood: the status the kubelet last wrote
+    against what was awaited, the kubelet's lines about the health stream (any level) and the
+    agent's about health events and streams, and the events left in the simulated GPU's inbox."""
+    try:
+        return _health_lines(box, pod, wanted)
+    except (OSError, ApiException, KeyError) as exc:  # the timeout is the failure to report
+        return f"(the health story could not be gathered: {exc!r})\n"
+
+
+def _health_lines(box: Sandbox, pod: Obj, wanted: str) -> str:
+    kubelet = [
+        line
+        for line in box.log(f"kubelet-{NODE}").splitlines()
+        if any(word in line for word in HEALTH_WORDS)
+    ]
+    agent = [
+        line
+        for line in box.log(f"agent-{NODE}").splitlines()
+        if "health" in line.lower()
+    ]
+    inbox = events_dir(Path(box.ready["nodes"][NODE]["gpuState"]))
+    queued = sorted(p.name for p in inbox.iterdir()) if inbox.is_dir() else []
+    return "\n".join(
+        [
+            f"awaited {wanted}; the pod's allocatedResourcesStatus now: "
+            + json.dumps(_resource_status(box, pod)),
+            f"kubelet health lines (last 40 of {len(kubelet)}):",
+            *kubelet[-40:],
+            f"agent health lines (last 40 of {len(agent)}):",
+            *agent[-40:],
+            f"events still queued for the agent: {queued}",
+            "",
+        ]
+    )
+
+
 def _resource_status(box: Sandbox, pod: Obj) -> list[Obj]:
     """The pod's ``allocatedResourcesStatus`` as the real kubelet last wrote it."""
     return resource_health(box.pod(ENABLED, pod["metadata"]["name"]))
@@ -337,6 +376,7 @@ def test_an_injected_fault_reaches_the_pod_status_the_real_kubelet_writes(real: 
         lambda: _resource_status(real, pod) == _status_of(pod, spec, "Healthy"),
         what="the pod's device reported Healthy",
         timeout_s=120,
+        explain=lambda: _health_story(real, pod, "Healthy"),
     )
 
     real.simulate_event(NODE, "--gpu", "0", "--xid", "79")
@@ -348,7 +388,10 @@ def test_an_injected_fault_reaches_the_pod_status_the_real_kubelet_writes(real: 
 
     try:
         found = real.wait(
-            unhealthy, what="the Xid in the pod's allocatedResourcesStatus", timeout_s=120
+            unhealthy,
+            what="the Xid in the pod's allocatedResourcesStatus",
+            timeout_s=120,
+            explain=lambda: _health_story(real, pod, "Unhealthy"),
         )
         [[resource]] = [entry["resources"] for entry in found]
         message = resource.pop("message", "")
@@ -369,6 +412,7 @@ def test_an_injected_fault_reaches_the_pod_status_the_real_kubelet_writes(real: 
         ),
         what="a new pod's device Healthy on the recovered GPU",
         timeout_s=120,
+        explain=lambda: _health_story(real, after, "Healthy"),
     )
     real.delete_pod(ENABLED, "recovered")
     real.wait(lambda: real.instances(NODE) == [], what="the recovered GPU's instance destroyed")
