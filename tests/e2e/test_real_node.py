@@ -236,11 +236,7 @@ def _health_lines(box: Sandbox, pod: Obj, wanted: str) -> str:
         for line in box.log(f"kubelet-{NODE}").splitlines()
         if any(word in line for word in HEALTH_WORDS)
     ]
-    agent = [
-        line
-        for line in box.log(f"agent-{NODE}").splitlines()
-        if "health" in line.lower()
-    ]
+    agent = [line for line in box.log(f"agent-{NODE}").splitlines() if "health" in line.lower()]
     inbox = events_dir(Path(box.ready["nodes"][NODE]["gpuState"]))
     queued = sorted(p.name for p in inbox.iterdir()) if inbox.is_dir() else []
     return "\n".join(
