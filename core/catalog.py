@@ -511,6 +511,22 @@ def violations(model: GpuModel, instances: Iterable[Placement]) -> list[str]:
     return problems
 
 
+class KnownViolations:
+    """:func:`violations`, remembered per model and sequence of instances by whoever owns the
+    object: a simulated cluster checks the same few thousand sets of instances tens of thousands
+    of times. The answer, messages and their order included, is the function's."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[GpuModel, tuple[Placement, ...]], list[str]] = {}
+
+    def __call__(self, model: GpuModel, instances: Iterable[Placement]) -> list[str]:
+        key = (model, tuple(instances))
+        found = self._found.get(key)
+        if found is None:
+            found = self._found[key] = violations(model, key[1])
+        return found
+
+
 def is_valid(model: GpuModel, instances: Iterable[Placement]) -> bool:
     return not violations(model, instances)
 

@@ -294,18 +294,10 @@ class Engine:
         self.last_t = 0.0
         self.series: list[tuple[float, float, float]] = []
         self.fragmentation: list[float] = []
-        self._checked: dict[tuple[GpuModel, tuple[Placement, ...]], list[str]] = {}
+        self._violations = catalog.KnownViolations()
+        """The catalog's rules, once per distinct set of instances on a model (a large run places
+        the same few thousand sets tens of thousands of times)."""
         strategy.bind(self._move)
-
-    def _violations(self, model: GpuModel, placements: tuple[Placement, ...]) -> list[str]:
-        """``catalog.violations``, once per distinct set of instances on a model (a large run
-        places the same few thousand sets tens of thousands of times)."""
-        key = (model, placements)
-        found = self._checked.get(key)
-        if found is None:
-            found = catalog.violations(model, placements)
-            self._checked[key] = found
-        return found
 
     # --- ledger ----------------------------------------------------------------------------
 

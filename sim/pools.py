@@ -271,23 +271,11 @@ class Pool:
         if not self.by_name:
             self.by_name = {d.name: d for d in self.devices}
 
-    def clone(self, name: str, node_name: str | None, listing: Sequence[str]) -> Pool:
-        """The devices ``listing`` names, for another pool (an identical node), as the next
+    def clone(self, name: str, node_name: str | None, names: Sequence[str]) -> Pool:
+        """The devices named in ``names``, for another pool (an identical node), as the next
         generation: devices share their slice entries and selector results with this pool's,
         and are made only once the node lists them (:class:`Twins`)."""
-        by_name = Twins(self.by_name, name)
-        pool = Pool(
-            self.driver,
-            name,
-            self.generation + 1,
-            node_name,
-            [by_name[n] for n in listing],
-            self.counters,
-            by_name=by_name,
-        )
-        pool.needs = self.needs
-        pool.members = self.members
-        return pool
+        return self._next(name, node_name, Twins(self.by_name, name), names)
 
     def reordered(self, names: Sequence[str], changed: frozenset[str] | None = None) -> Pool:
         """Devices of this pool's node in a new order, all or some (a republish that reorders,
@@ -297,19 +285,7 @@ class Pool:
         ``changed``, when given, says that the new list is this one with exactly those devices
         added or taken out, none moved: then the candidate lists of the selector sets that no
         changed device passes are the same lists, and carry over too."""
-        by_name = self.by_name
-        devices = [by_name[n] for n in names]
-        pool = Pool(
-            self.driver,
-            self.name,
-            self.generation + 1,
-            self.node_name,
-            devices,
-            self.counters,
-            by_name=by_name,
-        )
-        pool.members = self.members
-        pool.needs = self.needs
+        pool = self._next(self.name, self.node_name, self.by_name, names)
         if changed is not None:
             members = self.members
             pool.candidates = {
@@ -317,6 +293,28 @@ class Pool:
                 for key, found in self.candidates.items()
                 if members[key].isdisjoint(changed)
             }
+        return pool
+
+    def _next(
+        self,
+        name: str,
+        node_name: str | None,
+        by_name: dict[str, Device],
+        names: Sequence[str],
+    ) -> Pool:
+        """The next generation listing ``names`` of ``by_name``, sharing this pool's counters
+        and what its selectors matched."""
+        pool = Pool(
+            self.driver,
+            name,
+            self.generation + 1,
+            node_name,
+            [by_name[n] for n in names],
+            self.counters,
+            by_name=by_name,
+        )
+        pool.members = self.members
+        pool.needs = self.needs
         return pool
 
 

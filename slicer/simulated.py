@@ -196,9 +196,9 @@ class SimulatedBackend:
         self._serial = 0
         self.calls: list[tuple[str, tuple[object, ...]]] = []
         """Every backend call as ``(method, args)``, in order, failed ones included."""
-        self._coexisting: set[tuple[int, tuple[tuple[str, int], ...]]] = set()
-        """(GPU, its instances' placements sorted) known to coexist: a GPU steps between few
-        sets of instances, and a simulated cluster creates instances by the tens of thousands."""
+        self._violations = catalog.KnownViolations()
+        """The catalog's rules, once per set of instances: a GPU steps between few sets, and a
+        simulated cluster creates instances by the tens of thousands."""
         self._gpus: list[_Gpu] = []
         for index, model in enumerate(models):
             if not model.profiles:
@@ -301,20 +301,14 @@ class SimulatedBackend:
                 prof = catalog.check_placement(gpu.model, profile, start)
             except CatalogError as exc:
                 raise NotSupported(str(exc), gpu=gpu_index) from exc
-            wanted = [
-                *((gi.profile.name, gi.start) for gi in gpu.instances.values()),
-                (profile, start),
-            ]
-            known = (gpu_index, tuple(sorted(wanted)))
-            if known not in self._coexisting:
-                problems = catalog.violations(gpu.model, wanted)
-                if problems:
-                    raise InsufficientResources(
-                        f"cannot create {profile} at memory slice {start} on GPU {gpu_index}: "
-                        + "; ".join(problems),
-                        gpu=gpu_index,
-                    )
-                self._coexisting.add(known)
+            present = [(gi.profile.name, gi.start) for gi in gpu.instances.values()]
+            problems = self._violations(gpu.model, [*present, (profile, start)])
+            if problems:
+                raise InsufficientResources(
+                    f"cannot create {profile} at memory slice {start} on GPU {gpu_index}: "
+                    + "; ".join(problems),
+                    gpu=gpu_index,
+                )
             gi_id = placement_gi_id(gpu.model, prof, start)
             gpu.instances[gi_id] = _GpuInstance(gi_id=gi_id, profile=prof, start=start)
             return gi_id

@@ -578,3 +578,14 @@ def test_catalog_says_what_nvidias_tables_do_not_confirm(
     assert main(["catalog", "--gpu", "RTX-PRO-6000"]) == 0
     [line] = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("1g.24gb+me")]
     assert line.endswith("* +")
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_known_violations_answer_as_the_rules_do_each_time(data: st.DataObject) -> None:
+    model = data.draw(st.sampled_from(catalog.MODELS))
+    placements = st.sampled_from(catalog.all_placements(model))
+    sets = data.draw(st.lists(st.lists(placements, max_size=5), min_size=1, max_size=6))
+    known = catalog.KnownViolations()
+    for instances in [*sets, *sets]:  # each set asked twice: the second answer is remembered
+        assert known(model, instances) == catalog.violations(model, instances)
