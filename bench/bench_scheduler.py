@@ -33,8 +33,10 @@ pools at a time:
 9. with ``--one-placement``, a what-if that no agent setting publishes: what is asked, but only
    the first placement of each profile on each GPU (a quarter of the devices for three
    profiles on an A100; an agent would then republish between two pods of one profile on one
-   GPU): ``nic-one``, ``single-one``... and with ``--minimal-attributes`` also ``-one-minimal``.
-   It measures what listing fewer devices would still save (docs/performance.md).
+   GPU): ``nic-one``, ``single-one``... and with ``--minimal-attributes`` also ``-one-minimal``;
+   and ``nic-counters``, the pool's counter sets without a device. They measure what listing
+   fewer devices would still save, and what the pool costs other drivers' pods without any
+   (docs/performance.md).
 
 With ``--new-shape ROUNDS`` it measures instead how long a pod of a shape no node advertises yet
 waits, from its creation to its binding, with hollow agents publishing what is asked
@@ -74,7 +76,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -186,10 +188,12 @@ def variants(args: argparse.Namespace) -> list[tuple[str, tuple[str, ...], dict[
         busy = {"profiles": "asked", "allocated": args.busy}
         found.append(("busy", tuple(ASKED_SHAPES), busy))
     if args.one_placement:
-        one = {"profiles": "asked", "one_placement": True}
+        one = {"profiles": "asked", "what_if": "one"}
         found.append(("one", tuple(ASKED_SHAPES), one))
         if args.minimal_attributes:
             found.append(("one-minimal", tuple(ASKED_SHAPES), one | minimal))
+        # The pool's counter sets and no device: what other drivers' pods pay for the pool alone.
+        found.append(("counters", (), {"profiles": "asked", "what_if": "counters"}))
     if kept is not None:
         found.append(("profiles", tuple(SHAPES), profiles))
         if args.minimal_attributes:
@@ -314,27 +318,40 @@ def variant_slices(
 ) -> list[Obj]:
     """What ``node`` publishes under a variant's options."""
     settings = node_options(args, node, options)
-    one = settings.pop("one_placement", False)
+    what_if = settings.pop("what_if", None)
     slices = gpu_slicer_slices(node, args.gpus, server, **settings)
-    return first_placements(slices) if one else slices
+    if what_if == "one":
+        return listing_only(slices, _first_of_each_profile())
+    if what_if == "counters":
+        return listing_only(slices, lambda _device: False)
+    return slices
 
 
-def first_placements(slices: list[Obj]) -> list[Obj]:
-    """The what-if of ``--one-placement``: of each profile on each GPU only the placement
-    listed first (the agent's device order), whole GPUs and counter sets as they were; slices
-    left without devices or counters go, and the pool counts those that stay."""
+def _first_of_each_profile() -> Callable[[Obj], bool]:
+    """Of each profile on each GPU, the placement listed first (the agent's device order);
+    whole GPUs always."""
     seen: set[tuple[int, str]] = set()
+
+    def keep(device: Obj) -> bool:
+        found = parse_device_name(device["name"])
+        if not isinstance(found, SliceSpec):
+            return True
+        if (found.gpu_index, found.profile) in seen:
+            return False
+        seen.add((found.gpu_index, found.profile))
+        return True
+
+    return keep
+
+
+def listing_only(slices: list[Obj], keep: Callable[[Obj], bool]) -> list[Obj]:
+    """A what-if no agent setting publishes: the pool with only the devices ``keep`` keeps,
+    its counter sets as they were; slices left without devices or counters go, and the pool
+    counts those that stay."""
     kept_slices: list[Obj] = []
     for original in slices:
         spec = original["spec"]
-        devices = []
-        for device in spec.get("devices") or ():
-            found = parse_device_name(device["name"])
-            if isinstance(found, SliceSpec):
-                if (found.gpu_index, found.profile) in seen:
-                    continue
-                seen.add((found.gpu_index, found.profile))
-            devices.append(device)
+        devices = [d for d in spec.get("devices") or () if keep(d)]
         if not devices and not spec.get("sharedCounters"):
             continue
         kept = copy.deepcopy(original)
