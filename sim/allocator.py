@@ -107,11 +107,14 @@ class ParsedClaims:
     requests: tuple[_Request, ...]
     constraints: tuple[_Constraint, ...]
     count: int
+    class_names: frozenset[str]
+    """Every DeviceClass a (sub)request names: checked at once before each search."""
 
 
 def parse_claims(claims: Sequence[Obj]) -> ParsedClaims:
     requests, constraints = _parse_claims(claims)
-    return ParsedClaims(tuple(requests), tuple(constraints), len(claims))
+    classes = frozenset(sub.class_name for r in requests for sub in r.alternatives)
+    return ParsedClaims(tuple(requests), tuple(constraints), len(claims), classes)
 
 
 def _parse_claims(claims: Sequence[Obj]) -> tuple[list[_Request], list[_Constraint]]:
@@ -199,13 +202,13 @@ class Allocator:
     ) -> Allocation | None:
         """The first solution for all ``claims`` on one node, or None when there is none."""
         parsed = claims if isinstance(claims, ParsedClaims) else parse_claims(claims)
-        for request in parsed.requests:
+        if not parsed.class_names <= self._class_selectors.keys():
             # As the scheduler (validateDeviceRequest): every (sub)request's class is looked up
             # before the search, so a missing one fails the claim even where never reached.
-            for sub in request.alternatives:
-                if sub.class_name not in self._class_selectors:
-                    self.candidates((), sub)  # raises, naming the known classes
-        search = _Search(self, list(parsed.requests), list(parsed.constraints), pools, in_use)
+            for request in parsed.requests:
+                for sub in request.alternatives:
+                    self.candidates((), sub)  # raises at the first class that is missing
+        search = _Search(self, parsed.requests, parsed.constraints, pools, in_use)
         if not search.run():
             return None
         return search.result(node_name, parsed.count)
@@ -278,8 +281,8 @@ class _Search:
     def __init__(
         self,
         allocator: Allocator,
-        requests: list[_Request],
-        constraints: list[_Constraint],
+        requests: Sequence[_Request],
+        constraints: Sequence[_Constraint],
         pools: Sequence[Pool],
         in_use: AllocatedDevices,
     ) -> None:
@@ -418,6 +421,11 @@ class _Search:
                     return False
                 if used.get(counter, 0) + extra.get(counter, 0) + value > limit:
                     return False
+        return not self.constraints or self._agrees(r, sub, device)
+
+    def _agrees(self, r: int, sub: _Sub, device: Device) -> bool:
+        """Whether ``device`` has the attribute values the ``matchAttribute`` constraints that
+        cover the request hold so far."""
         request = self.requests[r]
         for index, constraint in enumerate(self.constraints):
             if not constraint.covers(request, sub):
@@ -432,9 +440,12 @@ class _Search:
     def _take(self, r: int, sub: _Sub, device: Device) -> None:
         self.chosen.append((r, device))
         self.chosen_keys.add(device.key)
-        extra = self.extra[(device.driver, device.pool)]
-        for counter, value in device.consumes:
-            extra[counter] = extra.get(counter, 0) + value
+        if device.consumes:
+            extra = self.extra[(device.driver, device.pool)]
+            for counter, value in device.consumes:
+                extra[counter] = extra.get(counter, 0) + value
+        if not self.constraints:
+            return
         request = self.requests[r]
         depth = len(self.chosen)
         for index, constraint in enumerate(self.constraints):
@@ -446,9 +457,12 @@ class _Search:
         depth = len(self.chosen)
         _, device = self.chosen.pop()
         self.chosen_keys.discard(device.key)
-        extra = self.extra[(device.driver, device.pool)]
-        for counter, value in device.consumes:
-            extra[counter] -= value
+        if device.consumes:
+            extra = self.extra[(device.driver, device.pool)]
+            for counter, value in device.consumes:
+                extra[counter] -= value
+        if not self.value_owner:
+            return
         for index in [i for i, owner in self.value_owner.items() if owner == depth]:
             del self.values[index]
             del self.value_owner[index]

@@ -65,13 +65,12 @@ class NodeOrder:
         for level in levels:
             yield from list(self.buckets[level])
 
-    def up_to(self, most_used: int) -> Iterator[str]:
-        """The nodes in order, leaving out those using more than ``most_used`` memory slices
-        (whole levels at once: a scheduler skips nodes without enough free slices). The
-        levels must not change while this is iterated."""
-        for level in sorted(self.buckets, reverse=self.rule == "pack"):
-            if level <= most_used:
-                yield from self.buckets[level]
+    def levels_up_to(self, most_used: int) -> list[list[str]]:
+        """The nodes in order, level by level, leaving out those using more than ``most_used``
+        memory slices (whole levels at once: a scheduler skips nodes without enough free
+        slices). The levels must not change while they are walked."""
+        ordered = sorted(self.buckets, reverse=self.rule == "pack")
+        return [self.buckets[level] for level in ordered if level <= most_used]
 
 
 def gpu_modes(node: NodeSpec) -> list[str]:

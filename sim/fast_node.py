@@ -10,7 +10,7 @@ It decides exactly like :class:`sim.api_node.ApiNode` (tests/sim/test_cluster.py
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import groupby
+from itertools import chain, groupby
 from typing import Any
 
 from gpu_slicer.core.catalog import Placement
@@ -469,7 +469,7 @@ class FastNode(NodeBase):
             if len(blocks) != len(before_blocks) or any(
                 b is not was for b, was in zip(blocks, before_blocks, strict=True)
             ):
-                names = [name for block in blocks for name in block]
+                names = list(chain.from_iterable(blocks))
                 same_gpus = self._shown_order == self._gpu_order
                 self._shown_blocks, self._shown_order = blocks, self._gpu_order
                 if names != self._names:

@@ -309,7 +309,7 @@ class Pool:
             name,
             self.generation + 1,
             node_name,
-            [by_name[n] for n in names],
+            list(map(by_name.__getitem__, names)),  # a Twins makes what it lacks
             self.counters,
             by_name=by_name,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import filterfalse
 from typing import Any
 
 from gpu_slicer.sim.allocator import Allocation, Allocator, ParsedClaims, parse_claims
@@ -41,12 +42,13 @@ class Scheduler:
         self.order = NodeOrder(sorted(nodes), rule)
         self.rule = rule
         self.versions: dict[str, int] = dict.fromkeys(nodes, 0)
-        self.freed: dict[str, int] = dict.fromkeys(nodes, 0)
-        """Per node, a version that moves only when devices are released: a claim that did not
-        fit still does not fit after further allocations (they only take devices and counters),
-        so a node's failure is remembered until it frees something."""
         self.changes: list[str] = []
-        self.infeasible: dict[Any, dict[str, int]] = {}
+        self.unable: dict[Any, set[str]] = {}
+        """Per claim shape, the nodes proven unable to host it since they last freed devices (a
+        claim that did not fit still does not fit after further allocations: they only take
+        devices and counters)."""
+        self._unable_for: dict[str, list[set[str]]] = {}
+        """Per node, the sets of ``unable`` that hold it, emptied when it frees devices."""
         self.failed_everywhere: dict[Any, int] = {}
         self.scores: dict[Any, dict[str, tuple[int, int]]] = {}
         """Per single-request claim shape, per node: (``versions`` of the node, its score)."""
@@ -78,7 +80,7 @@ class Scheduler:
     def published_more(self) -> None:
         """The nodes advertise more devices (the cluster asked for a new profile): what was
         proven unable to fit, or to score well, may now. Forget it; every node changed."""
-        for cache in (self._parsed, self._top, self._never, self.infeasible):
+        for cache in (self._parsed, self._top, self._never, self.unable, self._unable_for):
             cache.clear()
         self.failed_everywhere.clear()
         self.scores.clear()
@@ -115,7 +117,7 @@ class Scheduler:
         )
         return parsed
 
-    def _worth_trying(self, shape: Any, memo: dict[str, int]) -> Iterator[str]:
+    def _worth_trying(self, shape: Any, unable: set[str]) -> Iterator[str]:
         """The nodes to try in order, less those that cannot host ``shape``: proven unable
         since they last freed devices, short of free slices, or of a kind that never fits."""
         never = self._never[shape]
@@ -123,29 +125,29 @@ class Scheduler:
         need = self.min_slices.get(shape, 0)
         used = self.order.used
         capacity = self.capacity
-        freed = self.freed
         subset = self._nodes(shape)
         # Nodes using more than this cannot have ``need`` free slices, whatever their size.
-        most_used = self.largest - need
-        for node in subset if subset is not None else self.order.up_to(most_used):
-            if memo.get(node) == freed[node]:
-                continue
-            if capacity[node] - used[node] < need or (never and kind[node] in never):
-                continue
-            yield node
+        walks = [subset] if subset is not None else self.order.levels_up_to(self.largest - need)
+        for nodes in walks:
+            # Most nodes of a large cluster are proven unable: skip them without a Python step.
+            for node in filterfalse(unable.__contains__, nodes):
+                if capacity[node] - used[node] < need or (never and kind[node] in never):
+                    continue
+                yield node
 
     def schedule(self, claims: Sequence[Obj], shape: Any) -> Allocation | None:
         parsed = self._parse(claims, shape)
         top = self._top[shape]
-        memo = self.infeasible.setdefault(shape, {})
+        unable = self.unable.setdefault(shape, set())
         mark = len(self.changes)
         feasible = 0
         # (score, node, its allocation on the node's current order when there is one)
         best: tuple[int, str, Allocation | None] | None = None
-        for node in self._worth_trying(shape, memo):
+        for node in self._worth_trying(shape, unable):
             tried = self._try(parsed, shape, node, top)
             if tried is None:
-                memo[node] = self.freed[node]
+                unable.add(node)
+                self._unable_for.setdefault(node, []).append(unable)
                 continue
             score, found = tried
             if found is not None and score >= top:
@@ -212,5 +214,6 @@ class Scheduler:
     def release(self, node: str, devices: Sequence[Device]) -> None:
         for device in devices:
             self.allocated.remove(device.key)
-        self.freed[node] += 1
+        for unable in self._unable_for.pop(node, ()):
+            unable.discard(node)
         self.touch(node)

@@ -85,3 +85,23 @@ def test_a_shape_that_fits_nowhere_is_retried_only_on_nodes_that_freed_devices()
     big = cluster.schedule("big")
     assert big is not None and big.node == "n-b"
     assert cluster.scheduler.attempts == attempts + 1
+
+
+def test_a_node_proven_unable_is_skipped_until_it_frees_devices() -> None:
+    cluster = _Cluster("pack")
+    small = cluster.schedule("small-1")
+    assert small is not None and small.node == "n-a"
+    cluster.bind(small)
+    attempts = cluster.scheduler.attempts
+    big = cluster.schedule("big")
+    assert big is not None and big.node == "n-b"  # n-a, the fuller, tried first and failed
+    assert cluster.scheduler.attempts == attempts + 2
+    again = cluster.schedule("big")
+    assert again is not None and again.node == "n-b"
+    assert cluster.scheduler.attempts == attempts + 3  # n-a not tried again
+    cluster.scheduler.release(small.node, small.devices)
+    cluster.plane.nodes[small.node].deallocate(small.devices)
+    cluster.scheduler.order.change(small.node, -len(small.devices))
+    freed = cluster.schedule("big")
+    assert freed is not None and freed.node == "n-a"  # tried again, and first by name
+    assert cluster.scheduler.attempts == attempts + 4
