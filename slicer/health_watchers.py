@@ -1,16 +1,17 @@
 """Who may watch the devices' health, and who gives way when too many do.
 
-The kubelet keeps one ``NodeWatchResources`` stream open on the DRA socket
-(:mod:`slicer.device_health`). Any local process that can open the socket can open more, and
-each open stream holds one of the gRPC server's threads for as long as it lives; a client that
-never reads also leaves its stream stuck in a send once HTTP/2 flow control stops it. Before
+The kubelet keeps one ``NodeWatchResources`` stream open on the DRA socket per driver name the
+agent registered, two in all (:mod:`slicer.plugin`, :mod:`slicer.device_health`). Any local
+process that can open the socket can open more, and each open stream holds one of the gRPC
+server's threads for as long as it lives; a client that never reads also leaves its stream stuck
+in a send once HTTP/2 flow control stops it. Before
 these rules, four such streams made the kubelet's own watch fail with RESOURCE_EXHAUSTED for as
 long as they stayed open. Now:
 
 * **A new watcher is always served.** At most ``limit`` streams are open. When all places are
   taken, the *newest* other watcher gives way (its stream ends with RESOURCE_EXHAUSTED and a
-  message saying why), and the newcomer gets the device list at once. The kubelet's stream,
-  opened when the plugin registered, is older than any a later client opens, so a client that
+  message saying why), and the newcomer gets the device list at once. The kubelet's streams,
+  opened when the plugin registered, are older than any a later client opens, so a client that
   opens streams in a loop only ever displaces its own latest one. A kubelet that reconnects
   while the places are full displaces the newest and is served at once; should a client keep
   opening streams after that, the kubelet's stream gives way in its turn and the kubelet dials
@@ -43,7 +44,8 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 MAX_WATCHERS = 4
-"""Open health streams at most (a kubelet keeps one); each holds a server thread of its own."""
+"""Open health streams at most (a kubelet keeps two, one per driver name); each holds a server
+thread of its own."""
 STALL_S = 30.0
 """A send pending this long means the watcher stopped reading (the kubelet's own timeout before a
 device counts as Unknown: a watcher that takes nothing for that long is not being served)."""

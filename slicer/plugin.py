@@ -10,9 +10,11 @@ Sockets, as the kubelet expects them:
 * ``<plugins dir>/z.gpu-slicer.io/dra.sock`` serves ``DRAPlugin`` in versions ``v1`` and
   ``v1beta1`` (same messages; v1beta1 lacks ``Device.share_id``) and, when given a
   :class:`~slicer.device_health.HealthFeed`, the resource-health service
-  ``v1alpha1.DRAResourceHealth`` (KEP-4680): one long-lived ``NodeWatchResources`` stream per
-  kubelet with every device's health. A kubelet that does not know the service never calls it.
-  Who else may watch, and who gives way when too many do, is :mod:`slicer.health_watchers`.
+  ``v1alpha1.DRAResourceHealth`` (KEP-4680): long-lived ``NodeWatchResources`` streams with
+  every device's health, one per driver name the kubelet registered (two: the kubelet watches
+  each registration, and reads a stream's updates for the claims allocated under its name).
+  A kubelet that does not know the service never calls it. Who else may watch, and who gives
+  way when too many do, is :mod:`slicer.health_watchers`.
 
 :class:`DraDriver` holds the version-independent logic; each claim of a batch is handled on its
 own (in parallel, so claims on different GPUs do not wait for each other) and a failing claim
