@@ -2,6 +2,9 @@
 
 The generated ``*_pb2.py``, ``*_pb2.pyi`` and ``*_pb2_grpc.py`` are committed so that a node needs
 no protobuf compiler; ``tests/slicer/test_proto_generated.py`` checks they match a fresh run.
+The generator stamps its own version into the ``*_pb2_grpc.py`` files, so the test extra pins
+grpcio-tools to the one version that wrote them (pyproject.toml): a newer release on the index
+would otherwise fail that check on a fresh machine. Move the pin and the files together.
 
     python -m gpu_slicer.slicer.proto.generate            # rewrite the files in place
     python -m gpu_slicer.slicer.proto.generate --out DIR  # write the tree under DIR (the test)
