@@ -289,10 +289,7 @@ class _Search:
         self.allocator = allocator
         self.requests = requests
         self.constraints = constraints
-        self.pools = list(pools)
-        self.capacity: dict[tuple[str, str], dict[CounterKey, int]] = {
-            (p.driver, p.name): p.counters for p in self.pools
-        }
+        self.pools = pools
         self.in_use = in_use
         self.chosen: list[tuple[int, Device]] = []
         self.chosen_keys: set[DeviceKey] = set()
@@ -313,8 +310,12 @@ class _Search:
     ) -> tuple[dict[CounterKey, int], dict[CounterKey, int], dict[CounterKey, int]]:
         state = self._state.get(pool_key)
         if state is None:
+            driver, name = pool_key
+            capacity = next(
+                (p.counters for p in self.pools if p.name == name and p.driver == driver), {}
+            )
             state = (
-                self.capacity.get(pool_key, {}),
+                capacity,
                 self.in_use.used(*pool_key),
                 self.extra[pool_key],
             )
