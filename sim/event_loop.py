@@ -244,26 +244,24 @@ def percentile(values: list[float], q: float) -> float:
 
 @contextmanager
 def _long_lived_heap() -> Iterator[None]:
-    """A large run builds a heap of long-lived objects (pools, devices, caches) while it frees
-    millions of short-lived ones by reference counting; the collector's scans of the older
-    generations found next to nothing and cost about a fifth of the run. Meanwhile what exists
-    at the start is frozen, the youngest generation is collected every 100,000 allocations
-    instead of 700 and the older ones less often (on ``large``, 3,784 collections taking 3.3 s
-    became 573 taking 2.2 s at 20,000; at 100,000 the pool generations and candidate lists of
-    the republishes, which outlive a collection of the youngest, are no longer scanned again
-    in the middle generation's: 1.8-2.2 s of collection in name order became 1.0-1.5 s)."""
-    before = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(max(before[0], 100_000), max(before[1], 50), max(before[2], 100))
+    """The collector is off for a run. A large run builds a heap of long-lived objects (pools,
+    devices, caches) and frees millions of short-lived ones by reference counting, but makes
+    next to no reference cycles (its collections found about 4,000 objects to free in the first
+    20,000 pods of ``large``). Yet each collection walked every young object still alive, out
+    of cache: simulated with a 2 MB last-level cache, the first 10,000 pods of ``large`` (start-up
+    included) missed it on 31 million data reads, 18 million of them in the collector (the
+    start-up's collections among them); with the collector off for the run, 26 million. What survives the run joins the oldest generation before the
+    collector is back (left young, it would start at once a collection of everything the run
+    made), and the next full collection frees the few cycles the run left."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        # What survives the run joins the oldest generation: restored thresholds would
-        # otherwise start at once a collection of the young ones, grown large meanwhile
-        # (0.3 s at the end of ``large``), to find what the last full collection would.
         gc.freeze()
-        gc.set_threshold(*before)
         gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 class Engine:
