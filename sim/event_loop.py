@@ -245,14 +245,15 @@ def percentile(values: list[float], q: float) -> float:
 @contextmanager
 def _long_lived_heap() -> Iterator[None]:
     """The collector is off for a run. A large run builds a heap of long-lived objects (pools,
-    devices, caches) and frees millions of short-lived ones by reference counting, but makes
-    next to no reference cycles (its collections found about 4,000 objects to free in the first
-    20,000 pods of ``large``). Yet each collection walked every young object still alive, out
-    of cache: simulated with a 2 MB last-level cache, the first 10,000 pods of ``large`` (start-up
-    included) missed it on 31 million data reads, 18 million of them in the collector (the
-    start-up's collections among them); with the collector off for the run, 26 million. What survives the run joins the oldest generation before the
-    collector is back (left young, it would start at once a collection of everything the run
-    made), and the next full collection frees the few cycles the run left."""
+    devices, caches) and frees millions of short-lived ones by reference counting, but makes next to
+    no reference cycles (its collections found about 4,000 objects to free in the first 20,000 pods
+    of ``large``). Yet each collection walked every young object still alive, out of cache:
+    simulated with a 2 MB last-level cache, the first 10,000 pods of ``large`` (start-up included)
+    missed it on 31 million data reads, 18 million of them in the collector (the start-up's
+    collections among them); with the collector off for the run, 26 million. What survives the run
+    joins the oldest generation before the collector is back (left young, it would start at once a
+    collection of everything the run made), and the next full collection frees the few cycles the
+    run left."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -1,9 +1,14 @@
-"""The engine's ledger of each GPU: what the slots held on it decide follows every change."""
+"""The engine's ledger of each GPU: what the slots held on it decide follows every change; and
+a run leaves the garbage collector as it found it."""
 
 from __future__ import annotations
 
+import gc
+
+import pytest
+
 from gpu_slicer.core import catalog
-from gpu_slicer.sim.event_loop import GpuLedger, Slot
+from gpu_slicer.sim.event_loop import GpuLedger, Slot, _long_lived_heap
 
 
 def test_a_gpus_ledger_follows_each_pod_held_and_dropped() -> None:
@@ -21,3 +26,18 @@ def test_a_gpus_ledger_follows_each_pod_held_and_dropped() -> None:
     assert (ledger.placements(), ledger.whole, ledger.used_slices()) == ((), True, 8)
     ledger.drop("c")
     assert (ledger.held, ledger.whole, ledger.used_slices()) == ({}, False, 0)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_off_during_a_run_and_as_it_was_after(enabled: bool) -> None:
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with _long_lived_heap():
+            assert not gc.isenabled()
+            made = [[n] for n in range(1000)]
+        assert gc.isenabled() is enabled
+        # What the run made joined the oldest generation: no collection of it falls due at once.
+        assert gc.get_count()[0] < 100 and all(gc.is_tracked(m) for m in made)
+    finally:
+        (gc.enable if was else gc.disable)()
