@@ -243,7 +243,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 @contextmanager
-def _long_lived_heap() -> Iterator[None]:
+def _collector_off() -> Iterator[None]:
     """The collector is off for a run. A large run builds a heap of long-lived objects (pools,
     devices, caches) and frees millions of short-lived ones by reference counting, but makes next to
     no reference cycles (its collections found about 4,000 objects to free in the first 20,000 pods
@@ -401,7 +401,7 @@ class Engine:
         return self.counter
 
     def run(self) -> Result:
-        with _long_lived_heap():
+        with _collector_off():
             return self._run()
 
     def _run(self) -> Result:

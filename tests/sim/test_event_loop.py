@@ -8,7 +8,7 @@ import gc
 import pytest
 
 from gpu_slicer.core import catalog
-from gpu_slicer.sim.event_loop import GpuLedger, Slot, _long_lived_heap
+from gpu_slicer.sim.event_loop import GpuLedger, Slot, _collector_off
 
 
 def test_a_gpus_ledger_follows_each_pod_held_and_dropped() -> None:
@@ -33,7 +33,7 @@ def test_the_collector_is_off_during_a_run_and_as_it_was_after(enabled: bool) ->
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
     try:
-        with _long_lived_heap():
+        with _collector_off():
             assert not gc.isenabled()
             made = [[n] for n in range(1000)]
         assert gc.isenabled() is enabled
