@@ -4,9 +4,8 @@ The kubelet keeps one ``NodeWatchResources`` stream open on the DRA socket per d
 agent registered, two in all (:mod:`slicer.plugin`, :mod:`slicer.device_health`). Any local
 process that can open the socket can open more, and each open stream holds one of the gRPC
 server's threads for as long as it lives; a client that never reads also leaves its stream stuck
-in a send once HTTP/2 flow control stops it. Before
-these rules, four such streams made the kubelet's own watch fail with RESOURCE_EXHAUSTED for as
-long as they stayed open. Now:
+in a send once HTTP/2 flow control stops it. Before these rules, four such streams made the
+kubelet's own watch fail with RESOURCE_EXHAUSTED for as long as they stayed open. Now:
 
 * **A new watcher is always served.** At most ``limit`` streams are open. When all places are
   taken, the *newest* other watcher gives way (its stream ends with RESOURCE_EXHAUSTED and a
