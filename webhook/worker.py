@@ -11,7 +11,9 @@ real reviews (and the liveness probe) get no answer until the apiserver gives up
   within ``read_timeout_s`` of its first byte; otherwise it is closed. Waiting for that first
   byte is bounded by gunicorn's ``keepalive``. Writing a reply to a client that does not read
   is bounded by ``read_timeout_s`` too;
-- a stopping worker closes its idle kept-alive connections at once instead of waiting for them.
+- a stopping worker neither drops a request nor waits long for idle clients: a kept-alive
+  connection carries one more request, answered with ``Connection: close``, and one that stays
+  idle for :data:`DRAIN_S` is closed then (see :meth:`DeadlineGeventWorker.run`).
 
 Everything else (the HTTP parser, keep-alive, the WSGI call, the ``ssl_context`` hook asked for a
 context on every connection, so that rotated certificates are served) is gunicorn's own
@@ -25,6 +27,7 @@ import functools
 import logging
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -35,6 +38,18 @@ from gunicorn.sock import ssl_context
 from gunicorn.workers.ggevent import GeventWorker
 
 log = logging.getLogger(__name__)
+
+DRAIN_S = 5.0
+"""How long a stopping worker keeps an idle kept-alive connection open for one more request.
+
+The apiserver pools its connections to a webhook by the Service's name, not by endpoint, so it
+keeps sending on a connection to a replica whose endpoint is gone until that replica closes it.
+Closing an idle connection races with a request being written on it, which is then lost and
+admitted unconverted under ``failurePolicy: Ignore`` (the apiserver retries only what it had
+not started writing). Answering one more request with ``Connection: close`` moves the client
+to a new connection, hence to a replica still serving; only a connection idle this long is
+closed, when a request on it is unlikely. Well within gunicorn's ``graceful_timeout`` (20 s).
+"""
 
 
 class _Expired(Exception):
@@ -152,17 +167,26 @@ class DeadlineGeventWorker(GeventWorker):  # type: ignore[misc]
             gevent.sleep(1.0)
         for server in servers:
             server.close()  # stop accepting
+        # Stopping: gunicorn answers every request from now on with Connection: close, so a
+        # kept-alive connection ends after its next reply. One that stays idle is closed later.
+        stopped = time.monotonic()
+        self._wait_while(lambda: any(conn.idle for conn in self.connections), stopped + DRAIN_S)
         for conn in list(self.connections):
-            if conn.idle:  # the apiserver retries a request on a connection closed while idle
+            if conn.idle:
                 conn.expire()
-        deadline = time.monotonic() + self.cfg.graceful_timeout
-        while time.monotonic() < deadline and any(
-            server.pool.free_count() != server.pool.size for server in servers
-        ):
-            self.notify()
-            gevent.sleep(0.1)
+        self._wait_while(
+            lambda: any(server.pool.free_count() != server.pool.size for server in servers),
+            stopped + self.cfg.graceful_timeout,
+        )
         for server in servers:
             server.stop(timeout=1)
+
+    def _wait_while(self, busy: Callable[[], bool], deadline: float) -> None:
+        """Until ``busy()`` is false or ``deadline`` (monotonic) passes, telling the arbiter
+        that this worker is alive."""
+        while time.monotonic() < deadline and busy():
+            self.notify()
+            gevent.sleep(0.1)
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         client.setblocking(1)
