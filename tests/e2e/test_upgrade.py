@@ -125,15 +125,30 @@ def _move_to(box: Sandbox, chart: Path, tag: str) -> None:
 
 
 @contextmanager
-def _every_admission_converted(box: Sandbox, during: str) -> Iterator[None]:
+def _every_admission_converted(
+    box: Sandbox, during: str, *, replacing_0_1: bool = False
+) -> Iterator[None]:
     """Pods keep arriving while the body changes the release (:class:`AdmissionCount`): every
-    one is converted, none fails, and enough arrive to say so."""
+    one is converted, none fails, and enough arrive to say so.
+
+    ``replacing_0_1``: the body stops 0.1's webhook pod, whose worker closes its idle
+    kept-alive connections the moment it stops; a review the apiserver is writing on one then
+    is lost, and the apiserver admits that pod unconverted (docs/upgrading.md). Such a loss, at
+    most one per connection, is the only failure allowed: sent or answered while a 0.1 pod was
+    stopping, and the apiserver failing open (the webhook never answered it)."""
     with AdmissionCount(box, ENABLED, LIMITS) as admissions:
         yield
         time.sleep(3)  # the replaced webhook pod's endpoint leaving the apiserver's view
     print(f"[e2e] admissions during {during}: {admissions.converted} converted")
-    assert admissions.failures == [], admissions.failures
+    print(admissions.report())
     assert admissions.converted >= 20
+    if not replacing_0_1:
+        assert admissions.failures == [], admissions.report()
+        return
+    assert admissions.outside_stops_of(releases.PREVIOUS.version) == [], admissions.report()
+    assert len(admissions.failures) <= 2, admissions.report()
+    assert all(f.what == "admitted unconverted" for f in admissions.failures), admissions.report()
+    assert admissions.failed_open == len(admissions.failures), admissions.report()
 
 
 def _webhook_rolled_to(box: Sandbox, tag: str) -> None:
@@ -201,8 +216,9 @@ def test_an_upgrade_from_0_1_keeps_running_pods_their_devices_and_serves_new_one
     assert len(box.instances(NODE)) == 2
 
     # The upgrade, as the admin runs it, while pods keep arriving: the webhook's rollout
-    # (a new pod ready before the old one goes) converts every one of them.
-    with _every_admission_converted(box, "the upgrade"):
+    # (a new pod ready before the old one goes) converts every one of them, but for what 0.1's
+    # replica may drop as it stops.
+    with _every_admission_converted(box, "the upgrade", replacing_0_1=True):
         _move_to(box, CHART, image.version())
 
     box.wait(
@@ -252,11 +268,13 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
     """0.1 knows only the old name: it would take the running pod's claim for a released one
     and destroy its instance. Its agent refuses the checkpoint instead (format 3) and says
     which release to run; rolling forward again finishes the pod normally. Pods that arrive
-    while the webhook rolls back and forward are converted all along."""
+    while the webhook rolls back are converted all along; while it rolls forward, all but what
+    0.1's replica may lose as it stops (:func:`_every_admission_converted`)."""
     if releases.PREVIOUS.version not in _revisions(box):  # run alone: give the release one
         _move_to(box, previous[0] / "deploy" / "helm" / "gpu-slicer", releases.PREVIOUS.version)
         _move_to(box, CHART, image.version())
     revisions = _revisions(box)
+    before = box.instances(NODE)  # the earlier test's pods, had it failed with them running
     kept = _converted(box, "kept")
     assert kept["driver"] == DRIVER
     instances = box.instances(NODE)
@@ -293,7 +311,7 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
     _undisturbed(box, kept)
     assert box.instances(NODE) == instances
 
-    with _every_admission_converted(box, "rolling forward again"):
+    with _every_admission_converted(box, "rolling forward again", replacing_0_1=True):
         done = helm(
             box, "rollback", "gpu-slicer", str(revisions[image.version()]), "--timeout", "4m"
         )
@@ -311,5 +329,5 @@ def test_a_rollback_to_0_1_with_a_pod_of_the_new_name_running_is_refused_and_har
     )
     _undisturbed(box, kept)
     box.delete_pod(ENABLED, "kept")
-    box.wait(lambda: box.instances(NODE) == [], what="kept's instance destroyed")
-    assert cdi_claims(box, NODE) == []
+    box.wait(lambda: box.instances(NODE) == before, what="kept's instance destroyed")
+    assert f"k8s.gpu-slicer.io-claim_{kept['claim']}.json" not in cdi_claims(box, NODE)
