@@ -208,7 +208,12 @@ class Sandbox:
         self.wait(lambda: not request.exists(), what=f"{node} rebooted", timeout_s=timeout_s)
 
     def pause(self, component: str) -> None:
+        """Stops ``component`` and keeps it stopped (``paused/``) until :meth:`resume`; back
+        once its process has exited, not when it stops listening: a stopping webhook still
+        answers on the apiserver's open connections for a while (webhook.worker.DRAIN_S)."""
+        old = self.pid(component)
         (self.dir / "paused" / component).write_text("")
+        self.wait(lambda: not _alive(old), what=f"{component} stopped")
 
     def resume(self, component: str) -> None:
         (self.dir / "paused" / component).unlink(missing_ok=True)
@@ -217,7 +222,6 @@ class Sandbox:
         """Stops ``component`` (``paused/``) and lets the sandbox start it again."""
         old = self.pid(component)
         self.pause(component)
-        self.wait(lambda: not _alive(old), what=f"{component} stopped")
         self.resume(component)
         self.wait(lambda: self.pid(component) != old, what=f"{component} restarted")
 
