@@ -32,6 +32,8 @@ AGENT_POD_GPU_STATE = f"{CHECKPOINT_DIR}/gpus.json"
 AGENT_POD_SELECTOR = "app.kubernetes.io/name=gpu-slicer,app.kubernetes.io/component=agent"
 WEBHOOK_POD_SELECTOR = "app.kubernetes.io/name=gpu-slicer,app.kubernetes.io/component=webhook"
 WEBHOOK_TLS_SECRET = "gpu-slicer-webhook-tls"
+WEBHOOK_ENDPOINTS_SELECTOR = "kubernetes.io/service-name=gpu-slicer-webhook"
+"""The webhook Service's EndpointSlices: what the apiserver calls."""
 
 
 def check_agent_pod(settings: Settings) -> None:
@@ -139,7 +141,7 @@ def wait_webhook_pod(kubeconfig: Path, timeout_s: float) -> None:
 
     def ready() -> bool:
         slices = discovery.list_namespaced_endpoint_slice(
-            NAMESPACE, label_selector="kubernetes.io/service-name=gpu-slicer-webhook"
+            NAMESPACE, label_selector=WEBHOOK_ENDPOINTS_SELECTOR
         ).items
         return any(
             e.conditions is not None and e.conditions.ready

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_slicer.core.identity import DRIVERS
+from gpu_slicer.sandbox.chart_pods import WEBHOOK_ENDPOINTS_SELECTOR
 from gpu_slicer.sandbox.helm import helm_binary
 from tests.support.e2e_sandbox import Obj, Sandbox
 
@@ -148,11 +149,12 @@ class AdmissionCount:
     timeline: list[tuple[float, str]] = field(default_factory=list)
     stops: dict[str, Stop] = field(default_factory=dict)
     failed_open: int = 0
+    _failed_open_before: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def __enter__(self) -> AdmissionCount:
-        self.failed_open = -fail_open_count(self.box)
+        self._failed_open_before = fail_open_count(self.box)
         self._threads = [
             threading.Thread(target=run, daemon=True) for run in (self._send, self._watch)
         ]
@@ -164,7 +166,7 @@ class AdmissionCount:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=30)
-        self.failed_open += fail_open_count(self.box)
+        self.failed_open = fail_open_count(self.box) - self._failed_open_before
 
     def _send(self) -> None:
         number = 0
@@ -270,7 +272,7 @@ def _webhook_state(box: Sandbox) -> tuple[list[tuple[str, str, str]], list[str]]
     slices = (
         k8s.DiscoveryV1Api(box.client)
         .list_namespaced_endpoint_slice(
-            RELEASE_NAMESPACE, label_selector="kubernetes.io/service-name=gpu-slicer-webhook"
+            RELEASE_NAMESPACE, label_selector=WEBHOOK_ENDPOINTS_SELECTOR
         )
         .items
     )
