@@ -32,6 +32,7 @@ def stub() -> Iterator[StubApiServer]:
     server = StubApiServer()
     yield server
     server.close()
+    assert server.errors == []
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,28 @@ def test_an_error_event_in_the_stream_raises_the_mapped_error(
     with pytest.raises(errors.ApiError) as caught:
         next(events)
     assert (caught.value.status, caught.value.reason) == (410, "Expired")
+
+
+def test_a_watch_left_early_leaves_the_client_usable(
+    stub: StubApiServer, real: RealKubeApi
+) -> None:
+    stopped = threading.Event()
+
+    def events_without_end() -> Iterator[str]:
+        try:
+            while True:
+                yield json.dumps({"type": "MODIFIED", "object": SLICE})
+        finally:
+            stopped.set()
+
+    stub.respond_next(200, None, stream=events_without_end())
+    events = real.watch(RES, "ResourceSlice", timeout_s=5)
+    assert next(events).type == "MODIFIED"
+    events.close()  # the caller leaves while the server is still sending
+    assert stopped.wait(5), "the server went on streaming to a watch its caller had left"
+    stub.backend.create(SLICE)
+    assert [item["metadata"]["name"] for item in real.list(RES, "ResourceSlice").items] == ["s"]
+    assert stub.errors == []  # a client that goes away is no error of the server's
 
 
 def test_a_watch_refused_outright_raises_when_called(

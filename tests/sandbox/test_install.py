@@ -253,6 +253,7 @@ def test_certs_ensure_keeps_the_secret_and_stops(shipped: Path) -> None:
         _stops_cleanly(proc)
     finally:
         stub.close()
+    assert stub.errors == []
 
 
 def test_the_krm_function_answers_a_resource_list(shipped: Path) -> None:

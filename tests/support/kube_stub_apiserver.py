@@ -9,7 +9,10 @@ the in-memory apiserver, so the same contract tests can run against both impleme
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,7 +43,25 @@ class Recorded:
 class _Canned:
     status: int
     body: Any
-    stream: list[str] | None = None
+    stream: Iterable[str] | None = None
+
+
+class _Server(ThreadingHTTPServer):
+    """Serves each connection on a thread of its own. A client that drops its connection (a
+    watch it stopped reading, a pooled connection closed) is no error, as for a real apiserver;
+    any other failure of a handler is kept in ``errors`` rather than printed from the handler's
+    thread, where no test would see it."""
+
+    daemon_threads = True
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.errors: list[str] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        self.errors.append(traceback.format_exc())
 
 
 @dataclass
@@ -56,8 +77,7 @@ class StubApiServer:
         class Handler(_Handler):
             server_stub = stub
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
@@ -66,13 +86,19 @@ class StubApiServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def respond_next(self, status: int, body: Any, *, stream: list[str] | None = None) -> None:
-        """Answer the next request with ``status`` and JSON ``body`` (or these watch lines)."""
+    def respond_next(self, status: int, body: Any, *, stream: Iterable[str] | None = None) -> None:
+        """Answer the next request with ``status`` and JSON ``body`` (or these watch lines, sent as
+        the iterable gives them)."""
         with self._lock:
             self._canned.append(_Canned(status, body, stream))
 
     def last(self) -> Recorded:
         return self.requests[-1]
+
+    @property
+    def errors(self) -> list[str]:
+        """The tracebacks of the handlers that failed (a bug in the stub or in what a test sent)."""
+        return list(self._httpd.errors)
 
     def close(self) -> None:
         self.backend.close()
@@ -313,15 +339,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
-            try:
-                for line in lines:
-                    self._chunk(line)
-            except KubeError as exc:  # e.g. the reader fell out of the kept history
-                self._chunk(json.dumps({"type": "ERROR", "object": _status_of(exc)}))
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            return
+            for line in lines:
+                self._chunk(line)
+        except KubeError as exc:  # e.g. the reader fell out of the kept history
+            self._chunk(json.dumps({"type": "ERROR", "object": _status_of(exc)}))
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def _chunk(self, line: str) -> None:
         data = (line + "\n").encode()
