@@ -711,7 +711,7 @@ class Sandbox:
             kubelet.stop()
         for real_node in self.real_nodes.values():
             real_node.stop()
-        stop_all([*self.agents.values()])
+        stop_all(list(self.agents.values()))
         # A stopping webhook keeps the apiserver's idle connections open for one more review
         # (webhook.worker.DRAIN_S); stopping the apiserver meanwhile closes them at once.
         if self.webhook is not None:
